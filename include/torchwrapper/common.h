@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/* Shared definitions of the torchwrapper C library: export macro, error codes. */
+#ifndef TORCHWRAPPER_COMMON_H
+#define TORCHWRAPPER_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(TW_BUILDING_LIBRARY) && defined(__GNUC__)
+#define TW_API __attribute__((visibility("default")))
+#else
+#define TW_API
+#endif
+
+#if defined(__GNUC__)
+#define TW_LIKELY(x) __builtin_expect(!!(x), 1)
+#define TW_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define TW_LIKELY(x) (x)
+#define TW_UNLIKELY(x) (x)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Errors are returned as negative ints; 0 is success. There is no global error state. */
+#define TW_ERRNO_MAP(XX)                                                  \
+    XX(NOMEM, -1, "out of memory")                                        \
+    XX(INVAL, -2, "invalid argument")                                     \
+    XX(BUSY, -3, "a profiling session is already active")                 \
+    XX(NOTACTIVE, -4, "no profiling session is active")                   \
+    XX(FULL, -5, "table full")                                            \
+    XX(IO, -6, "input/output error")                                      \
+    XX(RANGE, -7, "value out of range")
+
+typedef enum {
+#define TW_ERRNO_ENUM(name, value, text) TW_E##name = (value),
+    TW_ERRNO_MAP(TW_ERRNO_ENUM)
+#undef TW_ERRNO_ENUM
+} tw_errno_t;
+
+/* A static, human-readable text for any int: an error code above, 0, or an unknown value. */
+TW_API const char *tw_strerror(int err);
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+TW_API const char *tw_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The recorder: per-thread record chunks filled without a lock, handed to the recorder a chunk at a
+ * time.
+ *
+ * A caller (the Python extension's wrapper) brackets each profiled call with tw_call_begin() and
+ * tw_call_end(). Both are inline and touch only the calling thread's tw_thread_t: no lock, no atomic
+ * operation, no allocation except when a chunk fills up (once per TW_CHUNK_RECORDS calls) or a block
+ * of call ids runs out (once per TW_CALL_ID_BLOCK calls).
+ *
+ * Threading contract: a tw_thread_t is used only by the thread it belongs to. tw_recorder_collect()
+ * reads other threads' partial chunks, so the caller must make sure no tw_call_* runs at that moment
+ * (the extension holds the GIL for both). Everything else is thread-safe.
+ */
+#ifndef TORCHWRAPPER_RECORDER_H
+#define TORCHWRAPPER_RECORDER_H
+
+#include "torchwrapper/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TW_CHUNK_RECORDS 1024  /* records per chunk: 64 KiB */
+#define TW_MAX_DEPTH 512       /* nesting tracked per thread; deeper calls are counted, not recorded */
+#define TW_CALL_ID_BLOCK 4096  /* call ids reserved per thread at a time */
+
+enum {
+    TW_RECORD_ERROR = 1u << 0, /* the call raised */
+};
+
+/* One finished call. Times are raw clock ticks (see clock.h); ids start at 1, 0 means none. */
+typedef struct tw_record {
+    uint64_t call_id;
+    uint64_t parent_id; /* the enclosing recorded call on the same thread, or 0 */
+    uint64_t start;     /* ticks at entry */
+    uint64_t cost;      /* ticks from entry to exit */
+    uint64_t self;      /* cost minus the cost of the recorded calls directly inside it */
+    uint64_t gpu_ns;    /* GPU time attributed to the call (0 without CUPTI) */
+    uint32_t api_id;    /* see api.h */
+    uint32_t depth;     /* 0 for an outermost call */
+    uint32_t flags;     /* TW_RECORD_* */
+    uint32_t reserved;
+} tw_record_t;
+
+/* A block of records of one thread. */
+typedef struct tw_chunk {
+    struct tw_chunk *next;
+    uint64_t tid; /* kernel thread id of the thread that filled it */
+    uint32_t count;
+    uint32_t capacity;
+    tw_record_t records[];
+} tw_chunk_t;
+
+typedef struct tw_frame {
+    uint64_t call_id;
+    uint64_t child_ticks; /* cost of the recorded calls directly inside this one */
+} tw_frame_t;
+
+typedef struct tw_recorder tw_recorder_t;
+
+/* Per-thread recording state. The layout is public only so that the hot path can be inlined. */
+typedef struct tw_thread {
+    tw_chunk_t *chunk;   /* being filled; NULL after a failed allocation */
+    uint64_t next_id;    /* next call id to hand out */
+    uint64_t id_end;     /* end of the reserved block */
+    uint32_t depth;      /* calls in progress on this thread */
+    uint32_t paused;     /* > 0 while the profiler runs its own code here: calls are not recorded */
+    uint64_t dropped;    /* records lost on this thread (no memory, too deep) */
+    uint64_t tid;
+    tw_recorder_t *recorder; /* NULL once the recorder is destroyed */
+    struct tw_thread *next_in_recorder;
+    unsigned refs;       /* the recorder's and the OS thread's; guarded by the library's registry lock */
+    tw_frame_t stack[TW_MAX_DEPTH];
+} tw_thread_t;
+
+typedef struct tw_recorder_stats {
+    uint64_t records;   /* records held (collected chunks) */
+    uint64_t dropped;   /* records lost: out of memory, nesting deeper than TW_MAX_DEPTH */
+    uint64_t chunks;    /* chunks held */
+    uint64_t threads;   /* threads that recorded */
+} tw_recorder_stats_t;
+
+/* Creates an empty recorder in *out. Returns 0 or TW_ENOMEM. */
+TW_API int tw_recorder_create(tw_recorder_t **out);
+
+/* Frees the recorder and its chunks. Threads attached to it stop using it (see the contract above). */
+TW_API void tw_recorder_destroy(tw_recorder_t *rec);
+
+/*
+ * The calling thread's state for rec, created on first use (this is the slow path, taken once per
+ * thread and recorder). Returns NULL when out of memory. The state stays valid until rec is
+ * destroyed; when the thread exits first, its partial chunk is handed to rec.
+ */
+TW_API tw_thread_t *tw_recorder_attach(tw_recorder_t *rec);
+
+/* Moves every attached thread's partial chunk to rec's list of finished chunks. See the contract. */
+TW_API void tw_recorder_collect(tw_recorder_t *rec);
+
+/*
+ * Calls fn on each finished chunk, oldest first, while holding rec's lock; stops early and returns
+ * fn's value when it is nonzero. Chunks stay owned by rec.
+ */
+TW_API int tw_recorder_foreach_chunk(tw_recorder_t *rec, int (*fn)(const tw_chunk_t *chunk, void *arg),
+                                     void *arg);
+
+TW_API void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats);
+
+/* Slow paths of the inline functions below; not for other callers. */
+TW_API void tw_thread_refill_ids(tw_thread_t *t);
+TW_API tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t);
+
+/*
+ * Enters a profiled call: pushes a frame with a fresh call id. Returns NULL (and the call is not
+ * recorded, but counted as dropped) past TW_MAX_DEPTH. Pass the result to tw_call_end().
+ */
+static inline tw_frame_t *tw_call_begin(tw_thread_t *t)
+{
+    uint32_t depth = t->depth++;
+    if (TW_UNLIKELY(depth >= TW_MAX_DEPTH))
+        return NULL;
+    if (TW_UNLIKELY(t->next_id == t->id_end))
+        tw_thread_refill_ids(t);
+    tw_frame_t *frame = &t->stack[depth];
+    frame->call_id = t->next_id++;
+    frame->child_ticks = 0;
+    return frame;
+}
+
+/* Leaves the call entered by tw_call_begin() and appends its record. */
+static inline void tw_call_end(tw_thread_t *t, tw_frame_t *frame, uint32_t api_id, uint64_t start,
+                               uint64_t end, uint32_t flags)
+{
+    uint32_t depth = --t->depth;
+    if (TW_UNLIKELY(frame == NULL)) {
+        t->dropped++;
+        return;
+    }
+    uint64_t cost = end - start;
+    uint64_t parent_id = 0;
+    if (depth > 0) {
+        frame[-1].child_ticks += cost;
+        parent_id = frame[-1].call_id;
+    }
+    tw_chunk_t *chunk = t->chunk;
+    if (TW_UNLIKELY(chunk == NULL || chunk->count == chunk->capacity)) {
+        chunk = tw_thread_next_chunk(t);
+        if (chunk == NULL) {
+            t->dropped++;
+            return;
+        }
+    }
+    tw_record_t *r = &chunk->records[chunk->count++];
+    r->call_id = frame->call_id;
+    r->parent_id = parent_id;
+    r->start = start;
+    r->cost = cost;
+    /* Clock reads inside children can make child time exceed cost by a tick or two: clamp. */
+    r->self = cost > frame->child_ticks ? cost - frame->child_ticks : 0;
+    r->gpu_ns = 0;
+    r->api_id = api_id;
+    r->depth = depth;
+    r->flags = flags;
+    r->reserved = 0;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

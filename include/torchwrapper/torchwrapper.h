@@ -1,0 +1,9 @@
+/* SPDX-License-Identifier: MIT */
+/* The torchwrapper C library: include this one header. */
+#ifndef TORCHWRAPPER_H
+#define TORCHWRAPPER_H
+#include "torchwrapper/common.h"
+#include "torchwrapper/clock.h"
+#include "torchwrapper/api.h"
+#include "torchwrapper/recorder.h"
+#endif

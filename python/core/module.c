@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/* torchwrapper._core: module definition (multi-phase init, module state). */
+#include "module.h"
+
+tw_active_t tw_active;
+
+static PyObject *core_clock_source(PyObject *module, PyObject *unused)
+{
+    return PyUnicode_FromString(tw_clock_source() == TW_CLOCK_TSC ? "tsc" : "monotonic");
+}
+
+static PyObject *core_api_name(PyObject *module, PyObject *arg)
+{
+    unsigned long id = PyLong_AsUnsignedLong(arg);
+    if (id == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    const char *name = id <= UINT32_MAX ? tw_api_name((uint32_t)id) : NULL;
+    if (name == NULL) {
+        PyErr_Format(PyExc_KeyError, "no API has id %lu (ids run from 0 to %u)", id, tw_api_count());
+        return NULL;
+    }
+    return PyUnicode_FromString(name);
+}
+
+static PyObject *core_active_session(PyObject *module, PyObject *unused)
+{
+    return Py_NewRef(tw_active.session ? tw_active.session : Py_None);
+}
+
+static PyMethodDef core_methods[] = {
+    {"wrap", (PyCFunction)(void (*)(void))tw_wrap, METH_FASTCALL | METH_KEYWORDS,
+     "wrap(original, api_name, /, *, bind=None)\n--\n\n"
+     "A profiling wrapper around the callable `original`, recorded under `api_name`.\n"
+     "bind=True makes a wrapper that binds like a function when it is a class attribute;\n"
+     "None (the default) decides from the original (functions and method descriptors bind)."},
+    {"clock_source", core_clock_source, METH_NOARGS, "The tick source: 'tsc' or 'monotonic'."},
+    {"api_name", core_api_name, METH_O, "The API name interned under an id."},
+    {"active_session", core_active_session, METH_NOARGS, "The Session recording now, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int core_exec(PyObject *module)
+{
+    tw_module_state *state = PyModule_GetState(module);
+    if (tw_wrapper_add_types(module, state) < 0 || tw_session_add_type(module, state) < 0)
+        return -1;
+    if (PyModule_AddStringConstant(module, "version", tw_version()) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "MAX_DEPTH", TW_MAX_DEPTH) < 0)
+        return -1;
+    return 0;
+}
+
+static int core_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    tw_module_state *state = PyModule_GetState(module);
+    Py_VISIT(state->wrapper_type);
+    Py_VISIT(state->method_wrapper_type);
+    Py_VISIT(state->session_type);
+    return 0;
+}
+
+static int core_clear(PyObject *module)
+{
+    tw_module_state *state = PyModule_GetState(module);
+    Py_CLEAR(state->wrapper_type);
+    Py_CLEAR(state->method_wrapper_type);
+    Py_CLEAR(state->session_type);
+    return 0;
+}
+
+static void core_free(void *module)
+{
+    core_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot core_slots[] = {
+    {Py_mod_exec, core_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "torchwrapper._core",
+    .m_doc = "C core of torchwrapper: the profiling wrapper type and recording sessions.",
+    .m_size = sizeof(tw_module_state),
+    .m_methods = core_methods,
+    .m_slots = core_slots,
+    .m_traverse = core_traverse,
+    .m_clear = core_clear,
+    .m_free = core_free,
+};
+
+PyMODINIT_FUNC PyInit__core(void);
+PyMODINIT_FUNC PyInit__core(void)
+{
+    return PyModuleDef_Init(&core_module);
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/* Shared declarations of the torchwrapper._core extension module. */
+#ifndef TW_PY_MODULE_H
+#define TW_PY_MODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "torchwrapper/torchwrapper.h"
+
+typedef struct {
+    PyTypeObject *wrapper_type;        /* Wrapper: calls never bind (builtins, partials, ...) */
+    PyTypeObject *method_wrapper_type; /* MethodWrapper: binds like a function (x.f(...)) */
+    PyTypeObject *session_type;
+} tw_module_state;
+
+/*
+ * The profiling session that wrappers record into. Process-wide on purpose: the wrappers are
+ * installed into torch, which is one per process, and a wrapper's hot path must not look anything up
+ * to find it. Guarded by the GIL: it changes only in Session.start/stop, and the hot path reads it with
+ * the GIL held (before and after calling through), so a session cannot vanish under a recording call.
+ */
+typedef struct {
+    uint64_t gen;                  /* 0: no session; else a number unique to this session */
+    tw_recorder_t *recorder;
+    tw_clock_source_t clock_source;
+    PyObject *session;             /* strong reference to the active Session object */
+} tw_active_t;
+
+extern tw_active_t tw_active;
+
+int tw_wrapper_add_types(PyObject *module, tw_module_state *state);
+int tw_session_add_type(PyObject *module, tw_module_state *state);
+PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
+/* Suspends recording on the calling thread while the profiler runs its own Python code. */
+void tw_pause_thread(void);
+void tw_resume_thread(void);
+
+#endif

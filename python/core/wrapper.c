@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The profiling wrapper: the hot path of torchwrapper.
+ *
+ * A wrapper is installed in place of a torch callable. Each call reads the clock, calls the original
+ * through vectorcall with the very same arguments, reads the clock again and appends a fixed-size
+ * record to the calling thread's chunk (recorder.h). It allocates no Python object, takes no lock
+ * and never raises: the original's result or exception is returned untouched.
+ *
+ * Two types share this code. MethodWrapper is flagged Py_TPFLAGS_METHOD_DESCRIPTOR and has __get__,
+ * so as a class attribute it binds like a function and `x.add(y)` / `a + b` call it with no bound
+ * method allocated. Wrapper never binds, like a builtin function.
+ */
+#include "module.h"
+
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *wrapped;   /* the original callable (strong) */
+    PyObject *dict;      /* instance __dict__, created on demand */
+    PyObject *weakrefs;
+    uint32_t api_id;
+} tw_wrapper_object;
+
+/* This thread's state in the active session. A thread state is valid only while `gen` equals
+ * tw_active.gen; a stale one belongs to an ended session and is never touched again. */
+typedef struct {
+    tw_thread_t *thread;
+    uint64_t gen;
+} tw_thread_cache_t;
+
+static _Thread_local tw_thread_cache_t thread_cache;
+
+static tw_thread_t *attach_thread(uint64_t gen)
+{
+    /* NULL (out of memory) is cached too: this thread then calls through without recording. */
+    thread_cache.thread = tw_recorder_attach(tw_active.recorder);
+    thread_cache.gen = gen;
+    return thread_cache.thread;
+}
+
+void tw_pause_thread(void)
+{
+    uint64_t gen = tw_active.gen;
+    if (gen == 0)
+        return;
+    tw_thread_t *t = thread_cache.gen == gen ? thread_cache.thread : attach_thread(gen);
+    if (t != NULL)
+        t->paused++;
+}
+
+void tw_resume_thread(void)
+{
+    uint64_t gen = tw_active.gen;
+    if (gen != 0 && thread_cache.gen == gen && thread_cache.thread != NULL && thread_cache.thread->paused > 0)
+        thread_cache.thread->paused--;
+}
+
+static PyObject *wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames)
+{
+    tw_wrapper_object *self = (tw_wrapper_object *)callable;
+    uint64_t gen = tw_active.gen;
+    if (gen == 0)
+        return PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
+    tw_thread_t *t = TW_LIKELY(thread_cache.gen == gen) ? thread_cache.thread : attach_thread(gen);
+    if (TW_UNLIKELY(t == NULL || t->paused))
+        return PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
+
+    tw_clock_source_t source = tw_active.clock_source;
+    tw_frame_t *frame = tw_call_begin(t);
+    uint64_t start = tw_clock_ticks(source);
+    PyObject *result = PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
+    uint64_t end = tw_clock_ticks(source);
+    /* The call may have ended the session (stop() from inside a profiled call, or from another
+     * thread while this one waited for the GIL): then t belongs to a dead session. */
+    if (TW_LIKELY(tw_active.gen == gen))
+        tw_call_end(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0);
+    return result;
+}
+
+static PyObject *method_wrapper_descr_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+/* Attributes the wrapper lacks read through to the original (torch reads e.g. `step.hooked`). */
+static PyObject *wrapper_getattro(PyObject *op, PyObject *name)
+{
+    PyObject *value = PyObject_GenericGetAttr(op, name);
+    if (value != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return value;
+    PyErr_Clear();
+    return PyObject_GetAttr(((tw_wrapper_object *)op)->wrapped, name);
+}
+
+/* __name__, __qualname__, __module__, __doc__: the wrapper's own if one was set, else the original's. */
+static PyObject *wrapper_get_forwarded(PyObject *op, void *closure)
+{
+    tw_wrapper_object *self = (tw_wrapper_object *)op;
+    PyObject *name = PyUnicode_InternFromString((const char *)closure);
+    if (name == NULL)
+        return NULL;
+    PyObject *value = NULL;
+    if (self->dict != NULL) {
+        value = PyDict_GetItemWithError(self->dict, name);
+        if (value != NULL)
+            Py_INCREF(value);
+        else if (PyErr_Occurred()) {
+            Py_DECREF(name);
+            return NULL;
+        }
+    }
+    if (value == NULL)
+        value = PyObject_GetAttr(self->wrapped, name);
+    Py_DECREF(name);
+    return value;
+}
+
+static int wrapper_set_forwarded(PyObject *op, PyObject *value, void *closure)
+{
+    tw_wrapper_object *self = (tw_wrapper_object *)op;
+    if (self->dict == NULL && (self->dict = PyDict_New()) == NULL)
+        return -1;
+    if (value == NULL) {
+        if (PyDict_DelItemString(self->dict, (const char *)closure) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError))
+                return -1;
+            PyErr_Clear();
+        }
+        return 0;
+    }
+    return PyDict_SetItemString(self->dict, (const char *)closure, value);
+}
+
+static PyObject *wrapper_get_api_name(PyObject *op, void *closure)
+{
+    const char *name = tw_api_name(((tw_wrapper_object *)op)->api_id);
+    if (name == NULL) /* cannot happen: the id came from tw_api_intern */
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(name);
+}
+
+static PyObject *wrapper_get_api_id(PyObject *op, void *closure)
+{
+    return PyLong_FromUnsignedLong(((tw_wrapper_object *)op)->api_id);
+}
+
+static PyGetSetDef wrapper_getset[] = {
+    {"__name__", wrapper_get_forwarded, wrapper_set_forwarded, NULL, "__name__"},
+    {"__qualname__", wrapper_get_forwarded, wrapper_set_forwarded, NULL, "__qualname__"},
+    {"__module__", wrapper_get_forwarded, wrapper_set_forwarded, NULL, "__module__"},
+    {"__doc__", wrapper_get_forwarded, wrapper_set_forwarded, NULL, "__doc__"},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {"api_name", wrapper_get_api_name, NULL, "the API name calls are recorded under", NULL},
+    {"api_id", wrapper_get_api_id, NULL, "the id of api_name in the C name table", NULL},
+    {NULL},
+};
+
+static PyMemberDef wrapper_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(tw_wrapper_object, wrapped), READONLY, "the original callable"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(tw_wrapper_object, vectorcall), READONLY, NULL},
+    {"__dictoffset__", T_PYSSIZET, offsetof(tw_wrapper_object, dict), READONLY, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(tw_wrapper_object, weakrefs), READONLY, NULL},
+    {NULL},
+};
+
+/*
+ * getattr(sys.modules[module], qualname...) without raising: a new reference, or NULL with no
+ * exception set when the path does not resolve.
+ */
+static PyObject *resolve_qualified(PyObject *module_name, PyObject *qualname)
+{
+    PyObject *obj = PyImport_GetModule(module_name);
+    if (obj == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *dot = PyUnicode_FromString(".");
+    PyObject *parts = dot != NULL ? PyUnicode_Split(qualname, dot, -1) : NULL;
+    Py_XDECREF(dot);
+    if (parts == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
+        Py_SETREF(obj, PyObject_GetAttr(obj, PyList_GET_ITEM(parts, i)));
+        if (obj == NULL)
+            goto fail;
+    }
+    Py_DECREF(parts);
+    return obj;
+fail:
+    PyErr_Clear();
+    Py_XDECREF(parts);
+    Py_XDECREF(obj);
+    return NULL;
+}
+
+/*
+ * Pickles as the original does. A Python function pickles by its qualified name: when that name
+ * resolves to this wrapper (installed), the wrapper pickles to the very bytes the original would;
+ * when it resolves to the original (not installed), the wrapper pickles to the original itself,
+ * through copy.copy, which returns a function unchanged. Anything else (builtins, method
+ * descriptors) reduces as the original does, e.g. getattr(torch._C.TensorBase, "view").
+ */
+static PyObject *wrapper_reduce_ex(PyObject *op, PyObject *protocol)
+{
+    tw_wrapper_object *self = (tw_wrapper_object *)op;
+    if (PyFunction_Check(self->wrapped)) {
+        PyObject *module_name = PyObject_GetAttrString(self->wrapped, "__module__");
+        PyObject *qualname = PyObject_GetAttrString(self->wrapped, "__qualname__");
+        PyObject *resolved = NULL;
+        if (module_name != NULL && qualname != NULL && PyUnicode_Check(module_name) && PyUnicode_Check(qualname))
+            resolved = resolve_qualified(module_name, qualname);
+        PyErr_Clear();
+        Py_XDECREF(module_name);
+        PyObject *result = NULL;
+        if (resolved == op) {
+            result = Py_NewRef(qualname);
+        } else if (resolved == self->wrapped) {
+            PyObject *copy_module = PyImport_ImportModule("copy");
+            PyObject *copy_fn = copy_module ? PyObject_GetAttrString(copy_module, "copy") : NULL;
+            result = copy_fn ? Py_BuildValue("(O(O))", copy_fn, self->wrapped) : NULL;
+            Py_XDECREF(copy_fn);
+            Py_XDECREF(copy_module);
+            if (result == NULL) {
+                Py_XDECREF(resolved);
+                Py_XDECREF(qualname);
+                return NULL;
+            }
+        }
+        Py_XDECREF(resolved);
+        Py_XDECREF(qualname);
+        if (result != NULL)
+            return result;
+    }
+    return PyObject_CallMethod(self->wrapped, "__reduce_ex__", "O", protocol);
+}
+
+/* A wrapper is immutable like a function: copies are the wrapper itself. */
+static PyObject *wrapper_copy(PyObject *op, PyObject *unused)
+{
+    return Py_NewRef(op);
+}
+
+static PyMethodDef wrapper_methods[] = {
+    {"__reduce_ex__", wrapper_reduce_ex, METH_O, NULL},
+    {"__copy__", wrapper_copy, METH_NOARGS, NULL},
+    {"__deepcopy__", wrapper_copy, METH_O, NULL},
+    {NULL},
+};
+
+static PyObject *wrapper_repr(PyObject *op)
+{
+    return PyUnicode_FromFormat("<profiled %R>", ((tw_wrapper_object *)op)->wrapped);
+}
+
+static int wrapper_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    tw_wrapper_object *self = (tw_wrapper_object *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->wrapped);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int wrapper_clear(PyObject *op)
+{
+    tw_wrapper_object *self = (tw_wrapper_object *)op;
+    Py_CLEAR(self->wrapped);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void wrapper_dealloc(PyObject *op)
+{
+    PyTypeObject *type = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    if (((tw_wrapper_object *)op)->weakrefs != NULL)
+        PyObject_ClearWeakRefs(op);
+    wrapper_clear(op);
+    type->tp_free(op);
+    Py_DECREF(type);
+}
+
+static PyObject *wrapper_new_refuse(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyErr_Format(PyExc_TypeError, "cannot create '%s' instances directly: use torchwrapper._core.wrap()",
+                 type->tp_name);
+    return NULL;
+}
+
+/* No Py_tp_doc: the type's __doc__ string would shadow the __doc__ getset that reads the original's. */
+#define TW_WRAPPER_SLOTS                                       \
+    {Py_tp_new, wrapper_new_refuse},                           \
+    {Py_tp_dealloc, wrapper_dealloc},                          \
+    {Py_tp_traverse, wrapper_traverse},                        \
+    {Py_tp_clear, wrapper_clear},                              \
+    {Py_tp_call, PyVectorcall_Call},                           \
+    {Py_tp_getattro, wrapper_getattro},                        \
+    {Py_tp_repr, wrapper_repr},                                \
+    {Py_tp_getset, wrapper_getset},                            \
+    {Py_tp_members, wrapper_members},                          \
+    {Py_tp_methods, wrapper_methods}
+
+static PyType_Slot wrapper_slots[] = {
+    TW_WRAPPER_SLOTS,
+    {0, NULL},
+};
+
+static PyType_Slot method_wrapper_slots[] = {
+    TW_WRAPPER_SLOTS,
+    {Py_tp_descr_get, method_wrapper_descr_get},
+    {0, NULL},
+};
+
+#define TW_WRAPPER_FLAGS \
+    (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_IMMUTABLETYPE)
+
+static PyType_Spec wrapper_spec = {
+    .name = "torchwrapper._core.Wrapper",
+    .basicsize = sizeof(tw_wrapper_object),
+    .flags = TW_WRAPPER_FLAGS,
+    .slots = wrapper_slots,
+};
+
+static PyType_Spec method_wrapper_spec = {
+    .name = "torchwrapper._core.MethodWrapper",
+    .basicsize = sizeof(tw_wrapper_object),
+    .flags = TW_WRAPPER_FLAGS | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .slots = method_wrapper_slots,
+};
+
+int tw_wrapper_add_types(PyObject *module, tw_module_state *state)
+{
+    state->wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &wrapper_spec, NULL);
+    if (state->wrapper_type == NULL || PyModule_AddType(module, state->wrapper_type) < 0)
+        return -1;
+    state->method_wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &method_wrapper_spec, NULL);
+    if (state->method_wrapper_type == NULL || PyModule_AddType(module, state->method_wrapper_type) < 0)
+        return -1;
+    return 0;
+}
+
+/* Whether the original binds as a class attribute: functions, method descriptors, and wrappers of them. */
+static int binds_like_function(tw_module_state *state, PyObject *original)
+{
+    if (Py_IS_TYPE(original, state->method_wrapper_type))
+        return 1;
+    if (Py_IS_TYPE(original, state->wrapper_type) || PyType_Check(original))
+        return 0;
+    return Py_TYPE(original)->tp_descr_get != NULL;
+}
+
+PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    tw_module_state *state = PyModule_GetState(module);
+    PyObject *bind = Py_None;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "wrap() takes 2 positional arguments (original, api_name), got %zd", nargs);
+        return NULL;
+    }
+    if (kwnames != NULL) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+            PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+            if (!PyUnicode_Check(key) || PyUnicode_CompareWithASCIIString(key, "bind") != 0) {
+                PyErr_Format(PyExc_TypeError, "wrap() got an unexpected keyword argument %R (accepted: 'bind')", key);
+                return NULL;
+            }
+            bind = args[nargs + i];
+        }
+    }
+    PyObject *original = args[0], *api_name = args[1];
+    if (!PyCallable_Check(original)) {
+        PyErr_Format(PyExc_TypeError, "cannot wrap a '%.200s' object: it is not callable", Py_TYPE(original)->tp_name);
+        return NULL;
+    }
+    if (!PyUnicode_Check(api_name)) {
+        PyErr_Format(PyExc_TypeError, "api_name must be a str, not '%.200s'", Py_TYPE(api_name)->tp_name);
+        return NULL;
+    }
+    const char *name = PyUnicode_AsUTF8(api_name);
+    if (name == NULL)
+        return NULL;
+    uint32_t api_id;
+    int err = tw_api_intern(name, &api_id);
+    if (err != 0) {
+        PyErr_Format(err == TW_ENOMEM ? PyExc_MemoryError : PyExc_ValueError,
+                     "invalid api_name %R: %s (a non-empty name of at most %d bytes is accepted)", api_name,
+                     tw_strerror(err), TW_API_NAME_MAX);
+        return NULL;
+    }
+    int binding;
+    if (bind == Py_None)
+        binding = binds_like_function(state, original);
+    else if ((binding = PyObject_IsTrue(bind)) < 0)
+        return NULL;
+    PyTypeObject *type = binding ? state->method_wrapper_type : state->wrapper_type;
+    tw_wrapper_object *self = PyObject_GC_New(tw_wrapper_object, type);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = wrapper_vectorcall;
+    self->wrapped = Py_NewRef(original);
+    self->dict = NULL;
+    self->weakrefs = NULL;
+    self->api_id = api_id;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}

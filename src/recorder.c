@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Recorder bookkeeping: thread attachment, chunk hand-off, collection. The per-call work is inline in
+ * recorder.h; everything here runs once per thread, per chunk or per session.
+ *
+ * Lifetime of a tw_thread_t: it is referenced by its recorder and by its OS thread (through a
+ * pthread key, whose destructor hands the partial chunk over when the thread exits). It is freed when
+ * both references are gone, so a thread may outlive its recorder and a recorder its threads. Both
+ * references are counted under registry_lock.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "torchwrapper/recorder.h"
+
+struct tw_recorder {
+    pthread_mutex_t lock; /* guards the list of finished chunks */
+    tw_chunk_t *head;
+    tw_chunk_t *tail;
+    uint64_t chunks;
+    uint64_t records;
+    _Atomic uint64_t next_id_block;
+    tw_thread_t *threads; /* guarded by registry_lock */
+    uint64_t thread_count;
+};
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t thread_key;
+static int thread_key_ok;
+
+static void push_chunk(tw_recorder_t *rec, tw_chunk_t *chunk)
+{
+    chunk->next = NULL;
+    pthread_mutex_lock(&rec->lock);
+    if (rec->tail != NULL)
+        rec->tail->next = chunk;
+    else
+        rec->head = chunk;
+    rec->tail = chunk;
+    rec->chunks++;
+    rec->records += chunk->count;
+    pthread_mutex_unlock(&rec->lock);
+}
+
+/* Drops one reference to t; registry_lock held. */
+static void thread_release(tw_thread_t *t)
+{
+    if (--t->refs == 0) {
+        free(t->chunk);
+        free(t);
+    }
+}
+
+static void on_thread_exit(void *arg)
+{
+    tw_thread_t *t = arg;
+    pthread_mutex_lock(&registry_lock);
+    if (t->recorder != NULL && t->chunk != NULL) {
+        if (t->chunk->count > 0)
+            push_chunk(t->recorder, t->chunk);
+        else
+            free(t->chunk);
+        t->chunk = NULL;
+    }
+    thread_release(t);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static void make_key(void)
+{
+    thread_key_ok = pthread_key_create(&thread_key, on_thread_exit) == 0;
+}
+
+int tw_recorder_create(tw_recorder_t **out)
+{
+    tw_recorder_t *rec = calloc(1, sizeof *rec);
+    if (rec == NULL)
+        return TW_ENOMEM;
+    if (pthread_mutex_init(&rec->lock, NULL) != 0) {
+        free(rec);
+        return TW_ENOMEM;
+    }
+    atomic_init(&rec->next_id_block, 1);
+    *out = rec;
+    return 0;
+}
+
+void tw_recorder_destroy(tw_recorder_t *rec)
+{
+    if (rec == NULL)
+        return;
+    pthread_mutex_lock(&registry_lock);
+    for (tw_thread_t *t = rec->threads, *next; t != NULL; t = next) {
+        next = t->next_in_recorder;
+        t->recorder = NULL;
+        free(t->chunk);
+        t->chunk = NULL;
+        thread_release(t);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    for (tw_chunk_t *c = rec->head, *next; c != NULL; c = next) {
+        next = c->next;
+        free(c);
+    }
+    pthread_mutex_destroy(&rec->lock);
+    free(rec);
+}
+
+tw_thread_t *tw_recorder_attach(tw_recorder_t *rec)
+{
+    pthread_once(&key_once, make_key);
+    if (!thread_key_ok)
+        return NULL;
+    pthread_mutex_lock(&registry_lock);
+    tw_thread_t *old = pthread_getspecific(thread_key);
+    if (old != NULL && old->recorder == rec) {
+        pthread_mutex_unlock(&registry_lock);
+        return old;
+    }
+    tw_thread_t *t = calloc(1, sizeof *t);
+    if (t == NULL || pthread_setspecific(thread_key, t) != 0) {
+        if (old != NULL)
+            pthread_setspecific(thread_key, old);
+        free(t);
+        pthread_mutex_unlock(&registry_lock);
+        return NULL;
+    }
+    t->recorder = rec;
+    t->tid = (uint64_t)syscall(SYS_gettid);
+    t->refs = 2;
+    t->next_in_recorder = rec->threads;
+    rec->threads = t;
+    rec->thread_count++;
+    if (old != NULL)
+        thread_release(old); /* this OS thread now records for rec */
+    pthread_mutex_unlock(&registry_lock);
+    return t;
+}
+
+void tw_thread_refill_ids(tw_thread_t *t)
+{
+    t->next_id = atomic_fetch_add_explicit(&t->recorder->next_id_block, TW_CALL_ID_BLOCK,
+                                           memory_order_relaxed);
+    t->id_end = t->next_id + TW_CALL_ID_BLOCK;
+}
+
+tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t)
+{
+    if (t->chunk != NULL) {
+        push_chunk(t->recorder, t->chunk);
+        t->chunk = NULL;
+    }
+    tw_chunk_t *chunk = malloc(sizeof *chunk + TW_CHUNK_RECORDS * sizeof(tw_record_t));
+    if (chunk == NULL)
+        return NULL;
+    chunk->next = NULL;
+    chunk->tid = t->tid;
+    chunk->count = 0;
+    chunk->capacity = TW_CHUNK_RECORDS;
+    t->chunk = chunk;
+    return chunk;
+}
+
+void tw_recorder_collect(tw_recorder_t *rec)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (tw_thread_t *t = rec->threads; t != NULL; t = t->next_in_recorder) {
+        if (t->chunk != NULL && t->chunk->count > 0) {
+            push_chunk(rec, t->chunk);
+            t->chunk = NULL;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+int tw_recorder_foreach_chunk(tw_recorder_t *rec, int (*fn)(const tw_chunk_t *chunk, void *arg), void *arg)
+{
+    int result = 0;
+    pthread_mutex_lock(&rec->lock);
+    for (const tw_chunk_t *c = rec->head; c != NULL && result == 0; c = c->next)
+        result = fn(c, arg);
+    pthread_mutex_unlock(&rec->lock);
+    return result;
+}
+
+void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats)
+{
+    pthread_mutex_lock(&registry_lock);
+    stats->dropped = 0;
+    for (const tw_thread_t *t = rec->threads; t != NULL; t = t->next_in_recorder)
+        stats->dropped += t->dropped;
+    stats->threads = rec->thread_count;
+    pthread_mutex_unlock(&registry_lock);
+    pthread_mutex_lock(&rec->lock);
+    stats->records = rec->records;
+    stats->chunks = rec->chunks;
+    pthread_mutex_unlock(&rec->lock);
+}

@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+#include "tw_test.h"
+#include <time.h>
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void sleep_ns(long ns)
+{
+    struct timespec ts = {ns / 1000000000, ns % 1000000000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static void calibrated_clock_agrees_with_realtime(void **state)
+{
+    tw_clock_t clock;
+    assert_int_equal(tw_clock_calibrate(&clock), 0);
+    assert_int_equal(clock.source, tw_clock_source());
+    int64_t before = realtime_ns();
+    uint64_t ticks = tw_clock_ticks(clock.source);
+    int64_t after = realtime_ns();
+    int64_t converted = tw_clock_epoch_ns(&clock, ticks);
+    /* Calibration error is ~1e-5; allow 50 us around a read taken just after calibration. */
+    assert_true(converted >= before - 50000);
+    assert_true(converted <= after + 50000);
+}
+
+static void durations_match_a_sleep(void **state)
+{
+    tw_clock_t clock;
+    assert_int_equal(tw_clock_calibrate(&clock), 0);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    uint64_t t0 = tw_clock_ticks(clock.source);
+    sleep_ns(20000000);
+    uint64_t t1 = tw_clock_ticks(clock.source);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    int64_t reference = (b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+    int64_t measured = (int64_t)tw_clock_duration_ns(&clock, t1 - t0);
+    assert_true(measured >= 20000000);
+    /* Within 0.1% of CLOCK_MONOTONIC (plus the two clock reads around it). */
+    assert_true(measured <= reference + 2000);
+    assert_true(measured >= reference - reference / 1000 - 2000);
+}
+
+static void ticks_never_go_backwards(void **state)
+{
+    tw_clock_source_t source = tw_clock_source();
+    uint64_t previous = tw_clock_ticks(source);
+    for (int i = 0; i < 1000000; i++) {
+        uint64_t now = tw_clock_ticks(source);
+        assert_true(now >= previous);
+        previous = now;
+    }
+}
+
+static void manual_clock_converts_exactly(void **state)
+{
+    tw_clock_t clock;
+    /* 2.5 ticks per ns: 2,500,000,000 ticks are one second. */
+    tw_clock_init_manual(&clock, TW_CLOCK_TSC, 1000, 1700000000123456789LL, 2.5);
+    assert_int_equal(tw_clock_duration_ns(&clock, 2500000000ull), 1000000000ull);
+    assert_int_equal(tw_clock_epoch_ns(&clock, 1000), 1700000000123456789LL);
+    assert_int_equal(tw_clock_epoch_ns(&clock, 1000 + 25), 1700000000123456799LL);
+    assert_int_equal(tw_clock_epoch_ns(&clock, 1000 - 25), 1700000000123456779LL);
+    /* One hour of ticks converts without overflow. */
+    assert_int_equal(tw_clock_duration_ns(&clock, 3600ull * 2500000000ull), 3600ull * 1000000000ull);
+}
+
+static void calibrate_refuses_null(void **state)
+{
+    assert_int_equal(tw_clock_calibrate(NULL), TW_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(calibrated_clock_agrees_with_realtime),
+        cmocka_unit_test(durations_match_a_sleep),
+        cmocka_unit_test(ticks_never_go_backwards),
+        cmocka_unit_test(manual_clock_converts_exactly),
+        cmocka_unit_test(calibrate_refuses_null),
+    };
+    return cmocka_run_group_tests_name("clock", tests, NULL, NULL);
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+#include "tw_test.h"
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+static void every_error_code_has_its_own_text(void **state)
+{
+    const int codes[] = {TW_ENOMEM, TW_EINVAL, TW_EBUSY, TW_ENOTACTIVE, TW_EFULL, TW_EIO, TW_ERANGE};
+    size_t n = sizeof codes / sizeof codes[0];
+    for (size_t i = 0; i < n; i++) {
+        assert_true(codes[i] < 0);
+        assert_string_not_equal(tw_strerror(codes[i]), "unknown error");
+        for (size_t j = i + 1; j < n; j++)
+            assert_string_not_equal(tw_strerror(codes[i]), tw_strerror(codes[j]));
+    }
+}
+
+static void strerror_accepts_any_int(void **state)
+{
+    assert_string_equal(tw_strerror(0), "success");
+    assert_string_equal(tw_strerror(INT_MIN), "unknown error");
+    assert_string_equal(tw_strerror(INT_MAX), "unknown error");
+    assert_string_equal(tw_strerror(-1000), "unknown error");
+}
+
+static void version_is_major_minor_patch(void **state)
+{
+    int major, minor, patch;
+    assert_int_equal(sscanf(tw_version(), "%d.%d.%d", &major, &minor, &patch), 3);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_error_code_has_its_own_text),
+        cmocka_unit_test(strerror_accepts_any_int),
+        cmocka_unit_test(version_is_major_minor_patch),
+    };
+    return cmocka_run_group_tests_name("error", tests, NULL, NULL);
+}
