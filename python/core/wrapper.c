@@ -19,6 +19,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *wrapped;   /* the original callable (strong) */
+    vectorcallfunc call; /* wrapped's own vectorcall entry, where it can never change; else NULL */
     PyObject *dict;      /* instance __dict__, created on demand */
     PyObject *weakrefs;
     uint32_t api_id;
@@ -58,21 +59,30 @@ void tw_resume_thread(void)
         thread_cache.thread->paused--;
 }
 
+/* Calls the original with the caller's arguments, as they came (PY_VECTORCALL_ARGUMENTS_OFFSET too). */
+static inline PyObject *call_original(tw_wrapper_object *self, PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames)
+{
+    if (TW_LIKELY(self->call != NULL))
+        return self->call(self->wrapped, args, nargsf, kwnames);
+    return PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
+}
+
 static PyObject *wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
                                     PyObject *kwnames)
 {
     tw_wrapper_object *self = (tw_wrapper_object *)callable;
     uint64_t gen = tw_active.gen;
     if (gen == 0)
-        return PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
+        return call_original(self, args, nargsf, kwnames);
     tw_thread_t *t = TW_LIKELY(thread_cache.gen == gen) ? thread_cache.thread : attach_thread(gen);
     if (TW_UNLIKELY(t == NULL || t->paused))
-        return PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
+        return call_original(self, args, nargsf, kwnames);
 
     tw_clock_source_t source = tw_active.clock_source;
     tw_frame_t *frame = tw_call_begin(t);
     uint64_t start = tw_clock_ticks(source);
-    PyObject *result = PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
+    PyObject *result = call_original(self, args, nargsf, kwnames);
     uint64_t end = tw_clock_ticks(source);
     /* The call may have ended the session (stop() from inside a profiled call, or from another
      * thread while this one waited for the GIL): then t belongs to a dead session. */
@@ -355,6 +365,22 @@ static int binds_like_function(tw_module_state *state, PyObject *original)
     return Py_TYPE(original)->tp_descr_get != NULL;
 }
 
+/*
+ * The original's vectorcall entry point, for the kinds whose entry is fixed when the object is
+ * created (builtin functions, method descriptors, Python functions in 3.11): calling it directly
+ * saves PyObject_Vectorcall's lookup on every call. NULL for anything else.
+ */
+static vectorcallfunc stable_vectorcall(PyObject *original)
+{
+    if (PyCFunction_Check(original) || Py_IS_TYPE(original, &PyMethodDescr_Type))
+        return PyVectorcall_Function(original);
+#if PY_VERSION_HEX < 0x030C0000 /* 3.12 lets PyFunction_SetVectorcall change it later */
+    if (PyFunction_Check(original))
+        return PyVectorcall_Function(original);
+#endif
+    return NULL;
+}
+
 PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     tw_module_state *state = PyModule_GetState(module);
@@ -404,6 +430,7 @@ PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyO
         return NULL;
     self->vectorcall = wrapper_vectorcall;
     self->wrapped = Py_NewRef(original);
+    self->call = stable_vectorcall(original);
     self->dict = NULL;
     self->weakrefs = NULL;
     self->api_id = api_id;
