@@ -96,11 +96,17 @@ def main():
             patcher.restore()
 
     rows = []
-    targets = {"torch.add (10 elements)": 30, "a + b (Tensor.__add__)": 30, "F.relu (Python function)": 80}
+    wdim = tw.wrap(torch.Tensor.dim, "torch.Tensor.dim")
+    wview = tw.wrap(torch.Tensor.view, "torch.Tensor.view")
+    dim, view = torch.Tensor.dim, torch.Tensor.view
+    targets = {"torch.add (10 elements)": 30, "a + b (Tensor.__add__)": 30, "F.relu (Python function)": 80,
+               "x.view(-1)": 30, "x.dim() (near-empty call)": 30}
     cases = [
         ("torch.add (10 elements)", lambda: loop_call(add, a, b), with_session(lambda: loop_call(wadd, a, b))),
         ("a + b (Tensor.__add__)", lambda: loop_add_operator(a, b), profiled_operator),
         ("F.relu (Python function)", lambda: loop_call1(relu, a), with_session(lambda: loop_call1(wrelu, a))),
+        ("x.view(-1)", lambda: loop_call(view, a, -1), with_session(lambda: loop_call(wview, a, -1))),
+        ("x.dim() (near-empty call)", lambda: loop_call1(dim, a), with_session(lambda: loop_call1(wdim, a))),
     ]
     print(f"per-call overhead, median of {REPS} interleaved repetitions of {N} calls "
           f"(clock: {tw._core.clock_source()}, torch {torch.__version__}, Python {platform.python_version()})")
