@@ -160,7 +160,19 @@ static PyObject *wrapper_get_api_id(PyObject *op, void *closure)
     return PyLong_FromUnsignedLong(((tw_wrapper_object *)op)->api_id);
 }
 
+/*
+ * __class__ is the original's class, as for wrapt's ObjectProxy: isinstance(w, types.FunctionType)
+ * holds for a wrapped function, so that code which checks what kind of callable it was given (torch's
+ * config modules, inspect.isfunction, torch.compile's tracer) treats the wrapper as the original.
+ * type(w) stays the wrapper type.
+ */
+static PyObject *wrapper_get_class(PyObject *op, void *closure)
+{
+    return Py_NewRef((PyObject *)Py_TYPE(((tw_wrapper_object *)op)->wrapped));
+}
+
 static PyGetSetDef wrapper_getset[] = {
+    {"__class__", wrapper_get_class, NULL, NULL, NULL},
     {"__name__", wrapper_get_forwarded, wrapper_set_forwarded, NULL, "__name__"},
     {"__qualname__", wrapper_get_forwarded, wrapper_set_forwarded, NULL, "__qualname__"},
     {"__module__", wrapper_get_forwarded, wrapper_set_forwarded, NULL, "__module__"},

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 """torchwrapper: a per-API performance profiler for PyTorch programs, with its hot path in C.
 
-This is the foundation layer: the C wrapper type (``wrap``), recording sessions (``Session``) and
-exact installation and restoration of wrappers (``Patcher``). The high-level ``TorchWrapper`` API
-builds on these.
+``profile()`` wraps every callable under torch, records every call, and restores torch exactly.
+Underneath: the C wrapper type (``wrap``), recording sessions (``Session``), discovery of what to wrap
+(``discover``) and exact installation and restoration of wrappers (``Patcher``).
 """
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from typing import Any, Iterable, Iterator, List, NamedTuple
 
 from . import _core
 from ._core import MethodWrapper, Session, Wrapper, wrap
+from ._discover import DEFAULT_EXCLUDE, SKIP_ATTRIBUTES, SKIP_MODULES, Plan, discover
 from ._patch import Patcher, resolve
+from ._profile import Profile, profile
 
 __version__ = _core.version
 
@@ -33,8 +35,13 @@ class Record(NamedTuple):
 
 
 def records(session: Session) -> List[Record]:
-    """The records of a stopped session as ``Record`` tuples."""
-    return [Record(*row) for row in session.records()]
+    """The records of a stopped session as ``Record`` tuples, in the order the calls started.
+
+    (The session holds them in the order the calls ended, children before their parents.)
+    """
+    rows = [Record(*row) for row in session.records()]
+    rows.sort(key=lambda r: (r.start_ns, r.call_id))
+    return rows
 
 
 @contextmanager
@@ -60,5 +67,6 @@ def profile_apis(paths: Iterable[str]) -> Iterator[Session]:
         patcher.restore()
 
 
-__all__ = ["MethodWrapper", "Patcher", "Record", "Session", "Wrapper", "profile_apis", "records",
-           "resolve", "wrap", "__version__"]
+__all__ = ["DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile", "Record", "SKIP_ATTRIBUTES",
+           "SKIP_MODULES", "Session", "Wrapper", "discover", "profile", "profile_apis", "records", "resolve",
+           "wrap", "__version__"]

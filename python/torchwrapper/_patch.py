@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
+
+if TYPE_CHECKING:
+    from ._discover import Plan
 
 _MISSING = object()
 
@@ -40,6 +43,7 @@ class Patcher:
         self.wrappers: Dict[int, Any] = {}   # id(original) -> wrapper
         self._originals: List[Any] = []      # keeps the ids above valid
         self.replaced_by_others: List[Tuple[Any, str]] = []
+        self.failed: List[Tuple[Any, str, str]] = []
 
     def wrapper_for(self, original: Callable, api_name: str, bind: Optional[bool] = None) -> Any:
         wrapper = self.wrappers.get(id(original))
@@ -81,10 +85,35 @@ class Patcher:
         self.placements.append(Placement(owner, attr, before, installed))
         return installed
 
+    def install_plan(self, plan: "Plan") -> None:
+        """Installs one shared wrapper per target of a discovery plan at all of its places."""
+        placements = self.placements
+        for target in plan.targets:
+            if target.kind == "staticmethod":
+                installed = staticmethod(self.wrapper_for(target.obj, target.name, bind=False))
+            elif target.kind == "classmethod":
+                installed = classmethod(self.wrapper_for(target.obj, target.name, bind=True))
+            else:
+                installed = self.wrapper_for(target.obj, target.name)
+            for owner, attr in target.places:
+                before = _raw_attribute(owner, attr)
+                try:
+                    setattr(owner, attr, installed)
+                except (AttributeError, TypeError) as error:
+                    self.failed.append((owner, attr, str(error)))
+                    continue
+                placements.append(Placement(owner, attr, before, installed))
+
     def restore(self) -> None:
         """Undoes every install, newest first."""
         for p in reversed(self.placements):
-            if _raw_attribute(p.owner, p.attr) is not p.installed:
+            current = _raw_attribute(p.owner, p.attr)
+            if current is not p.installed:
+                # Someone replaced our wrapper while we profiled. Torch does this itself: the first
+                # construction of an optimizer class replaces cls.step by a functools.wraps hook
+                # around whatever cls.step was, i.e. around our wrapper. Point such a wrapper at
+                # the original, which gives exactly what torch would have built without us.
+                self._rewire(current, p.installed)
                 self.replaced_by_others.append((p.owner, p.attr))
                 continue
             if p.before is _MISSING:
@@ -92,6 +121,23 @@ class Patcher:
             else:
                 setattr(p.owner, p.attr, p.before)
         self.placements.clear()
+
+
+    def _rewire(self, value: Any, installed: Any) -> None:
+        wrapper = installed.__func__ if isinstance(installed, (staticmethod, classmethod)) else installed
+        if not isinstance(wrapper, (_core.Wrapper, _core.MethodWrapper)):
+            return
+        func = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+        if not isinstance(func, types.FunctionType) or getattr(func, "__wrapped__", None) is not wrapper:
+            return
+        original = wrapper.__wrapped__
+        for cell in func.__closure__ or ():
+            try:
+                if cell.cell_contents is wrapper:
+                    cell.cell_contents = original
+            except ValueError:  # an empty cell
+                pass
+        func.__wrapped__ = original
 
 
 def resolve(path: str) -> Tuple[Any, str, Any]:

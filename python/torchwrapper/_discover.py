@@ -1,0 +1,379 @@
+# SPDX-License-Identifier: MIT
+"""Finding every callable under torch, naming it, and deciding what not to wrap.
+
+Discovery walks what is already imported (``sys.modules``), never imports anything, and produces a
+``Plan``: one ``Target`` per distinct callable with its shortest public API name and every place
+(owner, attribute) where it lives. ``Patcher`` (``_patch.py``) then installs one shared wrapper per
+target at all of its places.
+
+Naming rule: the API name of a module-level callable or class is the shortest dotted path from a
+root module through public names (no component starting with ``_``) under which it is reachable,
+shortest meaning fewest components, then fewest characters, then alphabetical; paths through its
+home package (the module that defines it, or a parent package of that module) are preferred over
+re-exports elsewhere. A method is named after the class whose ``__dict__`` defines it:
+``torch.optim.Adam.step``, and ``torch.optim.lr_scheduler.LRScheduler.step`` for a ``StepLR``.
+A callable with no public path is not wrapped: it is an internal of torch.
+"""
+from __future__ import annotations
+
+import fnmatch
+import gc
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+# Modules whose callables are never wrapped, with the reason. A prefix covers its submodules.
+SKIP_MODULES: Dict[str, str] = {
+    "torch._dynamo": "torch.compile's tracer: it must see torch as it is",
+    "torch._inductor": "torch.compile's code generator",
+    "torch._functorch": "AOT autograd and functorch internals used by torch.compile",
+    "torch._export": "graph export internals",
+    "torch.export": "graph export traces the program; wrappers would become graph nodes",
+    "torch.fx": "symbolic tracing inspects callables by identity",
+    "torch.jit": "TorchScript compiles Python source and resolves callables by identity",
+    "torch._jit_internal": "TorchScript internals",
+    "torch._subclasses": "fake and functional tensors used while tracing",
+    "torch._prims": "primitive ops used by decompositions",
+    "torch._prims_common": "primitive ops used by decompositions",
+    "torch._refs": "reference implementations used by decompositions",
+    "torch._decomp": "decompositions used by torch.compile",
+    "torch._higher_order_ops": "higher-order operators used by torch.compile",
+    "torch._library": "custom operator registration",
+    "torch.library": "custom operator registration",
+    "torch._ops": "operator dispatch (torch.ops): OpOverload objects are looked up by identity",
+    "torch.overrides": "__torch_function__ dispatch, called on every torch call",
+    "torch._tensor_str": "tensor printing internals",
+    "torch.profiler": "another profiler: wrapping it would profile the profiler",
+    "torch.autograd.profiler": "another profiler",
+    "torch.autograd.profiler_util": "another profiler",
+    "torch.autograd.profiler_legacy": "another profiler",
+    "torch.testing": "test utilities",
+    "torch._logging": "logging internals",
+    "torch._guards": "torch.compile guard internals",
+    "torch.utils._pytree": "tree utilities called by torch.compile and export on every node",
+    "torch.utils._python_dispatch": "dispatch mode internals",
+    "torch.compiler": "torch.compile's public switches are consulted while tracing",
+    "torch.package": "packaging resolves objects by identity",
+    "torch.multiprocessing": "pickling reductions for tensors sent between processes",
+    "torch._utils_internal": "internals",
+    "torch._sources": "source inspection for TorchScript",
+    "torch._vmap_internals": "vmap internals",
+    "torch._C._dynamo": "torch.compile's frame evaluation hooks",
+    "torchwrapper": "the profiler itself",
+}
+
+# Class attributes never wrapped, with the reason.
+SKIP_ATTRIBUTES: Dict[str, str] = {
+    "__torch_function__": "dispatch protocol: called by torch on every overridable call",
+    "__torch_dispatch__": "dispatch protocol",
+    "__new__": "object creation protocol",
+    "__init_subclass__": "class creation protocol",
+    "__class_getitem__": "typing protocol",
+    "__subclasshook__": "isinstance protocol",
+    "__getattribute__": "attribute protocol: every attribute access",
+    "__getattr__": "attribute protocol (nn.Module finds parameters through it)",
+    "__setattr__": "attribute protocol",
+    "__delattr__": "attribute protocol",
+    "__dir__": "introspection",
+    "__reduce__": "pickling protocol: pickle looks these up on the class",
+    "__reduce_ex__": "pickling protocol",
+    "__getstate__": "pickling protocol",
+    "__setstate__": "pickling protocol",
+    "__get__": "descriptor protocol",
+    "__set__": "descriptor protocol",
+    "__set_name__": "descriptor protocol",
+    "__del__": "finalizer: may run during interpreter shutdown",
+    "__instancecheck__": "isinstance protocol",
+    "__subclasscheck__": "issubclass protocol",
+    "__prepare__": "class creation protocol",
+    "__init__": "construction is recorded through the constructors' own calls",
+}
+
+# Dunder methods of classes that are user-facing operations and are wrapped (other dunders are not).
+WRAPPED_DUNDERS = frozenset("""
+__abs__ __add__ __and__ __bool__ __complex__ __contains__ __deepcopy__ __div__ __eq__ __float__
+__floordiv__ __format__ __ge__ __getitem__ __gt__ __hash__ __iadd__ __iand__ __idiv__ __ifloordiv__
+__ilshift__ __imod__ __imul__ __index__ __int__ __invert__ __ior__ __ipow__ __irshift__ __isub__
+__iter__ __itruediv__ __ixor__ __le__ __len__ __long__ __lshift__ __lt__ __matmul__ __mod__ __mul__
+__ne__ __neg__ __nonzero__ __or__ __pos__ __pow__ __radd__ __rand__ __rdiv__ __repr__ __reversed__
+__rfloordiv__ __rlshift__ __rmatmul__ __rmod__ __rmul__ __ror__ __rpow__ __rrshift__ __rshift__
+__rsub__ __rtruediv__ __rxor__ __setitem__ __sub__ __truediv__ __xor__ __call__ __next__
+__enter__ __exit__ __array__ __array_wrap__ __dlpack__ __dlpack_device__
+""".split())
+
+# API-name globs not wrapped by default: bookkeeping calls torch makes itself, which would drown the
+# report. Overridable through ``include`` (wins over exclude) and ``exclude``.
+DEFAULT_EXCLUDE: Dict[str, str] = {
+    "torch.Tensor.__hash__": "dict and set lookups of tensors (~11 per optimizer step)",
+    "torch.Tensor.__format__": "string formatting of tensors in torch's own messages",
+    "torch.Tensor.__len__": "called by Python for truth tests and unpacking",
+    "torch.nn.Module.__call__": "every module call: its forward is recorded instead",
+    "torch.is_grad_enabled": "queried by torch around most autograd work",
+    "torch.is_tensor": "type checks inside torch",
+    "torch.is_storage": "type checks inside torch",
+    "torch.is_autocast_*": "autocast state queries inside torch",
+    "torch.get_default_dtype": "queried by torch constructors",
+    "torch.get_autocast_*": "autocast state queries inside torch",
+    "torch.is_grad_enabled*": "autograd state queries",
+    "torch.is_inference_mode_enabled": "autograd state queries",
+    "torch.nn.Module.__getstate__": "pickling",
+    "torch.utils.weak.*": "weak-reference bookkeeping of torch's caches",
+    "*.has_torch_function*": "__torch_function__ checks at the top of torch's Python functions",
+}
+
+# Tensor methods reached through these C-level names are reported under torch.Tensor.
+_TENSOR_BASE_NAMES = ("torch._C.TensorBase", "torch._C._TensorBase")
+
+_IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE
+_FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType)
+_C_METHOD_TYPES = (types.MethodDescriptorType, types.WrapperDescriptorType, types.BuiltinFunctionType)
+
+
+@dataclass
+class Target:
+    """One distinct callable and every place it is installed under."""
+
+    obj: Any                    # the original: a function, builtin, method descriptor
+    name: str                   # its API name
+    kind: str                   # "function", "builtin", "method", "staticmethod", "classmethod", "tensor"
+    places: List[Tuple[Any, str]] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    targets: List[Target]
+    skipped: List[Tuple[str, str]]       # (name, reason): callables deliberately left alone
+    excluded: List[Tuple[str, str]]      # (name, glob): left alone by the exclude list
+    modules: List[str]                   # the modules walked
+
+    def counts(self) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        for t in self.targets:
+            out[t.kind] = out.get(t.kind, 0) + 1
+        out["places"] = sum(len(t.places) for t in self.targets)
+        out["skipped"] = len(self.skipped)
+        out["excluded"] = len(self.excluded)
+        return out
+
+
+def _is_public(path: str) -> bool:
+    return not any(part.startswith("_") for part in path.split("."))
+
+
+def _name_key(name: str) -> Tuple[int, int, str]:
+    return (name.count("."), len(name), name)
+
+
+_skip_cache: Dict[str, Optional[str]] = {}
+
+
+def _skip_reason(module_name: Optional[str]) -> Optional[str]:
+    """Why the module's callables are not wrapped, or None. Cached: module names are few."""
+    if not module_name:
+        return None
+    try:
+        return _skip_cache[module_name]
+    except KeyError:
+        pass
+    reason = None
+    for prefix, why in SKIP_MODULES.items():
+        if module_name == prefix or module_name.startswith(prefix + "."):
+            reason = why
+            break
+    _skip_cache[module_name] = reason
+    return reason
+
+
+class _Roots:
+    """Membership of module names under the root modules, cached."""
+
+    def __init__(self, roots: Sequence[str]) -> None:
+        self.roots = tuple(roots)
+        self.prefixes = tuple(r + "." for r in roots)
+        self.cache: Dict[str, bool] = {}
+
+    def __call__(self, module_name: Optional[str]) -> bool:
+        if not module_name:
+            return False
+        hit = self.cache.get(module_name)
+        if hit is None:
+            hit = self.cache[module_name] = module_name in self.roots or module_name.startswith(self.prefixes)
+        return hit
+
+
+def _compile_globs(globs: Iterable[str]) -> Optional["re.Pattern[str]"]:
+    globs = list(globs)
+    if not globs:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
+
+
+def discover(roots: Sequence[str] = ("torch",), include: Sequence[str] = (),
+             exclude: Optional[Sequence[str]] = None) -> Plan:
+    """Plans the wrapping of every callable under the root modules that are imported now."""
+    # Discovery allocates tens of thousands of small objects, enough to set off a full collection
+    # of torch's large object graph (measured: +130 ms on the first call). It creates no cycles.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _discover(roots, include, exclude)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Sequence[str]]) -> Plan:
+    exclude = list(DEFAULT_EXCLUDE) if exclude is None else list(exclude)
+    under = _Roots(roots)
+    include_re, exclude_re = _compile_globs(include), _compile_globs(exclude)
+    skipped: List[Tuple[str, str]] = []
+
+    modules: List[Tuple[str, types.ModuleType]] = []
+    for mod_name, module in list(sys.modules.items()):
+        # Exactly ModuleType: config modules (torch._dynamo.config, ...) subclass it and refuse setattr.
+        if type(module) is not types.ModuleType or not under(mod_name):
+            continue
+        reason = _skip_reason(mod_name)
+        if reason is None:
+            modules.append((mod_name, module))
+    modules.sort(key=lambda item: _name_key(item[0]))
+
+    # Pass 1: module-level functions (every place) and classes, and the shortest public names.
+    # Only public names count (a callable without one is not wrapped), so the many private
+    # modules are only searched for places of functions.
+    best_name: Dict[int, str] = {}
+    best_key: Dict[int, Tuple[bool, int, int, str, str]] = {}
+    classes: Dict[int, type] = {}
+    function_places: List[Tuple[types.ModuleType, str, Any]] = []
+    for mod_name, module in modules:
+        public_module = _is_public(mod_name)
+        depth = mod_name.count(".") + 1
+        for attr, value in list(vars(module).items()):
+            if attr[0] == "_":
+                if attr[:2] == "__":
+                    continue  # module hooks (__getattr__, __dir__) and metadata
+                public = False
+            else:
+                public = public_module
+            kind = type(value)  # not isinstance: some torch attributes warn when their __class__ is read
+            if kind in _FUNCTION_TYPES:
+                home = getattr(value, "__module__", None)
+                if home is not None and not under(home):
+                    continue  # a re-export of another library's function (os.path.join, ...)
+                function_places.append((module, attr, value))
+            elif public and issubclass(kind, type):
+                home = getattr(value, "__module__", None)
+                if not under(home):
+                    continue
+                classes[id(value)] = value
+            else:
+                continue
+            if not public:
+                continue
+            # Names in the object's home package (where it is defined, or a parent package that
+            # re-exports it) come first: torch.optim.lr_scheduler.LRScheduler rather than the
+            # shorter re-export torch.optim.swa_utils.LRScheduler.
+            at_home = home is not None and (home == mod_name or home.startswith(mod_name + "."))
+            key = (not at_home, depth, len(mod_name) + 1 + len(attr), mod_name, attr)
+            current = best_key.get(id(value))
+            if current is None or key < current:
+                best_key[id(value)] = key
+                best_name[id(value)] = f"{mod_name}.{attr}"
+
+    targets: Dict[int, Target] = {}
+
+    def add(obj: Any, name: str, kind: str, owner: Any, attr: str) -> None:
+        target = targets.get(id(obj))
+        if target is None:
+            target = targets[id(obj)] = Target(obj, name, kind)
+        elif _name_key(name) < _name_key(target.name):
+            target.name = name
+        target.places.append((owner, attr))
+
+    # Module-level functions: every place in every walked module.
+    for module, attr, value in function_places:
+        name = best_name.get(id(value))
+        if name is None:
+            continue
+        reason = _skip_reason(getattr(value, "__module__", None))
+        if reason is not None:
+            skipped.append((name, reason))
+            continue
+        add(value, name, "function" if type(value) is types.FunctionType else "builtin", module, attr)
+
+    # Methods of classes with a public name.
+    import torch  # discovery runs after torch was imported by the caller
+
+    tensor_base = torch._C.TensorBase
+    for cls in classes.values():
+        cls_name = best_name[id(cls)]
+        if issubclass(cls, type) or cls is tensor_base:
+            continue
+        if cls.__flags__ & _IMMUTABLE:
+            skipped.append((cls_name, "immutable C type: its attributes cannot be set"))
+            continue
+        reason = _skip_reason(cls.__module__)
+        if reason is not None:
+            skipped.append((cls_name, reason))
+            continue
+        namespace = dict(vars(cls))
+        if cls is torch.Tensor:
+            # C methods inherited from TensorBase are installed on Tensor (TensorBase is immutable).
+            for attr, value in vars(tensor_base).items():
+                namespace.setdefault(attr, value)
+        for attr, raw in namespace.items():
+            if attr.startswith("_") and attr not in WRAPPED_DUNDERS:
+                if attr in SKIP_ATTRIBUTES and (attr.startswith("__")):
+                    skipped.append((f"{cls_name}.{attr}", SKIP_ATTRIBUTES[attr]))
+                continue
+            if attr in SKIP_ATTRIBUTES:
+                skipped.append((f"{cls_name}.{attr}", SKIP_ATTRIBUTES[attr]))
+                continue
+            if isinstance(raw, staticmethod):
+                func, kind = raw.__func__, "staticmethod"
+            elif isinstance(raw, classmethod):
+                func, kind = raw.__func__, "classmethod"
+            elif isinstance(raw, types.FunctionType):
+                func, kind = raw, "method"
+            elif cls is torch.Tensor and isinstance(raw, _C_METHOD_TYPES):
+                func, kind = raw, "tensor"
+            else:
+                continue  # properties, C slots of other types, data
+            if not isinstance(func, types.FunctionType) and kind != "tensor":
+                continue
+            if kind != "tensor" and not under(getattr(func, "__module__", None)):
+                continue
+            add(func, f"{cls_name}.{attr}", kind, cls, attr)
+
+    # Exclusion by API name.
+    chosen: List[Target] = []
+    excluded: List[Tuple[str, str]] = []
+    for target in targets.values():
+        if exclude_re is not None and exclude_re.fullmatch(target.name) and not (
+                include_re is not None and include_re.fullmatch(target.name)):
+            excluded.append((target.name, next(g for g in exclude if fnmatch.fnmatchcase(target.name, g))))
+            continue
+        chosen.append(target)
+
+    # Aliases held by other modules (`from torch import add` in user code).
+    by_id = {id(t.obj): t for t in chosen if t.kind in ("function", "builtin")}
+    for mod_name, module in list(sys.modules.items()):
+        if type(module) is not types.ModuleType or under(mod_name) or \
+                _skip_reason(mod_name) is not None:
+            continue
+        try:
+            namespace = vars(module)
+        except TypeError:
+            continue
+        for attr, value in list(namespace.items()):
+            target = by_id.get(id(value))
+            if target is not None and value is target.obj:
+                target.places.append((module, attr))
+
+    chosen.sort(key=lambda t: t.name)
+    return Plan(chosen, skipped, excluded, [m for m, _ in modules])
+
+
+__all__ = ["DEFAULT_EXCLUDE", "Plan", "SKIP_ATTRIBUTES", "SKIP_MODULES", "Target", "discover"]
