@@ -33,6 +33,15 @@ static PyMethodDef core_methods[] = {
      "A profiling wrapper around the callable `original`, recorded under `api_name`.\n"
      "bind=True makes a wrapper that binds like a function when it is a class attribute;\n"
      "None (the default) decides from the original (functions and method descriptors bind)."},
+    {"install", (PyCFunction)(void (*)(void))tw_install, METH_FASTCALL,
+     "install(items, missing) -> (befores, failures, stale)\n--\n\n"
+     "Sets owner.attr = new for each (owner, attr, new, expected), returning what each owner's\n"
+     "__dict__ held (or `missing`), (index, message) for each place that refused, and the indexes\n"
+     "whose previous value was not `expected`."},
+    {"restore", (PyCFunction)(void (*)(void))tw_restore, METH_FASTCALL,
+     "restore(placements, missing) -> indexes left alone\n--\n\n"
+     "Undoes install(), newest first, for (owner, attr, before, installed) placements; a place that\n"
+     "no longer holds `installed` is left alone and its index returned."},
     {"clock_source", core_clock_source, METH_NOARGS, "The tick source: 'tsc' or 'monotonic'."},
     {"api_name", core_api_name, METH_O, "The API name interned under an id."},
     {"active_session", core_active_session, METH_NOARGS, "The Session recording now, or None."},

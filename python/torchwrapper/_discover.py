@@ -126,6 +126,8 @@ DEFAULT_EXCLUDE: Dict[str, str] = {
 # Tensor methods reached through these C-level names are reported under torch.Tensor.
 _TENSOR_BASE_NAMES = ("torch._C.TensorBase", "torch._C._TensorBase")
 
+MISSING = object()  # "not in the owner's __dict__": an inherited attribute
+
 _IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE
 _FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType)
 _C_METHOD_TYPES = (types.MethodDescriptorType, types.WrapperDescriptorType, types.BuiltinFunctionType)
@@ -138,7 +140,8 @@ class Target:
     obj: Any                    # the original: a function, builtin, method descriptor
     name: str                   # its API name
     kind: str                   # "function", "builtin", "method", "staticmethod", "classmethod", "tensor"
-    places: List[Tuple[Any, str]] = field(default_factory=list)
+    # (owner, attr, raw): raw is what owner.__dict__ held at discovery, or MISSING (inherited)
+    places: List[Tuple[Any, str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -284,13 +287,13 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
 
     targets: Dict[int, Target] = {}
 
-    def add(obj: Any, name: str, kind: str, owner: Any, attr: str) -> None:
+    def add(obj: Any, name: str, kind: str, owner: Any, attr: str, raw: Any) -> None:
         target = targets.get(id(obj))
         if target is None:
             target = targets[id(obj)] = Target(obj, name, kind)
         elif _name_key(name) < _name_key(target.name):
             target.name = name
-        target.places.append((owner, attr))
+        target.places.append((owner, attr, raw))
 
     # Module-level functions: every place in every walked module.
     for module, attr, value in function_places:
@@ -301,7 +304,7 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
         if reason is not None:
             skipped.append((name, reason))
             continue
-        add(value, name, "function" if type(value) is types.FunctionType else "builtin", module, attr)
+        add(value, name, "function" if type(value) is types.FunctionType else "builtin", module, attr, value)
 
     # Methods of classes with a public name.
     import torch  # discovery runs after torch was imported by the caller
@@ -318,7 +321,8 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
         if reason is not None:
             skipped.append((cls_name, reason))
             continue
-        namespace = dict(vars(cls))
+        own = vars(cls)
+        namespace = dict(own)
         if cls is torch.Tensor:
             # C methods inherited from TensorBase are installed on Tensor (TensorBase is immutable).
             for attr, value in vars(tensor_base).items():
@@ -345,7 +349,7 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
                 continue
             if kind != "tensor" and not under(getattr(func, "__module__", None)):
                 continue
-            add(func, f"{cls_name}.{attr}", kind, cls, attr)
+            add(func, f"{cls_name}.{attr}", kind, cls, attr, raw if attr in own else MISSING)
 
     # Exclusion by API name.
     chosen: List[Target] = []
@@ -370,10 +374,10 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
         for attr, value in list(namespace.items()):
             target = by_id.get(id(value))
             if target is not None and value is target.obj:
-                target.places.append((module, attr))
+                target.places.append((module, attr, value))
 
     chosen.sort(key=lambda t: t.name)
     return Plan(chosen, skipped, excluded, [m for m, _ in modules])
 
 
-__all__ = ["DEFAULT_EXCLUDE", "Plan", "SKIP_ATTRIBUTES", "SKIP_MODULES", "Target", "discover"]
+__all__ = ["DEFAULT_EXCLUDE", "MISSING", "Plan", "SKIP_ATTRIBUTES", "SKIP_MODULES", "Target", "discover"]

@@ -10,19 +10,17 @@ place that someone else replaced after we patched it is left alone and reported.
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import _core
 
 if TYPE_CHECKING:
     from ._discover import Plan
 
-_MISSING = object()
+from ._discover import MISSING as _MISSING
 
 
-@dataclass
-class Placement:
+class Placement(NamedTuple):
     owner: Any              # a module or a class
     attr: str
     before: Any             # the object in owner.__dict__ before patching, or _MISSING if inherited
@@ -85,43 +83,49 @@ class Patcher:
         self.placements.append(Placement(owner, attr, before, installed))
         return installed
 
-    def install_plan(self, plan: "Plan") -> None:
-        """Installs one shared wrapper per target of a discovery plan at all of its places."""
-        placements = self.placements
+    def install_plan(self, plan: "Plan") -> bool:
+        """Installs one shared wrapper per target of a discovery plan at all of its places.
+
+        Returns False when some place no longer held what discovery saw there (the plan is stale);
+        everything is installed all the same, and restore() undoes it exactly.
+        """
+        items = []
+        wrappers, originals, wrap = self.wrappers, self._originals, _core.wrap
         for target in plan.targets:
+            original = target.obj
+            wrapper = wrappers.get(id(original))
+            if wrapper is None:
+                bind = {"staticmethod": False, "classmethod": True}.get(target.kind)
+                wrapper = wrappers[id(original)] = wrap(original, target.name, bind=bind)
+                originals.append(original)
             if target.kind == "staticmethod":
-                installed = staticmethod(self.wrapper_for(target.obj, target.name, bind=False))
+                installed = staticmethod(wrapper)
             elif target.kind == "classmethod":
-                installed = classmethod(self.wrapper_for(target.obj, target.name, bind=True))
+                installed = classmethod(wrapper)
             else:
-                installed = self.wrapper_for(target.obj, target.name)
-            for owner, attr in target.places:
-                before = _raw_attribute(owner, attr)
-                try:
-                    setattr(owner, attr, installed)
-                except (AttributeError, TypeError) as error:
-                    self.failed.append((owner, attr, str(error)))
-                    continue
-                placements.append(Placement(owner, attr, before, installed))
+                installed = wrapper
+            items.extend((owner, attr, installed, raw) for owner, attr, raw in target.places)
+        befores, failures, stale = _core.install(items, _MISSING)
+        refused = set()
+        for index, message in failures:
+            owner, attr = items[index][:2]
+            self.failed.append((owner, attr, message))
+            refused.add(index)
+        self.placements.extend(Placement(item[0], item[1], before, item[2])
+                               for i, (item, before) in enumerate(zip(items, befores)) if i not in refused)
+        return not stale
 
     def restore(self) -> None:
         """Undoes every install, newest first."""
-        for p in reversed(self.placements):
-            current = _raw_attribute(p.owner, p.attr)
-            if current is not p.installed:
-                # Someone replaced our wrapper while we profiled. Torch does this itself: the first
-                # construction of an optimizer class replaces cls.step by a functools.wraps hook
-                # around whatever cls.step was, i.e. around our wrapper. Point such a wrapper at
-                # the original, which gives exactly what torch would have built without us.
-                self._rewire(current, p.installed)
-                self.replaced_by_others.append((p.owner, p.attr))
-                continue
-            if p.before is _MISSING:
-                delattr(p.owner, p.attr)
-            else:
-                setattr(p.owner, p.attr, p.before)
+        for index in _core.restore(self.placements, _MISSING):
+            p = self.placements[index]
+            # Someone replaced our wrapper while we profiled. Torch does this itself: the first
+            # construction of an optimizer class replaces cls.step by a functools.wraps hook
+            # around whatever cls.step was, i.e. around our wrapper. Point such a hook at the
+            # original, which gives exactly what torch would have built without us.
+            self._rewire(p.owner.__dict__.get(p.attr), p.installed)
+            self.replaced_by_others.append((p.owner, p.attr))
         self.placements.clear()
-
 
     def _rewire(self, value: Any, installed: Any) -> None:
         wrapper = installed.__func__ if isinstance(installed, (staticmethod, classmethod)) else installed

@@ -15,6 +15,11 @@ from ._patch import Patcher
 
 _WRAPPER_TYPES = (_core.Wrapper, _core.MethodWrapper)
 
+# Discovery plans by (modules, include, exclude), with the set of modules imported when each was
+# made. A later start reuses a plan when no module was imported since; the install then checks
+# every place still holds what discovery saw, and plans afresh when one does not.
+_plan_cache: Dict[tuple, Tuple[frozenset, Plan]] = {}
+
 
 class _TorchRegistries:
     """Keeps torch's identity-keyed registries working while wrappers stand in for the originals.
@@ -44,19 +49,15 @@ class _TorchRegistries:
         table = builtins._get_builtin_table() if builtins is not None else {}
         dispatched = getattr(jit_internal, "boolean_dispatched", None)
         for wrapper in patcher.wrappers.values():
-            original = wrapper.__wrapped__
-            op = table.get(id(original))
+            op = table.get(id(wrapper.__wrapped__))
             if op is not None and id(wrapper) not in table:
                 table[id(wrapper)] = op
                 self.builtin_ids.append(id(wrapper))
-            if dispatched is not None:
-                try:
-                    entry = dispatched.get(original)
-                except TypeError:  # not weak-referenceable, so not a key
-                    entry = None
-                if entry is not None:
-                    dispatched[wrapper] = entry
-                    self.dispatch_keys.append(wrapper)
+        for original, entry in list(dispatched.items()) if dispatched is not None else ():
+            wrapper = patcher.wrappers.get(id(original))
+            if wrapper is not None:
+                dispatched[wrapper] = entry
+                self.dispatch_keys.append(wrapper)
         trace_rules = sys.modules.get("torch._dynamo.trace_rules")
         if trace_rules is not None:
             # torch.compile decides how to trace a callable from a map keyed by the callable: the
@@ -142,13 +143,23 @@ class Profile:
         if _core.active_session() is not None:
             raise RuntimeError("another profiling session is already recording; stop it first")
         t0 = time.perf_counter()
-        self.plan = discover(self.modules, self.include, self.exclude)
+        key = (tuple(self.modules), tuple(self.include), None if self.exclude is None else tuple(self.exclude))
+        imported = frozenset(sys.modules)
+        cached = _plan_cache.get(key)
+        from_cache = cached is not None and cached[0] == imported
+        self.plan = cached[1] if from_cache else self._discover(key, imported)
         t1 = time.perf_counter()
         self._registries.prepare()
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            self.patcher.install_plan(self.plan)
+            if not self.patcher.install_plan(self.plan) and from_cache:
+                # Something changed since that plan was made (torch replaced an attribute):
+                # undo, and plan afresh.
+                self.patcher.restore()
+                self.patcher = Patcher()
+                self.plan = self._discover(key, imported)
+                self.patcher.install_plan(self.plan)
             self._registries.register(self.patcher)
         except BaseException:
             self.patcher.restore()
@@ -159,9 +170,16 @@ class Profile:
                 gc.enable()
         self._modules_before = set(sys.modules)
         t2 = time.perf_counter()
-        self.timings.update(discover_s=t1 - t0, install_s=t2 - t1)
+        self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
         self.session.start()
         return self
+
+    def _discover(self, key: tuple, imported: frozenset) -> Plan:
+        plan = discover(self.modules, self.include, self.exclude)
+        if len(_plan_cache) >= 8:
+            _plan_cache.clear()
+        _plan_cache[key] = (imported, plan)
+        return plan
 
     def stop(self) -> None:
         self.session.stop()
