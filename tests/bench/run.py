@@ -1,9 +1,13 @@
 # SPDX-License-Identifier: MIT
-"""make bench: per-call overhead of the wrapper, interleaved against the unwrapped call.
+"""make bench: what profiling costs, measured against the unprofiled run in the same process.
 
-Each repetition times a loop of N plain calls and a loop of N profiled calls back to back (in
-alternating order), in this process; the figure is the median over repetitions of the per-call
-difference. BENCH=quick (default) or BENCH=full sets the number of repetitions.
+Per-call overhead: blocks of N plain calls and N profiled calls alternate (which comes first
+alternates too), many times; the figure is the median over repetitions of the per-call difference.
+Short blocks and many repetitions keep this VM's frequent disturbances out of the median. The
+session is restarted every RESTART repetitions so that record chunks are recycled, as the writer
+thread will do, instead of being faulted in fresh.
+
+BENCH=quick (default) or BENCH=full sets the number of repetitions; BENCH_JSON the result file.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -21,106 +26,215 @@ import torch.nn.functional as F
 import torchwrapper as tw
 
 MODE = os.environ.get("BENCH", "quick")
-REPS = {"quick": 101, "full": 501}.get(MODE)
-if REPS is None:
+if MODE not in ("quick", "full"):
     sys.exit(f"BENCH={MODE!r}: accepted values are 'quick' and 'full'")
-N = 5_000
+REPS = {"quick": 301, "full": 1501}[MODE]
+N = 1000
+RESTART = 100
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def loop_call(f, a, b, n=N):
+def loop2(f, a, b, n=N):
     t0 = time.perf_counter_ns()
     for _ in range(n):
         f(a, b)
     return time.perf_counter_ns() - t0
 
 
-def loop_call1(f, a, n=N):
+def loop1(f, a, n=N):
     t0 = time.perf_counter_ns()
     for _ in range(n):
         f(a)
     return time.perf_counter_ns() - t0
 
 
-def loop_add_operator(a, b, n=N):
+def loop_add(a, b, n=N):
     t0 = time.perf_counter_ns()
     for _ in range(n):
         a + b
     return time.perf_counter_ns() - t0
 
 
-def interleaved(plain, profiled, reps=REPS):
-    """Median per-call ns of plain, of profiled, and of their difference, interleaved."""
-    plain_ns, diffs = [], []
-    for rep in range(reps):
-        gc.collect()
-        if rep % 2:
-            p = plain()
-            q = profiled()
-        else:
-            q = profiled()
-            p = plain()
-        plain_ns.append(p / N)
-        diffs.append((q - p) / N)
-    return statistics.median(plain_ns), statistics.median(diffs)
+def interleave(plain, profiled, begin, end):
+    """Median per-call time of plain and median per-call difference (profiled - plain).
+
+    begin()/end() bracket each group of RESTART repetitions (start and stop a session)."""
+    base, diffs = [], []
+    gc.collect()
+    for group in range(0, REPS, RESTART):
+        begin()
+        for rep in range(group, min(group + RESTART, REPS)):
+            if rep % 2:
+                p = plain()
+                q = profiled()
+            else:
+                q = profiled()
+                p = plain()
+            base.append(p / N)
+            diffs.append((q - p) / N)
+        end()
+    return statistics.median(base), statistics.median(diffs)
 
 
-def with_session(body):
-    def run():
-        s = tw.Session()
-        s.start()
+def row(name, base, overhead, target):
+    status = "ok" if overhead <= target else "MISSED"
+    print(f"  {name:30} {base:9.0f} ns {overhead:+8.1f} ns {target:6d} ns  {status}")
+    return {"call": name, "unprofiled_ns": round(base, 1), "overhead_ns": round(overhead, 1), "target_ns": target}
+
+
+def bench_single_wrappers(a, b):
+    """One wrapper per measured API (tw.wrap), in a bare session."""
+    print(f"per-call overhead, one API wrapped (median of {REPS} interleaved blocks of {N} calls):")
+    print(f"  {'call':30} {'unprofiled':>12} {'overhead':>11} {'target':>9}")
+    holder = {}
+
+    def begin():
+        holder["s"] = tw.Session()
+        holder["s"].start()
+
+    def end():
+        holder["s"].stop()
+        holder.pop("s")
+
+    w = {name: tw.wrap(obj, name) for name, obj in [("torch.add", torch.add), ("relu", F.relu),
+                                                      ("view", torch.Tensor.view), ("dim", torch.Tensor.dim)]}
+    rows = []
+    cases = [
+        ("torch.add (10 elements)", lambda: loop2(torch.add, a, b), lambda: loop2(w["torch.add"], a, b), 30),
+        ("F.relu (Python function)", lambda: loop1(F.relu, a), lambda: loop1(w["relu"], a), 80),
+        ("x.view(-1)", lambda: loop2(torch.Tensor.view, a, -1), lambda: loop2(w["view"], a, -1), 30),
+        ("x.dim() (near-empty call)", lambda: loop1(torch.Tensor.dim, a), lambda: loop1(w["dim"], a), 30),
+    ]
+    for name, plain, profiled, target in cases:
+        rows.append(row(name, *interleave(plain, profiled, begin, end), target))
+
+    # a + b: Tensor.__add__ installed for the profiled blocks only.
+    patcher = tw.Patcher()
+
+    def profiled_add():
+        patcher.install(torch.Tensor, "__add__", "torch.Tensor.__add__")
         try:
-            return body()
+            return loop_add(a, b)
         finally:
-            s.stop()
-            assert s.stats()["records"] >= N
-    return run
+            patcher.restore()
+
+    rows.append(row("a + b (Tensor.__add__)", *interleave(lambda: loop_add(a, b), profiled_add, begin, end), 30))
+    return rows
+
+
+def bench_everything_wrapped(a, b):
+    """tw.profile(): everything under torch wrapped. Plain blocks call the originals (__wrapped__)."""
+    print(f"per-call overhead, everything under torch wrapped (median of {REPS} interleaved blocks):")
+    holder = {}
+
+    def begin():
+        holder["p"] = tw.profile().start()
+
+    def end():
+        holder.pop("p").stop()
+
+    rows = []
+    add_w, relu_w = tw.wrap(torch.add, "x"), tw.wrap(F.relu, "y")  # just for their originals below
+    add, relu = add_w.__wrapped__, relu_w.__wrapped__
+    cases = [
+        ("torch.add (10 elements)", lambda: loop2(add, a, b), lambda: loop2(torch.add, a, b), 30),
+        ("F.relu (Python function)", lambda: loop1(relu, a), lambda: loop1(F.relu, a), 80),
+    ]
+    for name, plain, profiled, target in cases:
+        rows.append(row(name, *interleave(plain, profiled, begin, end), target))
+    return rows
+
+
+FIRST_START = """
+import json, torch, torch.nn, torch.optim, torchwrapper as tw
+p = tw.profile(); p.start(); p.stop()
+print(json.dumps(p.stats()))
+"""
+
+
+def bench_wrapping():
+    """Wrap and unwrap times: a first start in a fresh interpreter (import excluded), and later ones."""
+    env = dict(os.environ)
+    firsts = []
+    for _ in range({"quick": 5, "full": 15}[MODE]):
+        out = subprocess.run([sys.executable, "-c", FIRST_START], capture_output=True, text=True, env=env,
+                             check=True).stdout
+        firsts.append(json.loads(out.strip().splitlines()[-1]))
+    counts = firsts[0]
+    first = {k: statistics.median(f[k] * 1e3 for f in firsts) for k in ("discover_s", "install_s", "restore_s")}
+    later = {"discover_s": [], "install_s": [], "restore_s": []}
+    for _ in range(21):
+        p = tw.profile()
+        p.start()
+        p.stop()
+        for k in later:
+            later[k].append(p.timings[k] * 1e3)
+    later = {k: statistics.median(v) for k, v in later.items()}
+    distinct = sum(counts[k] for k in ("function", "builtin", "method", "tensor", "staticmethod", "classmethod"))
+    wrap_first = first["discover_s"] + first["install_s"]
+    print(f"everything under torch: {distinct} distinct callables at {counts['places']} places "
+          f"({counts['function']} Python functions, {counts['builtin']} builtins, {counts['tensor']} Tensor C "
+          f"methods, {counts['method'] + counts['staticmethod'] + counts['classmethod']} class methods); "
+          f"{counts['skipped']} skipped, {counts['excluded']} excluded")
+    print(f"  first start (median of {len(firsts)} fresh interpreters): discover {first['discover_s']:.1f} ms + "
+          f"install {first['install_s']:.1f} ms = wrap {wrap_first:.1f} ms (target 50: "
+          f"{'ok' if wrap_first <= 50 else 'MISSED'}); unwrap {first['restore_s']:.1f} ms (target 10: "
+          f"{'ok' if first['restore_s'] <= 10 else 'MISSED'})")
+    print(f"  later starts (plan reused, median of 21): wrap {later['discover_s'] + later['install_s']:.1f} ms, "
+          f"unwrap {later['restore_s']:.1f} ms")
+    return {"distinct": distinct, "places": counts["places"], "first_ms": first, "later_ms": later}
+
+
+def bench_whole_run():
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+    import train_mlp
+
+    steps = 60
+    train_mlp.train(5)
+    ratios, records = [], 0
+    for rep in range({"quick": 15, "full": 41}[MODE]):
+        gc.collect()
+        p = tw.profile()
+
+        def plain():
+            t0 = time.perf_counter_ns()
+            train_mlp.train(steps)
+            return time.perf_counter_ns() - t0
+
+        def profiled():
+            p.start()
+            t0 = time.perf_counter_ns()
+            train_mlp.train(steps)
+            elapsed = time.perf_counter_ns() - t0
+            p.stop()
+            return elapsed
+
+        if rep % 2:
+            base, prof = plain(), profiled()
+        else:
+            prof, base = profiled(), plain()
+        ratios.append(prof / base)
+        records = p.stats()["records"]
+    ratio = statistics.median(ratios)
+    print(f"whole run: examples/train_mlp.py, {steps} steps, everything wrapped ({records} calls recorded): "
+          f"{ratio:.3f}x (median of {len(ratios)} interleaved pairs; target 1.03x: "
+          f"{'ok' if ratio <= 1.03 else 'MISSED'})")
+    return {"ratio": ratio, "records": records, "pairs": len(ratios)}
 
 
 def main():
     a = torch.ones(10)
     b = torch.ones(10)
-    wadd = tw.wrap(torch.add, "torch.add")
-    wrelu = tw.wrap(F.relu, "torch.nn.functional.relu")
-    relu = F.relu
-    add = torch.add
-    for _ in range(3):  # warm up both paths
-        loop_call(add, a, b)
-        with_session(lambda: loop_call(wadd, a, b))()
-
-    def profiled_operator():
-        patcher = tw.Patcher()
-        patcher.install(torch.Tensor, "__add__", "torch.Tensor.__add__")
-        try:
-            return with_session(lambda: loop_add_operator(a, b))()
-        finally:
-            patcher.restore()
-
-    rows = []
-    wdim = tw.wrap(torch.Tensor.dim, "torch.Tensor.dim")
-    wview = tw.wrap(torch.Tensor.view, "torch.Tensor.view")
-    dim, view = torch.Tensor.dim, torch.Tensor.view
-    targets = {"torch.add (10 elements)": 30, "a + b (Tensor.__add__)": 30, "F.relu (Python function)": 80,
-               "x.view(-1)": 30, "x.dim() (near-empty call)": 30}
-    cases = [
-        ("torch.add (10 elements)", lambda: loop_call(add, a, b), with_session(lambda: loop_call(wadd, a, b))),
-        ("a + b (Tensor.__add__)", lambda: loop_add_operator(a, b), profiled_operator),
-        ("F.relu (Python function)", lambda: loop_call1(relu, a), with_session(lambda: loop_call1(wrelu, a))),
-        ("x.view(-1)", lambda: loop_call(view, a, -1), with_session(lambda: loop_call(wview, a, -1))),
-        ("x.dim() (near-empty call)", lambda: loop_call1(dim, a), with_session(lambda: loop_call1(wdim, a))),
-    ]
-    print(f"per-call overhead, median of {REPS} interleaved repetitions of {N} calls "
-          f"(clock: {tw._core.clock_source()}, torch {torch.__version__}, Python {platform.python_version()})")
-    print(f"{'call':28} {'unprofiled':>12} {'overhead':>10} {'target':>8}")
-    for name, plain, profiled in cases:
-        base, overhead = interleaved(plain, profiled)
-        ok = "ok" if overhead <= targets[name] else "MISSED"
-        print(f"{name:28} {base:10.0f}ns {overhead:+8.1f}ns {targets[name]:>6}ns {ok}")
-        rows.append({"call": name, "unprofiled_ns": base, "overhead_ns": overhead, "target_ns": targets[name]})
-    out = os.environ.get("BENCH_JSON", "build/bench-overhead.json")
+    print(f"torchwrapper {tw.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
+          f"clock {tw._core.clock_source()}, {os.cpu_count()} CPUs, BENCH={MODE}")
+    results = {"single": bench_single_wrappers(a, b), "everything": bench_everything_wrapped(a, b),
+               "wrapping": bench_wrapping(), "whole_run": bench_whole_run()}
+    out = os.environ.get("BENCH_JSON", "build/bench.json")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
-        json.dump({"mode": MODE, "reps": REPS, "calls_per_rep": N, "machine": platform.machine(),
-                   "cpu_count": os.cpu_count(), "results": rows}, f, indent=2)
+        json.dump({"mode": MODE, "reps": REPS, "calls_per_block": N, "machine": platform.machine(),
+                   "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+                   "results": results}, f, indent=2)
     print(f"results: {out}")
 
 
