@@ -3,8 +3,8 @@
 
 Run it with ./quickstart (which builds torchwrapper first), or with
 PYTHONPATH=build/python .venv/bin/python examples/train_mlp.py
-It trains twice from the same seed, once plain and once profiled, checks that the results are
-bit-identical, and prints what the profiler measured per API.
+It trains twice from the same seed, once plain and once with every callable under torch profiled,
+checks that the results are bit-identical, and prints what the profiler measured per API.
 """
 from __future__ import annotations
 
@@ -17,24 +17,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchwrapper as tw
-
-# The callables this example profiles. (Wrapping everything under torch is the next step of the
-# project; the mechanism is the same.)
-APIS = [
-    "torch.nn.Linear.forward",
-    "torch.nn.functional.linear",
-    "torch.nn.functional.relu",
-    "torch.nn.functional.cross_entropy",
-    "torch.Tensor.backward",
-    "torch.Tensor.__add__",
-    "torch.Tensor.__mul__",
-    "torch.Tensor.item",
-    "torch.optim.SGD.step",
-    "torch.optim.Optimizer.zero_grad",
-    "torch.randn",
-    "torch.randint",
-]
-
 
 class MLP(nn.Module):
     def __init__(self, width: int = 256) -> None:
@@ -65,7 +47,7 @@ def train(steps: int, seed: int = 0):
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
-def report(records: list, wall_ns: int) -> None:
+def report(records: list, wall_ns: int, top: int) -> None:
     totals = defaultdict(lambda: [0, 0, 0, float("inf"), 0])
     for r in records:
         t = totals[r.api]
@@ -75,17 +57,19 @@ def report(records: list, wall_ns: int) -> None:
         t[3] = min(t[3], r.cost_ns)
         t[4] = max(t[4], r.cost_ns)
     print(f"\n{'API':36} {'calls':>7} {'total ms':>9} {'self ms':>9} {'mean us':>9} {'min us':>8} {'max us':>9}")
-    for api, (calls, total, self_ns, low, high) in sorted(totals.items(), key=lambda kv: -kv[1][2]):
+    for api, (calls, total, self_ns, low, high) in sorted(totals.items(), key=lambda kv: -kv[1][2])[:top]:
         print(f"{api:36} {calls:7d} {total / 1e6:9.2f} {self_ns / 1e6:9.2f} {total / calls / 1e3:9.2f} "
               f"{low / 1e3:8.2f} {high / 1e3:9.2f}")
     self_total = sum(t[2] for t in totals.values())
-    print(f"\n{len(records)} calls recorded; their self time is {self_total / wall_ns:.0%} of the profiled run's "
-          f"{wall_ns / 1e6:.0f} ms wall time")
+    print(f"\n{len(records)} calls of {len(totals)} APIs recorded (top {top} by self time above); "
+          f"outermost calls cover {sum(r.cost_ns for r in records if r.depth == 0) / wall_ns:.0%} of the "
+          f"profiled run's {wall_ns / 1e6:.0f} ms")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
+    parser.add_argument("--top", type=int, default=15, help="rows of the report (default 15)")
     args = parser.parse_args()
 
     train(10)  # warm-up, so that neither run pays first-call costs
@@ -93,11 +77,11 @@ def main() -> None:
     plain_losses, plain_params = train(args.steps)
     plain_ns = time.perf_counter_ns() - t0
 
-    with tw.profile_apis(APIS) as session:
+    with tw.profile() as prof:  # every callable under torch
         t0 = time.perf_counter_ns()
         losses, params = train(args.steps)
         profiled_ns = time.perf_counter_ns() - t0
-    records = tw.records(session)
+    records = prof.records()
 
     identical = losses == plain_losses and all(torch.equal(a, b) for a, b in zip(params, plain_params))
     print(f"torchwrapper {tw.__version__}: {args.steps} steps of an MLP with SGD, torch {torch.__version__}, "
@@ -105,10 +89,12 @@ def main() -> None:
     print(f"final loss {losses[-1]:.4f}; losses and parameters bit-identical to the plain run: {identical}")
     print(f"wall time: plain {plain_ns / 1e6:.0f} ms, profiled {profiled_ns / 1e6:.0f} ms "
           f"({profiled_ns / plain_ns:.3f}x, one run each: see make bench for interleaved figures)")
-    stats = session.stats()
+    stats = prof.stats()
+    print(f"wrapped {len(prof.wrapped)} torch callables in {(stats['discover_s'] + stats['install_s']) * 1e3:.0f} ms, "
+          f"restored them in {stats['restore_s'] * 1e3:.1f} ms")
     if stats["dropped"]:
         print(f"warning: {stats['dropped']} records dropped")
-    report(records, profiled_ns)
+    report(records, profiled_ns, args.top)
     if not identical:
         raise SystemExit("profiling changed the training results")
 
