@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "torchwrapper/recorder.h"
+#include "writer_internal.h"
 
 struct tw_recorder {
     pthread_mutex_t lock; /* guards the list of finished chunks */
@@ -27,6 +28,9 @@ struct tw_recorder {
     _Atomic uint64_t next_id_block;
     tw_thread_t *threads; /* guarded by registry_lock */
     uint64_t thread_count;
+    tw_writer_t *writer;  /* where finished chunks go; NULL: kept in the list above */
+    uint32_t flush_epoch; /* bumped (atomically) to ask threads for their partial chunks */
+    struct tw_recorder *next_recorder; /* all recorders, guarded by registry_lock (fork handling) */
 };
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -60,7 +64,7 @@ static tw_chunk_t *chunk_alloc(uint64_t tid)
     return chunk;
 }
 
-static void chunk_free(tw_chunk_t *chunk)
+void tw_chunk_release(tw_chunk_t *chunk)
 {
     if (chunk == NULL)
         return;
@@ -82,6 +86,13 @@ static void push_chunk(tw_recorder_t *rec, tw_chunk_t *chunk)
 {
     chunk->next = NULL;
     pthread_mutex_lock(&rec->lock);
+    if (rec->writer != NULL) {
+        rec->chunks++;
+        rec->records += chunk->count;
+        tw_writer_enqueue(rec->writer, chunk);
+        pthread_mutex_unlock(&rec->lock);
+        return;
+    }
     if (rec->tail != NULL)
         rec->tail->next = chunk;
     else
@@ -96,7 +107,7 @@ static void push_chunk(tw_recorder_t *rec, tw_chunk_t *chunk)
 static void thread_release(tw_thread_t *t)
 {
     if (--t->refs == 0) {
-        chunk_free(t->chunk);
+        tw_chunk_release(t->chunk);
         free(t);
     }
 }
@@ -109,16 +120,70 @@ static void on_thread_exit(void *arg)
         if (t->chunk->count > 0)
             push_chunk(t->recorder, t->chunk);
         else
-            chunk_free(t->chunk);
+            tw_chunk_release(t->chunk);
         t->chunk = NULL;
     }
     thread_release(t);
     pthread_mutex_unlock(&registry_lock);
 }
 
+static tw_recorder_t *all_recorders; /* guarded by registry_lock */
+
+/*
+ * fork(): every lock is taken before, so that none is held by a thread that does not exist in the
+ * child, in the order of the rest of the library (registry, recorder, writer, pool).
+ */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (tw_recorder_t *rec = all_recorders; rec != NULL; rec = rec->next_recorder) {
+        pthread_mutex_lock(&rec->lock);
+        if (rec->writer != NULL)
+            tw_writer_fork_prepare(rec->writer);
+    }
+    pthread_mutex_lock(&pool_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&pool_lock);
+    for (tw_recorder_t *rec = all_recorders; rec != NULL; rec = rec->next_recorder) {
+        if (rec->writer != NULL)
+            tw_writer_fork_parent(rec->writer);
+        pthread_mutex_unlock(&rec->lock);
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/*
+ * In the child, only the forking thread exists. Records that were waiting in memory are the
+ * parent's (which writes them); a recorder with a writer drops its copies, and its writer starts
+ * afresh with the child's own files.
+ */
+static void fork_child(void)
+{
+    pthread_mutex_unlock(&pool_lock);
+    for (tw_recorder_t *rec = all_recorders; rec != NULL; rec = rec->next_recorder) {
+        if (rec->writer == NULL) {
+            pthread_mutex_unlock(&rec->lock);
+            continue;
+        }
+        tw_writer_fork_child(rec->writer);
+        pthread_mutex_unlock(&rec->lock);
+        for (tw_thread_t *t = rec->threads; t != NULL; t = t->next_in_recorder) {
+            tw_chunk_release(t->chunk);
+            t->chunk = NULL;
+            t->dropped = 0;
+        }
+        rec->records = rec->chunks = 0;
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
 static void make_key(void)
 {
     thread_key_ok = pthread_key_create(&thread_key, on_thread_exit) == 0;
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 int tw_recorder_create(tw_recorder_t **out)
@@ -131,6 +196,11 @@ int tw_recorder_create(tw_recorder_t **out)
         return TW_ENOMEM;
     }
     atomic_init(&rec->next_id_block, 1);
+    pthread_once(&key_once, make_key);
+    pthread_mutex_lock(&registry_lock);
+    rec->next_recorder = all_recorders;
+    all_recorders = rec;
+    pthread_mutex_unlock(&registry_lock);
     *out = rec;
     return 0;
 }
@@ -140,17 +210,23 @@ void tw_recorder_destroy(tw_recorder_t *rec)
     if (rec == NULL)
         return;
     pthread_mutex_lock(&registry_lock);
+    for (tw_recorder_t **p = &all_recorders; *p != NULL; p = &(*p)->next_recorder) {
+        if (*p == rec) {
+            *p = rec->next_recorder;
+            break;
+        }
+    }
     for (tw_thread_t *t = rec->threads, *next; t != NULL; t = next) {
         next = t->next_in_recorder;
         t->recorder = NULL;
-        chunk_free(t->chunk);
+        tw_chunk_release(t->chunk);
         t->chunk = NULL;
         thread_release(t);
     }
     pthread_mutex_unlock(&registry_lock);
     for (tw_chunk_t *c = rec->head, *next; c != NULL; c = next) {
         next = c->next;
-        chunk_free(c);
+        tw_chunk_release(c);
     }
     pthread_mutex_destroy(&rec->lock);
     free(rec);
@@ -176,6 +252,8 @@ tw_thread_t *tw_recorder_attach(tw_recorder_t *rec)
         return NULL;
     }
     t->recorder = rec;
+    t->flush_epoch = &rec->flush_epoch;
+    t->seen_epoch = __atomic_load_n(&rec->flush_epoch, __ATOMIC_RELAXED);
     t->tid = (uint64_t)syscall(SYS_gettid);
     t->refs = 2;
     t->next_in_recorder = rec->threads;
@@ -200,11 +278,37 @@ tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t)
         push_chunk(t->recorder, t->chunk);
         t->chunk = NULL;
     }
+    /* Bounded memory: the writer says whether there is room (or waits for it, if asked to). */
+    tw_writer_t *writer = __atomic_load_n(&t->recorder->writer, __ATOMIC_ACQUIRE);
+    int full = 0;
+    if (writer != NULL && !tw_writer_admit(writer, &full))
+        return NULL;
     tw_chunk_t *chunk = chunk_alloc(t->tid);
     if (chunk == NULL)
         return NULL;
     t->chunk = chunk;
     return chunk;
+}
+
+void tw_thread_flush(tw_thread_t *t)
+{
+    t->seen_epoch = __atomic_load_n(t->flush_epoch, __ATOMIC_RELAXED);
+    if (t->chunk != NULL && t->chunk->count > 0) {
+        push_chunk(t->recorder, t->chunk);
+        t->chunk = NULL;
+    }
+}
+
+void tw_recorder_set_writer(tw_recorder_t *rec, tw_writer_t *writer)
+{
+    pthread_mutex_lock(&rec->lock);
+    __atomic_store_n(&rec->writer, writer, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&rec->lock);
+}
+
+void tw_recorder_request_flush(tw_recorder_t *rec)
+{
+    __atomic_add_fetch(&rec->flush_epoch, 1, __ATOMIC_RELAXED);
 }
 
 void tw_recorder_collect(tw_recorder_t *rec)

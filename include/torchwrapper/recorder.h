@@ -69,6 +69,8 @@ typedef struct tw_thread {
     uint64_t dropped;    /* records lost on this thread (no memory, too deep) */
     uint64_t tid;
     tw_recorder_t *recorder; /* NULL once the recorder is destroyed */
+    const uint32_t *flush_epoch; /* the recorder's; when it moves, the partial chunk is handed over */
+    uint32_t seen_epoch;
     struct tw_thread *next_in_recorder;
     unsigned refs;       /* the recorder's and the OS thread's; guarded by the library's registry lock */
     tw_frame_t stack[TW_MAX_DEPTH];
@@ -109,6 +111,7 @@ TW_API void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats);
 /* Slow paths of the inline functions below; not for other callers. */
 TW_API void tw_thread_refill_ids(tw_thread_t *t);
 TW_API tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t);
+TW_API void tw_thread_flush(tw_thread_t *t);
 
 /*
  * Enters a profiled call: pushes a frame with a fresh call id. Returns NULL (and the call is not
@@ -162,6 +165,9 @@ static inline void tw_call_end(tw_thread_t *t, tw_frame_t *frame, uint32_t api_i
     r->depth = depth;
     r->flags = flags;
     r->reserved = 0;
+    /* The writer asks for partial chunks once per flush interval, so records reach the disk soon. */
+    if (TW_UNLIKELY(__atomic_load_n(t->flush_epoch, __ATOMIC_RELAXED) != t->seen_epoch))
+        tw_thread_flush(t);
 }
 
 #ifdef __cplusplus

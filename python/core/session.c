@@ -6,6 +6,8 @@
  */
 #include "module.h"
 
+#include <string.h>
+
 typedef enum { SESSION_NEW, SESSION_ACTIVE, SESSION_STOPPED } session_state_t;
 
 typedef struct {
@@ -13,25 +15,140 @@ typedef struct {
     tw_recorder_t *recorder;
     tw_clock_t clock;
     session_state_t state;
+    /* file output; out_dir == NULL keeps records in memory for records() */
+    tw_writer_config_t config;
+    char *out_dir;
+    char *file_name_spec;
+    char *manifest_json;
+    tw_writer_t *writer;
 } tw_session_object;
+
+/* A copy that outlives the Python objects (the writer thread reads it without the GIL). */
+static char *dup_cstr(const char *s)
+{
+    char *copy = PyMem_RawMalloc(strlen(s) + 1);
+    if (copy == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    return strcpy(copy, s);
+}
+
+static char *dup_utf8(PyObject *text)
+{
+    const char *s = PyUnicode_AsUTF8(text);
+    return s != NULL ? dup_cstr(s) : NULL;
+}
+
+/* file_max_size / buffer_size: an int of bytes or a str such as "10MB" (see tw_parse_size). */
+static int parse_size_arg(const char *key, PyObject *value, uint64_t *out)
+{
+    if (PyLong_Check(value) && !PyBool_Check(value)) {
+        long long v = PyLong_AsLongLong(value);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v < 1) {
+            PyErr_Format(PyExc_ValueError, "%s=%R: a size must be at least 1 byte", key, value);
+            return -1;
+        }
+        *out = (uint64_t)v;
+        return 0;
+    }
+    if (PyUnicode_Check(value)) {
+        const char *text = PyUnicode_AsUTF8(value);
+        if (text == NULL)
+            return -1;
+        if (tw_parse_size(text, out) == 0)
+            return 0;
+    }
+    PyErr_Format(PyExc_ValueError,
+                 "%s=%R is not a size: give a number of bytes or a number with a unit, e.g. 1048576, \"10MB\", "
+                 "\"1.5GB\", \"512KiB\", \"2GiB\" (B, KB, MB, GB, TB are powers of 1000; KiB, MiB, GiB, TiB of 1024)",
+                 key, value);
+    return -1;
+}
 
 static uint64_t last_gen;
 
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "Session() takes no arguments");
+    static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
+                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", NULL};
+    PyObject *out_dir = Py_None, *file_max_size = NULL, *buffer_size = NULL, *manifest = Py_None;
+    const char *format = "json", *spec = "timestamp", *on_full = "drop";
+    long long max_files = 0, rank = -1;
+    double flush_interval = 1.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLO:Session", keywords, &out_dir, &format,
+                                     &file_max_size, &spec, &max_files, &flush_interval, &buffer_size, &on_full,
+                                     &rank, &manifest))
         return NULL;
-    }
     tw_session_object *self = (tw_session_object *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
+    self->state = SESSION_NEW;
     if (tw_recorder_create(&self->recorder) != 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
-    self->state = SESSION_NEW;
+    if (out_dir == Py_None)
+        return (PyObject *)self;
+
+    tw_writer_config_t *c = &self->config;
+    char err[512];
+    if (!PyUnicode_Check(out_dir)) {
+        PyErr_Format(PyExc_TypeError, "out_dir must be a str path, not '%.200s'", Py_TYPE(out_dir)->tp_name);
+        goto fail;
+    }
+    if (strcmp(format, "csv") == 0)
+        c->format = TW_FORMAT_CSV;
+    else if (strcmp(format, "json") == 0)
+        c->format = TW_FORMAT_JSON;
+    else {
+        PyErr_Format(PyExc_ValueError, "format='%s' is not accepted: use \"csv\" or \"json\"", format);
+        goto fail;
+    }
+    c->file_max_size = 128000000; /* "128MB", the original TorchWrapper's default */
+    if (file_max_size != NULL && parse_size_arg("file_max_size", file_max_size, &c->file_max_size) < 0)
+        goto fail;
+    if (buffer_size != NULL && parse_size_arg("buffer_size", buffer_size, &c->buffer_bytes) < 0)
+        goto fail;
+    if (tw_name_spec_check(spec, err, sizeof err) != 0) {
+        PyErr_SetString(PyExc_ValueError, err);
+        goto fail;
+    }
+    if (max_files < 0 || max_files > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "max_files=%lld: give 0 (keep every file) or a positive count", max_files);
+        goto fail;
+    }
+    if (!(flush_interval > 0 && flush_interval <= 3600)) {
+        char text[64];
+        snprintf(text, sizeof text, "%g", flush_interval);
+        PyErr_Format(PyExc_ValueError, "flush_interval=%s: give seconds, more than 0 and at most 3600", text);
+        goto fail;
+    }
+    if (strcmp(on_full, "drop") != 0 && strcmp(on_full, "wait") != 0) {
+        PyErr_Format(PyExc_ValueError, "on_full='%s' is not accepted: \"drop\" (count and drop records when the "
+                                       "writer falls behind) or \"wait\" (the program waits for it)", on_full);
+        goto fail;
+    }
+    if (manifest != Py_None && !PyUnicode_Check(manifest)) {
+        PyErr_Format(PyExc_TypeError, "manifest must be JSON object text, not '%.200s'", Py_TYPE(manifest)->tp_name);
+        goto fail;
+    }
+    if ((self->out_dir = dup_utf8(out_dir)) == NULL || (self->file_name_spec = dup_cstr(spec)) == NULL ||
+        (manifest != Py_None && (self->manifest_json = dup_utf8(manifest)) == NULL))
+        goto fail;
+    c->out_dir = self->out_dir;
+    c->file_name_spec = self->file_name_spec;
+    c->manifest_json = self->manifest_json;
+    c->max_files = (unsigned)max_files;
+    c->flush_interval_ns = (uint64_t)(flush_interval * 1e9);
+    c->block_when_full = strcmp(on_full, "wait") == 0;
+    c->rank = rank;
     return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
 }
 
 static void session_dealloc(PyObject *op)
@@ -39,7 +156,12 @@ static void session_dealloc(PyObject *op)
     tw_session_object *self = (tw_session_object *)op;
     PyTypeObject *type = Py_TYPE(op);
     /* An active session is referenced by tw_active, so it cannot be deallocated while recording. */
+    if (self->writer != NULL)
+        tw_writer_destroy(self->writer);
     tw_recorder_destroy(self->recorder);
+    PyMem_RawFree(self->out_dir);
+    PyMem_RawFree(self->file_name_spec);
+    PyMem_RawFree(self->manifest_json);
     type->tp_free(op);
     Py_DECREF(type);
 }
@@ -58,6 +180,14 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
         return NULL;
     }
     tw_clock_calibrate(&self->clock);
+    if (self->out_dir != NULL) {
+        char err[1024];
+        int rc = tw_writer_create(&self->config, self->recorder, &self->clock, &self->writer, err, sizeof err);
+        if (rc != 0) {
+            PyErr_SetString(rc == TW_EIO ? PyExc_OSError : PyExc_ValueError, err);
+            return NULL;
+        }
+    }
     tw_active.recorder = self->recorder;
     tw_active.clock_source = self->clock.source;
     tw_active.session = Py_NewRef(op);
@@ -79,6 +209,14 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
     /* With the GIL held and the generation changed, no thread is inside tw_call_* for this recorder. */
     tw_recorder_collect(self->recorder);
     self->state = SESSION_STOPPED;
+    int write_failed = 0;
+    if (self->writer != NULL) {
+        /* The writer drains the last chunks; it never needs the GIL, so let other threads run. */
+        Py_BEGIN_ALLOW_THREADS
+        write_failed = tw_writer_close(self->writer) != 0;
+        Py_END_ALLOW_THREADS
+    }
+    (void)write_failed; /* reported by stats()["write_error"]; the writer warned once already */
     PyObject *session = tw_active.session;
     tw_active.session = NULL;
     Py_DECREF(session);
@@ -142,6 +280,11 @@ static PyObject *session_records(PyObject *op, PyObject *unused)
         PyErr_SetString(PyExc_RuntimeError, "records() reads a stopped session: call stop() first");
         return NULL;
     }
+    if (self->writer != NULL) {
+        PyErr_Format(PyExc_RuntimeError, "this session wrote its records to files in %s: read them from there",
+                     self->out_dir);
+        return NULL;
+    }
     records_ctx_t ctx = {self, PyList_New(0), PyDict_New()};
     if (ctx.list == NULL || ctx.names == NULL ||
         tw_recorder_foreach_chunk(self->recorder, append_chunk_records, &ctx) != 0)
@@ -155,11 +298,36 @@ static PyObject *session_stats(PyObject *op, PyObject *unused)
     tw_session_object *self = (tw_session_object *)op;
     tw_recorder_stats_t stats;
     tw_recorder_stats(self->recorder, &stats);
-    return Py_BuildValue("{sKsKsKsKsssd}", "records", (unsigned long long)stats.records, "dropped",
-                         (unsigned long long)stats.dropped, "chunks", (unsigned long long)stats.chunks,
-                         "threads", (unsigned long long)stats.threads, "clock",
-                         self->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic", "ticks_per_ns",
-                         self->clock.ticks_per_ns);
+    PyObject *out = Py_BuildValue("{sKsKsKsKsssd}", "records", (unsigned long long)stats.records, "dropped",
+                                  (unsigned long long)stats.dropped, "chunks", (unsigned long long)stats.chunks,
+                                  "threads", (unsigned long long)stats.threads, "clock",
+                                  self->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic", "ticks_per_ns",
+                                  self->clock.ticks_per_ns);
+    if (out == NULL || self->writer == NULL)
+        return out;
+    tw_writer_stats_t ws;
+    tw_writer_stats(self->writer, &ws);
+    PyObject *extra = Py_BuildValue("{sKsKsKsKsssz}", "records_written", (unsigned long long)ws.records_written,
+                                    "writer_dropped", (unsigned long long)ws.records_dropped, "bytes_written",
+                                    (unsigned long long)ws.bytes_written, "records_truncated",
+                                    (unsigned long long)ws.records_truncated, "manifest",
+                                    tw_writer_manifest_path(self->writer), "write_error",
+                                    ws.write_errno ? strerror(ws.write_errno) : NULL);
+    if (extra == NULL || PyDict_Update(out, extra) < 0) {
+        Py_XDECREF(extra);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(extra);
+    /* Every record lost, wherever: hot path (no room, too deep) and writer (write errors). */
+    PyObject *dropped = PyLong_FromUnsignedLongLong(stats.dropped + ws.records_dropped);
+    if (dropped == NULL || PyDict_SetItemString(out, "dropped", dropped) < 0) {
+        Py_XDECREF(dropped);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(dropped);
+    return out;
 }
 
 static PyObject *session_get_active(PyObject *op, void *closure)

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* Parsing of user-facing values: sizes ("128MB") and file name specs ("timestamp", templates). */
+#ifndef TORCHWRAPPER_CONFIG_H
+#define TORCHWRAPPER_CONFIG_H
+
+#include "torchwrapper/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A size in bytes: an integer ("1048576"), or a number with a unit: decimal B, KB, MB, GB, TB
+ * (powers of 1000) or binary KiB, MiB, GiB, TiB (powers of 1024); units are case-insensitive and may
+ * follow a space; the number may have a fraction ("1.5GB"). The result is rounded down to whole
+ * bytes and must be at least 1. Returns 0, TW_EINVAL (not a size) or TW_ERANGE (0, or above 2^63).
+ */
+TW_API int tw_parse_size(const char *text, uint64_t *bytes);
+
+/* Fields of a file name template. */
+typedef struct tw_name_fields {
+    int64_t timestamp_ns; /* rendered as 20261122-160312.123456789 (UTC) */
+    int64_t pid;
+    int64_t tid;
+    int64_t rank;         /* < 0: rendered as "norank" */
+    uint64_t index;       /* rendered with at least 4 digits */
+    const char *host;
+} tw_name_fields_t;
+
+/*
+ * Checks a file_name_spec: "timestamp", "serial", or a template using {timestamp} {pid} {tid} {rank}
+ * {index} {host} ("{{" and "}}" are literal braces). A template may not contain '/' or NUL, nor be
+ * "." or ".."; an unknown field is an error. On error, writes a message naming the problem to err.
+ * Returns 0 or TW_EINVAL.
+ */
+TW_API int tw_name_spec_check(const char *spec, char *err, size_t err_size);
+
+/*
+ * Expands spec into out (a file name without directory), appending extension (".csv") unless the
+ * expansion already ends with it. "timestamp" is "tw-{timestamp}-{pid}-{index}", "serial" is
+ * "tw-{pid}-{index}". Characters of the host name other than [A-Za-z0-9._-] become '_', so no field
+ * can introduce a '/' or "..". Returns the length, or TW_EINVAL (bad spec) or TW_ERANGE (out too
+ * small).
+ */
+TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, const char *extension, char *out,
+                          size_t out_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

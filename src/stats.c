@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "torchwrapper/stats.h"
+
+#define SUB_BITS 6                     /* 64 buckets per power of two: width <= 1/64 of the value */
+#define SUB (1u << SUB_BITS)
+#define LINEAR 128                     /* values below are counted exactly */
+#define MAX_EXP 50                     /* 2^51 ns is 26 days: larger values share the last bucket */
+#define BUCKETS (LINEAR + (MAX_EXP - 7 + 1) * SUB)
+
+static uint32_t bucket_of(uint64_t v)
+{
+    if (v < LINEAR)
+        return (uint32_t)v;
+    unsigned e = 63u - (unsigned)__builtin_clzll(v); /* >= 7 */
+    if (e > MAX_EXP)
+        return BUCKETS - 1;
+    return LINEAR + (e - 7) * SUB + (uint32_t)((v >> (e - SUB_BITS)) & (SUB - 1));
+}
+
+/* The smallest value of bucket b, and its width. */
+static void bucket_range(uint32_t b, uint64_t *low, uint64_t *width)
+{
+    if (b < LINEAR) {
+        *low = b;
+        *width = 1;
+        return;
+    }
+    unsigned e = 7 + (b - LINEAR) / SUB;
+    uint64_t sub = (b - LINEAR) % SUB;
+    *width = 1ull << (e - SUB_BITS);
+    *low = (1ull << e) + sub * *width;
+}
+
+void tw_stats_init(tw_stats_t *stats)
+{
+    memset(stats, 0, sizeof *stats);
+}
+
+void tw_stats_free(tw_stats_t *stats)
+{
+    for (uint32_t i = 0; i < stats->capacity; i++)
+        free(stats->apis[i].histogram);
+    free(stats->apis);
+    memset(stats, 0, sizeof *stats);
+}
+
+void tw_stats_add(tw_stats_t *stats, uint32_t api_id, uint64_t cost_ns, uint64_t self_ns, uint64_t gpu_ns, int error)
+{
+    if (api_id >= stats->capacity) {
+        uint32_t capacity = stats->capacity ? stats->capacity : 1024;
+        while (capacity <= api_id && capacity < (1u << 30))
+            capacity *= 2;
+        tw_api_stats_t *apis = capacity > api_id ? realloc(stats->apis, capacity * sizeof *apis) : NULL;
+        if (apis == NULL) {
+            stats->dropped++;
+            return;
+        }
+        memset(apis + stats->capacity, 0, (capacity - stats->capacity) * sizeof *apis);
+        stats->apis = apis;
+        stats->capacity = capacity;
+    }
+    tw_api_stats_t *a = &stats->apis[api_id];
+    if (a->histogram == NULL && (a->histogram = calloc(BUCKETS, sizeof *a->histogram)) == NULL) {
+        stats->dropped++;
+        return;
+    }
+    if (a->calls == 0 || cost_ns < a->min_ns)
+        a->min_ns = cost_ns;
+    if (cost_ns > a->max_ns)
+        a->max_ns = cost_ns;
+    a->calls++;
+    a->errors += error != 0;
+    a->total_ns += cost_ns;
+    a->self_ns += self_ns;
+    a->gpu_ns += gpu_ns;
+    uint32_t *slot = &a->histogram[bucket_of(cost_ns)];
+    if (*slot != UINT32_MAX) /* saturate rather than wrap */
+        (*slot)++;
+}
+
+uint64_t tw_stats_percentile(const tw_api_stats_t *a, double q)
+{
+    if (a == NULL || a->calls == 0 || a->histogram == NULL)
+        return 0;
+    if (q <= 0)
+        return a->min_ns;
+    if (q >= 1)
+        return a->max_ns;
+    uint64_t counted = 0;
+    for (uint32_t b = 0; b < BUCKETS; b++)
+        counted += a->histogram[b];
+    /* Nearest rank: the smallest value with at least ceil(q * n) values at or below it. */
+    uint64_t rank = (uint64_t)(q * (double)counted);
+    if ((double)rank < q * (double)counted)
+        rank++;
+    if (rank == 0)
+        rank = 1;
+    uint64_t seen = 0;
+    for (uint32_t b = 0; b < BUCKETS; b++) {
+        seen += a->histogram[b];
+        if (seen >= rank) {
+            uint64_t low, width;
+            bucket_range(b, &low, &width);
+            uint64_t mid = low + width / 2;
+            if (mid < a->min_ns)
+                mid = a->min_ns;
+            if (mid > a->max_ns)
+                mid = a->max_ns;
+            return mid;
+        }
+    }
+    return a->max_ns;
+}

@@ -1,0 +1,884 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The writer thread and its files. See writer.h. Lock order (also followed by the fork handlers in
+ * recorder.c): recorder registry -> recorder -> writer -> chunk pool.
+ */
+#include "config.h"
+
+#include <cjson/cJSON.h>
+#include <csv.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "torchwrapper/api.h"
+#include "torchwrapper/config.h"
+#include "torchwrapper/stats.h"
+#include "torchwrapper/writer.h"
+#include "writer_internal.h"
+
+#define MIN_FILE_SIZE 4096           /* room for a header and any record */
+#define BUFFER_FLUSH (256 * 1024)    /* bytes of output gathered before a write() */
+#define DEFAULT_BUFFER_BYTES (64ull << 20)
+#define CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
+
+typedef struct {
+    char *name;
+    uint64_t records;
+    uint64_t bytes;
+    int removed; /* by max_files */
+} file_entry_t;
+
+struct tw_writer {
+    /* configuration (owned copies) */
+    char *out_dir;
+    char *spec;
+    char *manifest_extra;
+    tw_format_t format;
+    uint64_t max_size;
+    unsigned max_files;
+    uint64_t flush_interval_ns;
+    uint64_t max_chunks;
+    int block_when_full;
+    int64_t rank;
+    tw_clock_t clock;
+    tw_recorder_t *rec;
+    char host[256];
+    int64_t pid;
+    int fork_child;
+    int64_t start_ns;
+    int64_t end_ns;
+    char manifest_path[PATH_MAX];
+    char summary_path[PATH_MAX];
+
+    /* the queue, guarded by lock */
+    pthread_mutex_t lock;
+    pthread_cond_t work;
+    pthread_cond_t room;
+    tw_chunk_t *head;
+    tw_chunk_t *tail;
+    uint64_t queued;
+    int stopping;
+    int thread_running;
+    int closed;
+    pthread_t thread;
+    /* counters, written by the writer thread under lock, read by anyone under lock */
+    uint64_t written;
+    uint64_t dropped;
+    uint64_t truncated;
+    uint64_t bytes_total;
+    int write_errno;
+
+    /* writer thread only */
+    int fd;
+    uint64_t file_bytes;   /* bytes of the current file, written or buffered */
+    uint64_t index;
+    file_entry_t *files;
+    size_t file_count;
+    size_t file_capacity;
+    size_t kept;           /* files not removed by max_files */
+    char *buf;
+    size_t buf_len;
+    uint64_t buf_records;
+    tw_stats_t stats;
+    struct tw_writer *next_live; /* in the list of live writers (fork handling) */
+};
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- formatting ------------------------------------------------------------------------------ */
+
+static char *put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static char *put_i64(char *p, int64_t v)
+{
+    if (v < 0) {
+        *p++ = '-';
+        return put_u64(p, (uint64_t)0 - (uint64_t)v);
+    }
+    return put_u64(p, (uint64_t)v);
+}
+
+/* CSV text field: as is when nothing needs quoting, else through libcsv's quoting. */
+static char *put_csv_text(char *p, const char *s, size_t len)
+{
+    if (len == 0 || strpbrk(s, ",\"\r\n") != NULL || s[0] == ' ' || s[len - 1] == ' ')
+        return p + csv_write(p, 2 * len + 2, s, len);
+    memcpy(p, s, len);
+    return p + len;
+}
+
+char *tw_json_escape(char *p, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    *p++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': *p++ = '\\'; *p++ = '"'; break;
+        case '\\': *p++ = '\\'; *p++ = '\\'; break;
+        case '\n': *p++ = '\\'; *p++ = 'n'; break;
+        case '\r': *p++ = '\\'; *p++ = 'r'; break;
+        case '\t': *p++ = '\\'; *p++ = 't'; break;
+        case '\b': *p++ = '\\'; *p++ = 'b'; break;
+        case '\f': *p++ = '\\'; *p++ = 'f'; break;
+        default:
+            if (c < 0x20 || c == 0x7f) {
+                memcpy(p, "\\u00", 4);
+                p[4] = hex[c >> 4];
+                p[5] = hex[c & 15];
+                p += 6;
+            } else {
+                *p++ = (char)c;
+            }
+        }
+    }
+    *p++ = '"';
+    return p;
+}
+
+/* Formats one record into line (at least TW_LINE_MAX bytes); returns its length. */
+static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const tw_record_t *r, char *line)
+{
+    const char *api = tw_api_name(r->api_id);
+    if (api == NULL)
+        api = "?";
+    size_t api_len = strnlen(api, TW_API_NAME_MAX);
+    char *p = line;
+    int64_t start = tw_clock_epoch_ns(&w->clock, r->start);
+    uint64_t cost = tw_clock_duration_ns(&w->clock, r->cost);
+    uint64_t self = tw_clock_duration_ns(&w->clock, r->self);
+    if (w->format == TW_FORMAT_CSV) {
+        p = put_u64(p, r->call_id);
+        *p++ = ',';
+        p = put_csv_text(p, api, api_len);
+        *p++ = ',';
+        p = put_i64(p, start);
+        *p++ = ',';
+        p = put_u64(p, cost);
+        *p++ = ',';
+        p = put_u64(p, self);
+        *p++ = ',';
+        p = put_u64(p, r->gpu_ns);
+        *p++ = ',';
+        p = put_i64(p, w->pid);
+        *p++ = ',';
+        p = put_u64(p, chunk->tid);
+        *p++ = ',';
+        p = put_u64(p, r->depth);
+        *p++ = ',';
+        p = put_u64(p, r->parent_id);
+        *p++ = ',';
+        *p++ = (r->flags & TW_RECORD_ERROR) ? '1' : '0';
+        *p++ = ',';
+        *p++ = '\n';
+    } else {
+        memcpy(p, "{\"call_id\":", 11);
+        p = put_u64(p + 11, r->call_id);
+        memcpy(p, ",\"api\":", 7);
+        p = tw_json_escape(p + 7, api, api_len);
+        memcpy(p, ",\"start_ns\":", 12);
+        p = put_i64(p + 12, start);
+        memcpy(p, ",\"cost_ns\":", 11);
+        p = put_u64(p + 11, cost);
+        memcpy(p, ",\"self_ns\":", 11);
+        p = put_u64(p + 11, self);
+        memcpy(p, ",\"gpu_ns\":", 10);
+        p = put_u64(p + 10, r->gpu_ns);
+        memcpy(p, ",\"pid\":", 7);
+        p = put_i64(p + 7, w->pid);
+        memcpy(p, ",\"tid\":", 7);
+        p = put_u64(p + 7, chunk->tid);
+        memcpy(p, ",\"depth\":", 9);
+        p = put_u64(p + 9, r->depth);
+        memcpy(p, ",\"parent_id\":", 13);
+        p = put_u64(p + 13, r->parent_id);
+        if (r->flags & TW_RECORD_ERROR) {
+            memcpy(p, ",\"error\":true", 13);
+            p += 13;
+        } else {
+            memcpy(p, ",\"error\":false", 14);
+            p += 14;
+        }
+        memcpy(p, ",\"args\":\"\"}\n", 12);
+        p += 12;
+    }
+    return (size_t)(p - line);
+}
+
+/* ---- files ------------------------------------------------------------------------------------- */
+
+static void warn_once(tw_writer_t *w, const char *what, const char *path, int err)
+{
+    pthread_mutex_lock(&w->lock);
+    int first = w->write_errno == 0;
+    if (first)
+        w->write_errno = err;
+    pthread_mutex_unlock(&w->lock);
+    if (first)
+        fprintf(stderr, "torchwrapper: %s %s failed: %s; the records concerned are dropped and counted in "
+                        "the manifest, and the program goes on\n", what, path, strerror(err));
+}
+
+static int write_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (n == 0)
+            return EIO;
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Writes the buffered output of the current file. */
+static void flush_buffer(tw_writer_t *w)
+{
+    if (w->buf_len == 0)
+        return;
+    int err = w->fd >= 0 ? write_all(w->fd, w->buf, w->buf_len) : EBADF;
+    pthread_mutex_lock(&w->lock);
+    if (err == 0) {
+        w->written += w->buf_records;
+        w->bytes_total += w->buf_len;
+        if (w->file_count > 0) {
+            w->files[w->file_count - 1].records += w->buf_records;
+            w->files[w->file_count - 1].bytes += w->buf_len;
+        }
+    } else {
+        w->dropped += w->buf_records;
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (err != 0)
+        warn_once(w, "writing", w->file_count > 0 ? w->files[w->file_count - 1].name : w->out_dir, err);
+    w->buf_len = 0;
+    w->buf_records = 0;
+}
+
+static void close_file(tw_writer_t *w)
+{
+    flush_buffer(w);
+    if (w->fd >= 0) {
+        if (close(w->fd) != 0)
+            warn_once(w, "closing", w->files[w->file_count - 1].name, errno);
+        w->fd = -1;
+    }
+}
+
+static int path_join(char *out, size_t size, const char *dir, const char *name)
+{
+    int n = snprintf(out, size, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= size ? TW_ERANGE : 0;
+}
+
+static void write_manifest(tw_writer_t *w);
+
+/* Keeps only the newest max_files record files (the current one included). */
+static void enforce_max_files(tw_writer_t *w)
+{
+    if (w->max_files == 0)
+        return;
+    for (size_t i = 0; i < w->file_count && w->kept > w->max_files; i++) {
+        if (w->files[i].removed)
+            continue;
+        char path[PATH_MAX];
+        if (path_join(path, sizeof path, w->out_dir, w->files[i].name) == 0 && unlink(path) != 0 && errno != ENOENT)
+            warn_once(w, "removing", path, errno);
+        w->files[i].removed = 1;
+        w->kept--;
+    }
+}
+
+/* Opens the next record file: a new name (never an existing file, never through a symlink). */
+static int open_next_file(tw_writer_t *w)
+{
+    close_file(w);
+    if (w->file_count == w->file_capacity) {
+        size_t capacity = w->file_capacity ? 2 * w->file_capacity : 16;
+        file_entry_t *files = realloc(w->files, capacity * sizeof *files);
+        if (files == NULL)
+            return ENOMEM;
+        w->files = files;
+        w->file_capacity = capacity;
+    }
+    char name[NAME_MAX + 1], path[PATH_MAX];
+    const char *ext = w->format == TW_FORMAT_CSV ? ".csv" : ".jsonl";
+    for (int attempt = 0; attempt < 10000; attempt++) {
+        tw_name_fields_t fields = {realtime_ns(), w->pid, w->pid, w->rank, ++w->index, w->host};
+        if (tw_name_expand(w->spec, &fields, ext, name, sizeof name) < 0 ||
+            path_join(path, sizeof path, w->out_dir, name) != 0)
+            return ENAMETOOLONG;
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == EEXIST)
+            continue; /* a name in use (another process, same second): the next index */
+        if (fd < 0)
+            return errno;
+        char *copy = strdup(name);
+        if (copy == NULL) {
+            close(fd);
+            unlink(path);
+            return ENOMEM;
+        }
+        w->fd = fd;
+        w->files[w->file_count++] = (file_entry_t){copy, 0, 0, 0};
+        w->kept++;
+        w->file_bytes = 0;
+        if (w->format == TW_FORMAT_CSV) {
+            memcpy(w->buf + w->buf_len, CSV_HEADER, sizeof CSV_HEADER - 1);
+            w->buf_len += sizeof CSV_HEADER - 1;
+            w->file_bytes = sizeof CSV_HEADER - 1;
+        }
+        enforce_max_files(w);
+        write_manifest(w);
+        return 0;
+    }
+    return EEXIST;
+}
+
+/* Appends one formatted line, rotating first when it would take the file past the cap. */
+static void append_line(tw_writer_t *w, const char *line, size_t len)
+{
+    if (w->fd < 0 || w->file_bytes + len > w->max_size) {
+        int err = open_next_file(w);
+        if (err != 0) {
+            warn_once(w, "creating a record file in", w->out_dir, err);
+            pthread_mutex_lock(&w->lock);
+            w->dropped++;
+            pthread_mutex_unlock(&w->lock);
+            return;
+        }
+    }
+    if (w->buf_len + len > BUFFER_FLUSH)
+        flush_buffer(w);
+    memcpy(w->buf + w->buf_len, line, len);
+    w->buf_len += len;
+    w->buf_records++;
+    w->file_bytes += len;
+}
+
+static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
+{
+    char line[TW_LINE_MAX];
+    for (uint32_t i = 0; i < chunk->count; i++) {
+        const tw_record_t *r = &chunk->records[i];
+        append_line(w, line, format_record(w, chunk, r, line));
+        tw_stats_add(&w->stats, r->api_id, tw_clock_duration_ns(&w->clock, r->cost),
+                     tw_clock_duration_ns(&w->clock, r->self), r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
+    }
+}
+
+/* ---- manifest and summary (cJSON; int64 values written exactly as raw numbers) ----------------- */
+
+static cJSON *raw_int(int64_t v)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%lld", (long long)v);
+    return cJSON_CreateRaw(text);
+}
+
+static int write_json_atomically(tw_writer_t *w, const char *path, cJSON *root)
+{
+    char *text = cJSON_Print(root);
+    if (text == NULL)
+        return ENOMEM;
+    char tmp[PATH_MAX];
+    int err = 0;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%lld", path, (long long)w->pid) >= (int)sizeof tmp) {
+        free(text);
+        return ENAMETOOLONG;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        err = errno;
+    } else {
+        err = write_all(fd, text, strlen(text));
+        if (err == 0)
+            err = write_all(fd, "\n", 1);
+        if (close(fd) != 0 && err == 0)
+            err = errno;
+        if (err == 0 && rename(tmp, path) != 0)
+            err = errno;
+        if (err != 0)
+            unlink(tmp);
+    }
+    free(text);
+    return err;
+}
+
+static void write_manifest(tw_writer_t *w)
+{
+    cJSON *root = NULL;
+    if (w->manifest_extra != NULL)
+        root = cJSON_Parse(w->manifest_extra);
+    if (root == NULL || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        root = cJSON_CreateObject();
+    }
+    if (root == NULL)
+        return;
+    tw_recorder_stats_t rs;
+    tw_recorder_stats(w->rec, &rs);
+    pthread_mutex_lock(&w->lock);
+    uint64_t written = w->written, dropped = w->dropped + rs.dropped, truncated = w->truncated;
+    uint64_t bytes = w->bytes_total;
+    int write_errno = w->write_errno;
+    pthread_mutex_unlock(&w->lock);
+    cJSON_AddItemToObject(root, "manifest_version", raw_int(1));
+    cJSON_AddStringToObject(root, "torchwrapper", tw_version());
+    cJSON_AddStringToObject(root, "format", w->format == TW_FORMAT_CSV ? "csv" : "json");
+    cJSON_AddStringToObject(root, "host", w->host);
+    cJSON_AddItemToObject(root, "pid", raw_int(w->pid));
+    if (w->rank >= 0)
+        cJSON_AddItemToObject(root, "rank", raw_int(w->rank));
+    cJSON_AddItemToObject(root, "start_ns", raw_int(w->start_ns));
+    cJSON_AddItemToObject(root, "end_ns", w->end_ns ? raw_int(w->end_ns) : cJSON_CreateNull());
+    cJSON_AddItemToObject(root, "file_max_size", raw_int((int64_t)w->max_size));
+    cJSON_AddStringToObject(root, "clock", w->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic");
+    cJSON *files = cJSON_AddArrayToObject(root, "files");
+    for (size_t i = 0; files != NULL && i < w->file_count; i++) {
+        cJSON *f = cJSON_CreateObject();
+        if (f == NULL)
+            break;
+        cJSON_AddStringToObject(f, "name", w->files[i].name);
+        cJSON_AddItemToObject(f, "records", raw_int((int64_t)w->files[i].records));
+        cJSON_AddItemToObject(f, "bytes", raw_int((int64_t)w->files[i].bytes));
+        if (w->files[i].removed)
+            cJSON_AddTrueToObject(f, "removed_by_max_files");
+        cJSON_AddItemToArray(files, f);
+    }
+    cJSON_AddItemToObject(root, "records_written", raw_int((int64_t)written));
+    cJSON_AddItemToObject(root, "records_dropped", raw_int((int64_t)dropped));
+    cJSON_AddItemToObject(root, "records_truncated", raw_int((int64_t)truncated));
+    cJSON_AddItemToObject(root, "bytes_written", raw_int((int64_t)bytes));
+    if (write_errno != 0)
+        cJSON_AddStringToObject(root, "write_error", strerror(write_errno));
+    else
+        cJSON_AddNullToObject(root, "write_error");
+    int err = write_json_atomically(w, w->manifest_path, root);
+    cJSON_Delete(root);
+    if (err != 0)
+        warn_once(w, "writing", w->manifest_path, err);
+}
+
+static int compare_total_desc(const void *a, const void *b, void *arg)
+{
+    (void)arg;
+    const tw_api_stats_t *x = *(tw_api_stats_t *const *)a, *y = *(tw_api_stats_t *const *)b;
+    return x->total_ns < y->total_ns ? 1 : x->total_ns > y->total_ns ? -1 : 0;
+}
+
+static void write_summary(tw_writer_t *w)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *apis = root ? cJSON_AddArrayToObject(root, "apis") : NULL;
+    tw_api_stats_t **order = calloc(w->stats.capacity ? w->stats.capacity : 1, sizeof *order);
+    if (apis == NULL || order == NULL) {
+        cJSON_Delete(root);
+        free(order);
+        return;
+    }
+    size_t n = 0;
+    for (uint32_t id = 0; id < w->stats.capacity; id++)
+        if (w->stats.apis[id].calls > 0)
+            order[n++] = &w->stats.apis[id];
+    qsort_r(order, n, sizeof *order, compare_total_desc, NULL);
+    for (size_t i = 0; i < n; i++) {
+        const tw_api_stats_t *a = order[i];
+        cJSON *o = cJSON_CreateObject();
+        if (o == NULL)
+            break;
+        const char *name = tw_api_name((uint32_t)(a - w->stats.apis));
+        cJSON_AddStringToObject(o, "api", name ? name : "?");
+        cJSON_AddItemToObject(o, "calls", raw_int((int64_t)a->calls));
+        cJSON_AddItemToObject(o, "errors", raw_int((int64_t)a->errors));
+        cJSON_AddItemToObject(o, "total_ns", raw_int((int64_t)a->total_ns));
+        cJSON_AddItemToObject(o, "self_ns", raw_int((int64_t)a->self_ns));
+        cJSON_AddItemToObject(o, "gpu_ns", raw_int((int64_t)a->gpu_ns));
+        cJSON_AddItemToObject(o, "min_ns", raw_int((int64_t)a->min_ns));
+        cJSON_AddItemToObject(o, "max_ns", raw_int((int64_t)a->max_ns));
+        cJSON_AddItemToObject(o, "mean_ns", raw_int((int64_t)(a->total_ns / a->calls)));
+        cJSON_AddItemToObject(o, "p50_ns", raw_int((int64_t)tw_stats_percentile(a, 0.50)));
+        cJSON_AddItemToObject(o, "p95_ns", raw_int((int64_t)tw_stats_percentile(a, 0.95)));
+        cJSON_AddItemToObject(o, "p99_ns", raw_int((int64_t)tw_stats_percentile(a, 0.99)));
+        cJSON_AddItemToArray(apis, o);
+    }
+    free(order);
+    int err = write_json_atomically(w, w->summary_path, root);
+    cJSON_Delete(root);
+    if (err != 0)
+        warn_once(w, "writing", w->summary_path, err);
+}
+
+/* ---- the thread -------------------------------------------------------------------------------- */
+
+static void *writer_main(void *arg)
+{
+    tw_writer_t *w = arg;
+    uint64_t next_flush = monotonic_ns() + w->flush_interval_ns;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (w->head == NULL && !w->stopping) {
+            uint64_t now = monotonic_ns();
+            if (now >= next_flush)
+                break;
+            struct timespec deadline;
+            clock_gettime(CLOCK_MONOTONIC, &deadline);
+            uint64_t wait = next_flush - now;
+            deadline.tv_sec += (time_t)(wait / 1000000000u);
+            deadline.tv_nsec += (long)(wait % 1000000000u);
+            if (deadline.tv_nsec >= 1000000000) {
+                deadline.tv_sec++;
+                deadline.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&w->work, &w->lock, &deadline);
+        }
+        tw_chunk_t *list = w->head;
+        w->head = w->tail = NULL;
+        w->queued = 0;
+        int stop = w->stopping && list == NULL;
+        pthread_cond_broadcast(&w->room);
+        pthread_mutex_unlock(&w->lock);
+
+        while (list != NULL) {
+            tw_chunk_t *next = list->next;
+            write_chunk(w, list);
+            tw_chunk_release(list);
+            list = next;
+        }
+        uint64_t now = monotonic_ns();
+        if (now >= next_flush || stop) {
+            flush_buffer(w);
+            /* Ask recording threads for their partial chunks, so that nothing older than about
+             * one interval waits in memory (their next call hands the chunk over). */
+            tw_recorder_request_flush(w->rec);
+            next_flush = now + w->flush_interval_ns;
+        }
+        pthread_mutex_lock(&w->lock);
+        if (stop)
+            break;
+    }
+    pthread_mutex_unlock(&w->lock);
+    close_file(w);
+    return NULL;
+}
+
+/* Starts the thread with every signal blocked, so that SIGINT and SIGTERM reach the program's own
+ * threads. Lock held. */
+static int start_thread(tw_writer_t *w)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&w->thread, NULL, writer_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err == 0)
+        w->thread_running = 1;
+    return err;
+}
+
+/* ---- live writers, for fork handling ------------------------------------------------------------- */
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static tw_writer_t *live_writers;
+
+void tw_writer_fork_prepare(tw_writer_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+}
+
+void tw_writer_fork_parent(tw_writer_t *w)
+{
+    pthread_mutex_unlock(&w->lock);
+}
+
+/*
+ * In the child of a fork: the writer thread does not exist there, the queued chunks and the
+ * buffered output are the parent's (the parent writes them), and so is the open file. The child
+ * starts afresh, with its own files and manifest, and a thread started at its first chunk.
+ */
+void tw_writer_fork_child(tw_writer_t *w)
+{
+    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->work, NULL);
+    pthread_cond_init(&w->room, NULL);
+    for (tw_chunk_t *c = w->head, *next; c != NULL; c = next) {
+        next = c->next;
+        tw_chunk_release(c);
+    }
+    w->head = w->tail = NULL;
+    w->queued = 0;
+    w->thread_running = 0;
+    if (w->fd >= 0)
+        close(w->fd);
+    w->fd = -1;
+    for (size_t i = 0; i < w->file_count; i++)
+        free(w->files[i].name);
+    w->file_count = 0;
+    w->kept = 0;
+    w->buf_len = 0;
+    w->buf_records = 0;
+    w->written = w->dropped = w->truncated = w->bytes_total = 0;
+    w->write_errno = 0;
+    tw_stats_free(&w->stats);
+    tw_stats_init(&w->stats);
+    w->pid = getpid();
+    w->fork_child = 1;
+    w->start_ns = realtime_ns();
+    w->index = 0;
+    snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest-%lld.json", w->out_dir, (long long)w->pid);
+    snprintf(w->summary_path, sizeof w->summary_path, "%s/summary-%lld.json", w->out_dir, (long long)w->pid);
+}
+
+/* ---- public API ---------------------------------------------------------------------------------- */
+
+int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const tw_clock_t *clock,
+                     tw_writer_t **out, char *err, size_t err_size)
+{
+    if (config == NULL || rec == NULL || clock == NULL || out == NULL || config->out_dir == NULL ||
+        config->out_dir[0] == '\0') {
+        snprintf(err, err_size, "out_dir is missing");
+        return TW_EINVAL;
+    }
+    if (config->format != TW_FORMAT_CSV && config->format != TW_FORMAT_JSON) {
+        snprintf(err, err_size, "format %d is not csv or json", (int)config->format);
+        return TW_EINVAL;
+    }
+    if (config->file_max_size < MIN_FILE_SIZE) {
+        snprintf(err, err_size, "file_max_size %llu bytes is too small: at least %d bytes are needed for a "
+                                "header and any record", (unsigned long long)config->file_max_size, MIN_FILE_SIZE);
+        return TW_EINVAL;
+    }
+    const char *spec = config->file_name_spec ? config->file_name_spec : "timestamp";
+    if (tw_name_spec_check(spec, err, err_size) != 0)
+        return TW_EINVAL;
+    if (mkdir(config->out_dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, err_size, "out_dir '%s' cannot be created: %s", config->out_dir, strerror(errno));
+        return TW_EIO;
+    }
+    struct stat st;
+    if (stat(config->out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, err_size, "out_dir '%s' is not a directory", config->out_dir);
+        return TW_EIO;
+    }
+    if (access(config->out_dir, W_OK | X_OK) != 0) {
+        snprintf(err, err_size, "out_dir '%s' is not writable: %s", config->out_dir, strerror(errno));
+        return TW_EIO;
+    }
+    tw_writer_t *w = calloc(1, sizeof *w);
+    if (w == NULL || (w->buf = malloc(BUFFER_FLUSH + TW_LINE_MAX + sizeof CSV_HEADER)) == NULL) {
+        free(w);
+        snprintf(err, err_size, "out of memory");
+        return TW_ENOMEM;
+    }
+    w->out_dir = strdup(config->out_dir);
+    w->spec = strdup(spec);
+    w->manifest_extra = config->manifest_json ? strdup(config->manifest_json) : NULL;
+    if (w->out_dir == NULL || w->spec == NULL || (config->manifest_json && w->manifest_extra == NULL)) {
+        free(w->out_dir);
+        free(w->spec);
+        free(w->manifest_extra);
+        free(w->buf);
+        free(w);
+        snprintf(err, err_size, "out of memory");
+        return TW_ENOMEM;
+    }
+    w->format = config->format;
+    w->max_size = config->file_max_size;
+    w->max_files = config->max_files;
+    w->flush_interval_ns = config->flush_interval_ns ? config->flush_interval_ns : 1000000000u;
+    uint64_t buffer_bytes = config->buffer_bytes ? config->buffer_bytes : DEFAULT_BUFFER_BYTES;
+    w->max_chunks = buffer_bytes / (sizeof(tw_chunk_t) + TW_CHUNK_RECORDS * sizeof(tw_record_t));
+    if (w->max_chunks < 2)
+        w->max_chunks = 2;
+    w->block_when_full = config->block_when_full;
+    w->rank = config->rank;
+    w->clock = *clock;
+    w->rec = rec;
+    w->fd = -1;
+    w->pid = getpid();
+    w->start_ns = realtime_ns();
+    if (gethostname(w->host, sizeof w->host - 1) != 0)
+        strcpy(w->host, "localhost");
+    tw_stats_init(&w->stats);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->work, NULL);
+    pthread_cond_init(&w->room, NULL);
+    if (snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest.json", w->out_dir) >=
+            (int)sizeof w->manifest_path ||
+        snprintf(w->summary_path, sizeof w->summary_path, "%s/summary.json", w->out_dir) >=
+            (int)sizeof w->summary_path) {
+        snprintf(err, err_size, "out_dir '%s' is too long", config->out_dir);
+        tw_writer_destroy(w);
+        return TW_EINVAL;
+    }
+    pthread_mutex_lock(&w->lock);
+    int thread_err = start_thread(w);
+    pthread_mutex_unlock(&w->lock);
+    if (thread_err != 0) {
+        snprintf(err, err_size, "cannot start the writer thread: %s", strerror(thread_err));
+        tw_writer_destroy(w);
+        return TW_EIO;
+    }
+    pthread_mutex_lock(&live_lock);
+    w->next_live = live_writers;
+    live_writers = w;
+    pthread_mutex_unlock(&live_lock);
+    tw_recorder_set_writer(rec, w);
+    *out = w;
+    return 0;
+}
+
+void tw_writer_enqueue(tw_writer_t *w, tw_chunk_t *chunk)
+{
+    chunk->next = NULL;
+    pthread_mutex_lock(&w->lock);
+    if (!w->thread_running && !w->closed && start_thread(w) != 0) {
+        w->dropped += chunk->count;
+        pthread_mutex_unlock(&w->lock);
+        tw_chunk_release(chunk);
+        return;
+    }
+    if (w->tail != NULL)
+        w->tail->next = chunk;
+    else
+        w->head = chunk;
+    w->tail = chunk;
+    w->queued++;
+    pthread_cond_signal(&w->work);
+    pthread_mutex_unlock(&w->lock);
+}
+
+int tw_writer_admit(tw_writer_t *w, int *dropped)
+{
+    int ok = 1;
+    pthread_mutex_lock(&w->lock);
+    if (w->queued >= w->max_chunks) {
+        if (w->block_when_full && w->thread_running) {
+            while (w->queued >= w->max_chunks && !w->stopping)
+                pthread_cond_wait(&w->room, &w->lock);
+        } else {
+            ok = 0;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    *dropped = !ok;
+    return ok;
+}
+
+int tw_writer_close(tw_writer_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+    if (w->closed) {
+        pthread_mutex_unlock(&w->lock);
+        return w->write_errno ? TW_EIO : 0;
+    }
+    if (!w->thread_running && start_thread(w) != 0) {
+        /* cannot happen in practice; write on this thread instead */
+        w->stopping = 1;
+        pthread_mutex_unlock(&w->lock);
+        writer_main(w);
+        pthread_mutex_lock(&w->lock);
+    } else {
+        w->stopping = 1;
+        pthread_cond_broadcast(&w->work);
+        pthread_cond_broadcast(&w->room);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->thread, NULL);
+        pthread_mutex_lock(&w->lock);
+        w->thread_running = 0;
+    }
+    w->closed = 1;
+    pthread_mutex_unlock(&w->lock);
+    tw_recorder_set_writer(w->rec, NULL);
+    w->end_ns = realtime_ns();
+    write_summary(w);
+    write_manifest(w);
+    pthread_mutex_lock(&live_lock);
+    for (tw_writer_t **p = &live_writers; *p != NULL; p = &(*p)->next_live) {
+        if (*p == w) {
+            *p = w->next_live;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
+    return w->write_errno ? TW_EIO : 0;
+}
+
+void tw_writer_destroy(tw_writer_t *w)
+{
+    if (w == NULL)
+        return;
+    if (w->thread_running)
+        tw_writer_close(w);
+    for (tw_chunk_t *c = w->head, *next; c != NULL; c = next) {
+        next = c->next;
+        tw_chunk_release(c);
+    }
+    for (size_t i = 0; i < w->file_count; i++)
+        free(w->files[i].name);
+    free(w->files);
+    tw_stats_free(&w->stats);
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->work);
+    pthread_cond_destroy(&w->room);
+    free(w->out_dir);
+    free(w->spec);
+    free(w->manifest_extra);
+    free(w->buf);
+    free(w);
+}
+
+void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
+{
+    pthread_mutex_lock(&w->lock);
+    stats->records_written = w->written;
+    stats->records_dropped = w->dropped;
+    stats->records_truncated = w->truncated;
+    stats->bytes_written = w->bytes_total;
+    stats->write_errno = w->write_errno;
+    stats->files_written = w->closed ? w->file_count : 0;
+    pthread_mutex_unlock(&w->lock);
+}
+
+const char *tw_writer_manifest_path(tw_writer_t *w)
+{
+    return w->manifest_path;
+}

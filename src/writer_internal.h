@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: MIT */
+/* Between the recorder and the writer (not public API). */
+#ifndef TW_WRITER_INTERNAL_H
+#define TW_WRITER_INTERNAL_H
+
+#include "torchwrapper/api.h"
+#include "torchwrapper/recorder.h"
+#include "torchwrapper/writer.h"
+
+#define TW_LINE_MAX (2 * TW_API_NAME_MAX + 512) /* one formatted record, escaped name included */
+
+void tw_recorder_set_writer(tw_recorder_t *rec, tw_writer_t *writer);
+void tw_recorder_request_flush(tw_recorder_t *rec);
+void tw_chunk_release(tw_chunk_t *chunk);
+void tw_writer_fork_prepare(tw_writer_t *writer);
+void tw_writer_fork_parent(tw_writer_t *writer);
+void tw_writer_fork_child(tw_writer_t *writer);
+
+#endif
