@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+#include "tw_test.h"
+#include <string.h>
+
+static void sizes_with_units_parse_to_bytes(void **state)
+{
+    static const struct {
+        const char *text;
+        uint64_t bytes;
+    } good[] = {
+        {"1048576", 1048576},  {"10MB", 10000000},      {"128MB", 128000000},       {"1.5GB", 1500000000},
+        {"512KiB", 524288},    {"2GiB", 2147483648ull}, {"10mb", 10000000},         {"4 KB", 4000},
+        {" 64kib ", 65536},    {"1B", 1},               {"0.5KiB", 512},            {"1TB", 1000000000000ull},
+        {"1TiB", 1099511627776ull}, {"9223372036854775808", 9223372036854775808ull}, {".5MB", 500000},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        uint64_t bytes = 0;
+        assert_int_equal(tw_parse_size(good[i].text, &bytes), 0);
+        assert_int_equal(bytes, good[i].bytes);
+    }
+}
+
+static void bad_sizes_are_refused(void **state)
+{
+    static const char *invalid[] = {"", "MB", "ten", "10XB", "10 M B", "-5", "+5", "1e6", "inf", "nan", "10MBs", ".",
+                                    "1.2.3MB", "0x10"};
+    static const char *out_of_range[] = {"0", "0MB", "0.1B", "99999999999999999999", "9223372036854775809",
+                                         "10000000TB"};
+    uint64_t bytes = 42;
+    for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++)
+        assert_int_equal(tw_parse_size(invalid[i], &bytes), TW_EINVAL);
+    for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0]; i++)
+        assert_int_equal(tw_parse_size(out_of_range[i], &bytes), TW_ERANGE);
+    assert_int_equal(tw_parse_size(NULL, &bytes), TW_EINVAL);
+    assert_int_equal(bytes, 42);
+}
+
+static const tw_name_fields_t fields = {1795363668205914587LL, 4242, 4243, 3, 7, "node-1.example"};
+
+static void name_specs_expand(void **state)
+{
+    char out[256];
+    assert_true(tw_name_expand("timestamp", &fields, ".csv", out, sizeof out) > 0);
+    assert_string_equal(out, "tw-20261122-160748.205914587-4242-0007.csv");
+    assert_true(tw_name_expand("serial", &fields, ".jsonl", out, sizeof out) > 0);
+    assert_string_equal(out, "tw-4242-0007.jsonl");
+    assert_true(tw_name_expand("run_{rank}_{host}_{tid}_{index}", &fields, ".csv", out, sizeof out) > 0);
+    assert_string_equal(out, "run_3_node-1.example_4243_0007.csv");
+    assert_true(tw_name_expand("a{{b}}{index}.csv", &fields, ".csv", out, sizeof out) > 0);
+    assert_string_equal(out, "a{b}0007.csv");
+    tw_name_fields_t norank = fields;
+    norank.rank = -1;
+    norank.host = "evil/../host";
+    assert_true(tw_name_expand("{rank}-{host}-{index}", &norank, ".csv", out, sizeof out) > 0);
+    assert_string_equal(out, "norank-evil__._host-0007.csv");
+    assert_null(strchr(out, '/'));
+    char small[8];
+    assert_int_equal(tw_name_expand("timestamp", &fields, ".csv", small, sizeof small), TW_ERANGE);
+}
+
+static void bad_name_specs_say_why(void **state)
+{
+    char err[512];
+    assert_int_equal(tw_name_spec_check("run_{epoch}", err, sizeof err), TW_EINVAL);
+    assert_non_null(strstr(err, "unknown field {epoch}"));
+    assert_int_equal(tw_name_spec_check("../escape_{index}", err, sizeof err), TW_EINVAL);
+    assert_non_null(strstr(err, "would leave out_dir"));
+    assert_int_equal(tw_name_spec_check("sub/dir", err, sizeof err), TW_EINVAL);
+    assert_int_equal(tw_name_spec_check("..", err, sizeof err), TW_EINVAL);
+    assert_int_equal(tw_name_spec_check("x{index", err, sizeof err), TW_EINVAL);
+    assert_non_null(strstr(err, "unmatched '{'"));
+    assert_int_equal(tw_name_spec_check("x}", err, sizeof err), TW_EINVAL);
+    assert_int_equal(tw_name_spec_check("", err, sizeof err), TW_EINVAL);
+    assert_non_null(strstr(err, "accepted"));
+    assert_int_equal(tw_name_spec_check("timestamp", err, sizeof err), 0);
+    assert_int_equal(tw_name_spec_check("serial", err, sizeof err), 0);
+    assert_int_equal(tw_name_spec_check("{pid}-{index}", err, sizeof err), 0);
+}
+
+static void percentiles_are_within_one_percent(void **state)
+{
+    tw_stats_t stats;
+    tw_stats_init(&stats);
+    /* 1..100000 ns once each: p50 = 50000, p95 = 95000, p99 = 99000 (nearest rank). */
+    for (uint64_t v = 1; v <= 100000; v++)
+        tw_stats_add(&stats, 3, v, v / 2, 0, v % 1000 == 0);
+    const tw_api_stats_t *a = &stats.apis[3];
+    assert_int_equal(a->calls, 100000);
+    assert_int_equal(a->errors, 100);
+    assert_int_equal(a->total_ns, 100000ull * 100001 / 2);
+    assert_int_equal(a->min_ns, 1);
+    assert_int_equal(a->max_ns, 100000);
+    const double qs[] = {0.5, 0.95, 0.99};
+    for (int i = 0; i < 3; i++) {
+        double expect = qs[i] * 100000, got = (double)tw_stats_percentile(a, qs[i]);
+        assert_true(got >= expect * 0.99 && got <= expect * 1.01);
+    }
+    assert_int_equal(tw_stats_percentile(a, 0), 1);
+    assert_int_equal(tw_stats_percentile(a, 1), 100000);
+    /* small values are exact */
+    tw_stats_add(&stats, 5, 42, 42, 0, 0);
+    assert_int_equal(tw_stats_percentile(&stats.apis[5], 0.5), 42);
+    assert_int_equal(tw_stats_percentile(&stats.apis[4], 0.5), 0); /* never called */
+    /* huge values land in the last bucket, clamped to max */
+    tw_stats_add(&stats, 6, UINT64_MAX / 2, 0, 0, 0);
+    assert_int_equal(tw_stats_percentile(&stats.apis[6], 0.5), UINT64_MAX / 2);
+    tw_stats_free(&stats);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sizes_with_units_parse_to_bytes),
+        cmocka_unit_test(bad_sizes_are_refused),
+        cmocka_unit_test(name_specs_expand),
+        cmocka_unit_test(bad_name_specs_say_why),
+        cmocka_unit_test(percentiles_are_within_one_percent),
+    };
+    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}

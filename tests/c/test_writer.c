@@ -1,0 +1,485 @@
+/* SPDX-License-Identifier: MIT */
+#include "tw_test.h"
+
+#include <cjson/cJSON.h>
+#include <csv.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* write() as the library sees it: the executable's definition interposes on libc's, so errors can
+ * be injected into the writer thread's writes. */
+static volatile int inject_errno;
+
+ssize_t write(int fd, const void *buf, size_t count)
+{
+    if (inject_errno != 0 && fd > 2) {
+        errno = inject_errno;
+        return -1;
+    }
+    return syscall(SYS_write, fd, buf, count);
+}
+
+static const char *const weird_names[] = {
+    "torch.add", "torch.Tensor.__add__", "api,with,commas", "api \"with\" quotes", "api\nwith\nnewlines",
+    "ünïcödé.名前", " leading and trailing ", "back\\slash\ttab",
+};
+#define WEIRD_COUNT (sizeof weird_names / sizeof weird_names[0])
+
+typedef struct {
+    char dir[256];
+    tw_recorder_t *rec;
+    tw_writer_t *writer;
+    tw_clock_t clock;
+    uint32_t ids[WEIRD_COUNT];
+} fixture_t;
+
+static void rm_rf(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void open_fixture(fixture_t *f, tw_writer_config_t config)
+{
+    strcpy(f->dir, "/tmp/tw-test-writer-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    config.out_dir = f->dir;
+    for (size_t i = 0; i < WEIRD_COUNT; i++)
+        assert_int_equal(tw_api_intern(weird_names[i], &f->ids[i]), 0);
+    assert_int_equal(tw_recorder_create(&f->rec), 0);
+    tw_clock_init_manual(&f->clock, TW_CLOCK_MONOTONIC, 0, 1700000000000000000LL, 1.0);
+    char err[512] = "";
+    assert_int_equal(tw_writer_create(&config, f->rec, &f->clock, &f->writer, err, sizeof err), 0);
+}
+
+static void record_calls(tw_recorder_t *rec, const uint32_t *ids, uint64_t n)
+{
+    tw_thread_t *t = tw_recorder_attach(rec);
+    assert_non_null(t);
+    for (uint64_t i = 0; i < n; i++) {
+        tw_frame_t *frame = tw_call_begin(t);
+        tw_call_end(t, frame, ids[i % WEIRD_COUNT], 1000 * i, 1000 * i + 10 + i % 7, i % 5 == 0 ? TW_RECORD_ERROR : 0);
+    }
+}
+
+static void close_fixture(fixture_t *f)
+{
+    tw_recorder_collect(f->rec);
+    tw_writer_close(f->writer);
+}
+
+static void free_fixture(fixture_t *f)
+{
+    tw_writer_destroy(f->writer);
+    tw_recorder_destroy(f->rec);
+    rm_rf(f->dir);
+}
+
+/* ---- reading the files back ------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t rows;          /* data rows */
+    uint64_t per_name[WEIRD_COUNT];
+    int field;
+    int header_ok;
+    int in_header;
+    int unknown;
+    uint64_t files;
+    uint64_t max_file_size;
+    uint64_t pid_rows;      /* rows whose pid column equals `pid` */
+    long pid;
+    char first[128];        /* first field of the current row */
+} readback_t;
+
+static void on_field(void *data, size_t len, void *arg)
+{
+    readback_t *r = arg;
+    if (r->in_header) {
+        static const char *const header[] = {"call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid",
+                                             "tid", "depth", "parent_id", "error", "args"};
+        if (r->field < 12 && (strlen(header[r->field]) != len || memcmp(header[r->field], data, len) != 0))
+            r->header_ok = 0;
+    } else if (r->field == 1) {
+        size_t i = 0;
+        while (i < WEIRD_COUNT && (strlen(weird_names[i]) != len || memcmp(weird_names[i], data, len) != 0))
+            i++;
+        if (i < WEIRD_COUNT)
+            r->per_name[i]++;
+        else
+            r->unknown++;
+    } else if (r->field == 6) {
+        char number[32];
+        snprintf(number, sizeof number, "%.*s", (int)len, (const char *)data);
+        r->pid_rows += strtol(number, NULL, 10) == r->pid;
+    }
+    r->field++;
+}
+
+static void on_row(int c, void *arg)
+{
+    readback_t *r = arg;
+    if (!r->in_header)
+        r->rows++;
+    r->in_header = 0;
+    r->field = 0;
+}
+
+static void read_json_line(readback_t *r, const char *line)
+{
+    cJSON *o = cJSON_Parse(line);
+    assert_non_null(o);
+    const char *api = cJSON_GetStringValue(cJSON_GetObjectItem(o, "api"));
+    assert_non_null(api);
+    size_t i = 0;
+    while (i < WEIRD_COUNT && strcmp(weird_names[i], api) != 0)
+        i++;
+    if (i < WEIRD_COUNT)
+        r->per_name[i]++;
+    else
+        r->unknown++;
+    if ((long)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "pid")) == r->pid)
+        r->pid_rows++;
+    assert_true(cJSON_IsBool(cJSON_GetObjectItem(o, "error")));
+    r->rows++;
+    cJSON_Delete(o);
+}
+
+static readback_t read_back(const char *dir, const char *ext, long pid)
+{
+    readback_t r;
+    memset(&r, 0, sizeof r);
+    r.header_ok = 1;
+    r.pid = pid;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < strlen(ext) || strcmp(e->d_name + n - strlen(ext), ext) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *fp = fopen(path, "rb");
+        assert_non_null(fp);
+        fseek(fp, 0, SEEK_END);
+        long size = ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        char *text = malloc((size_t)size + 1);
+        assert_int_equal(fread(text, 1, (size_t)size, fp), (size_t)size);
+        text[size] = '\0';
+        fclose(fp);
+        r.files++;
+        if ((uint64_t)size > r.max_file_size)
+            r.max_file_size = (uint64_t)size;
+        if (strcmp(ext, ".csv") == 0) {
+            struct csv_parser p;
+            assert_int_equal(csv_init(&p, CSV_STRICT | CSV_STRICT_FINI), 0);
+            r.in_header = 1;
+            r.field = 0;
+            assert_int_equal(csv_parse(&p, text, (size_t)size, on_field, on_row, &r), (size_t)size);
+            csv_fini(&p, on_field, on_row, &r);
+            csv_free(&p);
+        } else {
+            for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n"))
+                read_json_line(&r, line);
+        }
+        free(text);
+    }
+    closedir(d);
+    return r;
+}
+
+static cJSON *read_json_file(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL)
+        return NULL;
+    char *text = calloc(1, 1 << 22);
+    size_t n = fread(text, 1, (1 << 22) - 1, fp);
+    fclose(fp);
+    text[n] = '\0';
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    return o;
+}
+
+/* ---- tests -------------------------------------------------------------------------------------- */
+
+static void check_cap_and_contents(tw_format_t format, const char *ext)
+{
+    enum { N = 20000 };
+    fixture_t f;
+    tw_writer_config_t config = {.format = format, .file_max_size = 8192, .file_name_spec = "serial", .rank = -1};
+    open_fixture(&f, config);
+    record_calls(f.rec, f.ids, N);
+    close_fixture(&f);
+    readback_t r = read_back(f.dir, ext, getpid());
+    assert_true(r.header_ok);
+    assert_int_equal(r.rows, N);
+    assert_int_equal(r.unknown, 0);
+    assert_int_equal(r.pid_rows, N);
+    for (size_t i = 0; i < WEIRD_COUNT; i++)
+        assert_int_equal(r.per_name[i], N / WEIRD_COUNT);
+    assert_true(r.max_file_size <= 8192);
+    assert_true(r.files > 100);
+    tw_writer_stats_t ws;
+    tw_writer_stats(f.writer, &ws);
+    assert_int_equal(ws.records_written, N);
+    assert_int_equal(ws.records_dropped, 0);
+    /* the manifest lists every file with its count, and the totals */
+    char path[512];
+    snprintf(path, sizeof path, "%s/manifest.json", f.dir);
+    cJSON *m = read_json_file(path);
+    assert_non_null(m);
+    assert_int_equal((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "records_written")), N);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(m, "files")), r.files);
+    uint64_t listed = 0;
+    cJSON *file;
+    cJSON_ArrayForEach(file, cJSON_GetObjectItem(m, "files"))
+        listed += (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(file, "records"));
+    assert_int_equal(listed, N);
+    cJSON_Delete(m);
+    /* the summary counts every call per API */
+    snprintf(path, sizeof path, "%s/summary.json", f.dir);
+    cJSON *s = read_json_file(path);
+    assert_non_null(s);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(s, "apis")), WEIRD_COUNT);
+    cJSON *api;
+    cJSON_ArrayForEach(api, cJSON_GetObjectItem(s, "apis"))
+        assert_int_equal((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(api, "calls")), N / WEIRD_COUNT);
+    cJSON_Delete(s);
+    free_fixture(&f);
+}
+
+static void csv_files_never_exceed_the_cap_and_read_back_identical(void **state)
+{
+    check_cap_and_contents(TW_FORMAT_CSV, ".csv");
+}
+
+static void json_files_never_exceed_the_cap_and_read_back_identical(void **state)
+{
+    check_cap_and_contents(TW_FORMAT_JSON, ".jsonl");
+}
+
+static void json_strings_are_escaped_per_rfc8259(void **state)
+{
+    char out[128];
+    const char in[] = "a\"b\\c\nd\re\tf\bg\fh\x01i\x7fj é";
+    char *end = tw_json_escape(out, in, sizeof in - 1);
+    *end = '\0';
+    assert_string_equal(out, "\"a\\\"b\\\\c\\nd\\re\\tf\\bg\\fh\\u0001i\\u007fj é\"");
+    cJSON *parsed = cJSON_Parse(out);
+    assert_non_null(parsed);
+    assert_string_equal(cJSON_GetStringValue(parsed), in);
+    cJSON_Delete(parsed);
+}
+
+static void an_existing_name_is_never_overwritten(void **state)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 4096, .file_name_spec = "fixed-{index}",
+                                 .rank = -1};
+    open_fixture(&f, config);
+    char path[512];
+    snprintf(path, sizeof path, "%s/fixed-0001.csv", f.dir);
+    FILE *fp = fopen(path, "w");
+    fputs("not ours\n", fp);
+    fclose(fp);
+    /* a symlink planted at the next name is not followed either */
+    snprintf(path, sizeof path, "%s/fixed-0002.csv", f.dir);
+    assert_int_equal(symlink("/tmp/tw-test-writer-target-must-not-exist", path), 0);
+    record_calls(f.rec, f.ids, 100);
+    close_fixture(&f);
+    snprintf(path, sizeof path, "%s/fixed-0001.csv", f.dir);
+    fp = fopen(path, "r");
+    char line[64];
+    assert_non_null(fgets(line, sizeof line, fp));
+    fclose(fp);
+    assert_string_equal(line, "not ours\n");
+    assert_int_equal(access("/tmp/tw-test-writer-target-must-not-exist", F_OK), -1);
+    snprintf(path, sizeof path, "%s/fixed-0003.csv", f.dir);
+    assert_int_equal(access(path, F_OK), 0);
+    tw_writer_stats_t ws;
+    tw_writer_stats(f.writer, &ws);
+    assert_int_equal(ws.records_written, 100);
+    free_fixture(&f);
+}
+
+static void max_files_keeps_the_newest(void **state)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 4096, .file_name_spec = "serial",
+                                 .max_files = 3, .rank = -1};
+    open_fixture(&f, config);
+    record_calls(f.rec, f.ids, 5000);
+    close_fixture(&f);
+    readback_t r = read_back(f.dir, ".csv", getpid());
+    assert_int_equal(r.files, 3);
+    char path[512];
+    snprintf(path, sizeof path, "%s/manifest.json", f.dir);
+    cJSON *m = read_json_file(path);
+    cJSON *files = cJSON_GetObjectItem(m, "files");
+    int n = cJSON_GetArraySize(files), removed = 0;
+    assert_true(n > 3);
+    for (int i = 0; i < n; i++) {
+        int gone = cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(files, i), "removed_by_max_files"));
+        removed += gone;
+        assert_int_equal(gone, i < n - 3); /* the oldest went */
+    }
+    assert_int_equal(removed, n - 3);
+    cJSON_Delete(m);
+    free_fixture(&f);
+}
+
+#define PRODUCERS 8
+#define PER_PRODUCER 1000000
+
+static void *produce(void *arg)
+{
+    fixture_t *f = arg;
+    record_calls(f->rec, f->ids, PER_PRODUCER);
+    return NULL;
+}
+
+static void eight_producers_lose_nothing(void **state)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 64 << 20, .file_name_spec = "serial",
+                                 .block_when_full = 1, .buffer_bytes = 8 << 20, .rank = -1};
+    open_fixture(&f, config);
+    pthread_t threads[PRODUCERS];
+    for (int i = 0; i < PRODUCERS; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, produce, &f), 0);
+    for (int i = 0; i < PRODUCERS; i++)
+        pthread_join(threads[i], NULL);
+    close_fixture(&f);
+    tw_writer_stats_t ws;
+    tw_writer_stats(f.writer, &ws);
+    tw_recorder_stats_t rs;
+    tw_recorder_stats(f.rec, &rs);
+    assert_int_equal(rs.dropped, 0);
+    assert_int_equal(ws.records_dropped, 0);
+    assert_int_equal(ws.records_written, (uint64_t)PRODUCERS * PER_PRODUCER);
+    readback_t r = read_back(f.dir, ".csv", getpid());
+    assert_int_equal(r.rows, (uint64_t)PRODUCERS * PER_PRODUCER);
+    free_fixture(&f);
+}
+
+static void a_full_disk_drops_and_counts_and_goes_on(void **state)
+{
+    static const int errors[] = {ENOSPC, EIO};
+    for (int k = 0; k < 2; k++) {
+        fixture_t f;
+        tw_writer_config_t config = {.format = TW_FORMAT_JSON, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                     .rank = -1};
+        open_fixture(&f, config);
+        record_calls(f.rec, f.ids, 3000);
+        tw_recorder_collect(f.rec);
+        inject_errno = errors[k];
+        record_calls(f.rec, f.ids, 2000); /* the program goes on recording */
+        tw_recorder_collect(f.rec);
+        assert_int_equal(tw_writer_close(f.writer), TW_EIO);
+        inject_errno = 0;
+        tw_writer_stats_t ws;
+        tw_writer_stats(f.writer, &ws);
+        assert_int_equal(ws.write_errno, errors[k]);
+        /* Every record is accounted for: written or dropped, never silently lost. */
+        assert_int_equal(ws.records_written + ws.records_dropped, 5000);
+        assert_true(ws.records_dropped >= 2000);
+        readback_t r = read_back(f.dir, ".jsonl", getpid());
+        assert_int_equal(r.rows, ws.records_written);
+        free_fixture(&f);
+    }
+}
+
+static void a_forked_child_writes_its_own_files(void **state)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                 .rank = -1};
+    open_fixture(&f, config);
+    record_calls(f.rec, f.ids, 3000); /* some in the queue, some in this thread's partial chunk */
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        record_calls(f.rec, f.ids, 1234);
+        tw_recorder_collect(f.rec);
+        int rc = tw_writer_close(f.writer);
+        tw_writer_stats_t ws;
+        tw_writer_stats(f.writer, &ws);
+        _exit(rc == 0 && ws.records_written == 1234 ? 0 : 1);
+    }
+    record_calls(f.rec, f.ids, 1000);
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close_fixture(&f);
+    readback_t mine = read_back(f.dir, ".csv", getpid());
+    readback_t theirs = read_back(f.dir, ".csv", child);
+    assert_int_equal(mine.pid_rows, 4000);   /* nothing of the parent's written twice */
+    assert_int_equal(theirs.pid_rows, 1234);
+    assert_int_equal(mine.rows, 5234);
+    char path[512];
+    snprintf(path, sizeof path, "%s/manifest-%ld.json", f.dir, (long)child);
+    assert_int_equal(access(path, F_OK), 0);
+    free_fixture(&f);
+}
+
+static void bad_configs_name_the_problem(void **state)
+{
+    tw_recorder_t *rec;
+    tw_writer_t *w = NULL;
+    tw_clock_t clock;
+    char err[512];
+    assert_int_equal(tw_recorder_create(&rec), 0);
+    tw_clock_init_manual(&clock, TW_CLOCK_MONOTONIC, 0, 0, 1.0);
+    tw_writer_config_t c = {.out_dir = "/proc/no/such/dir", .file_max_size = 1 << 20, .rank = -1};
+    assert_int_equal(tw_writer_create(&c, rec, &clock, &w, err, sizeof err), TW_EIO);
+    assert_non_null(strstr(err, "/proc/no/such/dir"));
+    assert_non_null(strstr(err, "cannot be created"));
+    c.out_dir = "/tmp";
+    c.file_max_size = 100;
+    assert_int_equal(tw_writer_create(&c, rec, &clock, &w, err, sizeof err), TW_EINVAL);
+    assert_non_null(strstr(err, "file_max_size 100 bytes is too small"));
+    c.file_max_size = 1 << 20;
+    c.file_name_spec = "{nope}";
+    assert_int_equal(tw_writer_create(&c, rec, &clock, &w, err, sizeof err), TW_EINVAL);
+    assert_non_null(strstr(err, "unknown field {nope}"));
+    assert_null(w);
+    tw_recorder_destroy(rec);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(csv_files_never_exceed_the_cap_and_read_back_identical),
+        cmocka_unit_test(json_files_never_exceed_the_cap_and_read_back_identical),
+        cmocka_unit_test(json_strings_are_escaped_per_rfc8259),
+        cmocka_unit_test(an_existing_name_is_never_overwritten),
+        cmocka_unit_test(max_files_keeps_the_newest),
+        cmocka_unit_test(eight_producers_lose_nothing),
+        cmocka_unit_test(a_full_disk_drops_and_counts_and_goes_on),
+        cmocka_unit_test(a_forked_child_writes_its_own_files),
+        cmocka_unit_test(bad_configs_name_the_problem),
+    };
+    return cmocka_run_group_tests_name("writer", tests, NULL, NULL);
+}
