@@ -2,14 +2,20 @@
 """Profiling everything under torch: discovery, installation, torch's own registries, restoration."""
 from __future__ import annotations
 
+import atexit
 import gc
+import json
+import os
+import signal
 import sys
+import threading
 import time
 import types
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 from ._discover import Plan, discover
+from ._files import iter_rows, record_files
 from ._patch import Patcher
 
 
@@ -123,14 +129,39 @@ class Profile:
 
     ``modules``: root module names (default ``["torch"]``); ``include`` and ``exclude``: API-name
     globs (``exclude`` defaults to ``DEFAULT_EXCLUDE``; ``include`` wins over it).
+
+    With ``out_dir``, records stream to files there (``format`` "csv" or "json", each file at most
+    ``file_max_size``, named by ``file_name_spec``, ``max_files`` newest kept, on disk within
+    ``flush_interval`` seconds; ``buffer_size`` bounds memory, ``on_full`` "drop" or "wait"). Without
+    it, records stay in memory until read.
     """
 
     def __init__(self, modules: Sequence[str] = ("torch",), include: Sequence[str] = (),
-                 exclude: Optional[Sequence[str]] = None) -> None:
+                 exclude: Optional[Sequence[str]] = None, *, out_dir: Optional[str] = None,
+                 format: str = "json", file_max_size: Any = "128MB", file_name_spec: str = "timestamp",
+                 max_files: int = 0, flush_interval: float = 1.0, buffer_size: Any = "64MiB",
+                 on_full: str = "drop", rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None) -> None:
         self.modules = list(modules)
         self.include = list(include)
         self.exclude = exclude
-        self.session = _core.Session()
+        self.out_dir = os.path.abspath(out_dir) if out_dir is not None else None
+        if rank is None and os.environ.get("RANK", "").isdigit():
+            rank = int(os.environ["RANK"])
+        output: Dict[str, Any] = {}
+        if out_dir is not None:
+            extra = {"config": {"out_dir": self.out_dir, "format": format, "file_max_size": file_max_size,
+                                "file_name_spec": file_name_spec, "max_files": max_files,
+                                "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full,
+                                "modules": self.modules, "include": self.include,
+                                "exclude": list(exclude) if exclude is not None else "default"},
+                     "python": sys.version.split()[0], "torch": _torch_version(),
+                     "argv": list(getattr(sys, "argv", []))}
+            extra.update(manifest or {})
+            output = dict(out_dir=self.out_dir, format=format, file_max_size=file_max_size,
+                          file_name_spec=file_name_spec, max_files=max_files, flush_interval=flush_interval,
+                          buffer_size=buffer_size, on_full=on_full, rank=-1 if rank is None else rank,
+                          manifest=json.dumps(extra, default=str))
+        self.session = _core.Session(**output)
         self.plan: Optional[Plan] = None
         self.patcher = Patcher()
         self._registries = _TorchRegistries()
@@ -171,7 +202,13 @@ class Profile:
         self._modules_before = set(sys.modules)
         t2 = time.perf_counter()
         self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
-        self.session.start()
+        try:
+            self.session.start()  # creates out_dir and the writer: errors name the path and reason
+        except BaseException:
+            self.patcher.restore()
+            self._registries.unregister()
+            raise
+        _exit_guard.started(self)
         return self
 
     def _discover(self, key: tuple, imported: frozenset) -> Plan:
@@ -182,7 +219,10 @@ class Profile:
         return plan
 
     def stop(self) -> None:
+        if not self.session.active:
+            return
         self.session.stop()
+        _exit_guard.stopped(self)
         t0 = time.perf_counter()
         self.patcher.restore()
         self._registries.unregister()
@@ -209,9 +249,20 @@ class Profile:
         self.stop()
 
     def records(self) -> list:
-        from . import records
+        """Every record, in the order the calls started (from the files when out_dir was given)."""
+        from . import Record, records
 
-        return records(self.session)
+        if self.out_dir is None:
+            return records(self.session)
+        rows = [Record(*row[:6], row[7], row[8], row[9], row[10])
+                for path in record_files(self.out_dir, os.getpid()) for row in iter_rows(path)]
+        rows.sort(key=lambda r: (r.start_ns, r.call_id))
+        return rows
+
+    @property
+    def files(self) -> List[str]:
+        """The record files written (paths), oldest first."""
+        return record_files(self.out_dir, os.getpid()) if self.out_dir else []
 
     def stats(self) -> Dict[str, Any]:
         out = dict(self.session.stats())
@@ -236,9 +287,80 @@ class Profile:
 
 
 def profile(modules: Sequence[str] = ("torch",), include: Sequence[str] = (),
-            exclude: Optional[Sequence[str]] = None) -> Profile:
-    """``with torchwrapper.profile() as prof: ...`` then ``prof.records()``."""
-    return Profile(modules, include, exclude)
+            exclude: Optional[Sequence[str]] = None, **output: Any) -> Profile:
+    """``with torchwrapper.profile() as prof: ...`` then ``prof.records()``; see Profile."""
+    return Profile(modules, include, exclude, **output)
+
+
+def _torch_version() -> Optional[str]:
+    torch = sys.modules.get("torch")
+    return getattr(torch, "__version__", None) if torch is not None else None
+
+
+class _ExitGuard:
+    """Nothing is lost when the program ends without stop(): at interpreter exit (normal end,
+    uncaught exception, sys.exit, KeyboardInterrupt from SIGINT), on SIGTERM (the profile is
+    stopped and flushed, then SIGTERM's previous behaviour follows), and in children forked by
+    multiprocessing, which leave through os._exit after running multiprocessing's finalizers."""
+
+    def __init__(self) -> None:
+        self.active: Optional[Profile] = None
+        self.previous_sigterm: Any = None
+        self.installed_sigterm = False
+        self.atexit_registered = False
+
+    def started(self, prof: Profile) -> None:
+        self.active = prof
+        if not self.atexit_registered:
+            atexit.register(self.at_exit)
+            os.register_at_fork(after_in_child=self.after_fork_in_child)
+            mp_util = sys.modules.get("multiprocessing.util")
+            if mp_util is not None:
+                # multiprocessing clears finalizers in a new child, then runs these callbacks.
+                mp_util.register_after_fork(self, _ExitGuard.after_multiprocessing_fork)
+            self.atexit_registered = True
+        if threading.current_thread() is threading.main_thread() and not self.installed_sigterm:
+            try:
+                self.previous_sigterm = signal.signal(signal.SIGTERM, self.on_sigterm)
+                self.installed_sigterm = True
+            except (ValueError, OSError):  # not the main interpreter, or no signals here
+                pass
+
+    def stopped(self, prof: Profile) -> None:
+        if self.active is prof:
+            self.active = None
+        if self.installed_sigterm and threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) == self.on_sigterm:
+                signal.signal(signal.SIGTERM, self.previous_sigterm)
+            self.installed_sigterm = False
+
+    def at_exit(self) -> None:
+        if self.active is not None:
+            self.active.stop()
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:
+        previous = self.previous_sigterm
+        self.at_exit()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_IGN:
+            return
+        else:  # the default: die of SIGTERM, as without the profiler
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def after_fork_in_child(self) -> None:
+        # The SIGTERM handler is inherited; stop() restores the previous one as usual.
+        self.installed_sigterm = self.active is not None and signal.getsignal(signal.SIGTERM) == self.on_sigterm
+
+    def after_multiprocessing_fork(self) -> None:
+        """In a child started by multiprocessing (DataLoader workers): it leaves through os._exit
+        after running multiprocessing's finalizers, not atexit."""
+        if self.active is not None:
+            sys.modules["multiprocessing.util"].Finalize(None, self.at_exit, exitpriority=100)
+
+
+_exit_guard = _ExitGuard()
 
 
 __all__ = ["Profile", "profile"]

@@ -1,0 +1,47 @@
+# SPDX-License-Identifier: MIT
+"""Reading record files back (CSV or JSON lines), as written by the C writer."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Iterator, List, Optional
+
+RECORD_EXTENSIONS = (".csv", ".jsonl")
+
+
+def record_files(out_dir: str, pid: Optional[int] = None) -> List[str]:
+    """The record files in out_dir (of one process if pid is given), oldest first per manifest."""
+    names = []
+    for manifest in sorted(f for f in os.listdir(out_dir) if f.startswith("manifest") and f.endswith(".json")):
+        with open(os.path.join(out_dir, manifest)) as f:
+            m = json.load(f)
+        if pid is not None and m.get("pid") != pid:
+            continue
+        names.extend(entry["name"] for entry in m.get("files", []) if not entry.get("removed_by_max_files"))
+    return [os.path.join(out_dir, n) for n in names if os.path.exists(os.path.join(out_dir, n))]
+
+
+def iter_rows(path: str) -> Iterator[tuple]:
+    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args)."""
+    if path.endswith(".csv"):
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            next(reader, None)  # header
+            for row in reader:
+                if len(row) < 12:
+                    continue  # a line torn by a killed process
+                yield (int(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]), int(row[5]), int(row[6]),
+                       int(row[7]), int(row[8]), int(row[9]), row[10] == "1", row[11])
+    else:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    o = json.loads(line)
+                except ValueError:
+                    continue  # a line torn by a killed process
+                yield (o["call_id"], o["api"], o["start_ns"], o["cost_ns"], o["self_ns"], o["gpu_ns"], o["pid"],
+                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"])
+
+
+__all__ = ["RECORD_EXTENSIONS", "iter_rows", "record_files"]
