@@ -27,7 +27,7 @@
 
 #define MIN_FILE_SIZE 4096           /* room for a header and any record */
 #define BUFFER_FLUSH (256 * 1024)    /* bytes of output gathered before a write() */
-#define DEFAULT_BUFFER_BYTES (64ull << 20)
+#define DEFAULT_BUFFER_BYTES (32ull << 20)
 #define CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
 
 typedef struct {

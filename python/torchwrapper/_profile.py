@@ -139,7 +139,7 @@ class Profile:
     def __init__(self, modules: Sequence[str] = ("torch",), include: Sequence[str] = (),
                  exclude: Optional[Sequence[str]] = None, *, out_dir: Optional[str] = None,
                  format: str = "json", file_max_size: Any = "128MB", file_name_spec: str = "timestamp",
-                 max_files: int = 0, flush_interval: float = 1.0, buffer_size: Any = "64MiB",
+                 max_files: int = 0, flush_interval: float = 1.0, buffer_size: Any = "32MiB",
                  on_full: str = "drop", rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None) -> None:
         self.modules = list(modules)
         self.include = list(include)

@@ -222,13 +222,55 @@ def bench_whole_run():
     return {"ratio": ratio, "records": records, "pairs": len(ratios)}
 
 
+MEMORY_RUN = """
+import resource, sys, torch, torchwrapper as tw
+calls, mode, out_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+x = torch.ones(2)
+dim = torch.Tensor.dim
+for _ in range(1000):
+    x.dim()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+prof = tw.profile(out_dir=out_dir, format="csv", file_max_size="64MB", max_files=2) if mode == "profiled" else None
+if prof:
+    prof.start()
+for _ in range(calls):
+    x.dim()
+if prof:
+    prof.stop()
+    stats = prof.stats()
+    print(stats["records_written"], stats["dropped"])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def bench_memory():
+    """Peak memory of a long run, profiled vs not (separate interpreters, ru_maxrss)."""
+    import tempfile
+
+    calls = {"quick": 5_000_000, "full": 50_000_000}[MODE]
+    peaks = {}
+    for mode in ("plain", "profiled"):
+        with tempfile.TemporaryDirectory() as out_dir:
+            out = subprocess.run([sys.executable, "-c", MEMORY_RUN, str(calls), mode, out_dir], capture_output=True,
+                                 text=True, check=True).stdout.split()
+        peaks[mode] = int(out[-1]) / 1024
+        if mode == "profiled":
+            written, dropped = int(out[0]), int(out[1])
+    extra = peaks["profiled"] - peaks["plain"]
+    print(f"peak memory of {calls:,} x.dim() calls, CSV files capped (64MB x 2 kept): plain {peaks['plain']:.0f} MB, "
+          f"profiled {peaks['profiled']:.0f} MB (+{extra:.0f} MB; target under 64 MB: "
+          f"{'ok' if extra < 64 else 'MISSED'}); {written:,} records written, {dropped:,} dropped")
+    return {"calls": calls, "plain_mb": peaks["plain"], "profiled_mb": peaks["profiled"], "extra_mb": extra,
+            "written": written, "dropped": dropped}
+
+
 def main():
     a = torch.ones(10)
     b = torch.ones(10)
     print(f"torchwrapper {tw.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
           f"clock {tw._core.clock_source()}, {os.cpu_count()} CPUs, BENCH={MODE}")
     results = {"single": bench_single_wrappers(a, b), "everything": bench_everything_wrapped(a, b),
-               "wrapping": bench_wrapping(), "whole_run": bench_whole_run()}
+               "wrapping": bench_wrapping(), "whole_run": bench_whole_run(), "memory": bench_memory()}
     out = os.environ.get("BENCH_JSON", "build/bench.json")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
