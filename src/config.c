@@ -206,3 +206,269 @@ int tw_name_expand(const char *spec, const tw_name_fields_t *f, const char *exte
         return TW_EINVAL;
     return (int)n;
 }
+
+/* ---- the configuration validator ------------------------------------------------------------- */
+
+#include <cjson/cJSON.h>
+
+typedef enum { KEY_STRING, KEY_CHOICE, KEY_SIZE, KEY_LIST, KEY_LIST_OR_NULL, KEY_COUNT, KEY_SECONDS, KEY_SPEC } key_kind_t;
+
+static const struct config_key {
+    const char *name;
+    key_kind_t kind;
+    const char *fallback; /* JSON text of the default */
+    const char *choices;  /* KEY_CHOICE: accepted values, space-separated */
+} config_keys[] = {
+    {"out_dir", KEY_STRING, "\"./output\"", NULL},
+    {"format", KEY_CHOICE, "\"json\"", "json csv"},
+    {"file_max_size", KEY_SIZE, "128000000", NULL},
+    {"file_name_spec", KEY_SPEC, "\"timestamp\"", NULL},
+    {"modules", KEY_LIST, "[\"torch\"]", NULL},
+    {"include", KEY_LIST, "[]", NULL},
+    {"exclude", KEY_LIST_OR_NULL, "null", NULL},
+    {"args", KEY_CHOICE, "\"summary\"", "summary none repr"},
+    {"gpu", KEY_CHOICE, "\"auto\"", "auto on off"},
+    {"max_files", KEY_COUNT, "0", NULL},
+    {"flush_interval", KEY_SECONDS, "1.0", NULL},
+    {"buffer_size", KEY_SIZE, "33554432", NULL},
+    {"on_full", KEY_CHOICE, "\"drop\"", "drop wait"},
+};
+#define CONFIG_KEY_COUNT (sizeof config_keys / sizeof config_keys[0])
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+    if (la >= 63 || lb >= 63)
+        return 99;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diagonal = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diagonal + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diagonal = up;
+        }
+    }
+    return row[lb];
+}
+
+static void accepted_keys(char *out, size_t size)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < CONFIG_KEY_COUNT && n < size; i++)
+        n += (size_t)snprintf(out + n, size - n, "%s%s", i ? ", " : "", config_keys[i].name);
+}
+
+/* The value as JSON text for messages (truncated). */
+static void describe(const cJSON *value, char *out, size_t size)
+{
+    char *text = cJSON_PrintUnformatted(value);
+    snprintf(out, size, "%s", text ? text : "?");
+    if (text && strlen(text) >= size && size > 4)
+        strcpy(out + size - 4, "...");
+    free(text);
+}
+
+/* A string list from a comma-separated string (from_strings). New reference or NULL. */
+static cJSON *split_list(const char *text)
+{
+    cJSON *list = cJSON_CreateArray();
+    const char *p = text;
+    while (list != NULL && *p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        while (len > 0 && isspace((unsigned char)*p)) {
+            p++;
+            len--;
+        }
+        while (len > 0 && isspace((unsigned char)p[len - 1]))
+            len--;
+        if (len > 0) {
+            char *item = strndup(p, len);
+            cJSON_AddItemToArray(list, cJSON_CreateString(item ? item : ""));
+            free(item);
+        }
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    return list;
+}
+
+/* Checks one value; returns the normalized value (new) or NULL with err written. */
+static cJSON *check_value(const struct config_key *key, const cJSON *value, int from_strings, char *err, size_t err_size)
+{
+    char given[160];
+    describe(value, given, sizeof given);
+    const char *text = cJSON_IsString(value) ? value->valuestring : NULL;
+    switch (key->kind) {
+    case KEY_STRING:
+        if (text != NULL && text[0] != '\0')
+            return cJSON_CreateString(text);
+        snprintf(err, err_size, "config key '%s': %s is not accepted: give a non-empty path string", key->name, given);
+        return NULL;
+    case KEY_SPEC: {
+        if (text != NULL && tw_name_spec_check(text, err, err_size) == 0)
+            return cJSON_CreateString(text);
+        if (text == NULL)
+            snprintf(err, err_size, "config key 'file_name_spec': %s is not accepted: give \"timestamp\", \"serial\" "
+                                    "or a template string", given);
+        return NULL;
+    }
+    case KEY_CHOICE:
+        if (text != NULL) {
+            size_t len = strlen(text);
+            for (const char *c = key->choices; *c;) {
+                size_t word = strcspn(c, " ");
+                if (word == len && strncmp(c, text, len) == 0)
+                    return cJSON_CreateString(text);
+                c += word + (c[word] == ' ');
+            }
+        }
+        snprintf(err, err_size, "config key '%s': %s is not accepted: give one of: %s", key->name, given,
+                 key->choices);
+        return NULL;
+    case KEY_SIZE: {
+        uint64_t bytes = 0;
+        int ok = 0;
+        if (cJSON_IsNumber(value) && value->valuedouble >= 1 && value->valuedouble == (double)(uint64_t)value->valuedouble) {
+            bytes = (uint64_t)value->valuedouble;
+            ok = 1;
+        } else if (text != NULL) {
+            ok = tw_parse_size(text, &bytes) == 0;
+        }
+        if (ok && strcmp(key->name, "file_max_size") == 0 && bytes < 4096) {
+            snprintf(err, err_size, "config key 'file_max_size': %s is too small: at least 4096 bytes are needed for a "
+                                    "header and any record", given);
+            return NULL;
+        }
+        if (ok) {
+            char number[24];
+            snprintf(number, sizeof number, "%llu", (unsigned long long)bytes);
+            return cJSON_CreateRaw(number);
+        }
+        snprintf(err, err_size, "config key '%s': %s is not a size: give a number of bytes or a number with a unit, "
+                                "e.g. 1048576, \"10MB\", \"1.5GB\", \"512KiB\", \"2GiB\" (B, KB, MB, GB, TB are powers of "
+                                "1000; KiB, MiB, GiB, TiB of 1024)", key->name, given);
+        return NULL;
+    }
+    case KEY_LIST:
+    case KEY_LIST_OR_NULL: {
+        if (key->kind == KEY_LIST_OR_NULL && cJSON_IsNull(value))
+            return cJSON_CreateNull();
+        cJSON *list = from_strings && text != NULL ? split_list(text) : cJSON_IsArray(value) ? cJSON_Duplicate(value, 1) : NULL;
+        const cJSON *item;
+        int ok = list != NULL;
+        cJSON_ArrayForEach(item, list) ok = ok && cJSON_IsString(item) && item->valuestring[0] != '\0';
+        if (ok && strcmp(key->name, "modules") == 0 && cJSON_GetArraySize(list) == 0)
+            ok = 0;
+        if (ok)
+            return list;
+        cJSON_Delete(list);
+        snprintf(err, err_size, "config key '%s': %s is not accepted: give a list of non-empty strings%s%s", key->name,
+                 given, strcmp(key->name, "modules") == 0 ? " (at least one module name, e.g. [\"torch\"])" : "",
+                 key->kind == KEY_LIST_OR_NULL ? " (API-name globs), or null for the default list" : "");
+        return NULL;
+    }
+    case KEY_COUNT:
+    case KEY_SECONDS: {
+        double v = 0;
+        int ok = 0;
+        if (cJSON_IsNumber(value)) {
+            v = value->valuedouble;
+            ok = 1;
+        } else if (from_strings && text != NULL) {
+            char *end;
+            v = strtod(text, &end);
+            ok = end != text && *end == '\0';
+        }
+        if (key->kind == KEY_COUNT && ok && v >= 0 && v <= 4294967295.0 && v == (double)(uint64_t)v) {
+            char number[24];
+            snprintf(number, sizeof number, "%llu", (unsigned long long)v);
+            return cJSON_CreateRaw(number);
+        }
+        if (key->kind == KEY_SECONDS && ok && v > 0 && v <= 3600)
+            return cJSON_CreateNumber(v);
+        snprintf(err, err_size, "config key '%s': %s is not accepted: give %s", key->name, given,
+                 key->kind == KEY_COUNT ? "a whole number, 0 or more (0 keeps every file)"
+                                        : "a number of seconds, more than 0 and at most 3600");
+        return NULL;
+    }
+    }
+    return NULL;
+}
+
+int tw_config_normalize(const char *json_in, int from_strings, char **json_out, char *err, size_t err_size)
+{
+    *json_out = NULL;
+    cJSON *in = cJSON_Parse(json_in ? json_in : "{}");
+    if (in == NULL || !cJSON_IsObject(in)) {
+        snprintf(err, err_size, "the configuration must be a JSON object (a dict), not %s",
+                 in == NULL ? "invalid JSON" : "another kind of value");
+        cJSON_Delete(in);
+        return TW_EINVAL;
+    }
+    const cJSON *entry;
+    cJSON_ArrayForEach(entry, in)
+    {
+        size_t k = 0;
+        while (k < CONFIG_KEY_COUNT && strcmp(config_keys[k].name, entry->string) != 0)
+            k++;
+        if (k < CONFIG_KEY_COUNT)
+            continue;
+        size_t best = 0, best_distance = 99;
+        for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+            size_t d = edit_distance(entry->string, config_keys[i].name);
+            if (d < best_distance) {
+                best_distance = d;
+                best = i;
+            }
+        }
+        char keys[512];
+        accepted_keys(keys, sizeof keys);
+        if (best_distance <= 2 && best_distance <= strlen(entry->string) / 3)
+            snprintf(err, err_size, "unknown config key '%s': did you mean '%s'? (accepted: %s)", entry->string,
+                     config_keys[best].name, keys);
+        else
+            snprintf(err, err_size, "unknown config key '%s' (accepted: %s)", entry->string, keys);
+        cJSON_Delete(in);
+        return TW_EINVAL;
+    }
+    cJSON *out = cJSON_CreateObject();
+    for (size_t i = 0; out != NULL && i < CONFIG_KEY_COUNT; i++) {
+        const cJSON *given = cJSON_GetObjectItemCaseSensitive(in, config_keys[i].name);
+        cJSON *value;
+        if (given != NULL) {
+            value = check_value(&config_keys[i], given, from_strings, err, err_size);
+        } else {
+            value = cJSON_Parse(config_keys[i].fallback);
+            if (value != NULL && config_keys[i].kind == KEY_SIZE) { /* keep sizes as exact raw integers */
+                char *text = cJSON_PrintUnformatted(value);
+                cJSON_Delete(value);
+                value = text ? cJSON_CreateRaw(text) : NULL;
+                free(text);
+            }
+        }
+        if (value == NULL) {
+            cJSON_Delete(out);
+            cJSON_Delete(in);
+            return TW_EINVAL;
+        }
+        cJSON_AddItemToObject(out, config_keys[i].name, value);
+    }
+    cJSON_Delete(in);
+    *json_out = out ? cJSON_PrintUnformatted(out) : NULL;
+    cJSON_Delete(out);
+    if (*json_out == NULL) {
+        snprintf(err, err_size, "out of memory");
+        return TW_ENOMEM;
+    }
+    return 0;
+}

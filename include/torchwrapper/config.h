@@ -45,6 +45,21 @@ TW_API int tw_name_spec_check(const char *spec, char *err, size_t err_size);
 TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, const char *extension, char *out,
                           size_t out_size);
 
+/*
+ * The profiler's configuration, validated in one place for every source (a Python dict, a JSON
+ * config file, environment variables). json_in is a JSON object; keys and accepted values:
+ *   out_dir "./output" | format "json"|"csv" | file_max_size "128MB" (size, >= 4096 bytes)
+ *   file_name_spec "timestamp" | modules ["torch"] | include [] | exclude null (the default list) or
+ *   [globs] | args "summary"|"none"|"repr" | gpu "auto"|"on"|"off" | max_files 0 | flush_interval 1.0
+ *   (seconds, (0, 3600]) | buffer_size "32MiB" (size) | on_full "drop"|"wait"
+ * With from_strings, values may also be strings to convert (environment variables): numbers, and
+ * lists as comma-separated text. On success *json_out (free() it) is the complete configuration with
+ * every default filled in and sizes in bytes. On error returns TW_EINVAL and writes to err a message
+ * that names the key, the value given and what is accepted (and, for an unknown key, the nearest
+ * known one).
+ */
+TW_API int tw_config_normalize(const char *json_in, int from_strings, char **json_out, char *err, size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif

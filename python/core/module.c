@@ -2,6 +2,8 @@
 /* torchwrapper._core: module definition (multi-phase init, module state). */
 #include "module.h"
 
+#include <stdlib.h>
+
 tw_active_t tw_active;
 
 static PyObject *core_clock_source(PyObject *module, PyObject *unused)
@@ -20,6 +22,23 @@ static PyObject *core_api_name(PyObject *module, PyObject *arg)
         return NULL;
     }
     return PyUnicode_FromString(name);
+}
+
+static PyObject *core_normalize_config(PyObject *module, PyObject *args)
+{
+    const char *json_in;
+    int from_strings = 0;
+    if (!PyArg_ParseTuple(args, "s|p:normalize_config", &json_in, &from_strings))
+        return NULL;
+    char *json_out = NULL, err[1024] = "";
+    int rc = tw_config_normalize(json_in, from_strings, &json_out, err, sizeof err);
+    if (rc != 0) {
+        PyErr_SetString(rc == TW_ENOMEM ? PyExc_MemoryError : PyExc_ValueError, err);
+        return NULL;
+    }
+    PyObject *result = PyUnicode_FromString(json_out);
+    free(json_out);
+    return result;
 }
 
 static PyObject *core_active_session(PyObject *module, PyObject *unused)
@@ -42,6 +61,10 @@ static PyMethodDef core_methods[] = {
      "restore(placements, missing) -> indexes left alone\n--\n\n"
      "Undoes install(), newest first, for (owner, attr, before, installed) placements; a place that\n"
      "no longer holds `installed` is left alone and its index returned."},
+    {"normalize_config", core_normalize_config, METH_VARARGS,
+     "normalize_config(json_text, from_strings=False) -> json_text\n--\n\n"
+     "Validates a configuration (a JSON object) and fills in the defaults; raises ValueError naming\n"
+     "the key, the value and what is accepted. from_strings accepts text for every value."},
     {"clock_source", core_clock_source, METH_NOARGS, "The tick source: 'tsc' or 'monotonic'."},
     {"api_name", core_api_name, METH_O, "The API name interned under an id."},
     {"active_session", core_active_session, METH_NOARGS, "The Session recording now, or None."},

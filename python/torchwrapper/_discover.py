@@ -150,6 +150,7 @@ class Plan:
     skipped: List[Tuple[str, str]]       # (name, reason): callables deliberately left alone
     excluded: List[Tuple[str, str]]      # (name, glob): left alone by the exclude list
     modules: List[str]                   # the modules walked
+    names: Dict[int, Tuple[Any, str]] = field(default_factory=dict)  # id -> (object, API name), all named
 
     def counts(self) -> Dict[str, int]:
         out: Dict[str, int] = {}
@@ -351,6 +352,11 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
                 continue
             add(func, f"{cls_name}.{attr}", kind, cls, attr, raw if attr in own else MISSING)
 
+    # Every named object, excluded or not (getAPIName), classes included.
+    names: Dict[int, Tuple[Any, str]] = {key: (t.obj, t.name) for key, t in targets.items()}
+    for key, cls in classes.items():
+        names[key] = (cls, best_name[key])
+
     # Exclusion by API name.
     chosen: List[Target] = []
     excluded: List[Tuple[str, str]] = []
@@ -377,7 +383,7 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
                 target.places.append((module, attr, value))
 
     chosen.sort(key=lambda t: t.name)
-    return Plan(chosen, skipped, excluded, [m for m, _ in modules])
+    return Plan(chosen, skipped, excluded, [m for m, _ in modules], names)
 
 
 __all__ = ["DEFAULT_EXCLUDE", "MISSING", "Plan", "SKIP_ATTRIBUTES", "SKIP_MODULES", "Target", "discover"]

@@ -259,6 +259,15 @@ class Profile:
         rows.sort(key=lambda r: (r.start_ns, r.call_id))
         return rows
 
+    def detailed_names(self) -> Dict[str, str]:
+        """API name -> where the callable is defined (module.qualname)."""
+        out = {}
+        for t in self.plan.targets if self.plan else ():
+            module = getattr(t.obj, "__module__", None) or getattr(getattr(t.obj, "__objclass__", None), "__module__", "")
+            qualname = getattr(t.obj, "__qualname__", None) or getattr(t.obj, "__name__", t.name)
+            out[t.name] = f"{module}.{qualname}" if module else qualname
+        return out
+
     @property
     def files(self) -> List[str]:
         """The record files written (paths), oldest first."""

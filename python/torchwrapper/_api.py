@@ -1,0 +1,261 @@
+# SPDX-License-Identifier: MIT
+"""The API of the original TorchWrapper: TorchWrapper(config).start(myCode), callRecords, the
+DataFrame, getAPIName, getAttributes."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import types
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+
+from . import _core
+from ._files import iter_rows
+from ._profile import Profile
+
+ENV_PREFIX = "TORCHWRAPPER_"
+CONFIG_FILE_ENV = "TORCHWRAPPER_CONFIG"
+
+# DataFrame columns: the original tool's first, then ours.
+COLUMNS = ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp", "Cost Time (ms)", "Arguments",
+           "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error"]
+
+
+def load_config(config: Union[None, Mapping[str, Any], str, os.PathLike] = None,
+                environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """The complete configuration from, in increasing priority: the defaults, the JSON file named
+    by $TORCHWRAPPER_CONFIG, $TORCHWRAPPER_<KEY> variables, and ``config`` (a dict, or the path of
+    a JSON file). Every source goes through the same validator (in C); errors name the key, the
+    value and what is accepted."""
+    environ = os.environ if environ is None else environ
+    merged: Dict[str, Any] = {}
+    sources = []
+    if environ.get(CONFIG_FILE_ENV):
+        sources.append((_read_config_file(environ[CONFIG_FILE_ENV], f"${CONFIG_FILE_ENV}"), False))
+    env_values = {key[len(ENV_PREFIX):].lower(): value for key, value in environ.items()
+                  if key.startswith(ENV_PREFIX) and key != CONFIG_FILE_ENV}
+    if env_values:
+        sources.append((env_values, True))
+    if isinstance(config, (str, os.PathLike)):
+        sources.append((_read_config_file(os.fspath(config), "config"), False))
+    elif config is not None:
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a dict or the path of a JSON file, not {type(config).__name__!r}")
+        sources.append((dict(config), False))
+    for values, from_strings in sources:
+        try:
+            checked = json.loads(_core.normalize_config(json.dumps(values, default=_unjsonable), from_strings))
+        except ValueError as error:
+            where = " (from $TORCHWRAPPER_* environment variables)" if from_strings else ""
+            raise ValueError(f"{error}{where}") from None
+        merged.update({key: checked[key] for key in values})
+    return json.loads(_core.normalize_config(json.dumps(merged)))
+
+
+def _unjsonable(value: Any) -> str:
+    raise ValueError(f"config value {value!r} of type {type(value).__name__!r} is not accepted: give strings, "
+                     f"numbers, lists or null")
+
+
+def _read_config_file(path: str, what: str) -> Dict[str, Any]:
+    try:
+        with open(path) as f:
+            values = json.load(f)
+    except OSError as error:
+        raise ValueError(f"{what}: cannot read the config file {path!r}: {error.strerror}") from None
+    except ValueError as error:
+        raise ValueError(f"{what}: the config file {path!r} is not valid JSON: {error}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{what}: the config file {path!r} must hold a JSON object, not {type(values).__name__}")
+    return values
+
+
+class TorchWrapper:
+    """Profiles every torch call of a piece of code.
+
+    >>> wrapper = TorchWrapper({"out_dir": "./output", "format": "csv", "file_max_size": "10MB"})
+    >>> result = wrapper.start(myCode)        # runs myCode profiled, returns what it returns
+    >>> wrapper.callRecords["torch.randn"]["TotalTime(ms)"]
+
+    Also ``wrapper.start()`` ... ``wrapper.stop()``, ``with TorchWrapper(config):`` and
+    ``@TorchWrapper(config)`` on a function. Each run writes its own files in out_dir.
+    """
+
+    def __init__(self, config: Union[None, Mapping[str, Any], str, os.PathLike] = None, **overrides: Any) -> None:
+        if overrides:
+            base = dict(config) if isinstance(config, Mapping) else {}
+            if isinstance(config, (str, os.PathLike)):
+                base = _read_config_file(os.fspath(config), "config")
+            base.update(overrides)
+            config = base
+        self.config: Dict[str, Any] = load_config(config)
+        self._profile: Optional[Profile] = None
+        self._call_records: Optional[dict] = None
+
+    # ---- running ----------------------------------------------------------------------------
+
+    def start(self, myCode: Optional[Callable[..., Any]] = None, *args: Any, **kwargs: Any) -> Any:
+        """Runs myCode(*args, **kwargs) profiled and returns its result; without myCode, starts
+        profiling until stop()."""
+        if myCode is not None and not callable(myCode):
+            raise TypeError(f"start() needs a callable to run, not {type(myCode).__name__!r}")
+        c = self.config
+        self._profile = Profile(c["modules"], c["include"], c["exclude"], out_dir=c["out_dir"], format=c["format"],
+                                file_max_size=c["file_max_size"], file_name_spec=c["file_name_spec"],
+                                max_files=c["max_files"], flush_interval=c["flush_interval"],
+                                buffer_size=c["buffer_size"], on_full=c["on_full"], manifest={"config": c})
+        self._call_records = None
+        self._profile.start()
+        if myCode is None:
+            return self
+        try:
+            return myCode(*args, **kwargs)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self._profile is None:
+            raise RuntimeError("stop() without start()")
+        self._profile.stop()
+
+    def __enter__(self) -> "TorchWrapper":
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """As a decorator: every call of fn runs profiled."""
+        @functools.wraps(fn)
+        def profiled(*args: Any, **kwargs: Any) -> Any:
+            return self.start(fn, *args, **kwargs)
+        return profiled
+
+    # ---- results ----------------------------------------------------------------------------
+
+    @property
+    def files(self) -> List[str]:
+        """The record files of the last run, oldest first."""
+        return self._profile.files if self._profile else []
+
+    def _rows(self):
+        if self._profile is None:
+            raise RuntimeError("nothing was profiled yet: call start() first")
+        rows = [row for path in self.files for row in iter_rows(path)]
+        rows.sort(key=lambda r: (r[2], r[0]))
+        return rows
+
+    @property
+    def callRecords(self) -> Dict[str, Any]:
+        """Per API: {"TotalTime(ms)": total, 1: {"detailedAPIName", "StartTimestamp", "CostTime(ms)",
+        "Arguments"}, 2: {...}, ...}, in call order. Built from the files, so for runs whose records
+        fit in memory; summary() is cheap at any size."""
+        if self._call_records is None:
+            detailed = self._profile.detailed_names() if self._profile else {}
+            records: Dict[str, Any] = {}
+            for call_id, api, start, cost, *_rest, args in self._rows():
+                entry = records.get(api)
+                if entry is None:
+                    entry = records[api] = {"TotalTime(ms)": 0.0}
+                entry["TotalTime(ms)"] += cost / 1e6
+                entry[len(entry)] = {"detailedAPIName": detailed.get(api, api), "StartTimestamp": start,
+                                     "CostTime(ms)": cost / 1e6, "Arguments": args}
+            self._call_records = records
+        return self._call_records
+
+    def dataframe(self):
+        """One row per call: the original columns (API Name, Total Time (ms), Call Number, Start
+        Timestamp, Cost Time (ms), Arguments), then Self Time (ms), GPU Time (ms), Thread, PID,
+        Depth, Call ID, Parent ID, Error."""
+        import pandas
+
+        rows = self._rows()
+        totals: Dict[str, float] = {}
+        numbers: Dict[str, int] = {}
+        for r in rows:
+            totals[r[1]] = totals.get(r[1], 0.0) + r[3] / 1e6
+        out = []
+        for call_id, api, start, cost, self_ns, gpu, pid, tid, depth, parent, error, args in rows:
+            numbers[api] = numbers.get(api, 0) + 1
+            out.append((api, totals[api], numbers[api], start, cost / 1e6, args, self_ns / 1e6, gpu / 1e6, tid, pid,
+                        depth, call_id, parent, error))
+        return pandas.DataFrame(out, columns=COLUMNS)
+
+    def summary(self):
+        """Per-API totals computed by the C writer while recording (cheap at any size): a DataFrame
+        with api, calls, errors, total/self/GPU/min/mean/max/p50/p95/p99 in ms."""
+        import pandas
+
+        if self._profile is None:
+            raise RuntimeError("nothing was profiled yet: call start() first")
+        path = os.path.join(self.config["out_dir"], "summary.json")
+        with open(path) as f:
+            apis = json.load(f)["apis"]
+        frame = pandas.DataFrame(apis)
+        for column in [c for c in frame.columns if c.endswith("_ns")]:
+            frame[column[:-3] + "_ms"] = frame.pop(column) / 1e6
+        return frame
+
+
+# ---- names -----------------------------------------------------------------------------------
+
+_names: Dict[int, Any] = {}
+
+
+def _name_index() -> Dict[int, Any]:
+    """id -> (object, API name) for everything under torch that has a public name (cached until a
+    module is imported)."""
+    import sys
+
+    from ._discover import discover
+
+    key = len(sys.modules)
+    if _names.get("key") != key:
+        _names.clear()
+        _names.update(discover(exclude=[]).names)
+        _names["key"] = key
+    return _names
+
+
+def getAPIName(obj: Any) -> str:
+    """The shortest public API name of a torch object: getAPIName(torch.optim.Adam) is
+    "torch.optim.Adam" (not "Adam" or "torch.optim.adam.Adam"). Classes, functions, builtins,
+    methods, bound methods and modules; objects outside torch give "module.qualname"."""
+    if isinstance(obj, (_core.Wrapper, _core.MethodWrapper)):
+        return obj.api_name
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    if isinstance(obj, types.MethodType):
+        return getAPIName(obj.__func__)
+    if isinstance(obj, (staticmethod, classmethod)):
+        return getAPIName(obj.__func__)
+    entry = _name_index().get(id(obj))
+    if entry is not None and entry[0] is obj:
+        return entry[1]
+    owner = getattr(obj, "__self__", None)
+    if isinstance(obj, types.BuiltinMethodType) and owner is not None and not isinstance(owner, types.ModuleType):
+        # x.add: a C method bound to an instance
+        cls = owner if isinstance(owner, type) else type(owner)
+        return f"{getAPIName(cls)}.{obj.__name__}"
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__qualname__
+    return f"{module}.{qualname}"
+
+
+def getAttributes(obj: Any) -> List[str]:
+    """The API names of the public callables under obj (a module or a class), sorted."""
+    base = getAPIName(obj)
+    names = []
+    for attr in dir(obj):
+        if attr.startswith("_"):
+            continue
+        try:
+            value = getattr(obj, attr)
+        except Exception:  # noqa: BLE001 - a lazy attribute that fails is not listed
+            continue
+        if callable(value):
+            names.append(f"{base}.{attr}")
+    return sorted(names)
+
+
+__all__ = ["COLUMNS", "TorchWrapper", "getAPIName", "getAttributes", "load_config"]
