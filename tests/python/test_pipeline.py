@@ -35,7 +35,9 @@ def rows_by_pid(out_dir):
 def test_a_million_calls_fill_capped_files_with_exactly_one_row_each(tmp_path, fmt):
     calls = 1_000_000
     x = torch.ones(2)
-    with tw.profile(out_dir=str(tmp_path), format=fmt, file_max_size="1MB") as prof:
+    # A loop of near-empty calls outruns the writer: on_full="wait" makes the count exact (the
+    # default, "drop", counts what it drops: see test_when_the_writer_falls_behind_drops_are_counted).
+    with tw.profile(out_dir=str(tmp_path), format=fmt, file_max_size="1MB", on_full="wait") as prof:
         for _ in range(calls):
             x.dim()
     files = [f for f in os.listdir(tmp_path) if f.endswith((".csv", ".jsonl"))]
