@@ -39,7 +39,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
  * Chunks are recycled through a process-wide pool rather than returned to malloc: a fresh 64 KiB
  * chunk costs 16 page faults on first touch, which measured ~60 ns per record here (more than the
  * rest of the hot path), while a recycled chunk is already resident. The pool keeps at most
- * TW_CHUNK_POOL_MAX chunks (16 MiB); it only holds memory that a session already used.
+ * TW_CHUNK_POOL_MAX chunks (32 MiB with their text); it only holds memory a session already used.
  */
 #define TW_CHUNK_POOL_MAX 256
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -55,12 +55,16 @@ static tw_chunk_t *chunk_alloc(uint64_t tid)
         pool_count--;
     }
     pthread_mutex_unlock(&pool_lock);
-    if (chunk == NULL && (chunk = malloc(sizeof *chunk + TW_CHUNK_RECORDS * sizeof(tw_record_t))) == NULL)
+    if (chunk == NULL &&
+        (chunk = malloc(sizeof *chunk + TW_CHUNK_RECORDS * sizeof(tw_record_t) + TW_CHUNK_TEXT)) == NULL)
         return NULL;
     chunk->next = NULL;
     chunk->tid = tid;
     chunk->count = 0;
     chunk->capacity = TW_CHUNK_RECORDS;
+    chunk->text = (char *)(chunk->records + TW_CHUNK_RECORDS);
+    chunk->text_used = 0;
+    chunk->text_capacity = TW_CHUNK_TEXT;
     return chunk;
 }
 

@@ -133,10 +133,23 @@ static char *put_i64(char *p, int64_t v)
 /* CSV text field: as is when nothing needs quoting, else through libcsv's quoting. */
 static char *put_csv_text(char *p, const char *s, size_t len)
 {
-    if (len == 0 || strpbrk(s, ",\"\r\n") != NULL || s[0] == ' ' || s[len - 1] == ' ')
+    int plain = len > 0 && s[0] != ' ' && s[len - 1] != ' ';
+    for (size_t i = 0; plain && i < len; i++)
+        plain = s[i] != ',' && s[i] != '"' && s[i] != '\r' && s[i] != '\n';
+    if (!plain && len > 0)
         return p + csv_write(p, 2 * len + 2, s, len);
     memcpy(p, s, len);
     return p + len;
+}
+
+/* Cuts n bytes of UTF-8 back to a character boundary, so that a cut summary stays valid text. */
+static size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+        max--;
+    return max;
 }
 
 char *tw_json_escape(char *p, const char *s, size_t len)
@@ -168,9 +181,13 @@ char *tw_json_escape(char *p, const char *s, size_t len)
     return p;
 }
 
-/* Formats one record into line (at least TW_LINE_MAX bytes); returns its length. */
-static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const tw_record_t *r, char *line)
+/* Formats one record into line (at least TW_LINE_MAX bytes), its argument text cut to args_max
+ * bytes; returns its length. */
+static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const tw_record_t *r, char *line,
+                            size_t args_max)
 {
+    const char *args = chunk->text + r->args_offset;
+    size_t args_len = utf8_cut(args, r->args_len, args_max);
     const char *api = tw_api_name(r->api_id);
     if (api == NULL)
         api = "?";
@@ -202,6 +219,7 @@ static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const
         *p++ = ',';
         *p++ = (r->flags & TW_RECORD_ERROR) ? '1' : '0';
         *p++ = ',';
+        p = put_csv_text(p, args, args_len);
         *p++ = '\n';
     } else {
         memcpy(p, "{\"call_id\":", 11);
@@ -231,8 +249,10 @@ static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const
             memcpy(p, ",\"error\":false", 14);
             p += 14;
         }
-        memcpy(p, ",\"args\":\"\"}\n", 12);
-        p += 12;
+        memcpy(p, ",\"args\":", 8);
+        p = tw_json_escape(p + 8, args, args_len);
+        *p++ = '}';
+        *p++ = '\n';
     }
     return (size_t)(p - line);
 }
@@ -396,9 +416,22 @@ static void append_line(tw_writer_t *w, const char *line, size_t len)
 static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
 {
     char line[TW_LINE_MAX];
+    size_t room = w->max_size - (w->format == TW_FORMAT_CSV ? sizeof CSV_HEADER - 1 : 0);
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
-        append_line(w, line, format_record(w, chunk, r, line));
+        size_t len = format_record(w, chunk, r, line, TW_ARGS_MAX);
+        if (len > room) {
+            /* Larger than a whole file: cut its argument text until it fits, and count it. */
+            size_t args_max = r->args_len;
+            while (len > room && args_max > 0) {
+                args_max = args_max > 64 ? args_max - 64 : 0;
+                len = format_record(w, chunk, r, line, args_max);
+            }
+            pthread_mutex_lock(&w->lock);
+            w->truncated++;
+            pthread_mutex_unlock(&w->lock);
+        }
+        append_line(w, line, len);
         tw_stats_add(&w->stats, r->api_id, tw_clock_duration_ns(&w->clock, r->cost),
                      tw_clock_duration_ns(&w->clock, r->self), r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
     }

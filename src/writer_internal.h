@@ -7,7 +7,8 @@
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/writer.h"
 
-#define TW_LINE_MAX (2 * TW_API_NAME_MAX + 512) /* one formatted record, escaped name included */
+/* One formatted record: escaped name and arguments (6 bytes per byte at worst in JSON) included. */
+#define TW_LINE_MAX (6 * TW_API_NAME_MAX + 6 * TW_ARGS_MAX + 512)
 
 void tw_recorder_set_writer(tw_recorder_t *rec, tw_writer_t *writer);
 void tw_recorder_request_flush(tw_recorder_t *rec);

@@ -15,6 +15,8 @@
 #ifndef TORCHWRAPPER_RECORDER_H
 #define TORCHWRAPPER_RECORDER_H
 
+#include <string.h>
+
 #include "torchwrapper/common.h"
 
 #ifdef __cplusplus
@@ -24,6 +26,8 @@ extern "C" {
 #define TW_CHUNK_RECORDS 1024  /* records per chunk: 64 KiB */
 #define TW_MAX_DEPTH 512       /* nesting tracked per thread; deeper calls are counted, not recorded */
 #define TW_CALL_ID_BLOCK 4096  /* call ids reserved per thread at a time */
+#define TW_CHUNK_TEXT (64 * 1024) /* bytes of argument text per chunk */
+#define TW_ARGS_MAX 512        /* bytes of argument text per record, at most */
 
 enum {
     TW_RECORD_ERROR = 1u << 0, /* the call raised */
@@ -38,17 +42,21 @@ typedef struct tw_record {
     uint64_t self;      /* cost minus the cost of the recorded calls directly inside it */
     uint64_t gpu_ns;    /* GPU time attributed to the call (0 without CUPTI) */
     uint32_t api_id;    /* see api.h */
-    uint32_t depth;     /* 0 for an outermost call */
-    uint32_t flags;     /* TW_RECORD_* */
-    uint32_t reserved;
+    uint16_t depth;     /* 0 for an outermost call (< TW_MAX_DEPTH) */
+    uint16_t flags;     /* TW_RECORD_* */
+    uint32_t args_offset; /* argument summary: text[args_offset .. + args_len) of the chunk */
+    uint32_t args_len;
 } tw_record_t;
 
-/* A block of records of one thread. */
+/* A block of records of one thread, with the text of their argument summaries. */
 typedef struct tw_chunk {
     struct tw_chunk *next;
     uint64_t tid; /* kernel thread id of the thread that filled it */
     uint32_t count;
     uint32_t capacity;
+    uint32_t text_used;
+    uint32_t text_capacity;
+    char *text;   /* TW_CHUNK_TEXT bytes, after the records */
     tw_record_t records[];
 } tw_chunk_t;
 
@@ -133,9 +141,12 @@ static inline tw_frame_t *tw_call_begin(tw_thread_t *t)
     return frame;
 }
 
-/* Leaves the call entered by tw_call_begin() and appends its record. */
-static inline void tw_call_end(tw_thread_t *t, tw_frame_t *frame, uint32_t api_id, uint64_t start,
-                               uint64_t end, uint32_t flags)
+/*
+ * Leaves the call entered by tw_call_begin() and appends its record, with args_len bytes of
+ * argument text (cut to TW_ARGS_MAX; args may be NULL when args_len is 0).
+ */
+static inline void tw_call_end_args(tw_thread_t *t, tw_frame_t *frame, uint32_t api_id, uint64_t start,
+                                    uint64_t end, uint32_t flags, const char *args, uint32_t args_len)
 {
     uint32_t depth = --t->depth;
     if (TW_UNLIKELY(frame == NULL)) {
@@ -148,8 +159,11 @@ static inline void tw_call_end(tw_thread_t *t, tw_frame_t *frame, uint32_t api_i
         frame[-1].child_ticks += cost;
         parent_id = frame[-1].call_id;
     }
+    if (args_len > TW_ARGS_MAX)
+        args_len = TW_ARGS_MAX;
     tw_chunk_t *chunk = t->chunk;
-    if (TW_UNLIKELY(chunk == NULL || chunk->count == chunk->capacity)) {
+    if (TW_UNLIKELY(chunk == NULL || chunk->count == chunk->capacity ||
+                    chunk->text_capacity - chunk->text_used < args_len)) {
         chunk = tw_thread_next_chunk(t);
         if (chunk == NULL) {
             t->dropped++;
@@ -165,12 +179,24 @@ static inline void tw_call_end(tw_thread_t *t, tw_frame_t *frame, uint32_t api_i
     r->self = cost > frame->child_ticks ? cost - frame->child_ticks : 0;
     r->gpu_ns = 0;
     r->api_id = api_id;
-    r->depth = depth;
-    r->flags = flags;
-    r->reserved = 0;
+    r->depth = (uint16_t)depth;
+    r->flags = (uint16_t)flags;
+    r->args_offset = chunk->text_used;
+    r->args_len = args_len;
+    if (args_len > 0) {
+        memcpy(chunk->text + chunk->text_used, args, args_len);
+        chunk->text_used += args_len;
+    }
     /* The writer asks for partial chunks once per flush interval, so records reach the disk soon. */
     if (TW_UNLIKELY(__atomic_load_n(t->flush_epoch, __ATOMIC_RELAXED) != t->seen_epoch))
         tw_thread_flush(t);
+}
+
+/* tw_call_end_args() without argument text. */
+static inline void tw_call_end(tw_thread_t *t, tw_frame_t *frame, uint32_t api_id, uint64_t start, uint64_t end,
+                               uint32_t flags)
+{
+    tw_call_end_args(t, frame, api_id, start, end, flags, NULL, 0);
 }
 
 #ifdef __cplusplus

@@ -74,7 +74,7 @@ static PyMethodDef core_methods[] = {
 static int core_exec(PyObject *module)
 {
     tw_module_state *state = PyModule_GetState(module);
-    if (tw_wrapper_add_types(module, state) < 0 || tw_session_add_type(module, state) < 0)
+    if (tw_wrapper_add_types(module, state) < 0 || tw_session_add_type(module, state) < 0 || tw_args_init() < 0)
         return -1;
     if (PyModule_AddStringConstant(module, "version", tw_version()) < 0)
         return -1;

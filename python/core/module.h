@@ -20,12 +20,22 @@ typedef struct {
  * to find it. Guarded by the GIL: it changes only in Session.start/stop, and the hot path reads it with
  * the GIL held (before and after calling through), so a session cannot vanish under a recording call.
  */
+typedef enum { TW_ARGS_NONE = 0, TW_ARGS_SUMMARY = 1, TW_ARGS_REPR = 2 } tw_args_mode_t;
+
 typedef struct {
     uint64_t gen;                  /* 0: no session; else a number unique to this session */
     tw_recorder_t *recorder;
     tw_clock_source_t clock_source;
+    tw_args_mode_t args_mode;
+    PyTypeObject *tensor_type;     /* torch._C.TensorBase when torch is imported (held by the session) */
     PyObject *session;             /* strong reference to the active Session object */
 } tw_active_t;
+
+int tw_args_init(void);
+
+/* Writes a summary of a call's arguments (summary or repr mode) into buf; returns its length. */
+uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t nargsf, PyObject *kwnames,
+                           tw_args_mode_t mode);
 
 extern tw_active_t tw_active;
 

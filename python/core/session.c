@@ -21,6 +21,8 @@ typedef struct {
     char *file_name_spec;
     char *manifest_json;
     tw_writer_t *writer;
+    tw_args_mode_t args_mode;
+    PyObject *tensor_type; /* torch._C.TensorBase, found at start, when args are summarized */
 } tw_session_object;
 
 /* A copy that outlives the Python objects (the writer thread reads it without the GIL). */
@@ -70,22 +72,53 @@ static int parse_size_arg(const char *key, PyObject *value, uint64_t *out)
 
 static uint64_t last_gen;
 
+/* torch._C.TensorBase when torch is imported: a new reference, or NULL (without an error). The
+ * extension never imports torch itself. */
+static PyObject *find_tensor_type(void)
+{
+    PyObject *name = PyUnicode_FromString("torch._C");
+    PyObject *module = name != NULL ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    PyObject *type = module != NULL ? PyObject_GetAttrString(module, "TensorBase") : NULL;
+    Py_XDECREF(module);
+    if (type == NULL || !PyType_Check(type)) {
+        Py_XDECREF(type);
+        PyErr_Clear();
+        return NULL;
+    }
+    return type;
+}
+
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
-                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", NULL};
+                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args", NULL};
     PyObject *out_dir = Py_None, *file_max_size = NULL, *buffer_size = NULL, *manifest = Py_None;
-    const char *format = "json", *spec = "timestamp", *on_full = "drop";
+    const char *format = "json", *spec = "timestamp", *on_full = "drop", *args_mode = "none";
     long long max_files = 0, rank = -1;
     double flush_interval = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLO:Session", keywords, &out_dir, &format,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLOs:Session", keywords, &out_dir, &format,
                                      &file_max_size, &spec, &max_files, &flush_interval, &buffer_size, &on_full,
-                                     &rank, &manifest))
+                                     &rank, &manifest, &args_mode))
         return NULL;
+    tw_args_mode_t mode;
+    if (strcmp(args_mode, "none") == 0)
+        mode = TW_ARGS_NONE;
+    else if (strcmp(args_mode, "summary") == 0)
+        mode = TW_ARGS_SUMMARY;
+    else if (strcmp(args_mode, "repr") == 0)
+        mode = TW_ARGS_REPR;
+    else {
+        PyErr_Format(PyExc_ValueError, "args='%s' is not accepted: \"none\", \"summary\" (dtype, shape and device of "
+                                       "tensors, values of numbers) or \"repr\" (bounded repr(), may write data values)",
+                     args_mode);
+        return NULL;
+    }
     tw_session_object *self = (tw_session_object *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->state = SESSION_NEW;
+    self->args_mode = mode;
     if (tw_recorder_create(&self->recorder) != 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
@@ -159,6 +192,7 @@ static void session_dealloc(PyObject *op)
     if (self->writer != NULL)
         tw_writer_destroy(self->writer);
     tw_recorder_destroy(self->recorder);
+    Py_XDECREF(self->tensor_type);
     PyMem_RawFree(self->out_dir);
     PyMem_RawFree(self->file_name_spec);
     PyMem_RawFree(self->manifest_json);
@@ -188,8 +222,12 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
             return NULL;
         }
     }
+    if (self->args_mode != TW_ARGS_NONE && self->tensor_type == NULL)
+        self->tensor_type = find_tensor_type();
     tw_active.recorder = self->recorder;
     tw_active.clock_source = self->clock.source;
+    tw_active.args_mode = self->args_mode;
+    tw_active.tensor_type = (PyTypeObject *)self->tensor_type;
     tw_active.session = Py_NewRef(op);
     tw_active.gen = ++last_gen;
     self->state = SESSION_ACTIVE;
@@ -256,13 +294,18 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
         PyObject *name = api_name_object(ctx, r->api_id);
         if (name == NULL)
             return -1;
-        PyObject *row = Py_BuildValue("(KNLKKKKIKO)", (unsigned long long)r->call_id, name,
+        PyObject *args = PyUnicode_DecodeUTF8(chunk->text + r->args_offset, r->args_len, "replace");
+        if (args == NULL) {
+            Py_DECREF(name);
+            return -1;
+        }
+        PyObject *row = Py_BuildValue("(KNLKKKKIKON)", (unsigned long long)r->call_id, name,
                                       (long long)tw_clock_epoch_ns(clock, r->start),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->cost),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->self),
                                       (unsigned long long)r->gpu_ns, (unsigned long long)chunk->tid,
                                       (unsigned int)r->depth, (unsigned long long)r->parent_id,
-                                      (r->flags & TW_RECORD_ERROR) ? Py_True : Py_False);
+                                      (r->flags & TW_RECORD_ERROR) ? Py_True : Py_False, args);
         if (row == NULL)
             return -1;
         int err = PyList_Append(ctx->list, row);
@@ -352,7 +395,7 @@ static PyMethodDef session_methods[] = {
     {"stop", session_stop, METH_NOARGS, "Stop recording and gather every thread's records."},
     {"records", session_records, METH_NOARGS,
      "The records of a stopped session: a list of tuples (call_id, api, start_ns, cost_ns, self_ns, "
-     "gpu_ns, tid, depth, parent_id, error)."},
+     "gpu_ns, tid, depth, parent_id, error, args)."},
     {"stats", session_stats, METH_NOARGS, "Counters: records, dropped, chunks, threads, clock."},
     {"pause_thread", session_pause, METH_NOARGS,
      "Stop recording calls made by this thread (nestable) until resume_thread()."},

@@ -80,6 +80,13 @@ static PyObject *wrapper_vectorcall(PyObject *callable, PyObject *const *args, s
         return call_original(self, args, nargsf, kwnames);
 
     tw_clock_source_t source = tw_active.clock_source;
+    uint32_t args_len = 0;
+    char args_text[TW_ARGS_MAX]; /* filled before the call: the arguments as they were passed */
+    if (tw_active.args_mode != TW_ARGS_NONE) {
+        t->paused++; /* the summary's own attribute reads are not the user's calls */
+        args_len = tw_summarize_args(args_text, sizeof args_text, args, nargsf, kwnames, tw_active.args_mode);
+        t->paused--;
+    }
     tw_frame_t *frame = tw_call_begin(t);
     uint64_t start = tw_clock_ticks(source);
     PyObject *result = call_original(self, args, nargsf, kwnames);
@@ -87,7 +94,8 @@ static PyObject *wrapper_vectorcall(PyObject *callable, PyObject *const *args, s
     /* The call may have ended the session (stop() from inside a profiled call, or from another
      * thread while this one waited for the GIL): then t belongs to a dead session. */
     if (TW_LIKELY(tw_active.gen == gen))
-        tw_call_end(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0);
+        tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text,
+                         args_len);
     return result;
 }
 

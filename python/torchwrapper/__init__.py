@@ -33,6 +33,7 @@ class Record(NamedTuple):
     depth: int
     parent_id: int
     error: bool
+    args: str = ""
 
 
 def records(session: Session) -> List[Record]:

@@ -130,6 +130,9 @@ class Profile:
     ``modules``: root module names (default ``["torch"]``); ``include`` and ``exclude``: API-name
     globs (``exclude`` defaults to ``DEFAULT_EXCLUDE``; ``include`` wins over it).
 
+    ``args``: "none" (the default here), "summary" (dtype, shape and device of tensors, values of
+    numbers, type names of the rest) or "repr" (bounded repr(), may write data values into files).
+
     With ``out_dir``, records stream to files there (``format`` "csv" or "json", each file at most
     ``file_max_size``, named by ``file_name_spec``, ``max_files`` newest kept, on disk within
     ``flush_interval`` seconds; ``buffer_size`` bounds memory, ``on_full`` "drop" or "wait"). Without
@@ -140,7 +143,8 @@ class Profile:
                  exclude: Optional[Sequence[str]] = None, *, out_dir: Optional[str] = None,
                  format: str = "json", file_max_size: Any = "128MB", file_name_spec: str = "timestamp",
                  max_files: int = 0, flush_interval: float = 1.0, buffer_size: Any = "32MiB",
-                 on_full: str = "drop", rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None) -> None:
+                 on_full: str = "drop", rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None,
+                 args: str = "none") -> None:
         self.modules = list(modules)
         self.include = list(include)
         self.exclude = exclude
@@ -161,7 +165,7 @@ class Profile:
                           file_name_spec=file_name_spec, max_files=max_files, flush_interval=flush_interval,
                           buffer_size=buffer_size, on_full=on_full, rank=-1 if rank is None else rank,
                           manifest=json.dumps(extra, default=str))
-        self.session = _core.Session(**output)
+        self.session = _core.Session(args=args, **output)
         self.plan: Optional[Plan] = None
         self.patcher = Patcher()
         self._registries = _TorchRegistries()
@@ -254,7 +258,7 @@ class Profile:
 
         if self.out_dir is None:
             return records(self.session)
-        rows = [Record(*row[:6], row[7], row[8], row[9], row[10])
+        rows = [Record(*row[:6], row[7], row[8], row[9], row[10], row[11])
                 for path in record_files(self.out_dir, os.getpid()) for row in iter_rows(path)]
         rows.sort(key=lambda r: (r.start_ns, r.call_id))
         return rows

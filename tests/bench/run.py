@@ -122,6 +122,25 @@ def bench_single_wrappers(a, b):
     return rows
 
 
+def bench_args(a, b):
+    """args="summary": a call with two tensor arguments (the summary reads dtype, shape, device)."""
+    print(f"per-call overhead with argument summaries (median of {REPS} interleaved blocks):")
+    holder = {}
+    rows = []
+    w = tw.wrap(torch.add, "torch.add")
+    for mode, target in (("none", 30), ("summary", 400)):
+        def begin(mode=mode):
+            holder["s"] = tw.Session(args=mode)
+            holder["s"].start()
+
+        def end():
+            holder.pop("s").stop()
+
+        rows.append(row(f"torch.add(a, b), args={mode}",
+                        *interleave(lambda: loop2(torch.add, a, b), lambda: loop2(w, a, b), begin, end), target))
+    return rows
+
+
 def bench_everything_wrapped(a, b):
     """tw.profile(): everything under torch wrapped. Plain blocks call the originals (__wrapped__)."""
     print(f"per-call overhead, everything under torch wrapped (median of {REPS} interleaved blocks):")
@@ -269,7 +288,8 @@ def main():
     b = torch.ones(10)
     print(f"torchwrapper {tw.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
           f"clock {tw._core.clock_source()}, {os.cpu_count()} CPUs, BENCH={MODE}")
-    results = {"single": bench_single_wrappers(a, b), "everything": bench_everything_wrapped(a, b),
+    results = {"single": bench_single_wrappers(a, b), "args": bench_args(a, b),
+               "everything": bench_everything_wrapped(a, b),
                "wrapping": bench_wrapping(), "whole_run": bench_whole_run(), "memory": bench_memory()}
     out = os.environ.get("BENCH_JSON", "build/bench.json")
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)

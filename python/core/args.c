@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Argument summaries, computed on the calling thread before the call, into a bounded buffer.
+ *
+ * "summary": tensors as dtype, shape and device (f32[2,3]@cpu), ints, floats, bools and None as
+ * values, short strings quoted, tuples and lists of up to 8 items, two levels deep, anything else by
+ * its type name: no user __repr__ is ever called, and no reference to an argument is kept. Tensor
+ * metadata is read through Python attributes (dtype, shape, is_cpu), which make temporary objects:
+ * the only Python allocations of a recorded call, and only in this mode.
+ * "repr": repr() of each argument, bounded; it may write data values into the files.
+ * The text reads like the original TorchWrapper's str((args, kwargs)): ((f32[1,3]@cpu, 2), {'dim': 0}).
+ */
+#include "module.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    char *end; /* leaves room for "..." */
+    int full;
+} text_t;
+
+/* Attribute names, interned once: a fresh string per lookup would be hashed every time and would
+ * miss CPython's type attribute cache (measured: ~1 us per tensor instead of ~0.25 us). */
+static PyObject *name_dtype, *name_shape, *name_is_cpu, *name_device;
+
+int tw_args_init(void)
+{
+    if (name_dtype == NULL) {
+        name_dtype = PyUnicode_InternFromString("dtype");
+        name_shape = PyUnicode_InternFromString("shape");
+        name_is_cpu = PyUnicode_InternFromString("is_cpu");
+        name_device = PyUnicode_InternFromString("device");
+    }
+    return name_dtype && name_shape && name_is_cpu && name_device ? 0 : -1;
+}
+
+static void put_i64(text_t *t, long long v)
+{
+    char tmp[24], *p = tmp + sizeof tmp;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    size_t n = (size_t)(tmp + sizeof tmp - p);
+    if (t->full || (size_t)(t->end - t->p) < n) {
+        t->full = 1;
+        return;
+    }
+    memcpy(t->p, p, n);
+    t->p += n;
+}
+
+static void put(text_t *t, const char *s, size_t n)
+{
+    if (t->full)
+        return;
+    if ((size_t)(t->end - t->p) < n) {
+        n = (size_t)(t->end - t->p);
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) /* not inside a UTF-8 character */
+            n--;
+        t->full = 1;
+    }
+    memcpy(t->p, s, n);
+    t->p += n;
+}
+
+static void puts_(text_t *t, const char *s)
+{
+    put(t, s, strlen(s));
+}
+
+/* Short names of dtypes, by the dtype object (a handful of singletons), filled on first sight. */
+static struct {
+    PyObject *dtype; /* borrowed: torch's dtype objects live as long as torch */
+    char name[16];
+} dtype_names[32];
+
+static const char *dtype_name(PyObject *dtype)
+{
+    for (int i = 0; i < 32 && dtype_names[i].dtype != NULL; i++)
+        if (dtype_names[i].dtype == dtype)
+            return dtype_names[i].name;
+    PyObject *repr = PyObject_Repr(dtype);
+    const char *text = repr ? PyUnicode_AsUTF8(repr) : NULL;
+    static const char *const longs[] = {"torch.float32", "torch.float64", "torch.float16", "torch.bfloat16", "torch.int64",
+                                        "torch.int32", "torch.int16", "torch.int8", "torch.uint8", "torch.bool",
+                                        "torch.complex64", "torch.complex128"};
+    static const char *const shorts[] = {"f32", "f64", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool",
+                                         "c64", "c128"};
+    char name[16] = "?";
+    if (text != NULL) {
+        snprintf(name, sizeof name, "%s", strncmp(text, "torch.", 6) == 0 ? text + 6 : text);
+        for (size_t k = 0; k < sizeof longs / sizeof longs[0]; k++)
+            if (strcmp(text, longs[k]) == 0)
+                snprintf(name, sizeof name, "%s", shorts[k]);
+    }
+    Py_XDECREF(repr);
+    PyErr_Clear();
+    for (int i = 0; i < 32; i++) {
+        if (dtype_names[i].dtype == NULL) {
+            dtype_names[i].dtype = dtype;
+            memcpy(dtype_names[i].name, name, sizeof name);
+            return dtype_names[i].name;
+        }
+    }
+    return "?"; /* more than 32 dtypes seen: not named */
+}
+
+static void put_tensor(text_t *t, PyObject *obj)
+{
+    PyObject *dtype = PyObject_GetAttr(obj, name_dtype);
+    puts_(t, dtype != NULL ? dtype_name(dtype) : "tensor");
+    Py_XDECREF(dtype);
+    PyObject *shape = PyObject_GetAttr(obj, name_shape);
+    puts_(t, "[");
+    if (shape != NULL && PyTuple_Check(shape)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+            if (i)
+                puts_(t, ",");
+            put_i64(t, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i)));
+        }
+    }
+    Py_XDECREF(shape);
+    puts_(t, "]");
+    PyObject *is_cpu = PyObject_GetAttr(obj, name_is_cpu);
+    if (is_cpu == Py_True) {
+        puts_(t, "@cpu");
+    } else {
+        PyObject *device = PyObject_GetAttr(obj, name_device);
+        PyObject *text = device ? PyObject_Str(device) : NULL;
+        const char *s = text ? PyUnicode_AsUTF8(text) : NULL;
+        puts_(t, "@");
+        puts_(t, s ? s : "?");
+        Py_XDECREF(text);
+        Py_XDECREF(device);
+    }
+    Py_XDECREF(is_cpu);
+    PyErr_Clear();
+}
+
+static void put_value(text_t *t, PyObject *obj, int depth)
+{
+    char buf[64];
+    if (tw_active.tensor_type != NULL && PyObject_TypeCheck(obj, tw_active.tensor_type)) {
+        put_tensor(t, obj);
+    } else if (obj == Py_None) {
+        puts_(t, "None");
+    } else if (PyBool_Check(obj)) {
+        puts_(t, obj == Py_True ? "True" : "False");
+    } else if (PyLong_CheckExact(obj)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        if (overflow)
+            puts_(t, "int");
+        else
+            put_i64(t, v);
+    } else if (PyFloat_CheckExact(obj)) {
+        snprintf(buf, sizeof buf, "%.6g", PyFloat_AS_DOUBLE(obj));
+        puts_(t, buf);
+    } else if (PyUnicode_CheckExact(obj)) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
+        if (s == NULL) {
+            PyErr_Clear();
+            puts_(t, "str");
+            return;
+        }
+        puts_(t, "'");
+        put(t, s, n > 32 ? 32 : (size_t)n);
+        puts_(t, n > 32 ? "...'" : "'");
+    } else if ((PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) && depth < 2) {
+        int tuple = PyTuple_CheckExact(obj);
+        Py_ssize_t n = tuple ? PyTuple_GET_SIZE(obj) : PyList_GET_SIZE(obj);
+        puts_(t, tuple ? "(" : "[");
+        for (Py_ssize_t i = 0; i < n && i < 8; i++) {
+            if (i)
+                puts_(t, ", ");
+            put_value(t, tuple ? PyTuple_GET_ITEM(obj, i) : PyList_GET_ITEM(obj, i), depth + 1);
+        }
+        if (n > 8)
+            puts_(t, ", ...");
+        if (tuple && n == 1)
+            puts_(t, ",");
+        puts_(t, tuple ? ")" : "]");
+    } else if (strcmp(Py_TYPE(obj)->tp_name, "torch.dtype") == 0) {
+        puts_(t, dtype_name(obj));
+    } else {
+        puts_(t, Py_TYPE(obj)->tp_name); /* never a user __repr__ */
+    }
+}
+
+static void put_repr(text_t *t, PyObject *obj)
+{
+    PyObject *repr = PyObject_Repr(obj);
+    Py_ssize_t n = 0;
+    const char *s = repr ? PyUnicode_AsUTF8AndSize(repr, &n) : NULL;
+    if (s != NULL)
+        put(t, s, (size_t)n);
+    else
+        puts_(t, Py_TYPE(obj)->tp_name);
+    Py_XDECREF(repr);
+    PyErr_Clear();
+}
+
+uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t nargsf, PyObject *kwnames,
+                           tw_args_mode_t mode)
+{
+    if (size < 8)
+        return 0;
+    text_t t = {buf, buf + size - 3, 0};
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    /* An exception being handled by the caller's code stays as it is. */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    puts_(&t, "((");
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        if (i)
+            puts_(&t, ", ");
+        if (mode == TW_ARGS_REPR)
+            put_repr(&t, args[i]);
+        else
+            put_value(&t, args[i], 0);
+    }
+    puts_(&t, nargs == 1 ? ",), {" : "), {");
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        const char *key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i));
+        puts_(&t, i ? ", '" : "'");
+        puts_(&t, key ? key : "?");
+        puts_(&t, "': ");
+        if (mode == TW_ARGS_REPR)
+            put_repr(&t, args[nargs + i]);
+        else
+            put_value(&t, args[nargs + i], 0);
+    }
+    puts_(&t, "})");
+    PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+    if (t.full) {
+        memcpy(t.p, "...", 3);
+        t.p += 3;
+    }
+    return (uint32_t)(t.p - buf);
+}

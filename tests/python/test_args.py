@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: MIT
+"""Argument summaries: what they say, and that they never keep a tensor alive nor call user code."""
+import gc
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchwrapper as tw
+
+
+def profiled_args(body, args="summary", **kwargs):
+    with tw.profile(args=args, **kwargs) as prof:
+        body()
+    return [(r.api, r.args) for r in prof.records()]
+
+
+def test_summaries_describe_tensors_numbers_and_containers():
+    a = torch.ones(2, 3)
+    b = torch.zeros(4, dtype=torch.int64)
+    rows = profiled_args(lambda: (torch.add(a, a, alpha=2), F.softmax(a, dim=1), torch.cat([a, a], 0),
+                                  b.sum(dtype=torch.float64), torch.randn(1, 3), a.view(-1), torch.tensor("x" * 40 == "")))
+    assert ("torch.add", "((f32[2,3]@cpu, f32[2,3]@cpu), {'alpha': 2})") in rows
+    assert ("torch.nn.functional.softmax", "((f32[2,3]@cpu,), {'dim': 1})") in rows
+    assert ("torch.cat", "(([f32[2,3]@cpu, f32[2,3]@cpu], 0), {})") in rows
+    assert ("torch.Tensor.sum", "((i64[4],), {'dtype': f64})".replace("[4]", "[4]@cpu")) in rows
+    assert ("torch.randn", "((1, 3), {})") in rows
+    assert ("torch.Tensor.view", "((f32[2,3]@cpu, -1), {})") in rows
+    assert ("torch.tensor", "((False,), {})") in rows
+
+
+class Secret:
+    def __repr__(self):
+        raise AssertionError("a user __repr__ was called")
+
+
+def test_summary_never_calls_a_user_repr_and_repr_mode_is_bounded():
+    rows = profiled_args(lambda: torch.is_tensor(Secret()), include=["torch.is_tensor"])
+    assert rows == [("torch.is_tensor", "((Secret,), {})")]
+    values = list(range(2000))
+    rows = profiled_args(lambda: torch.tensor(values), args="repr")
+    (text,) = [args for api, args in rows if api == "torch.tensor"]
+    assert text.startswith("(([0, 1, 2, 3,") and text.endswith("...") and len(text.encode()) <= 512
+
+
+def test_no_tensor_is_kept_alive_by_a_record(tmp_path):
+    refs = []
+
+    def body():
+        for _ in range(50):
+            t = torch.ones(1000)
+            refs.append(weakref.ref(t))
+            torch.add(t, t)
+
+    with tw.profile(args="summary", out_dir=str(tmp_path)):
+        body()
+        gc.collect()
+        assert all(r() is None for r in refs)  # while profiling, too
+    assert all(r() is None for r in refs)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_text_with_commas_quotes_newlines_and_unicode_reads_back_identical(tmp_path, fmt):
+    equations = ["a,b", 'say "hi"', "line\nbreak", "ünï名", " padded "]
+    x = torch.ones(1)
+    with tw.profile(args="summary", out_dir=str(tmp_path), format=fmt) as prof:
+        for eq in equations:
+            try:
+                torch.einsum(eq, x)
+            except RuntimeError:
+                pass  # not valid equations: recorded all the same, as errors
+    got = [(r.args, r.error) for r in prof.records() if r.api == "torch.einsum"]
+    assert got == [(f"(('{eq}', f32[1]@cpu), {{}})", True) for eq in equations]
+
+
+def test_bad_args_mode_is_refused():
+    with pytest.raises(ValueError, match="args='all' is not accepted"):
+        tw.profile(args="all")
