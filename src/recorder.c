@@ -88,7 +88,6 @@ static int thread_key_ok;
 
 static void push_chunk(tw_recorder_t *rec, tw_chunk_t *chunk)
 {
-    chunk->next = NULL;
     pthread_mutex_lock(&rec->lock);
     if (rec->writer != NULL) {
         rec->chunks++;
@@ -97,11 +96,7 @@ static void push_chunk(tw_recorder_t *rec, tw_chunk_t *chunk)
         pthread_mutex_unlock(&rec->lock);
         return;
     }
-    if (rec->tail != NULL)
-        rec->tail->next = chunk;
-    else
-        rec->head = chunk;
-    rec->tail = chunk;
+    tw_chunk_append(&rec->head, &rec->tail, chunk);
     rec->chunks++;
     rec->records += chunk->count;
     pthread_mutex_unlock(&rec->lock);

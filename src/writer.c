@@ -801,7 +801,6 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
 
 void tw_writer_enqueue(tw_writer_t *w, tw_chunk_t *chunk)
 {
-    chunk->next = NULL;
     pthread_mutex_lock(&w->lock);
     if (!w->thread_running && !w->closed && start_thread(w) != 0) {
         w->dropped += chunk->count;
@@ -809,11 +808,7 @@ void tw_writer_enqueue(tw_writer_t *w, tw_chunk_t *chunk)
         tw_chunk_release(chunk);
         return;
     }
-    if (w->tail != NULL)
-        w->tail->next = chunk;
-    else
-        w->head = chunk;
-    w->tail = chunk;
+    tw_chunk_append(&w->head, &w->tail, chunk);
     w->queued++;
     pthread_cond_signal(&w->work);
     pthread_mutex_unlock(&w->lock);

@@ -10,6 +10,17 @@
 /* One formatted record: escaped name and arguments (6 bytes per byte at worst in JSON) included. */
 #define TW_LINE_MAX (6 * TW_API_NAME_MAX + 6 * TW_ARGS_MAX + 512)
 
+/* Appends chunk to the FIFO list head..tail (the recorder's held chunks, the writer's queue). */
+static inline void tw_chunk_append(tw_chunk_t **head, tw_chunk_t **tail, tw_chunk_t *chunk)
+{
+    chunk->next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = chunk;
+    else
+        *head = chunk;
+    *tail = chunk;
+}
+
 void tw_recorder_set_writer(tw_recorder_t *rec, tw_writer_t *writer);
 void tw_recorder_request_flush(tw_recorder_t *rec);
 void tw_chunk_release(tw_chunk_t *chunk);
