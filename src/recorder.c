@@ -279,8 +279,7 @@ tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t)
     }
     /* Bounded memory: the writer says whether there is room (or waits for it, if asked to). */
     tw_writer_t *writer = __atomic_load_n(&t->recorder->writer, __ATOMIC_ACQUIRE);
-    int full = 0;
-    if (writer != NULL && !tw_writer_admit(writer, &full))
+    if (writer != NULL && !tw_writer_admit(writer))
         return NULL;
     tw_chunk_t *chunk = chunk_alloc(t->tid);
     if (chunk == NULL)

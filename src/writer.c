@@ -814,7 +814,7 @@ void tw_writer_enqueue(tw_writer_t *w, tw_chunk_t *chunk)
     pthread_mutex_unlock(&w->lock);
 }
 
-int tw_writer_admit(tw_writer_t *w, int *dropped)
+int tw_writer_admit(tw_writer_t *w)
 {
     int ok = 1;
     pthread_mutex_lock(&w->lock);
@@ -827,7 +827,6 @@ int tw_writer_admit(tw_writer_t *w, int *dropped)
         }
     }
     pthread_mutex_unlock(&w->lock);
-    *dropped = !ok;
     return ok;
 }
 
@@ -902,7 +901,6 @@ void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
     stats->records_truncated = w->truncated;
     stats->bytes_written = w->bytes_total;
     stats->write_errno = w->write_errno;
-    stats->files_written = w->closed ? w->file_count : 0;
     pthread_mutex_unlock(&w->lock);
 }
 

@@ -43,7 +43,6 @@ typedef struct tw_writer_stats {
     uint64_t records_written;
     uint64_t records_dropped;    /* by the writer: write errors, queue full */
     uint64_t records_truncated;  /* written with their args cut to fit file_max_size */
-    uint64_t files_written;
     uint64_t bytes_written;
     int write_errno;             /* the first write error, 0 if none */
 } tw_writer_stats_t;
@@ -75,10 +74,10 @@ TW_API const char *tw_writer_manifest_path(tw_writer_t *writer);
  * (room for 6 * len + 2 bytes); returns the end. */
 TW_API char *tw_json_escape(char *out, const char *s, size_t len);
 
-/* Internal, for the recorder: hands over a finished chunk (the writer owns it afterwards), and
- * waits for room or says there is none. */
+/* Internal, for the recorder: hands over a finished chunk (the writer owns it afterwards); says
+ * whether there is room for another (1) or not (0), waiting for room when asked to. */
 TW_API void tw_writer_enqueue(tw_writer_t *writer, tw_chunk_t *chunk);
-TW_API int tw_writer_admit(tw_writer_t *writer, int *dropped);
+TW_API int tw_writer_admit(tw_writer_t *writer);
 
 #ifdef __cplusplus
 }

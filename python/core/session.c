@@ -247,14 +247,13 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
     /* With the GIL held and the generation changed, no thread is inside tw_call_* for this recorder. */
     tw_recorder_collect(self->recorder);
     self->state = SESSION_STOPPED;
-    int write_failed = 0;
     if (self->writer != NULL) {
-        /* The writer drains the last chunks; it never needs the GIL, so let other threads run. */
+        /* The writer drains the last chunks; it never needs the GIL, so let other threads run. A
+         * write error was warned about once already, and is in stats()["write_error"]. */
         Py_BEGIN_ALLOW_THREADS
-        write_failed = tw_writer_close(self->writer) != 0;
+        tw_writer_close(self->writer);
         Py_END_ALLOW_THREADS
     }
-    (void)write_failed; /* reported by stats()["write_error"]; the writer warned once already */
     PyObject *session = tw_active.session;
     tw_active.session = NULL;
     Py_DECREF(session);

@@ -330,11 +330,8 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
                 namespace.setdefault(attr, value)
         for attr, raw in namespace.items():
             if attr.startswith("_") and attr not in WRAPPED_DUNDERS:
-                if attr in SKIP_ATTRIBUTES and (attr.startswith("__")):
+                if attr in SKIP_ATTRIBUTES:  # listed with its reason; other private names are internals
                     skipped.append((f"{cls_name}.{attr}", SKIP_ATTRIBUTES[attr]))
-                continue
-            if attr in SKIP_ATTRIBUTES:
-                skipped.append((f"{cls_name}.{attr}", SKIP_ATTRIBUTES[attr]))
                 continue
             if isinstance(raw, staticmethod):
                 func, kind = raw.__func__, "staticmethod"

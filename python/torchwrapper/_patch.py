@@ -51,34 +51,25 @@ class Patcher:
             self._originals.append(original)
         return wrapper
 
+    def installable(self, raw: Any, api_name: str) -> Any:
+        """What stands in for raw (a class or module __dict__ value): its wrapper, re-wrapped in
+        staticmethod or classmethod when raw was one."""
+        if isinstance(raw, staticmethod):
+            return staticmethod(self.wrapper_for(raw.__func__, api_name, bind=False))
+        if isinstance(raw, classmethod):
+            return classmethod(self.wrapper_for(raw.__func__, api_name, bind=True))
+        return self.wrapper_for(raw, api_name)
+
     def install(self, owner: Any, attr: str, api_name: str) -> Any:
         """Replaces ``owner.attr`` by a wrapper recorded as api_name; returns what was installed."""
         before = _raw_attribute(owner, attr)
-        current = before if before is not _MISSING else getattr(owner, attr)
-        if isinstance(current, staticmethod):
-            installed = staticmethod(self.wrapper_for(current.__func__, api_name, bind=False))
-        elif isinstance(current, classmethod):
-            installed = classmethod(self.wrapper_for(current.__func__, api_name, bind=True))
-        elif isinstance(owner, type) and before is _MISSING:
+        raw = before
+        if raw is _MISSING and isinstance(owner, type):
             # Inherited: what the class attribute lookup finds in a base's __dict__.
-            for base in owner.__mro__[1:]:
-                raw = base.__dict__.get(attr, _MISSING)
-                if raw is not _MISSING:
-                    return self._install_raw(owner, attr, before, raw, api_name)
-            raise AttributeError(f"{owner!r} has no attribute {attr!r} in its MRO")
-        else:
-            installed = self.wrapper_for(current, api_name)
-        setattr(owner, attr, installed)
-        self.placements.append(Placement(owner, attr, before, installed))
-        return installed
-
-    def _install_raw(self, owner: Any, attr: str, before: Any, raw: Any, api_name: str) -> Any:
-        if isinstance(raw, staticmethod):
-            installed = staticmethod(self.wrapper_for(raw.__func__, api_name, bind=False))
-        elif isinstance(raw, classmethod):
-            installed = classmethod(self.wrapper_for(raw.__func__, api_name, bind=True))
-        else:
-            installed = self.wrapper_for(raw, api_name)
+            raw = next((base.__dict__[attr] for base in owner.__mro__[1:] if attr in base.__dict__), _MISSING)
+        if raw is _MISSING:
+            raise AttributeError(f"{owner!r} has no attribute {attr!r}")
+        installed = self.installable(raw, api_name)
         setattr(owner, attr, installed)
         self.placements.append(Placement(owner, attr, before, installed))
         return installed
@@ -92,6 +83,7 @@ class Patcher:
         items = []
         wrappers, originals, wrap = self.wrappers, self._originals, _core.wrap
         for target in plan.targets:
+            # (wrapper_for and installable, inlined: this loop runs ~4,000 times per start)
             original = target.obj
             wrapper = wrappers.get(id(original))
             if wrapper is None:
