@@ -1,0 +1,38 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# make check-asan: builds a copy of the tree with AddressSanitizer and UndefinedBehaviorSanitizer
+# (and LeakSanitizer, on by default with ASan) and runs the cmocka tests there; with
+# ASAN_PYTEST=1 also the pytest suite, the extension loaded into the regular interpreter with the
+# sanitizer runtimes preloaded (leak detection off there: the interpreter itself keeps memory).
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+build=${ASAN_BUILD_DIR:-$src/build/asan}
+rm -rf "$build"
+mkdir -p "$build"
+# A configured source tree cannot host a VPATH build: build from a copy of the sources (the files
+# git tracks or would track: uncommitted changes included, build outputs not).
+if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+    echo "check-asan: needs a git checkout of torchwrapper (it copies the sources git knows of)" >&2
+    exit 1
+fi
+(cd "$src" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | (cd "$build" && tar -xf -)
+cd "$build"
+autoreconf -fi >/dev/null 2>&1
+flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
+./configure -q PYTHON="$python" CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" >/dev/null
+make -s -j"$(nproc)" >/dev/null 2>&1
+status=0
+make -s check TESTS="tests/c/test_api tests/c/test_clock tests/c/test_config tests/c/test_error tests/c/test_recorder tests/c/test_writer" >/dev/null 2>&1 || status=$?
+for log in tests/c/*.log; do
+    if grep -q -E "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "$log"; then
+        echo "sanitizer report in $log:"; cat "$log"; status=1
+    fi
+    echo "asan: ${log%.log}: $(grep -E 'PASSED|FAILED' "$log" | head -n 1)"
+done
+if [ "${ASAN_PYTEST:-0}" = 1 ]; then
+    preload="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+    LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0 PYTHONPATH="$build/build/python" \
+        "$python" -m pytest -q -p no:cacheprovider tests/python || status=$?
+fi
+exit $status
