@@ -53,10 +53,10 @@ static PyMethodDef core_methods[] = {
      "bind=True makes a wrapper that binds like a function when it is a class attribute;\n"
      "None (the default) decides from the original (functions and method descriptors bind)."},
     {"install", (PyCFunction)(void (*)(void))tw_install, METH_FASTCALL,
-     "install(items, missing) -> (befores, failures, stale)\n--\n\n"
-     "Sets owner.attr = new for each (owner, attr, new, expected), returning what each owner's\n"
-     "__dict__ held (or `missing`), (index, message) for each place that refused, and the indexes\n"
-     "whose previous value was not `expected`."},
+     "install(items, missing) -> (placements, failures, stale)\n--\n\n"
+     "Sets owner.attr = new for each (owner, attr, new, expected); returns the placements\n"
+     "(owner, attr, before, new) for restore(), (index, message) for each place that refused, and\n"
+     "the indexes whose previous value was not `expected`."},
     {"restore", (PyCFunction)(void (*)(void))tw_restore, METH_FASTCALL,
      "restore(placements, missing) -> indexes left alone\n--\n\n"
      "Undoes install(), newest first, for (owner, attr, before, installed) placements; a place that\n"

@@ -33,12 +33,12 @@ static PyObject *raw_get(PyObject *owner, PyObject *attr, PyObject *missing)
 }
 
 /*
- * install(items, missing) -> (befores, failures, stale)
+ * install(items, missing) -> (placements, failures, stale)
  * items: a sequence of (owner, attr, new, expected). For each, remembers
- * owner.__dict__.get(attr, missing), then sets owner.attr = new. A place that refuses
- * (AttributeError, TypeError) is reported in failures as (index, message) and its before is
- * `missing`; any other error stops and raises. stale lists the indexes whose before was not
- * `expected` (what discovery saw there).
+ * owner.__dict__.get(attr, missing), then sets owner.attr = new, and appends the placement
+ * (owner, attr, before, new) that restore() takes. A place that refuses (AttributeError,
+ * TypeError) is reported in failures as (index, message) instead; any other error stops and
+ * raises. stale lists the indexes whose before was not `expected` (what discovery saw there).
  */
 PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -51,10 +51,10 @@ PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     PyObject *missing = args[1];
     Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
-    PyObject *befores = PyList_New(n);
+    PyObject *placements = PyList_New(0);
     PyObject *failures = PyList_New(0);
     PyObject *stale = PyList_New(0);
-    if (befores == NULL || failures == NULL || stale == NULL)
+    if (placements == NULL || failures == NULL || stale == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(items, i);
@@ -91,15 +91,20 @@ PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 goto fail;
             }
             Py_DECREF(failure);
-            before = Py_NewRef(missing);
+            continue;
         }
-        PyList_SET_ITEM(befores, i, before);
+        PyObject *placement = PyTuple_Pack(4, owner, attr, before, PyTuple_GET_ITEM(item, 2));
+        Py_DECREF(before);
+        if (placement == NULL || PyList_Append(placements, placement) < 0) {
+            Py_XDECREF(placement);
+            goto fail;
+        }
+        Py_DECREF(placement);
     }
     Py_DECREF(items);
-    return Py_BuildValue("(NNN)", befores, failures, stale);
+    return Py_BuildValue("(NNN)", placements, failures, stale);
 fail:
-    /* Unset list slots are NULL, which list deallocation skips. */
-    Py_XDECREF(befores);
+    Py_XDECREF(placements);
     Py_XDECREF(failures);
     Py_XDECREF(stale);
     Py_DECREF(items);

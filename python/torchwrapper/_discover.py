@@ -128,6 +128,14 @@ _TENSOR_BASE_NAMES = ("torch._C.TensorBase", "torch._C._TensorBase")
 
 MISSING = object()  # "not in the owner's __dict__": an inherited attribute
 
+# Top-level packages whose modules cannot hold torch callables: the standard library and what torch
+# imports for itself (none of them imports torch).
+_NO_TORCH_PACKAGES = frozenset(getattr(sys, "stdlib_module_names", ())) | {
+    "sympy", "mpmath", "numpy", "typing_extensions", "filelock", "jinja2", "markupsafe", "networkx", "fsspec",
+    "_pytest", "pytest", "pluggy", "iniconfig", "packaging", "pandas", "dateutil", "pytz", "tzdata", "six",
+    "torchwrapper",
+}
+
 _IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE
 _FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType)
 _C_METHOD_TYPES = (types.MethodDescriptorType, types.WrapperDescriptorType, types.BuiltinFunctionType)
@@ -171,6 +179,7 @@ def _name_key(name: str) -> Tuple[int, int, str]:
 
 
 _skip_cache: Dict[str, Optional[str]] = {}
+_SKIP_PREFIXES = tuple(prefix + "." for prefix in SKIP_MODULES)
 
 
 def _skip_reason(module_name: Optional[str]) -> Optional[str]:
@@ -181,11 +190,9 @@ def _skip_reason(module_name: Optional[str]) -> Optional[str]:
         return _skip_cache[module_name]
     except KeyError:
         pass
-    reason = None
-    for prefix, why in SKIP_MODULES.items():
-        if module_name == prefix or module_name.startswith(prefix + "."):
-            reason = why
-            break
+    reason = SKIP_MODULES.get(module_name)
+    if reason is None and module_name.startswith(_SKIP_PREFIXES):  # one C-level test for most names
+        reason = next(why for prefix, why in SKIP_MODULES.items() if module_name.startswith(prefix + "."))
     _skip_cache[module_name] = reason
     return reason
 
@@ -207,11 +214,27 @@ class _Roots:
         return hit
 
 
-def _compile_globs(globs: Iterable[str]) -> Optional["re.Pattern[str]"]:
-    globs = list(globs)
-    if not globs:
+class _Globs:
+    """API-name globs, matched fast: exact names by a set lookup, and each wildcard pattern only on
+    names that contain its longest literal part (a substring test in C) before the regex."""
+
+    def __init__(self, globs: Iterable[str]) -> None:
+        self.globs = list(globs)
+        self.exact = {g for g in self.globs if not any(c in g for c in "*?[")}
+        self.patterns = []
+        for g in self.globs:
+            if g not in self.exact:
+                literal = max(re.split(r"[*?]|\[[^]]*\]", g), key=len)
+                self.patterns.append((literal, re.compile(fnmatch.translate(g)), g))
+
+    def match(self, name: str) -> Optional[str]:
+        """The first glob that matches name, or None."""
+        if name in self.exact:
+            return name
+        for literal, regex, glob in self.patterns:
+            if literal in name and regex.match(name):
+                return glob
         return None
-    return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
 
 
 def discover(roots: Sequence[str] = ("torch",), include: Sequence[str] = (),
@@ -231,7 +254,7 @@ def discover(roots: Sequence[str] = ("torch",), include: Sequence[str] = (),
 def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Sequence[str]]) -> Plan:
     exclude = list(DEFAULT_EXCLUDE) if exclude is None else list(exclude)
     under = _Roots(roots)
-    include_re, exclude_re = _compile_globs(include), _compile_globs(exclude)
+    include_globs, exclude_globs = _Globs(include), _Globs(exclude)
     skipped: List[Tuple[str, str]] = []
 
     modules: List[Tuple[str, types.ModuleType]] = []
@@ -358,17 +381,18 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
     chosen: List[Target] = []
     excluded: List[Tuple[str, str]] = []
     for target in targets.values():
-        if exclude_re is not None and exclude_re.fullmatch(target.name) and not (
-                include_re is not None and include_re.fullmatch(target.name)):
-            excluded.append((target.name, next(g for g in exclude if fnmatch.fnmatchcase(target.name, g))))
+        glob = exclude_globs.match(target.name)
+        if glob is not None and include_globs.match(target.name) is None:
+            excluded.append((target.name, glob))
             continue
         chosen.append(target)
 
-    # Aliases held by other modules (`from torch import add` in user code).
+    # Aliases held by other modules (`from torch import add` in user code). The standard library and
+    # the packages torch itself imports, which never import torch's callables, are not searched.
     by_id = {id(t.obj): t for t in chosen if t.kind in ("function", "builtin")}
     for mod_name, module in list(sys.modules.items()):
         if type(module) is not types.ModuleType or under(mod_name) or \
-                _skip_reason(mod_name) is not None:
+                mod_name.partition(".")[0] in _NO_TORCH_PACKAGES or _skip_reason(mod_name) is not None:
             continue
         try:
             namespace = vars(module)

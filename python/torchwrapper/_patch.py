@@ -97,20 +97,17 @@ class Patcher:
             else:
                 installed = wrapper
             items.extend((owner, attr, installed, raw) for owner, attr, raw in target.places)
-        befores, failures, stale = _core.install(items, _MISSING)
-        refused = set()
+        placements, failures, stale = _core.install(items, _MISSING)
         for index, message in failures:
             owner, attr = items[index][:2]
             self.failed.append((owner, attr, message))
-            refused.add(index)
-        self.placements.extend(Placement(item[0], item[1], before, item[2])
-                               for i, (item, before) in enumerate(zip(items, befores)) if i not in refused)
+        self.placements.extend(placements)  # (owner, attr, before, installed) tuples, as Placement
         return not stale
 
     def restore(self) -> None:
         """Undoes every install, newest first."""
         for index in _core.restore(self.placements, _MISSING):
-            p = self.placements[index]
+            p = Placement(*self.placements[index])
             # Someone replaced our wrapper while we profiled. Torch does this itself: the first
             # construction of an optimizer class replaces cls.step by a functools.wraps hook
             # around whatever cls.step was, i.e. around our wrapper. Point such a hook at the
