@@ -65,6 +65,9 @@ static PyMethodDef core_methods[] = {
      "normalize_config(json_text, from_strings=False) -> json_text\n--\n\n"
      "Validates a configuration (a JSON object) and fills in the defaults; raises ValueError naming\n"
      "the key, the value and what is accepted. from_strings accepts text for every value."},
+    {"scan_modules", (PyCFunction)(void (*)(void))tw_scan_modules, METH_FASTCALL,
+     "scan_modules(modules, roots) -> (function_places, classes, best_name)\n--\n\n"
+     "Discovery's first pass (see torchwrapper._discover)."},
     {"clock_source", core_clock_source, METH_NOARGS, "The tick source: 'tsc' or 'monotonic'."},
     {"api_name", core_api_name, METH_O, "The API name interned under an id."},
     {"active_session", core_active_session, METH_NOARGS, "The Session recording now, or None."},

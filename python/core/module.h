@@ -44,6 +44,7 @@ int tw_session_add_type(PyObject *module, tw_module_state *state);
 PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tw_restore(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* Suspends recording on the calling thread while the profiler runs its own Python code. */
 void tw_pause_thread(void);

@@ -22,6 +22,8 @@ import re
 import sys
 import types
 from dataclasses import dataclass, field
+
+from . import _core
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # Modules whose callables are never wrapped, with the reason. A prefix covers its submodules.
@@ -267,47 +269,13 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
             modules.append((mod_name, module))
     modules.sort(key=lambda item: _name_key(item[0]))
 
-    # Pass 1: module-level functions (every place) and classes, and the shortest public names.
-    # Only public names count (a callable without one is not wrapped), so the many private
-    # modules are only searched for places of functions.
-    best_name: Dict[int, str] = {}
-    best_key: Dict[int, Tuple[bool, int, int, str, str]] = {}
-    classes: Dict[int, type] = {}
-    function_places: List[Tuple[types.ModuleType, str, Any]] = []
-    for mod_name, module in modules:
-        public_module = _is_public(mod_name)
-        depth = mod_name.count(".") + 1
-        for attr, value in list(vars(module).items()):
-            if attr[0] == "_":
-                if attr[:2] == "__":
-                    continue  # module hooks (__getattr__, __dir__) and metadata
-                public = False
-            else:
-                public = public_module
-            kind = type(value)  # not isinstance: some torch attributes warn when their __class__ is read
-            if kind in _FUNCTION_TYPES:
-                home = getattr(value, "__module__", None)
-                if home is not None and not under(home):
-                    continue  # a re-export of another library's function (os.path.join, ...)
-                function_places.append((module, attr, value))
-            elif public and issubclass(kind, type):
-                home = getattr(value, "__module__", None)
-                if not under(home):
-                    continue
-                classes[id(value)] = value
-            else:
-                continue
-            if not public:
-                continue
-            # Names in the object's home package (where it is defined, or a parent package that
-            # re-exports it) come first: torch.optim.lr_scheduler.LRScheduler rather than the
-            # shorter re-export torch.optim.swa_utils.LRScheduler.
-            at_home = home is not None and (home == mod_name or home.startswith(mod_name + "."))
-            key = (not at_home, depth, len(mod_name) + 1 + len(attr), mod_name, attr)
-            current = best_key.get(id(value))
-            if current is None or key < current:
-                best_key[id(value)] = key
-                best_name[id(value)] = f"{mod_name}.{attr}"
+    # Pass 1, in C (_core.scan_modules): every module-level function under the roots (all its
+    # places), the classes under the roots with a public name, and the preferred public name of
+    # each: names through the object's home package (where it is defined, or a parent package that
+    # re-exports it) first, so torch.optim.lr_scheduler.LRScheduler rather than the shorter
+    # re-export torch.optim.swa_utils.LRScheduler; then fewest components, fewest characters,
+    # alphabetical. Only public names count (a callable without one is not wrapped).
+    function_places, classes, best_name = _core.scan_modules(modules, tuple(roots))
 
     targets: Dict[int, Target] = {}
 
