@@ -60,7 +60,6 @@ def report(records: list, wall_ns: int, top: int) -> None:
     for api, (calls, total, self_ns, low, high) in sorted(totals.items(), key=lambda kv: -kv[1][2])[:top]:
         print(f"{api:36} {calls:7d} {total / 1e6:9.2f} {self_ns / 1e6:9.2f} {total / calls / 1e3:9.2f} "
               f"{low / 1e3:8.2f} {high / 1e3:9.2f}")
-    self_total = sum(t[2] for t in totals.values())
     print(f"\n{len(records)} calls of {len(totals)} APIs recorded (top {top} by self time above); "
           f"outermost calls cover {sum(r.cost_ns for r in records if r.depth == 0) / wall_ns:.0%} of the "
           f"profiled run's {wall_ns / 1e6:.0f} ms")

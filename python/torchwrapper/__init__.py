@@ -8,7 +8,7 @@ Underneath: the C wrapper type (``wrap``), recording sessions (``Session``), dis
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, List, NamedTuple
+from typing import Iterable, Iterator, List, NamedTuple
 
 from . import _core
 from ._core import MethodWrapper, Session, Wrapper, wrap

@@ -139,7 +139,6 @@ _NO_TORCH_PACKAGES = frozenset(getattr(sys, "stdlib_module_names", ())) | {
 }
 
 _IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE
-_FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType)
 _C_METHOD_TYPES = (types.MethodDescriptorType, types.WrapperDescriptorType, types.BuiltinFunctionType)
 
 
@@ -170,10 +169,6 @@ class Plan:
         out["skipped"] = len(self.skipped)
         out["excluded"] = len(self.excluded)
         return out
-
-
-def _is_public(path: str) -> bool:
-    return not any(part.startswith("_") for part in path.split("."))
 
 
 def _name_key(name: str) -> Tuple[int, int, str]:

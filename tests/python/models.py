@@ -2,7 +2,7 @@
 """Small real models and training loops for the tests (no torchvision here)."""
 from __future__ import annotations
 
-from typing import Callable, List, Tuple
+from typing import List, Tuple
 
 import torch
 import torch.nn as nn
