@@ -381,9 +381,17 @@ static int open_next_file(tw_writer_t *w)
         w->kept++;
         w->file_bytes = 0;
         if (w->format == TW_FORMAT_CSV) {
-            memcpy(w->buf + w->buf_len, CSV_HEADER, sizeof CSV_HEADER - 1);
-            w->buf_len += sizeof CSV_HEADER - 1;
+            /* Written at once, so that every CSV file on disk starts with its header. */
+            int err = write_all(fd, CSV_HEADER, sizeof CSV_HEADER - 1);
+            if (err != 0)
+                warn_once(w, "writing", path, err);
             w->file_bytes = sizeof CSV_HEADER - 1;
+            pthread_mutex_lock(&w->lock);
+            if (err == 0) {
+                w->files[w->file_count - 1].bytes = sizeof CSV_HEADER - 1;
+                w->bytes_total += sizeof CSV_HEADER - 1;
+            }
+            pthread_mutex_unlock(&w->lock);
         }
         enforce_max_files(w);
         write_manifest(w);

@@ -139,6 +139,8 @@ def test_kill_9_leaves_files_that_parse_and_at_most_a_flush_interval_at_risk(tmp
     total = 0
     for path in files:
         lines = path.read_text().split("\n")
+        if path == files[-1] and lines == [""]:
+            continue  # killed between creating the newest file and writing its header
         assert lines[0].startswith("call_id,api,")
         body = lines[1:]
         torn_tail = body[-1]  # "" after a final newline; else the one line a kill may cut
