@@ -4,8 +4,9 @@
  *
  * A wrapper is installed in place of a torch callable. Each call reads the clock, calls the original
  * through vectorcall with the very same arguments, reads the clock again and appends a fixed-size
- * record to the calling thread's chunk (recorder.h). It allocates no Python object, takes no lock
- * and never raises: the original's result or exception is returned untouched.
+ * record to the calling thread's chunk (recorder.h). It takes no lock and never raises: the
+ * original's result or exception is returned untouched. With args="none" it allocates no Python
+ * object either; args="summary" reads tensor metadata through Python attributes first (args.c).
  *
  * Two types share this code. MethodWrapper is flagged Py_TPFLAGS_METHOD_DESCRIPTOR and has __get__,
  * so as a class attribute it binds like a function and `x.add(y)` / `a + b` call it with no bound
