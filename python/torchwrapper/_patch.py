@@ -27,12 +27,6 @@ class Placement(NamedTuple):
     installed: Any          # the object we put there
 
 
-def _raw_attribute(owner: Any, attr: str) -> Any:
-    """What ``owner.__dict__`` holds under attr, without invoking descriptors."""
-    namespace = owner.__dict__ if isinstance(owner, type) else vars(owner)
-    return namespace.get(attr, _MISSING)
-
-
 class Patcher:
     """Installs profiling wrappers; one shared wrapper per distinct callable."""
 
@@ -62,7 +56,7 @@ class Patcher:
 
     def install(self, owner: Any, attr: str, api_name: str) -> Any:
         """Replaces ``owner.attr`` by a wrapper recorded as api_name; returns what was installed."""
-        before = _raw_attribute(owner, attr)
+        before = owner.__dict__.get(attr, _MISSING)  # the raw value: no descriptor invoked
         raw = before
         if raw is _MISSING and isinstance(owner, type):
             # Inherited: what the class attribute lookup finds in a base's __dict__.
