@@ -76,9 +76,12 @@ def interleave(plain, profiled, begin, end):
     return statistics.median(base), statistics.median(diffs)
 
 
-def row(name, base, overhead, target):
-    status = "ok" if overhead <= target else "MISSED"
-    print(f"  {name:30} {base:9.0f} ns {overhead:+8.1f} ns {target:6d} ns  {status}")
+def row(name, base, overhead, target=None):
+    if target is None:
+        print(f"  {name:30} {base:9.0f} ns {overhead:+8.1f} ns")
+    else:
+        status = "ok" if overhead <= target else "MISSED"
+        print(f"  {name:30} {base:9.0f} ns {overhead:+8.1f} ns {target:6d} ns  {status}")
     return {"call": name, "unprofiled_ns": round(base, 1), "overhead_ns": round(overhead, 1), "target_ns": target}
 
 
@@ -161,6 +164,67 @@ def bench_everything_wrapped(a, b):
     ]
     for name, plain, profiled, target in cases:
         rows.append(row(name, *interleave(plain, profiled, begin, end), target))
+    return rows
+
+
+def python_decorator(fn, name, log):
+    """The technique of the pure-Python wrappers this tool replaces, minimally: time each call with
+    perf_counter_ns and append to a dict of lists."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            log.setdefault(name, []).append((t0, time.perf_counter_ns() - t0))
+    return wrapper
+
+
+def bench_alternatives(a, b):
+    """The same calls under torch.profiler (cost inside the block, and paid at its exit) and under
+    a pure-Python decorator, against torchwrapper's figure for the same call."""
+    import torch.profiler as tp
+
+    print(f"the alternatives, same calls (median of {REPS // 3} interleaved blocks of {N} calls):")
+    rows = []
+    reps = REPS // 3
+    log: dict = {}
+    dec_add = python_decorator(torch.add, "torch.add", log)
+    plain = lambda: loop2(torch.add, a, b)  # noqa: E731
+    w = tw.wrap(torch.add, "torch.add")
+    holder = {}
+
+    def begin():
+        holder["s"] = tw.Session()
+        holder["s"].start()
+
+    def end():
+        holder.pop("s").stop()
+
+    base, ours = interleave(plain, lambda: loop2(w, a, b), begin, end)
+    rows.append(row("torch.add: torchwrapper", base, ours, 30))
+    base, dec = interleave(plain, lambda: (log.clear(), loop2(dec_add, a, b))[1], lambda: None, lambda: None)
+    rows.append(row("torch.add: Python decorator", base, dec))
+    inside, exits = [], []
+    for rep in range(reps):
+        p0 = loop2(torch.add, a, b)
+        prof = tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=bool(rep % 2))
+        prof.__enter__()
+        q = loop2(torch.add, a, b)
+        t0 = time.perf_counter_ns()
+        prof.__exit__(None, None, None)
+        exits.append((time.perf_counter_ns() - t0) / N)
+        inside.append((q - p0) / N)
+    prof_inside, prof_exit = statistics.median(inside), statistics.median(exits)
+    print(f"  {'torch.add: torch.profiler':30} {base:9.0f} ns {prof_inside:+8.1f} ns in the block, "
+          f"{prof_exit:+.1f} ns per call at exit")
+    rows.append({"call": "torch.add: torch.profiler", "unprofiled_ns": round(base, 1),
+                 "overhead_ns": round(prof_inside, 1), "exit_ns_per_call": round(prof_exit, 1)})
+    for name, other in (("torch.profiler (block + exit)", prof_inside + prof_exit), ("Python decorator", dec)):
+        print(f"  torchwrapper's overhead is {other / max(ours, 1e-9):.1f}x lower than {name}'s "
+              f"(target: at least 10x)")
     return rows
 
 
@@ -289,6 +353,7 @@ def main():
     print(f"torchwrapper {tw.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
           f"clock {tw._core.clock_source()}, {os.cpu_count()} CPUs, BENCH={MODE}")
     results = {"single": bench_single_wrappers(a, b), "args": bench_args(a, b),
+               "alternatives": bench_alternatives(a, b),
                "everything": bench_everything_wrapped(a, b),
                "wrapping": bench_wrapping(), "whole_run": bench_whole_run(), "memory": bench_memory()}
     out = os.environ.get("BENCH_JSON", "build/bench.json")
