@@ -743,6 +743,9 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
         snprintf(err, err_size, "out_dir '%s' is not writable: %s", config->out_dir, strerror(errno));
         return TW_EIO;
     }
+    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+        fprintf(stderr, "torchwrapper: warning: out_dir '%s' is writable by every user and has no sticky bit: "
+                        "others can delete or replace the record files (chmod o-w or +t)\n", config->out_dir);
     tw_writer_t *w = calloc(1, sizeof *w);
     if (w == NULL || (w->buf = malloc(BUFFER_FLUSH + TW_LINE_MAX + sizeof CSV_HEADER)) == NULL) {
         free(w);

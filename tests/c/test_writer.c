@@ -444,6 +444,38 @@ static void a_forked_child_writes_its_own_files(void **state)
     free_fixture(&f);
 }
 
+static void a_world_writable_out_dir_draws_a_warning(void **state)
+{
+    char dir[] = "/tmp/tw-test-open-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chmod(dir, 0777), 0);
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    int saved = dup(2);
+    dup2(pipefd[1], 2);
+    tw_recorder_t *rec;
+    tw_writer_t *w;
+    tw_clock_t clock;
+    char err[256];
+    assert_int_equal(tw_recorder_create(&rec), 0);
+    tw_clock_init_manual(&clock, TW_CLOCK_MONOTONIC, 0, 0, 1.0);
+    tw_writer_config_t c = {.out_dir = dir, .file_max_size = 1 << 20, .rank = -1};
+    int rc = tw_writer_create(&c, rec, &clock, &w, err, sizeof err);
+    dup2(saved, 2);
+    close(saved);
+    close(pipefd[1]);
+    char message[512] = "";
+    ssize_t n = read(pipefd[0], message, sizeof message - 1);
+    close(pipefd[0]);
+    assert_int_equal(rc, 0); /* a warning, not an error */
+    assert_true(n > 0);
+    assert_non_null(strstr(message, "is writable by every user and has no sticky bit"));
+    tw_writer_close(w);
+    tw_writer_destroy(w);
+    tw_recorder_destroy(rec);
+    rm_rf(dir);
+}
+
 static void bad_configs_name_the_problem(void **state)
 {
     tw_recorder_t *rec;
@@ -479,6 +511,7 @@ int main(void)
         cmocka_unit_test(eight_producers_lose_nothing),
         cmocka_unit_test(a_full_disk_drops_and_counts_and_goes_on),
         cmocka_unit_test(a_forked_child_writes_its_own_files),
+        cmocka_unit_test(a_world_writable_out_dir_draws_a_warning),
         cmocka_unit_test(bad_configs_name_the_problem),
     };
     return cmocka_run_group_tests_name("writer", tests, NULL, NULL);
