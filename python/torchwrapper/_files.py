@@ -29,10 +29,11 @@ def iter_rows(path: str) -> Iterator[tuple]:
             reader = csv.reader(f)
             next(reader, None)  # header
             for row in reader:
-                if len(row) < 12:
+                try:
+                    yield (int(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]), int(row[5]), int(row[6]),
+                           int(row[7]), int(row[8]), int(row[9]), row[10] == "1", row[11])
+                except (IndexError, ValueError):
                     continue  # a line torn by a killed process
-                yield (int(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]), int(row[5]), int(row[6]),
-                       int(row[7]), int(row[8]), int(row[9]), row[10] == "1", row[11])
     else:
         with open(path, encoding="utf-8") as f:
             for line in f:
