@@ -10,7 +10,8 @@ import types
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from . import _core
-from ._files import iter_rows
+from ._files import read_rows
+from ._patch import WRAPPER_TYPES
 from ._profile import Profile
 
 ENV_PREFIX = "TORCHWRAPPER_"
@@ -142,9 +143,7 @@ class TorchWrapper:
     def _rows(self):
         if self._profile is None:
             raise RuntimeError("nothing was profiled yet: call start() first")
-        rows = [row for path in self.files for row in iter_rows(path)]
-        rows.sort(key=lambda r: (r[2], r[0]))
-        return rows
+        return read_rows(self.files)
 
     @property
     def callRecords(self) -> Dict[str, Any]:
@@ -222,7 +221,7 @@ def getAPIName(obj: Any) -> str:
     """The shortest public API name of a torch object: getAPIName(torch.optim.Adam) is
     "torch.optim.Adam" (not "Adam" or "torch.optim.adam.Adam"). Classes, functions, builtins,
     methods, bound methods and modules; objects outside torch give "module.qualname"."""
-    if isinstance(obj, (_core.Wrapper, _core.MethodWrapper)):
+    if isinstance(obj, WRAPPER_TYPES):
         return obj.api_name
     if isinstance(obj, types.ModuleType):
         return obj.__name__

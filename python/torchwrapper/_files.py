@@ -45,4 +45,11 @@ def iter_rows(path: str) -> Iterator[tuple]:
                        o["tid"], o["depth"], o["parent_id"], o["error"], o["args"])
 
 
-__all__ = ["RECORD_EXTENSIONS", "iter_rows", "record_files"]
+def read_rows(paths: List[str]) -> List[tuple]:
+    """Every row of the files (see iter_rows), in the order the calls started."""
+    rows = [row for path in paths for row in iter_rows(path)]
+    rows.sort(key=lambda r: (r[2], r[0]))  # start_ns, then call_id
+    return rows
+
+
+__all__ = ["RECORD_EXTENSIONS", "iter_rows", "read_rows", "record_files"]

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 from ._discover import MISSING as _MISSING
 
+WRAPPER_TYPES = (_core.Wrapper, _core.MethodWrapper)
+
 
 class Placement(NamedTuple):
     owner: Any              # a module or a class
@@ -112,7 +114,7 @@ class Patcher:
 
     def _rewire(self, value: Any, installed: Any) -> None:
         wrapper = installed.__func__ if isinstance(installed, (staticmethod, classmethod)) else installed
-        if not isinstance(wrapper, (_core.Wrapper, _core.MethodWrapper)):
+        if not isinstance(wrapper, WRAPPER_TYPES):
             return
         func = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
         if not isinstance(func, types.FunctionType) or getattr(func, "__wrapped__", None) is not wrapper:

@@ -15,11 +15,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 from ._discover import Plan, discover
-from ._files import iter_rows, record_files
-from ._patch import Patcher
-
-
-_WRAPPER_TYPES = (_core.Wrapper, _core.MethodWrapper)
+from ._files import read_rows, record_files
+from ._patch import WRAPPER_TYPES, Patcher
 
 # Discovery plans by (modules, include, exclude), with the set of modules imported when each was
 # made. A later start reuses a plan when no module was imported since; the install then checks
@@ -54,25 +51,24 @@ class _TorchRegistries:
         jit_internal = sys.modules.get("torch._jit_internal")
         table = builtins._get_builtin_table() if builtins is not None else {}
         dispatched = getattr(jit_internal, "boolean_dispatched", None)
+        trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+        # torch.compile decides how to trace a callable from a map keyed by the callable: the
+        # wrapper gets its original's rule (e.g. "put it in the graph" for torch.add).
+        rules = trace_rules.get_torch_obj_rule_map() if trace_rules is not None else {}
         for wrapper in patcher.wrappers.values():
-            op = table.get(id(wrapper.__wrapped__))
+            original = wrapper.__wrapped__
+            op = table.get(id(original))
             if op is not None and id(wrapper) not in table:
                 table[id(wrapper)] = op
                 self.builtin_ids.append(id(wrapper))
+            rule = rules.get(original)
+            if rule is not None:
+                rules[wrapper] = rule
         for original, entry in list(dispatched.items()) if dispatched is not None else ():
             wrapper = patcher.wrappers.get(id(original))
             if wrapper is not None:
                 dispatched[wrapper] = entry
                 self.dispatch_keys.append(wrapper)
-        trace_rules = sys.modules.get("torch._dynamo.trace_rules")
-        if trace_rules is not None:
-            # torch.compile decides how to trace a callable from a map keyed by the callable: the
-            # wrapper gets its original's rule (e.g. "put it in the graph" for torch.add).
-            rules = trace_rules.get_torch_obj_rule_map()
-            for wrapper in patcher.wrappers.values():
-                rule = rules.get(wrapper.__wrapped__)
-                if rule is not None:
-                    rules[wrapper] = rule
         callback = sys.modules.get("torch._dynamo.callback")
         if callback is not None:
             # Calls that torch.compile makes while it traces and compiles are not the user's.
@@ -97,7 +93,7 @@ class _TorchRegistries:
             # Also repairs a map that torch.compile built while profiling (from names, which then
             # resolved to wrappers): each wrapper key gives way to its original.
             rules = trace_rules.get_torch_obj_rule_map()
-            for key in [k for k in rules if type(k) in _WRAPPER_TYPES]:
+            for key in [k for k in rules if type(k) in WRAPPER_TYPES]:
                 rules.setdefault(key.__wrapped__, rules.pop(key))
             trace_rules.get_tensor_method.cache_clear()
         if self.dynamo_callbacks is not None:
@@ -169,7 +165,7 @@ class Profile:
         self.plan: Optional[Plan] = None
         self.patcher = Patcher()
         self._registries = _TorchRegistries()
-        self._modules_before: set = set()
+        self._modules_before: frozenset = frozenset()
         self.timings: Dict[str, float] = {}
 
     def start(self) -> "Profile":
@@ -196,6 +192,10 @@ class Profile:
                 self.plan = self._discover(key, imported)
                 self.patcher.install_plan(self.plan)
             self._registries.register(self.patcher)
+            self._modules_before = imported
+            t2 = time.perf_counter()
+            self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
+            self.session.start()  # creates out_dir and the writer: errors name the path and reason
         except BaseException:
             self.patcher.restore()
             self._registries.unregister()
@@ -203,15 +203,6 @@ class Profile:
         finally:
             if gc_was_enabled:
                 gc.enable()
-        self._modules_before = set(sys.modules)
-        t2 = time.perf_counter()
-        self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
-        try:
-            self.session.start()  # creates out_dir and the writer: errors name the path and reason
-        except BaseException:
-            self.patcher.restore()
-            self._registries.unregister()
-            raise
         _exit_guard.started(self)
         return self
 
@@ -243,7 +234,7 @@ class Profile:
             # The dict itself: config modules (torch._dynamo.config) validate setattr.
             namespace = vars(module)
             for attr, value in list(namespace.items()):
-                if type(value) in _WRAPPER_TYPES:
+                if type(value) in WRAPPER_TYPES:
                     namespace[attr] = value.__wrapped__
 
     def __enter__(self) -> "Profile":
@@ -258,10 +249,7 @@ class Profile:
 
         if self.out_dir is None:
             return records(self.session)
-        rows = [Record(*row[:6], row[7], row[8], row[9], row[10], row[11])
-                for path in record_files(self.out_dir, os.getpid()) for row in iter_rows(path)]
-        rows.sort(key=lambda r: (r.start_ns, r.call_id))
-        return rows
+        return [Record(*row[:6], *row[7:]) for row in read_rows(self.files)]  # Record has no pid
 
     def detailed_names(self) -> Dict[str, str]:
         """API name -> where the callable is defined (module.qualname)."""
