@@ -108,28 +108,6 @@ static uint64_t monotonic_ns(void)
 
 /* ---- formatting ------------------------------------------------------------------------------ */
 
-static char *put_u64(char *p, uint64_t v)
-{
-    char tmp[20];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *p++ = tmp[--n];
-    return p;
-}
-
-static char *put_i64(char *p, int64_t v)
-{
-    if (v < 0) {
-        *p++ = '-';
-        return put_u64(p, (uint64_t)0 - (uint64_t)v);
-    }
-    return put_u64(p, (uint64_t)v);
-}
-
 /* CSV text field: as is when nothing needs quoting, else through libcsv's quoting. */
 static char *put_csv_text(char *p, const char *s, size_t len)
 {
@@ -197,25 +175,25 @@ static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const
     uint64_t cost = tw_clock_duration_ns(&w->clock, r->cost);
     uint64_t self = tw_clock_duration_ns(&w->clock, r->self);
     if (w->format == TW_FORMAT_CSV) {
-        p = put_u64(p, r->call_id);
+        p = tw_format_u64(p, r->call_id);
         *p++ = ',';
         p = put_csv_text(p, api, api_len);
         *p++ = ',';
-        p = put_i64(p, start);
+        p = tw_format_i64(p, start);
         *p++ = ',';
-        p = put_u64(p, cost);
+        p = tw_format_u64(p, cost);
         *p++ = ',';
-        p = put_u64(p, self);
+        p = tw_format_u64(p, self);
         *p++ = ',';
-        p = put_u64(p, r->gpu_ns);
+        p = tw_format_u64(p, r->gpu_ns);
         *p++ = ',';
-        p = put_i64(p, w->pid);
+        p = tw_format_i64(p, w->pid);
         *p++ = ',';
-        p = put_u64(p, chunk->tid);
+        p = tw_format_u64(p, chunk->tid);
         *p++ = ',';
-        p = put_u64(p, r->depth);
+        p = tw_format_u64(p, r->depth);
         *p++ = ',';
-        p = put_u64(p, r->parent_id);
+        p = tw_format_u64(p, r->parent_id);
         *p++ = ',';
         *p++ = (r->flags & TW_RECORD_ERROR) ? '1' : '0';
         *p++ = ',';
@@ -223,25 +201,25 @@ static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const
         *p++ = '\n';
     } else {
         memcpy(p, "{\"call_id\":", 11);
-        p = put_u64(p + 11, r->call_id);
+        p = tw_format_u64(p + 11, r->call_id);
         memcpy(p, ",\"api\":", 7);
         p = tw_json_escape(p + 7, api, api_len);
         memcpy(p, ",\"start_ns\":", 12);
-        p = put_i64(p + 12, start);
+        p = tw_format_i64(p + 12, start);
         memcpy(p, ",\"cost_ns\":", 11);
-        p = put_u64(p + 11, cost);
+        p = tw_format_u64(p + 11, cost);
         memcpy(p, ",\"self_ns\":", 11);
-        p = put_u64(p + 11, self);
+        p = tw_format_u64(p + 11, self);
         memcpy(p, ",\"gpu_ns\":", 10);
-        p = put_u64(p + 10, r->gpu_ns);
+        p = tw_format_u64(p + 10, r->gpu_ns);
         memcpy(p, ",\"pid\":", 7);
-        p = put_i64(p + 7, w->pid);
+        p = tw_format_i64(p + 7, w->pid);
         memcpy(p, ",\"tid\":", 7);
-        p = put_u64(p + 7, chunk->tid);
+        p = tw_format_u64(p + 7, chunk->tid);
         memcpy(p, ",\"depth\":", 9);
-        p = put_u64(p + 9, r->depth);
+        p = tw_format_u64(p + 9, r->depth);
         memcpy(p, ",\"parent_id\":", 13);
-        p = put_u64(p + 13, r->parent_id);
+        p = tw_format_u64(p + 13, r->parent_id);
         if (r->flags & TW_RECORD_ERROR) {
             memcpy(p, ",\"error\":true", 13);
             p += 13;

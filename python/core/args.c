@@ -36,24 +36,6 @@ int tw_args_init(void)
     return name_dtype && name_shape && name_is_cpu && name_device ? 0 : -1;
 }
 
-static void put_i64(text_t *t, long long v)
-{
-    char tmp[24], *p = tmp + sizeof tmp;
-    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do
-        *--p = (char)('0' + u % 10);
-    while (u /= 10);
-    if (v < 0)
-        *--p = '-';
-    size_t n = (size_t)(tmp + sizeof tmp - p);
-    if (t->full || (size_t)(t->end - t->p) < n) {
-        t->full = 1;
-        return;
-    }
-    memcpy(t->p, p, n);
-    t->p += n;
-}
-
 static void put(text_t *t, const char *s, size_t n)
 {
     if (t->full)
@@ -71,6 +53,18 @@ static void put(text_t *t, const char *s, size_t n)
 static void puts_(text_t *t, const char *s)
 {
     put(t, s, strlen(s));
+}
+
+/* A number is written whole or not at all (then the text is full). */
+static void put_i64(text_t *t, long long v)
+{
+    char digits[24];
+    size_t n = (size_t)(tw_format_i64(digits, v) - digits);
+    if (t->full || (size_t)(t->end - t->p) < n) {
+        t->full = 1;
+        return;
+    }
+    put(t, digits, n);
 }
 
 /* Short names of dtypes, by the dtype object (a handful of singletons), filled on first sight. */
