@@ -309,19 +309,6 @@ void tw_recorder_request_flush(tw_recorder_t *rec)
     __atomic_add_fetch(&rec->flush_epoch, 1, __ATOMIC_RELAXED);
 }
 
-void tw_recorder_requeue_for_bench(tw_recorder_t *rec)
-{
-    pthread_mutex_lock(&rec->lock);
-    tw_chunk_t *list = rec->head;
-    rec->head = rec->tail = NULL;
-    tw_writer_t *writer = rec->writer;
-    for (tw_chunk_t *next; list != NULL && writer != NULL; list = next) {
-        next = list->next;
-        tw_writer_enqueue(writer, list);
-    }
-    pthread_mutex_unlock(&rec->lock);
-}
-
 void tw_recorder_collect(tw_recorder_t *rec)
 {
     pthread_mutex_lock(&registry_lock);

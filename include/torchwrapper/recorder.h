@@ -116,9 +116,6 @@ TW_API int tw_recorder_foreach_chunk(tw_recorder_t *rec, int (*fn)(const tw_chun
 
 TW_API void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats);
 
-/* For benchmarks: hands the chunks held so far to the writer attached since they were recorded. */
-TW_API void tw_recorder_requeue_for_bench(tw_recorder_t *rec);
-
 /* Slow paths of the inline functions below; not for other callers. */
 TW_API void tw_thread_refill_ids(tw_thread_t *t);
 TW_API tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t);
