@@ -76,6 +76,20 @@ def interleave(plain, profiled, begin, end):
     return statistics.median(base), statistics.median(diffs)
 
 
+def session_brackets(**options):
+    """begin/end for interleave(): a fresh Session(**options) for each group of repetitions."""
+    holder = {}
+
+    def begin():
+        holder["s"] = tw.Session(**options)
+        holder["s"].start()
+
+    def end():
+        holder.pop("s").stop()
+
+    return begin, end
+
+
 def row(name, base, overhead, target=None):
     if target is None:
         print(f"  {name:30} {base:9.0f} ns {overhead:+8.1f} ns")
@@ -89,15 +103,7 @@ def bench_single_wrappers(a, b):
     """One wrapper per measured API (tw.wrap), in a bare session."""
     print(f"per-call overhead, one API wrapped (median of {REPS} interleaved blocks of {N} calls):")
     print(f"  {'call':30} {'unprofiled':>12} {'overhead':>11} {'target':>9}")
-    holder = {}
-
-    def begin():
-        holder["s"] = tw.Session()
-        holder["s"].start()
-
-    def end():
-        holder["s"].stop()
-        holder.pop("s")
+    begin, end = session_brackets()
 
     w = {name: tw.wrap(obj, name) for name, obj in [("torch.add", torch.add), ("relu", F.relu),
                                                       ("view", torch.Tensor.view), ("dim", torch.Tensor.dim)]}
@@ -128,17 +134,10 @@ def bench_single_wrappers(a, b):
 def bench_args(a, b):
     """args="summary": a call with two tensor arguments (the summary reads dtype, shape, device)."""
     print(f"per-call overhead with argument summaries (median of {REPS} interleaved blocks):")
-    holder = {}
     rows = []
     w = tw.wrap(torch.add, "torch.add")
     for mode, target in (("none", 30), ("summary", 400)):
-        def begin(mode=mode):
-            holder["s"] = tw.Session(args=mode)
-            holder["s"].start()
-
-        def end():
-            holder.pop("s").stop()
-
+        begin, end = session_brackets(args=mode)
         rows.append(row(f"torch.add(a, b), args={mode}",
                         *interleave(lambda: loop2(torch.add, a, b), lambda: loop2(w, a, b), begin, end), target))
     return rows
@@ -194,15 +193,7 @@ def bench_alternatives(a, b):
     dec_add = python_decorator(torch.add, "torch.add", log)
     plain = lambda: loop2(torch.add, a, b)  # noqa: E731
     w = tw.wrap(torch.add, "torch.add")
-    holder = {}
-
-    def begin():
-        holder["s"] = tw.Session()
-        holder["s"].start()
-
-    def end():
-        holder.pop("s").stop()
-
+    begin, end = session_brackets()
     base, ours = interleave(plain, lambda: loop2(w, a, b), begin, end)
     rows.append(row("torch.add: torchwrapper", base, ours, 30))
     base, dec = interleave(plain, lambda: (log.clear(), loop2(dec_add, a, b))[1], lambda: None, lambda: None)
