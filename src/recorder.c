@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "torchwrapper/api.h"
 #include "torchwrapper/recorder.h"
 #include "writer_internal.h"
 
@@ -343,4 +344,13 @@ void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats)
     stats->records = rec->records;
     stats->chunks = rec->chunks;
     pthread_mutex_unlock(&rec->lock);
+}
+
+const char *tw_module_path(uint32_t module_id)
+{
+    if (module_id == TW_MODULE_NONE)
+        return NULL;
+    if (module_id == TW_MODULE_ROOT)
+        return "";
+    return tw_api_name(module_id - 1);
 }

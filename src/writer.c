@@ -28,7 +28,7 @@
 #define MIN_FILE_SIZE 4096           /* room for a header and any record */
 #define BUFFER_FLUSH (256 * 1024)    /* bytes of output gathered before a write() */
 #define DEFAULT_BUFFER_BYTES (32ull << 20)
-#define CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
+#define CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module\n"
 
 typedef struct {
     char *name;
@@ -170,6 +170,8 @@ static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const
     if (api == NULL)
         api = "?";
     size_t api_len = strnlen(api, TW_API_NAME_MAX);
+    const char *module = tw_module_path(r->module_id); /* NULL: not a module call */
+    size_t module_len = module != NULL ? strnlen(module, TW_API_NAME_MAX) : 0;
     char *p = line;
     int64_t start = tw_clock_epoch_ns(&w->clock, r->start);
     uint64_t cost = tw_clock_duration_ns(&w->clock, r->cost);
@@ -198,6 +200,13 @@ static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const
         *p++ = (r->flags & TW_RECORD_ERROR) ? '1' : '0';
         *p++ = ',';
         p = put_csv_text(p, args, args_len);
+        *p++ = ',';
+        if (module != NULL && module_len == 0) { /* the root module: "" tells it from no module */
+            *p++ = '"';
+            *p++ = '"';
+        } else if (module != NULL) {
+            p = put_csv_text(p, module, module_len);
+        }
         *p++ = '\n';
     } else {
         memcpy(p, "{\"call_id\":", 11);
@@ -229,6 +238,14 @@ static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const
         }
         memcpy(p, ",\"args\":", 8);
         p = tw_json_escape(p + 8, args, args_len);
+        memcpy(p, ",\"module\":", 10);
+        p += 10;
+        if (module != NULL) {
+            p = tw_json_escape(p, module, module_len);
+        } else {
+            memcpy(p, "null", 4);
+            p += 4;
+        }
         *p++ = '}';
         *p++ = '\n';
     }

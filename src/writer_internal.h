@@ -7,8 +7,8 @@
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/writer.h"
 
-/* One formatted record: escaped name and arguments (6 bytes per byte at worst in JSON) included. */
-#define TW_LINE_MAX (6 * TW_API_NAME_MAX + 6 * TW_ARGS_MAX + 512)
+/* One formatted record: escaped API name, module path and arguments (6 bytes per byte at worst in JSON). */
+#define TW_LINE_MAX (12 * TW_API_NAME_MAX + 6 * TW_ARGS_MAX + 512)
 
 /* Appends chunk to the FIFO list head..tail (the recorder's held chunks, the writer's queue). */
 static inline void tw_chunk_append(tw_chunk_t **head, tw_chunk_t **tail, tw_chunk_t *chunk)

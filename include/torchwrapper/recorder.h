@@ -33,6 +33,17 @@ enum {
     TW_RECORD_ERROR = 1u << 0, /* the call raised */
 };
 
+/*
+ * The nn.Module instance a call ran on (module forwards): its path in its model, as named by
+ * named_modules(). TW_MODULE_NONE for other calls, TW_MODULE_ROOT for the model itself (path ""),
+ * else 1 + the id of the path in the name table (api.h), where paths are interned like API names.
+ */
+#define TW_MODULE_NONE 0u
+#define TW_MODULE_ROOT UINT32_MAX
+
+/* The path a module_id stands for: NULL for TW_MODULE_NONE (and unknown ids), "" for the root. */
+TW_API const char *tw_module_path(uint32_t module_id);
+
 /* One finished call. Times are raw clock ticks (see clock.h); ids start at 1, 0 means none. */
 typedef struct tw_record {
     uint64_t call_id;
@@ -44,9 +55,14 @@ typedef struct tw_record {
     uint32_t api_id;    /* see api.h */
     uint16_t depth;     /* 0 for an outermost call (< TW_MAX_DEPTH) */
     uint16_t flags;     /* TW_RECORD_* */
-    uint32_t args_offset; /* argument summary: text[args_offset .. + args_len) of the chunk */
-    uint32_t args_len;
+    uint32_t module_id; /* TW_MODULE_*, see above */
+    uint16_t args_offset; /* argument summary: text[args_offset .. + args_len) of the chunk (0 when empty) */
+    uint16_t args_len;
 } tw_record_t;
+
+/* 16-bit offsets and lengths cover a chunk's text; a record stays 64 bytes (a cache line). */
+_Static_assert(TW_CHUNK_TEXT <= 65536 && TW_ARGS_MAX <= 65535, "argument text offsets are 16-bit");
+_Static_assert(sizeof(tw_record_t) == 64, "a record is 64 bytes");
 
 /* A block of records of one thread, with the text of their argument summaries. */
 typedef struct tw_chunk {
@@ -63,6 +79,9 @@ typedef struct tw_chunk {
 typedef struct tw_frame {
     uint64_t call_id;
     uint64_t child_ticks; /* cost of the recorded calls directly inside this one */
+    uint64_t excluded_at_begin; /* the thread's excluded_ticks when the call began */
+    uint32_t module_id;   /* TW_MODULE_*: set by the caller between begin and end */
+    uint32_t reserved;
 } tw_frame_t;
 
 typedef struct tw_recorder tw_recorder_t;
@@ -75,6 +94,9 @@ typedef struct tw_thread {
     uint32_t depth;      /* calls in progress on this thread */
     uint32_t paused;     /* > 0 while the profiler runs its own code here: calls are not recorded */
     uint64_t dropped;    /* records lost on this thread (no memory, too deep) */
+    /* Ticks the profiler spent on its own work on this thread (statistics, path lookups) while
+     * calls were in progress: not counted in the cost of the calls around that work. */
+    uint64_t excluded_ticks;
     uint64_t tid;
     tw_recorder_t *recorder; /* NULL once the recorder is destroyed */
     const uint32_t *flush_epoch; /* the recorder's; when it moves, the partial chunk is handed over */
@@ -135,12 +157,15 @@ static inline tw_frame_t *tw_call_begin(tw_thread_t *t)
     tw_frame_t *frame = &t->stack[depth];
     frame->call_id = t->next_id++;
     frame->child_ticks = 0;
+    frame->excluded_at_begin = t->excluded_ticks;
+    frame->module_id = TW_MODULE_NONE;
     return frame;
 }
 
 /*
  * Leaves the call entered by tw_call_begin() and appends its record, with args_len bytes of
- * argument text (cut to TW_ARGS_MAX; args may be NULL when args_len is 0).
+ * argument text (cut to TW_ARGS_MAX; args may be NULL when args_len is 0). The cost is end - start
+ * less the ticks excluded on this thread meanwhile (see tw_thread_exclude()).
  */
 static inline void tw_call_end_args(tw_thread_t *t, tw_frame_t *frame, uint32_t api_id, uint64_t start,
                                     uint64_t end, uint32_t flags, const char *args, uint32_t args_len)
@@ -150,7 +175,9 @@ static inline void tw_call_end_args(tw_thread_t *t, tw_frame_t *frame, uint32_t 
         t->dropped++;
         return;
     }
+    uint64_t excluded = t->excluded_ticks - frame->excluded_at_begin;
     uint64_t cost = end - start;
+    cost = cost > excluded ? cost - excluded : 0;
     uint64_t parent_id = 0;
     if (depth > 0) {
         frame[-1].child_ticks += cost;
@@ -178,15 +205,26 @@ static inline void tw_call_end_args(tw_thread_t *t, tw_frame_t *frame, uint32_t 
     r->api_id = api_id;
     r->depth = (uint16_t)depth;
     r->flags = (uint16_t)flags;
-    r->args_offset = chunk->text_used;
-    r->args_len = args_len;
+    r->module_id = frame->module_id;
+    r->args_offset = 0;
+    r->args_len = (uint16_t)args_len;
     if (args_len > 0) {
+        r->args_offset = (uint16_t)chunk->text_used; /* < TW_CHUNK_TEXT: args_len bytes follow */
         memcpy(chunk->text + chunk->text_used, args, args_len);
         chunk->text_used += args_len;
     }
     /* The writer asks for partial chunks once per flush interval, so records reach the disk soon. */
     if (TW_UNLIKELY(__atomic_load_n(t->flush_epoch, __ATOMIC_RELAXED) != t->seen_epoch))
         tw_thread_flush(t);
+}
+
+/*
+ * Counts ticks of the profiler's own work done on this thread (a statistics hook, a path lookup) as
+ * not belonging to the calls in progress: their costs leave it out.
+ */
+static inline void tw_thread_exclude(tw_thread_t *t, uint64_t ticks)
+{
+    t->excluded_ticks += ticks;
 }
 
 /* tw_call_end_args() without argument text. */

@@ -48,10 +48,11 @@ static PyObject *core_active_session(PyObject *module, PyObject *unused)
 
 static PyMethodDef core_methods[] = {
     {"wrap", (PyCFunction)(void (*)(void))tw_wrap, METH_FASTCALL | METH_KEYWORDS,
-     "wrap(original, api_name, /, *, bind=None)\n--\n\n"
+     "wrap(original, api_name, /, *, bind=None, kind=0)\n--\n\n"
      "A profiling wrapper around the callable `original`, recorded under `api_name`.\n"
      "bind=True makes a wrapper that binds like a function when it is a class attribute;\n"
-     "None (the default) decides from the original (functions and method descriptors bind)."},
+     "None (the default) decides from the original (functions and method descriptors bind).\n"
+     "kind: KIND_* flags saying what tracing looks at around a call (0: nothing)."},
     {"install", (PyCFunction)(void (*)(void))tw_install, METH_FASTCALL,
      "install(items, missing) -> (placements, failures, stale)\n--\n\n"
      "Sets owner.attr = new for each (owner, attr, new, expected); returns the placements\n"
@@ -77,7 +78,8 @@ static PyMethodDef core_methods[] = {
 static int core_exec(PyObject *module)
 {
     tw_module_state *state = PyModule_GetState(module);
-    if (tw_wrapper_add_types(module, state) < 0 || tw_session_add_type(module, state) < 0 || tw_args_init() < 0)
+    if (tw_wrapper_add_types(module, state) < 0 || tw_session_add_type(module, state) < 0 || tw_args_init() < 0 ||
+        tw_trace_add_functions(module) < 0)
         return -1;
     if (PyModule_AddStringConstant(module, "version", tw_version()) < 0)
         return -1;

@@ -22,6 +22,75 @@ typedef struct {
  */
 typedef enum { TW_ARGS_NONE = 0, TW_ARGS_SUMMARY = 1, TW_ARGS_REPR = 2 } tw_args_mode_t;
 
+/*
+ * What tracing looks at around a wrapped callable (the wrapper's `kind`, set at wrap time; a
+ * session hooks the kinds its tracer asks for, see tw_hooks_t). All need args[0]: the instance or
+ * the tensor the call is about.
+ */
+enum {
+    TW_KIND_MODULE_FORWARD = 1u << 0, /* an nn.Module subclass's forward: args[0] is the instance */
+    TW_KIND_MODULE_CALL = 1u << 1,    /* nn.Module.__call__: the same, and tensor statistics */
+    TW_KIND_INPLACE = 1u << 2,        /* may update args[0] (a tensor, or a list of them) in place */
+    TW_KIND_BOUNDARY = 1u << 3,       /* optimizer step, backward, zero_grad: parameters checked around it */
+    TW_KIND_ALL = 15u,
+};
+
+/*
+ * The session's tracer (torchwrapper._trace.Tracer): bound methods called around calls of the
+ * kinds above, each with this thread's recording paused and its time left out of the calls in
+ * progress. Borrowed from the session, which holds them; NULL when unused.
+ */
+typedef struct {
+    uint32_t kinds;            /* TW_KIND_* hooked in this session */
+    PyObject *resolve;         /* resolve(instance): registers paths on a cache miss (modules table) */
+    PyObject *module_enter;    /* module_enter(instance) -> bool: an outermost module call begins; sample it? */
+    PyObject *module_exit;     /* module_exit(instance, module_id, call_id, args, kwargs, result) */
+    PyObject *update;          /* update(tensor_or_list, api_id, call_id, outer_call_id) */
+    PyObject *boundary_enter;  /* boundary_enter(instance, api_id) -> token */
+    PyObject *boundary_exit;   /* boundary_exit(token, api_id, call_id) */
+} tw_hooks_t;
+
+/*
+ * A table of live objects by address, guarded by the GIL: open addressing, linear probing. Entries
+ * are put in and taken out by the tracer, which holds a weak reference to each object and takes
+ * its entry out when the object dies, before its address can be reused.
+ */
+typedef struct {
+    uintptr_t key;   /* 0: empty, 1: deleted */
+    uint32_t value;
+    uint32_t count;  /* calls seen (modules table) */
+} tw_ptr_slot_t;
+
+typedef struct {
+    tw_ptr_slot_t *slots;
+    size_t mask;     /* capacity - 1 (a power of two), or 0 with slots NULL */
+    size_t used;     /* live entries */
+    size_t filled;   /* live and deleted */
+} tw_ptr_table_t;
+
+static inline size_t tw_ptr_hash(uintptr_t key)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 29);
+}
+
+/* The entry of object p, or NULL. Valid until the table changes. */
+static inline tw_ptr_slot_t *tw_ptr_find(const tw_ptr_table_t *table, const void *p)
+{
+    if (table->used == 0)
+        return NULL;
+    uintptr_t key = (uintptr_t)p;
+    for (size_t i = tw_ptr_hash(key) & table->mask;; i = (i + 1) & table->mask) {
+        tw_ptr_slot_t *slot = &table->slots[i];
+        if (slot->key == key)
+            return slot;
+        if (slot->key == 0)
+            return NULL;
+    }
+}
+
+extern tw_ptr_table_t tw_modules; /* nn.Module instance -> module id (TW_MODULE_*), calls */
+extern tw_ptr_table_t tw_tracked; /* tracked tensor (parameter, grad) -> tracer's index */
+
 typedef struct {
     uint64_t gen;                  /* 0: no session; else a number unique to this session */
     tw_recorder_t *recorder;
@@ -29,6 +98,7 @@ typedef struct {
     tw_args_mode_t args_mode;
     PyTypeObject *tensor_type;     /* torch._C.TensorBase when torch is imported (held by the session) */
     PyObject *session;             /* strong reference to the active Session object */
+    tw_hooks_t hooks;              /* tracing; kinds == 0 when the session has no tracer */
 } tw_active_t;
 
 int tw_args_init(void);
@@ -45,6 +115,9 @@ PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyO
 PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tw_restore(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+int tw_trace_add_functions(PyObject *module);
+void tw_ptr_table_clear(tw_ptr_table_t *table);
 
 /* Suspends recording on the calling thread while the profiler runs its own Python code. */
 void tw_pause_thread(void);

@@ -23,6 +23,8 @@ typedef struct {
     tw_writer_t *writer;
     tw_args_mode_t args_mode;
     PyObject *tensor_type; /* torch._C.TensorBase, found at start, when args are summarized */
+    PyObject *tracer;      /* torchwrapper._trace.Tracer or None */
+    tw_hooks_t hooks;      /* the tracer's bound methods (strong references), taken at start */
 } tw_session_object;
 
 /* A copy that outlives the Python objects (the writer thread reads it without the GIL). */
@@ -89,17 +91,67 @@ static PyObject *find_tensor_type(void)
     return type;
 }
 
+static void clear_hooks(tw_hooks_t *hooks)
+{
+    Py_CLEAR(hooks->resolve);
+    Py_CLEAR(hooks->module_enter);
+    Py_CLEAR(hooks->module_exit);
+    Py_CLEAR(hooks->update);
+    Py_CLEAR(hooks->boundary_enter);
+    Py_CLEAR(hooks->boundary_exit);
+    hooks->kinds = 0;
+}
+
+/* tracer.name, or NULL (without an error) when it is None or missing. */
+static PyObject *hook_of(PyObject *tracer, const char *name)
+{
+    PyObject *hook = PyObject_GetAttrString(tracer, name);
+    if (hook == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
+        PyErr_Clear();
+    if (hook == Py_None)
+        Py_CLEAR(hook);
+    return hook;
+}
+
+/* The tracer's kinds (an int attribute) and hooks. Returns 0, or -1 with an exception. */
+static int take_hooks(PyObject *tracer, tw_hooks_t *hooks)
+{
+    clear_hooks(hooks);
+    if (tracer == Py_None)
+        return 0;
+    PyObject *kinds = PyObject_GetAttrString(tracer, "kinds");
+    if (kinds == NULL)
+        return -1;
+    unsigned long value = PyLong_AsUnsignedLong(kinds);
+    Py_DECREF(kinds);
+    if (value == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    hooks->resolve = hook_of(tracer, "resolve");
+    hooks->module_enter = hook_of(tracer, "module_enter");
+    hooks->module_exit = hook_of(tracer, "module_exit");
+    hooks->update = hook_of(tracer, "update");
+    hooks->boundary_enter = hook_of(tracer, "boundary_enter");
+    hooks->boundary_exit = hook_of(tracer, "boundary_exit");
+    if (PyErr_Occurred()) {
+        clear_hooks(hooks);
+        return -1;
+    }
+    hooks->kinds = (uint32_t)(value & TW_KIND_ALL);
+    return 0;
+}
+
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
-                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args", NULL};
-    PyObject *out_dir = Py_None, *file_max_size = NULL, *buffer_size = NULL, *manifest = Py_None;
+                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args", "tracer",
+                               NULL};
+    PyObject *out_dir = Py_None, *file_max_size = NULL, *buffer_size = NULL, *manifest = Py_None, *tracer = Py_None;
     const char *format = "json", *spec = "timestamp", *on_full = "drop", *args_mode = "none";
     long long max_files = 0, rank = -1;
     double flush_interval = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLOs:Session", keywords, &out_dir, &format,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLOsO:Session", keywords, &out_dir, &format,
                                      &file_max_size, &spec, &max_files, &flush_interval, &buffer_size, &on_full,
-                                     &rank, &manifest, &args_mode))
+                                     &rank, &manifest, &args_mode, &tracer))
         return NULL;
     tw_args_mode_t mode;
     if (strcmp(args_mode, "none") == 0)
@@ -119,6 +171,7 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         return NULL;
     self->state = SESSION_NEW;
     self->args_mode = mode;
+    self->tracer = Py_NewRef(tracer);
     if (tw_recorder_create(&self->recorder) != 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
@@ -193,6 +246,8 @@ static void session_dealloc(PyObject *op)
         tw_writer_destroy(self->writer);
     tw_recorder_destroy(self->recorder);
     Py_XDECREF(self->tensor_type);
+    clear_hooks(&self->hooks);
+    Py_XDECREF(self->tracer);
     PyMem_RawFree(self->out_dir);
     PyMem_RawFree(self->file_name_spec);
     PyMem_RawFree(self->manifest_json);
@@ -213,6 +268,13 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
                      tw_active.session);
         return NULL;
     }
+    if (take_hooks(self->tracer, &self->hooks) < 0)
+        return NULL;
+    if (self->hooks.kinds != 0) {
+        /* Addresses left by an earlier tracer that was not closed could belong to new objects now. */
+        tw_ptr_table_clear(&tw_modules);
+        tw_ptr_table_clear(&tw_tracked);
+    }
     tw_clock_calibrate(&self->clock);
     if (self->out_dir != NULL) {
         char err[1024];
@@ -228,6 +290,7 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     tw_active.clock_source = self->clock.source;
     tw_active.args_mode = self->args_mode;
     tw_active.tensor_type = (PyTypeObject *)self->tensor_type;
+    tw_active.hooks = self->hooks; /* borrowed: the session holds them until it is deallocated */
     tw_active.session = Py_NewRef(op);
     tw_active.gen = ++last_gen;
     self->state = SESSION_ACTIVE;
@@ -244,6 +307,7 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
     }
     tw_active.gen = 0;
     tw_active.recorder = NULL;
+    memset(&tw_active.hooks, 0, sizeof tw_active.hooks);
     /* With the GIL held and the generation changed, no thread is inside tw_call_* for this recorder. */
     tw_recorder_collect(self->recorder);
     self->state = SESSION_STOPPED;
@@ -298,13 +362,20 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
             Py_DECREF(name);
             return -1;
         }
-        PyObject *row = Py_BuildValue("(KNLKKKKIKON)", (unsigned long long)r->call_id, name,
+        const char *module_path = tw_module_path(r->module_id);
+        PyObject *module = module_path != NULL ? PyUnicode_FromString(module_path) : Py_NewRef(Py_None);
+        if (module == NULL) {
+            Py_DECREF(name);
+            Py_DECREF(args);
+            return -1;
+        }
+        PyObject *row = Py_BuildValue("(KNLKKKKIKONN)", (unsigned long long)r->call_id, name,
                                       (long long)tw_clock_epoch_ns(clock, r->start),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->cost),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->self),
                                       (unsigned long long)r->gpu_ns, (unsigned long long)chunk->tid,
                                       (unsigned int)r->depth, (unsigned long long)r->parent_id,
-                                      (r->flags & TW_RECORD_ERROR) ? Py_True : Py_False, args);
+                                      (r->flags & TW_RECORD_ERROR) ? Py_True : Py_False, args, module);
         if (row == NULL)
             return -1;
         int err = PyList_Append(ctx->list, row);
@@ -394,7 +465,7 @@ static PyMethodDef session_methods[] = {
     {"stop", session_stop, METH_NOARGS, "Stop recording and gather every thread's records."},
     {"records", session_records, METH_NOARGS,
      "The records of a stopped session: a list of tuples (call_id, api, start_ns, cost_ns, self_ns, "
-     "gpu_ns, tid, depth, parent_id, error, args)."},
+     "gpu_ns, tid, depth, parent_id, error, args, module)."},
     {"stats", session_stats, METH_NOARGS, "Counters: records, dropped, chunks, threads, clock."},
     {"pause_thread", session_pause, METH_NOARGS,
      "Stop recording calls made by this thread (nestable) until resume_thread()."},

@@ -24,6 +24,7 @@ typedef struct {
     PyObject *dict;      /* instance __dict__, created on demand */
     PyObject *weakrefs;
     uint32_t api_id;
+    uint32_t kind;       /* TW_KIND_*: what tracing looks at around a call (module.h) */
 } tw_wrapper_object;
 
 /* This thread's state in the active session. A thread state is valid only while `gen` equals
@@ -31,6 +32,8 @@ typedef struct {
 typedef struct {
     tw_thread_t *thread;
     uint64_t gen;
+    uint32_t module_depth; /* nn.Module.__call__ calls in progress (tracing) */
+    int sampling;          /* tensor statistics are taken in the current step */
 } tw_thread_cache_t;
 
 static _Thread_local tw_thread_cache_t thread_cache;
@@ -40,6 +43,8 @@ static tw_thread_t *attach_thread(uint64_t gen)
     /* NULL (out of memory) is cached too: this thread then calls through without recording. */
     thread_cache.thread = tw_recorder_attach(tw_active.recorder);
     thread_cache.gen = gen;
+    thread_cache.module_depth = 0;
+    thread_cache.sampling = 0;
     return thread_cache.thread;
 }
 
@@ -69,6 +74,205 @@ static inline PyObject *call_original(tw_wrapper_object *self, PyObject *const *
     return PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
 }
 
+/* ---- tracing: the path of wrappers whose kind a session hooks (never taken otherwise) ---------- */
+
+static int hook_error_reported;
+
+/*
+ * Calls a tracer hook with this thread's recording paused and the time it takes left out of the
+ * calls in progress. Never raises: the exception in flight (the original's) is kept, and a hook's
+ * own error is reported once as unraisable (the tracer catches its errors itself; this is the
+ * backstop). Returns a new reference, or NULL when the hook failed.
+ */
+static PyObject *run_hook(tw_thread_t *t, tw_clock_source_t source, PyObject *hook, PyObject *const *args,
+                          size_t nargs)
+{
+    uint64_t h0 = tw_clock_ticks(source);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    t->paused++;
+    PyObject *out = PyObject_Vectorcall(hook, args, nargs, NULL);
+    t->paused--;
+    if (out == NULL) {
+        if (!hook_error_reported) {
+            hook_error_reported = 1;
+            PyErr_WriteUnraisable(hook);
+        }
+        PyErr_Clear();
+    }
+    PyErr_Restore(type, value, traceback);
+    tw_thread_exclude(t, tw_clock_ticks(source) - h0);
+    return out;
+}
+
+/* run_hook(hook, obj, a, b, c) with three integers, the result dropped. */
+static void run_hook_ids(tw_thread_t *t, tw_clock_source_t source, PyObject *hook, PyObject *obj, uint64_t a,
+                         uint64_t b, uint64_t c)
+{
+    PyObject *args[4] = {obj, PyLong_FromUnsignedLongLong(a), PyLong_FromUnsignedLongLong(b),
+                         PyLong_FromUnsignedLongLong(c)};
+    if (args[1] != NULL && args[2] != NULL && args[3] != NULL)
+        Py_XDECREF(run_hook(t, source, hook, args, 4));
+    else
+        PyErr_Clear();
+    Py_XDECREF(args[1]);
+    Py_XDECREF(args[2]);
+    Py_XDECREF(args[3]);
+}
+
+/* Whether obj, or an item of a list or tuple obj (torch._foreach_*_), is a tracked tensor. */
+static int touches_tracked(PyObject *obj)
+{
+    if (tw_ptr_find(&tw_tracked, obj) != NULL)
+        return 1;
+    if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+        PyObject **items = PySequence_Fast_ITEMS(obj);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (tw_ptr_find(&tw_tracked, items[i]) != NULL)
+                return 1;
+    }
+    return 0;
+}
+
+/* args[1:] as a tuple and the keyword arguments as a dict (new references), for module_exit. */
+static int call_arguments(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **tuple,
+                          PyObject **kwargs)
+{
+    *tuple = PyTuple_New(nargs > 1 ? nargs - 1 : 0);
+    *kwargs = PyDict_New();
+    if (*tuple == NULL || *kwargs == NULL)
+        goto fail;
+    for (Py_ssize_t i = 1; i < nargs; i++)
+        PyTuple_SET_ITEM(*tuple, i - 1, Py_NewRef(args[i]));
+    for (Py_ssize_t i = 0; kwnames != NULL && i < PyTuple_GET_SIZE(kwnames); i++)
+        if (PyDict_SetItem(*kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+            goto fail;
+    return 0;
+fail:
+    Py_CLEAR(*tuple);
+    Py_CLEAR(*kwargs);
+    PyErr_Clear();
+    return -1;
+}
+
+static PyObject *traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args,
+                                   size_t nargsf, PyObject *kwnames)
+{
+    tw_clock_source_t source = tw_active.clock_source;
+    const tw_hooks_t *hooks = &tw_active.hooks;
+    uint32_t kind = self->kind & hooks->kinds;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *subject = nargs > 0 ? args[0] : NULL;
+
+    /* The instance's path: one probe; a miss (first call of an instance) asks the tracer. */
+    uint32_t module_id = TW_MODULE_NONE;
+    if ((kind & (TW_KIND_MODULE_FORWARD | TW_KIND_MODULE_CALL)) && subject != NULL) {
+        tw_ptr_slot_t *slot = tw_ptr_find(&tw_modules, subject);
+        if (slot == NULL && hooks->resolve != NULL) {
+            Py_XDECREF(run_hook(t, source, hooks->resolve, &subject, 1));
+            if (TW_UNLIKELY(tw_active.gen != gen))
+                return call_original(self, args, nargsf, kwnames);
+            slot = tw_ptr_find(&tw_modules, subject);
+        }
+        if (slot != NULL) {
+            module_id = slot->value;
+            if (self->kind & TW_KIND_MODULE_FORWARD)
+                slot->count++;
+        }
+    }
+    /* Tensor statistics: whether this step is sampled is decided when an outermost module call
+     * begins; calls inside it follow. */
+    int module_call = 0, sampled = 0;
+    if ((kind & TW_KIND_MODULE_CALL) && module_id != TW_MODULE_NONE && hooks->module_enter != NULL) {
+        if (thread_cache.module_depth == 0) {
+            PyObject *answer = run_hook(t, source, hooks->module_enter, &subject, 1);
+            thread_cache.sampling = answer == Py_True;
+            Py_XDECREF(answer);
+            if (TW_UNLIKELY(tw_active.gen != gen))
+                return call_original(self, args, nargsf, kwnames);
+        }
+        sampled = thread_cache.sampling && hooks->module_exit != NULL;
+        module_call = 1;
+    }
+    PyObject *token = NULL;
+    if ((kind & TW_KIND_BOUNDARY) && hooks->boundary_enter != NULL) {
+        PyObject *api = PyLong_FromUnsignedLong(self->api_id);
+        if (api != NULL) {
+            PyObject *hook_args[2] = {subject != NULL ? subject : Py_None, api};
+            token = run_hook(t, source, hooks->boundary_enter, hook_args, 2);
+            Py_DECREF(api);
+        } else {
+            PyErr_Clear();
+        }
+        if (TW_UNLIKELY(tw_active.gen != gen)) {
+            Py_XDECREF(token);
+            return call_original(self, args, nargsf, kwnames);
+        }
+    }
+
+    uint32_t args_len = 0;
+    char args_text[TW_ARGS_MAX];
+    if (tw_active.args_mode != TW_ARGS_NONE) {
+        t->paused++;
+        args_len = tw_summarize_args(args_text, sizeof args_text, args, nargsf, kwnames, tw_active.args_mode);
+        t->paused--;
+    }
+    tw_frame_t *frame = tw_call_begin(t);
+    uint64_t call_id = 0, outer_id = 0;
+    if (frame != NULL) {
+        frame->module_id = module_id;
+        call_id = frame->call_id;
+        outer_id = t->stack[0].call_id;
+    }
+    if (module_call)
+        thread_cache.module_depth++;
+    uint64_t start = tw_clock_ticks(source);
+    PyObject *result = call_original(self, args, nargsf, kwnames);
+    uint64_t end = tw_clock_ticks(source);
+    if (module_call)
+        thread_cache.module_depth--;
+    if (TW_UNLIKELY(tw_active.gen != gen)) {
+        Py_XDECREF(token);
+        return result;
+    }
+    tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text, args_len);
+
+    if (sampled && result != NULL) {
+        PyObject *call_args, *call_kwargs;
+        PyObject *id_object = PyLong_FromUnsignedLong(module_id);
+        PyObject *call_object = PyLong_FromUnsignedLongLong(call_id);
+        if (id_object != NULL && call_object != NULL &&
+            call_arguments(args, nargs, kwnames, &call_args, &call_kwargs) == 0) {
+            PyObject *hook_args[6] = {subject, id_object, call_object, call_args, call_kwargs, result};
+            Py_XDECREF(run_hook(t, source, hooks->module_exit, hook_args, 6));
+            Py_DECREF(call_args);
+            Py_DECREF(call_kwargs);
+        }
+        PyErr_Clear(); /* only an allocation failure above can set one; result is not NULL here */
+        Py_XDECREF(id_object);
+        Py_XDECREF(call_object);
+    }
+    if ((kind & TW_KIND_INPLACE) && subject != NULL && hooks->update != NULL && tw_tracked.used > 0 &&
+        touches_tracked(subject))
+        run_hook_ids(t, source, hooks->update, subject, self->api_id, call_id, outer_id);
+    if (token != NULL) {
+        if (token != Py_None && hooks->boundary_exit != NULL && tw_active.gen == gen) {
+            PyObject *ids[2] = {PyLong_FromUnsignedLong(self->api_id), PyLong_FromUnsignedLongLong(call_id)};
+            if (ids[0] != NULL && ids[1] != NULL) {
+                PyObject *hook_args[3] = {token, ids[0], ids[1]};
+                Py_XDECREF(run_hook(t, source, hooks->boundary_exit, hook_args, 3));
+            } else {
+                PyErr_Clear();
+            }
+            Py_XDECREF(ids[0]);
+            Py_XDECREF(ids[1]);
+        }
+        Py_DECREF(token);
+    }
+    return result;
+}
+
 static PyObject *wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
                                     PyObject *kwnames)
 {
@@ -79,6 +283,8 @@ static PyObject *wrapper_vectorcall(PyObject *callable, PyObject *const *args, s
     tw_thread_t *t = TW_LIKELY(thread_cache.gen == gen) ? thread_cache.thread : attach_thread(gen);
     if (TW_UNLIKELY(t == NULL || t->paused))
         return call_original(self, args, nargsf, kwnames);
+    if (TW_UNLIKELY(self->kind & tw_active.hooks.kinds))
+        return traced_vectorcall(self, t, gen, args, nargsf, kwnames);
 
     tw_clock_source_t source = tw_active.clock_source;
     uint32_t args_len = 0;
@@ -169,6 +375,11 @@ static PyObject *wrapper_get_api_id(PyObject *op, void *closure)
     return PyLong_FromUnsignedLong(((tw_wrapper_object *)op)->api_id);
 }
 
+static PyObject *wrapper_get_kind(PyObject *op, void *closure)
+{
+    return PyLong_FromUnsignedLong(((tw_wrapper_object *)op)->kind);
+}
+
 /*
  * __class__ is the original's class, as for wrapt's ObjectProxy: isinstance(w, types.FunctionType)
  * holds for a wrapped function, so that code which checks what kind of callable it was given (torch's
@@ -189,6 +400,7 @@ static PyGetSetDef wrapper_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {"api_name", wrapper_get_api_name, NULL, "the API name calls are recorded under", NULL},
     {"api_id", wrapper_get_api_id, NULL, "the id of api_name in the C name table", NULL},
+    {"trace_kind", wrapper_get_kind, NULL, "what tracing looks at around a call (KIND_* flags)", NULL},
     {NULL},
 };
 
@@ -406,6 +618,7 @@ PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyO
 {
     tw_module_state *state = PyModule_GetState(module);
     PyObject *bind = Py_None;
+    unsigned long kind = 0;
     if (nargs != 2) {
         PyErr_Format(PyExc_TypeError, "wrap() takes 2 positional arguments (original, api_name), got %zd", nargs);
         return NULL;
@@ -413,11 +626,22 @@ PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyO
     if (kwnames != NULL) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
             PyObject *key = PyTuple_GET_ITEM(kwnames, i);
-            if (!PyUnicode_Check(key) || PyUnicode_CompareWithASCIIString(key, "bind") != 0) {
-                PyErr_Format(PyExc_TypeError, "wrap() got an unexpected keyword argument %R (accepted: 'bind')", key);
+            if (PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, "bind") == 0) {
+                bind = args[nargs + i];
+            } else if (PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, "kind") == 0) {
+                kind = PyLong_AsUnsignedLong(args[nargs + i]);
+                if (kind == (unsigned long)-1 && PyErr_Occurred())
+                    return NULL;
+                if (kind & ~(unsigned long)TW_KIND_ALL) {
+                    PyErr_Format(PyExc_ValueError, "wrap(): kind=%lu is not a combination of the KIND_* flags (0 to %u)",
+                                 kind, TW_KIND_ALL);
+                    return NULL;
+                }
+            } else {
+                PyErr_Format(PyExc_TypeError, "wrap() got an unexpected keyword argument %R (accepted: 'bind', 'kind')",
+                             key);
                 return NULL;
             }
-            bind = args[nargs + i];
         }
     }
     PyObject *original = args[0], *api_name = args[1];
@@ -455,6 +679,7 @@ PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyO
     self->dict = NULL;
     self->weakrefs = NULL;
     self->api_id = api_id;
+    self->kind = (uint32_t)kind;
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }

@@ -8,7 +8,7 @@ Underneath: the C wrapper type (``wrap``), recording sessions (``Session``), dis
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterable, Iterator, List, NamedTuple
+from typing import Iterable, Iterator, List, NamedTuple, Optional
 
 from . import _core
 from ._core import MethodWrapper, Session, Wrapper, wrap
@@ -34,6 +34,7 @@ class Record(NamedTuple):
     parent_id: int
     error: bool
     args: str = ""
+    module: Optional[str] = None  # instance path of an nn.Module forward ("" for the model itself)
 
 
 def records(session: Session) -> List[Record]:

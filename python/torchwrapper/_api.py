@@ -19,7 +19,7 @@ CONFIG_FILE_ENV = "TORCHWRAPPER_CONFIG"
 
 # DataFrame columns: the original tool's first, then ours.
 COLUMNS = ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp", "Cost Time (ms)", "Arguments",
-           "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error"]
+           "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error", "Module"]
 
 
 def load_config(config: Union[None, Mapping[str, Any], str, os.PathLike] = None,
@@ -153,7 +153,7 @@ class TorchWrapper:
         if self._call_records is None:
             detailed = self._profile.detailed_names() if self._profile else {}
             records: Dict[str, Any] = {}
-            for call_id, api, start, cost, *_rest, args in self._rows():
+            for call_id, api, start, cost, *_rest, args, _module in self._rows():
                 entry = records.get(api)
                 if entry is None:
                     entry = records[api] = {"TotalTime(ms)": 0.0}
@@ -166,7 +166,8 @@ class TorchWrapper:
     def dataframe(self):
         """One row per call: the original columns (API Name, Total Time (ms), Call Number, Start
         Timestamp, Cost Time (ms), Arguments), then Self Time (ms), GPU Time (ms), Thread, PID,
-        Depth, Call ID, Parent ID, Error."""
+        Depth, Call ID, Parent ID, Error, Module (the instance path of an nn.Module forward, "" for
+        the model itself; None for other calls)."""
         import pandas
 
         rows = self._rows()
@@ -175,10 +176,10 @@ class TorchWrapper:
         for r in rows:
             totals[r[1]] = totals.get(r[1], 0.0) + r[3] / 1e6
         out = []
-        for call_id, api, start, cost, self_ns, gpu, pid, tid, depth, parent, error, args in rows:
+        for call_id, api, start, cost, self_ns, gpu, pid, tid, depth, parent, error, args, module in rows:
             numbers[api] = numbers.get(api, 0) + 1
             out.append((api, totals[api], numbers[api], start, cost / 1e6, args, self_ns / 1e6, gpu / 1e6, tid, pid,
-                        depth, call_id, parent, error))
+                        depth, call_id, parent, error, module))
         return pandas.DataFrame(out, columns=COLUMNS)
 
     def summary(self):

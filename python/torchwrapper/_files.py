@@ -23,15 +23,31 @@ def record_files(out_dir: str, pid: Optional[int] = None) -> List[str]:
 
 
 def iter_rows(path: str) -> Iterator[tuple]:
-    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args)."""
+    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args, module).
+
+    module is the instance path of an nn.Module forward ("" for the model itself), else None.
+    """
     if path.endswith(".csv"):
         with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.reader(f)
-            next(reader, None)  # header
+            last = [""]
+
+            def lines() -> Iterator[str]:
+                # The csv module reads "" and an empty field alike, and the root module is written
+                # "" (no module: empty): the last physical line of each row tells them apart.
+                for line in f:
+                    last[0] = line
+                    yield line
+
+            reader = csv.reader(lines())
+            header = next(reader, None) or []
+            has_module = len(header) > 12 and header[12] == "module"
             for row in reader:
                 try:
+                    module = None
+                    if has_module:
+                        module = row[12] if row[12] else ("" if last[0].rstrip("\r\n").endswith('""') else None)
                     yield (int(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]), int(row[5]), int(row[6]),
-                           int(row[7]), int(row[8]), int(row[9]), row[10] == "1", row[11])
+                           int(row[7]), int(row[8]), int(row[9]), row[10] == "1", row[11], module)
                 except (IndexError, ValueError):
                     continue  # a line torn by a killed process
     else:
@@ -42,7 +58,7 @@ def iter_rows(path: str) -> Iterator[tuple]:
                 except ValueError:
                     continue  # a line torn by a killed process
                 yield (o["call_id"], o["api"], o["start_ns"], o["cost_ns"], o["self_ns"], o["gpu_ns"], o["pid"],
-                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"])
+                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"], o.get("module"))
 
 
 def read_rows(paths: List[str]) -> List[tuple]:

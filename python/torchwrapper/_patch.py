@@ -70,21 +70,24 @@ class Patcher:
         self.placements.append(Placement(owner, attr, before, installed))
         return installed
 
-    def install_plan(self, plan: "Plan") -> bool:
+    def install_plan(self, plan: "Plan", kinds: int = _core.KIND_MODULE_FORWARD) -> bool:
         """Installs one shared wrapper per target of a discovery plan at all of its places.
 
+        kinds: the tracing kinds (``_core.KIND_*``) to mark wrappers with (see trace_kind()).
         Returns False when some place no longer held what discovery saw there (the plan is stale);
         everything is installed all the same, and restore() undoes it exactly.
         """
         items = []
         wrappers, originals, wrap = self.wrappers, self._originals, _core.wrap
+        classify = _TraceKinds(kinds) if kinds else None
         for target in plan.targets:
             # (wrapper_for and installable, inlined: this loop runs ~4,000 times per start)
             original = target.obj
             wrapper = wrappers.get(id(original))
             if wrapper is None:
                 bind = {"staticmethod": False, "classmethod": True}.get(target.kind)
-                wrapper = wrappers[id(original)] = wrap(original, target.name, bind=bind)
+                kind = classify(target) if classify is not None else 0
+                wrapper = wrappers[id(original)] = wrap(original, target.name, bind=bind, kind=kind)
                 originals.append(original)
             if target.kind == "staticmethod":
                 installed = staticmethod(wrapper)
@@ -127,6 +130,43 @@ class Patcher:
             except ValueError:  # an empty cell
                 pass
         func.__wrapped__ = original
+
+
+# In-place operators: their first argument is the tensor they update.
+_INPLACE_DUNDERS = frozenset("""__iadd__ __isub__ __imul__ __itruediv__ __ifloordiv__ __imod__ __ipow__ __imatmul__
+__iand__ __ior__ __ixor__ __ilshift__ __irshift__ __idiv__ __setitem__""".split())
+# Calls around which tracked parameters are checked for updates made inside them by code that is not
+# recorded (an optimizer's fused or foreach kernels, autograd's accumulation into .grad).
+_BOUNDARY_NAMES = frozenset(["torch.autograd.backward"])
+
+
+class _TraceKinds:
+    """What tracing looks at around a target's calls (``_core.KIND_*``), among ``kinds``."""
+
+    def __init__(self, kinds: int) -> None:
+        import torch
+
+        self.kinds = kinds
+        self.module = torch.nn.Module
+        self.optimizer = torch.optim.Optimizer
+
+    def __call__(self, target: Any) -> int:
+        kind = 0
+        kinds = self.kinds
+        for owner, attr, _raw in target.places:
+            if attr == "forward":
+                if isinstance(owner, type) and issubclass(owner, self.module):
+                    kind |= _core.KIND_MODULE_FORWARD
+            elif attr == "__call__":
+                if owner is self.module:
+                    kind |= _core.KIND_MODULE_CALL
+            elif (attr[-1] == "_" and attr[-2:] != "__" and attr[0] != "_") or attr in _INPLACE_DUNDERS:
+                kind |= _core.KIND_INPLACE
+            elif attr in ("step", "zero_grad") and isinstance(owner, type) and issubclass(owner, self.optimizer):
+                kind |= _core.KIND_BOUNDARY
+        if target.name in _BOUNDARY_NAMES:
+            kind |= _core.KIND_BOUNDARY
+        return kind & kinds
 
 
 def resolve(path: str) -> Tuple[Any, str, Any]:

@@ -17,6 +17,7 @@ from . import _core
 from ._discover import Plan, discover
 from ._files import read_rows, record_files
 from ._patch import WRAPPER_TYPES, Patcher
+from ._trace import Tracer
 
 # Discovery plans by (modules, include, exclude), with the set of modules imported when each was
 # made. A later start reuses a plan when no module was imported since; the install then checks
@@ -161,7 +162,8 @@ class Profile:
                           file_name_spec=file_name_spec, max_files=max_files, flush_interval=flush_interval,
                           buffer_size=buffer_size, on_full=on_full, rank=-1 if rank is None else rank,
                           manifest=json.dumps(extra, default=str))
-        self.session = _core.Session(args=args, **output)
+        self.tracer = Tracer(self.out_dir, class_name=self._class_name)
+        self.session = _core.Session(args=args, tracer=self.tracer, **output)
         self.plan: Optional[Plan] = None
         self.patcher = Patcher()
         self._registries = _TorchRegistries()
@@ -184,13 +186,14 @@ class Profile:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            if not self.patcher.install_plan(self.plan) and from_cache:
+            kinds = self.tracer.kinds
+            if not self.patcher.install_plan(self.plan, kinds) and from_cache:
                 # Something changed since that plan was made (torch replaced an attribute):
                 # undo, and plan afresh.
                 self.patcher.restore()
                 self.patcher = Patcher()
                 self.plan = self._discover(key, imported)
-                self.patcher.install_plan(self.plan)
+                self.patcher.install_plan(self.plan, kinds)
             self._registries.register(self.patcher)
             self._modules_before = imported
             t2 = time.perf_counter()
@@ -217,6 +220,7 @@ class Profile:
         if not self.session.active:
             return
         self.session.stop()
+        self.tracer.close()
         _exit_guard.stopped(self)
         t0 = time.perf_counter()
         self.patcher.restore()
@@ -259,6 +263,17 @@ class Profile:
             qualname = getattr(t.obj, "__qualname__", None) or getattr(t.obj, "__name__", t.name)
             out[t.name] = f"{module}.{qualname}" if module else qualname
         return out
+
+    def _class_name(self, cls: type) -> str:
+        entry = self.plan.names.get(id(cls)) if self.plan is not None else None
+        if entry is not None and entry[0] is cls:
+            return entry[1]
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def module_tree(self) -> Dict[str, Any]:
+        """The modules that ran: {"roots": [...], "modules": [{"path", "class", "parent",
+        "parameters": {name: shape}, "calls"}]} (also written to out_dir/modules.json)."""
+        return self.tracer.modules()
 
     @property
     def files(self) -> List[str]:

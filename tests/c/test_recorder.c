@@ -227,6 +227,59 @@ static void a_thread_may_outlive_its_recorder(void **state)
     pthread_barrier_destroy(&barrier);
 }
 
+/* outer [0, 100) contains a [10, 60), during which the profiler worked 30 ticks (statistics of a's
+ * inputs, say); after a, 5 more ticks of the profiler's work. Neither counts in a call's cost. */
+static void excluded_ticks_leave_the_costs_of_calls_in_progress(void **state)
+{
+    tw_recorder_t *rec;
+    assert_int_equal(tw_recorder_create(&rec), 0);
+    tw_thread_t *t = tw_recorder_attach(rec);
+    tw_frame_t *outer = tw_call_begin(t);
+    tw_frame_t *a = tw_call_begin(t);
+    tw_thread_exclude(t, 30);
+    tw_call_end(t, a, 1, 10, 60, 0);
+    tw_thread_exclude(t, 5);
+    tw_call_end(t, outer, 0, 0, 100, 0);
+    tw_thread_exclude(t, 1000); /* outside any call: no effect on later ones */
+    tw_frame_t *b = tw_call_begin(t);
+    tw_call_end(t, b, 2, 200, 210, 0);
+    tw_recorder_collect(rec);
+    gathered_t g = gather(rec, 8);
+    const tw_record_t *ro = find(&g, 0), *ra = find(&g, 1), *rb = find(&g, 2);
+    assert_int_equal(ra->cost, 50 - 30);
+    assert_int_equal(ro->cost, 100 - 35);
+    assert_int_equal(ro->self, 100 - 35 - 20);
+    assert_int_equal(rb->cost, 10);
+    assert_int_equal(ra->start, 10); /* start times stay those of the clock */
+    free(g.records);
+    tw_recorder_destroy(rec);
+}
+
+/* A module call's record carries the module id set on its frame; other calls carry none. */
+static void module_ids_set_on_the_frame_reach_the_record(void **state)
+{
+    tw_recorder_t *rec;
+    assert_int_equal(tw_recorder_create(&rec), 0);
+    tw_thread_t *t = tw_recorder_attach(rec);
+    tw_frame_t *outer = tw_call_begin(t);
+    outer->module_id = TW_MODULE_ROOT;
+    tw_frame_t *inner = tw_call_begin(t);
+    tw_call_end_args(t, inner, 1, 1, 2, 0, "abc", 3);
+    tw_call_end(t, outer, 0, 0, 3, 0);
+    tw_recorder_collect(rec);
+    gathered_t g = gather(rec, 8);
+    assert_int_equal(find(&g, 0)->module_id, TW_MODULE_ROOT);
+    assert_int_equal(find(&g, 1)->module_id, TW_MODULE_NONE);
+    assert_int_equal(find(&g, 1)->args_len, 3);
+    assert_string_equal(tw_module_path(TW_MODULE_ROOT), "");
+    assert_null(tw_module_path(TW_MODULE_NONE));
+    uint32_t id;
+    assert_int_equal(tw_api_intern("features.0", &id), 0);
+    assert_string_equal(tw_module_path(id + 1), "features.0");
+    free(g.records);
+    tw_recorder_destroy(rec);
+}
+
 static void attaching_twice_gives_the_same_state(void **state)
 {
     tw_recorder_t *rec;
@@ -248,6 +301,8 @@ int main(void)
         cmocka_unit_test(eight_threads_record_every_call_exactly_once),
         cmocka_unit_test(a_thread_may_outlive_its_recorder),
         cmocka_unit_test(attaching_twice_gives_the_same_state),
+        cmocka_unit_test(excluded_ticks_leave_the_costs_of_calls_in_progress),
+        cmocka_unit_test(module_ids_set_on_the_frame_reach_the_record),
     };
     return cmocka_run_group_tests_name("recorder", tests, NULL, NULL);
 }

@@ -115,8 +115,8 @@ static void on_field(void *data, size_t len, void *arg)
     readback_t *r = arg;
     if (r->in_header) {
         static const char *const header[] = {"call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid",
-                                             "tid", "depth", "parent_id", "error", "args"};
-        if (r->field < 12 && (strlen(header[r->field]) != len || memcmp(header[r->field], data, len) != 0))
+                                             "tid", "depth", "parent_id", "error", "args", "module"};
+        if (r->field < 13 && (strlen(header[r->field]) != len || memcmp(header[r->field], data, len) != 0))
             r->header_ok = 0;
     } else if (r->field == 1) {
         size_t i = 0;
@@ -291,6 +291,62 @@ static void json_strings_are_escaped_per_rfc8259(void **state)
     assert_non_null(parsed);
     assert_string_equal(cJSON_GetStringValue(parsed), in);
     cJSON_Delete(parsed);
+}
+
+/* Module calls: the path in the last column ("" for the root, quoted in CSV so that it differs from
+ * a call with no module, which leaves it empty; null in JSON). */
+static void check_module_column(tw_format_t format, const char *ext)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = format, .file_max_size = 1 << 20, .file_name_spec = "serial", .rank = -1};
+    open_fixture(&f, config);
+    uint32_t path_id;
+    assert_int_equal(tw_api_intern("encoder.layers,\"3\".self_attn", &path_id), 0);
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    uint32_t modules[3] = {TW_MODULE_ROOT, path_id + 1, TW_MODULE_NONE};
+    for (int i = 0; i < 3; i++) {
+        tw_frame_t *frame = tw_call_begin(t);
+        frame->module_id = modules[i];
+        tw_call_end(t, frame, f.ids[0], 10 * i, 10 * i + 5, 0);
+    }
+    close_fixture(&f);
+    char path[512];
+    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    char line[4096];
+    const char *csv_ends[] = {",\"\"\n", ",\"encoder.layers,\"\"3\"\".self_attn\"\n", ",,\n"};
+    const char *json_paths[] = {"", "encoder.layers,\"3\".self_attn", NULL};
+    if (format == TW_FORMAT_CSV) {
+        assert_non_null(fgets(line, sizeof line, fp));
+        assert_non_null(strstr(line, ",args,module\n"));
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_non_null(fgets(line, sizeof line, fp));
+        if (format == TW_FORMAT_CSV) {
+            size_t n = strlen(line), m = strlen(csv_ends[i]);
+            assert_true(n > m);
+            assert_string_equal(line + n - m, csv_ends[i]);
+        } else {
+            cJSON *o = cJSON_Parse(line);
+            assert_non_null(o);
+            cJSON *module = cJSON_GetObjectItem(o, "module");
+            assert_non_null(module);
+            if (json_paths[i] == NULL)
+                assert_true(cJSON_IsNull(module));
+            else
+                assert_string_equal(cJSON_GetStringValue(module), json_paths[i]);
+            cJSON_Delete(o);
+        }
+    }
+    fclose(fp);
+    free_fixture(&f);
+}
+
+static void module_paths_are_written_in_the_last_column(void **state)
+{
+    check_module_column(TW_FORMAT_CSV, ".csv");
+    check_module_column(TW_FORMAT_JSON, ".jsonl");
 }
 
 static void an_existing_name_is_never_overwritten(void **state)
@@ -506,6 +562,7 @@ int main(void)
         cmocka_unit_test(csv_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(json_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(json_strings_are_escaped_per_rfc8259),
+        cmocka_unit_test(module_paths_are_written_in_the_last_column),
         cmocka_unit_test(an_existing_name_is_never_overwritten),
         cmocka_unit_test(max_files_keeps_the_newest),
         cmocka_unit_test(eight_producers_lose_nothing),

@@ -56,6 +56,42 @@ class TransformerModel(nn.Module):
         return self.head(self.layer(x).mean(dim=1))
 
 
+class AlexNet(nn.Module):
+    """AlexNet's shape (features, avgpool, classifier), small enough for 32x32 inputs."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, kernel_size=5, stride=2, padding=2), nn.ReLU(inplace=True),
+            nn.MaxPool2d(kernel_size=2),
+            nn.Conv2d(16, 32, kernel_size=3, padding=1), nn.ReLU(inplace=True),
+            nn.MaxPool2d(kernel_size=2),
+            nn.Conv2d(32, 32, kernel_size=3, padding=1), nn.ReLU(inplace=True),
+        )
+        self.avgpool = nn.AdaptiveAvgPool2d((2, 2))
+        self.classifier = nn.Sequential(
+            nn.Dropout(p=0.5), nn.Linear(32 * 2 * 2, 64), nn.ReLU(inplace=True),
+            nn.Linear(64, num_classes),
+        )
+
+    def forward(self, x):
+        x = self.avgpool(self.features(x))
+        return self.classifier(torch.flatten(x, 1))
+
+
+class EncoderModel(nn.Module):
+    """A Transformer encoder (two layers) and a head: paths like encoder.layers.1.self_attn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.1, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(dim=1))
+
+
 def _mlp_batch():
     return torch.randn(16, 32), torch.randint(0, 10, (16,))
 
@@ -72,11 +108,17 @@ def _transformer_batch():
     return torch.randn(8, 6, 32), torch.randint(0, 10, (8,))
 
 
+def _alexnet_batch():
+    return torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+
+
 SETUPS = {
     "mlp_sgd": (MLP, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), _mlp_batch),
     "cnn_adam": (CNN, lambda p: torch.optim.Adam(p, lr=1e-3), _cnn_batch),
     "lstm_adam": (LSTMModel, lambda p: torch.optim.Adam(p, lr=1e-3), _lstm_batch),
     "transformer_adamw": (TransformerModel, lambda p: torch.optim.AdamW(p, lr=1e-3), _transformer_batch),
+    "alexnet_sgd": (AlexNet, lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), _alexnet_batch),
+    "encoder_adam": (EncoderModel, lambda p: torch.optim.Adam(p, lr=1e-3), _transformer_batch),
 }
 
 

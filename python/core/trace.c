@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Tables for model tracing, filled by the tracer (torchwrapper._trace) off the hot path and read by
+ * the wrappers on it: nn.Module instances by address -> the id of their path (so that a module
+ * forward's record carries its instance's path for the cost of one probe), and tracked tensors
+ * (parameters, gradients) by address -> the tracer's index (so that an in-place update of one is
+ * seen). The tracer keeps a weak reference to every object it puts in, and takes the entry out from
+ * the weak reference's callback, before the address can be reused.
+ */
+#include "module.h"
+
+tw_ptr_table_t tw_modules;
+tw_ptr_table_t tw_tracked;
+
+#define TOMBSTONE ((uintptr_t)1)
+
+void tw_ptr_table_clear(tw_ptr_table_t *table)
+{
+    PyMem_Free(table->slots);
+    table->slots = NULL;
+    table->mask = 0;
+    table->used = 0;
+    table->filled = 0;
+}
+
+/* Rebuilds with room for at least `need` live entries at half load. Returns 0 or -1 (MemoryError). */
+static int ptr_table_resize(tw_ptr_table_t *table, size_t need)
+{
+    size_t capacity = 64;
+    while (capacity < 2 * need)
+        capacity *= 2;
+    tw_ptr_slot_t *slots = PyMem_Calloc(capacity, sizeof *slots);
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; table->slots != NULL && i <= table->mask; i++) {
+        tw_ptr_slot_t *old = &table->slots[i];
+        if (old->key <= TOMBSTONE)
+            continue;
+        size_t j = tw_ptr_hash(old->key) & (capacity - 1);
+        while (slots[j].key != 0)
+            j = (j + 1) & (capacity - 1);
+        slots[j] = *old;
+    }
+    PyMem_Free(table->slots);
+    table->slots = slots;
+    table->mask = capacity - 1;
+    table->filled = table->used;
+    return 0;
+}
+
+/* Sets the value of p (count kept when present, else 0). Returns 0 or -1 with an exception. */
+static int ptr_table_set(tw_ptr_table_t *table, const void *p, uint32_t value)
+{
+    tw_ptr_slot_t *slot = tw_ptr_find(table, p);
+    if (slot != NULL) {
+        slot->value = value;
+        return 0;
+    }
+    if ((table->filled + 1) * 2 > table->mask + 1 && ptr_table_resize(table, table->used + 1) < 0)
+        return -1;
+    uintptr_t key = (uintptr_t)p;
+    size_t i = tw_ptr_hash(key) & table->mask;
+    while (table->slots[i].key > TOMBSTONE)
+        i = (i + 1) & table->mask;
+    if (table->slots[i].key == 0)
+        table->filled++;
+    table->slots[i] = (tw_ptr_slot_t){key, value, 0};
+    table->used++;
+    return 0;
+}
+
+/* Removes p; returns its count (0 when absent). */
+static uint32_t ptr_table_remove(tw_ptr_table_t *table, uintptr_t key)
+{
+    tw_ptr_slot_t *slot = tw_ptr_find(table, (const void *)key);
+    if (slot == NULL)
+        return 0;
+    uint32_t count = slot->count;
+    slot->key = TOMBSTONE;
+    slot->value = 0;
+    slot->count = 0;
+    table->used--;
+    if (table->used == 0)
+        tw_ptr_table_clear(table);
+    return count;
+}
+
+static tw_ptr_table_t *table_named(PyObject *name)
+{
+    if (PyUnicode_Check(name)) {
+        if (PyUnicode_CompareWithASCIIString(name, "modules") == 0)
+            return &tw_modules;
+        if (PyUnicode_CompareWithASCIIString(name, "tracked") == 0)
+            return &tw_tracked;
+    }
+    PyErr_Format(PyExc_ValueError, "no table named %R (accepted: 'modules', 'tracked')", name);
+    return NULL;
+}
+
+/* table_set(table, obj, value): obj's entry holds value (an unsigned 32-bit int). */
+static PyObject *core_table_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "table_set(table, obj, value) takes 3 arguments");
+        return NULL;
+    }
+    tw_ptr_table_t *table = table_named(args[0]);
+    if (table == NULL)
+        return NULL;
+    unsigned long value = PyLong_AsUnsignedLong(args[2]);
+    if (value == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    if (value > UINT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "table value %lu does not fit 32 bits", value);
+        return NULL;
+    }
+    if (ptr_table_set(table, args[1], (uint32_t)value) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* table_remove(table, address) -> count: takes out the entry of the object that was at address. */
+static PyObject *core_table_remove(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "table_remove(table, address) takes 2 arguments");
+        return NULL;
+    }
+    tw_ptr_table_t *table = table_named(args[0]);
+    if (table == NULL)
+        return NULL;
+    void *address = PyLong_AsVoidPtr(args[1]);
+    if (address == NULL && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromUnsignedLong(ptr_table_remove(table, (uintptr_t)address));
+}
+
+/* table_get(table, obj) -> (value, count) or None. */
+static PyObject *core_table_get(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "table_get(table, obj) takes 2 arguments");
+        return NULL;
+    }
+    tw_ptr_table_t *table = table_named(args[0]);
+    if (table == NULL)
+        return NULL;
+    tw_ptr_slot_t *slot = tw_ptr_find(table, args[1]);
+    if (slot == NULL)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(kk)", (unsigned long)slot->value, (unsigned long)slot->count);
+}
+
+/* table_clear(table) -> [(address, value, count)]: empties it, returning what it held. */
+static PyObject *core_table_clear(PyObject *module, PyObject *name)
+{
+    tw_ptr_table_t *table = table_named(name);
+    if (table == NULL)
+        return NULL;
+    /* Emptied first: building the list can run the garbage collector, whose weak reference
+     * callbacks take entries out of this very table. */
+    tw_ptr_table_t held = *table;
+    table->slots = NULL;
+    table->mask = table->used = table->filled = 0;
+    PyObject *out = PyList_New(0);
+    for (size_t i = 0; out != NULL && held.slots != NULL && i <= held.mask; i++) {
+        tw_ptr_slot_t *slot = &held.slots[i];
+        if (slot->key <= TOMBSTONE)
+            continue;
+        PyObject *item = Py_BuildValue("(Nkk)", PyLong_FromVoidPtr((void *)slot->key), (unsigned long)slot->value,
+                                       (unsigned long)slot->count);
+        if (item == NULL || PyList_Append(out, item) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    tw_ptr_table_clear(&held);
+    return out;
+}
+
+/* intern_path(path) -> module id: TW_MODULE_ROOT for "", else 1 + the path's id in the name table. */
+static PyObject *core_intern_path(PyObject *module, PyObject *path)
+{
+    if (!PyUnicode_Check(path)) {
+        PyErr_Format(PyExc_TypeError, "a module path is a str, not '%.200s'", Py_TYPE(path)->tp_name);
+        return NULL;
+    }
+    const char *text = PyUnicode_AsUTF8(path);
+    if (text == NULL)
+        return NULL;
+    if (text[0] == '\0')
+        return PyLong_FromUnsignedLong(TW_MODULE_ROOT);
+    uint32_t id;
+    int err = tw_api_intern(text, &id);
+    if (err != 0) {
+        PyErr_Format(err == TW_ENOMEM ? PyExc_MemoryError : PyExc_ValueError,
+                     "cannot intern the module path %R: %s (at most %d bytes)", path, tw_strerror(err),
+                     TW_API_NAME_MAX);
+        return NULL;
+    }
+    return PyLong_FromUnsignedLong((unsigned long)id + 1);
+}
+
+/* module_path(module_id) -> the path, or None for TW_MODULE_NONE and unknown ids. */
+static PyObject *core_module_path(PyObject *module, PyObject *arg)
+{
+    unsigned long id = PyLong_AsUnsignedLong(arg);
+    if (id == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    const char *path = id <= UINT32_MAX ? tw_module_path((uint32_t)id) : NULL;
+    if (path == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(path);
+}
+
+static PyMethodDef trace_methods[] = {
+    {"table_set", (PyCFunction)(void (*)(void))core_table_set, METH_FASTCALL,
+     "table_set(table, obj, value)\n--\n\nPuts obj (by address) in the 'modules' or 'tracked' table with value."},
+    {"table_remove", (PyCFunction)(void (*)(void))core_table_remove, METH_FASTCALL,
+     "table_remove(table, address) -> count\n--\n\nTakes out the entry of the object that was at address."},
+    {"table_get", (PyCFunction)(void (*)(void))core_table_get, METH_FASTCALL,
+     "table_get(table, obj) -> (value, count) or None"},
+    {"table_clear", core_table_clear, METH_O,
+     "table_clear(table) -> [(address, value, count)]\n--\n\nEmpties the table; returns what it held."},
+    {"intern_path", core_intern_path, METH_O,
+     "intern_path(path) -> module id\n--\n\nThe id records carry for a module path (\"\" is the root)."},
+    {"module_path", core_module_path, METH_O, "module_path(module_id) -> path or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+int tw_trace_add_functions(PyObject *module)
+{
+    if (PyModule_AddFunctions(module, trace_methods) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "KIND_MODULE_FORWARD", TW_KIND_MODULE_FORWARD) < 0 ||
+        PyModule_AddIntConstant(module, "KIND_MODULE_CALL", TW_KIND_MODULE_CALL) < 0 ||
+        PyModule_AddIntConstant(module, "KIND_INPLACE", TW_KIND_INPLACE) < 0 ||
+        PyModule_AddIntConstant(module, "KIND_BOUNDARY", TW_KIND_BOUNDARY) < 0)
+        return -1;
+    PyObject *root = PyLong_FromUnsignedLong(TW_MODULE_ROOT);
+    if (root == NULL || PyModule_AddObject(module, "MODULE_ROOT", root) < 0) {
+        Py_XDECREF(root);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,183 @@
+# SPDX-License-Identifier: MIT
+"""Model tracing: module instance paths on module calls, and the module tree (modules.json)."""
+import gc
+import json
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchwrapper as tw
+from torchwrapper import _core
+from torchwrapper._patch import WRAPPER_TYPES
+
+from models import SETUPS, AlexNet, EncoderModel, LSTMModel
+
+
+def _train_steps(model, optimizer, batch, steps):
+    for _ in range(steps):
+        x, y = batch()
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+
+def _expected_paths(model):
+    """path -> API name of the wrapped forward, for the modules whose forward is recorded (read while
+    the wrappers are installed)."""
+    out = {}
+    for name, module in model.named_modules():
+        forward = type(module).forward
+        if isinstance(forward, WRAPPER_TYPES):
+            out[name] = forward.api_name
+    return out
+
+
+@pytest.mark.parametrize("setup", ["alexnet_sgd", "lstm_adam", "encoder_adam"])
+def test_each_module_forward_carries_its_instance_path(setup):
+    model_cls, make_optimizer, batch = SETUPS[setup]
+    torch.manual_seed(0)
+    model = model_cls()
+    optimizer = make_optimizer(model.parameters())
+    with tw.profile() as prof:
+        expected = _expected_paths(model)
+        _train_steps(model, optimizer, batch, 3)
+    records = prof.records()
+    seen = {}
+    for r in records:
+        if r.module is not None:
+            seen.setdefault(r.module, set()).add(r.api)
+    # Every module that ran under a recorded forward is there, under its named_modules() path and
+    # the API of its class's forward; nothing else carries a path.
+    assert {path: {api} for path, api in expected.items() if path in seen} == seen
+    assert set(seen) <= set(dict(model.named_modules()))
+    assert len(seen) >= {"alexnet_sgd": 12, "lstm_adam": 3, "encoder_adam": 10}[setup]
+    for r in records:
+        if not r.api.endswith(".forward"):
+            assert r.module is None, r
+    calls = {r.module: 0 for r in records if r.module is not None}
+    for r in records:
+        if r.module is not None:
+            calls[r.module] += 1
+    tree = {m["path"]: m for m in prof.module_tree()["modules"]}
+    for path, n in calls.items():
+        assert tree[path]["calls"] == n
+
+
+def test_paths_nest_like_the_model():
+    torch.manual_seed(0)
+    model = AlexNet()
+    with tw.profile() as prof:
+        model(torch.randn(2, 3, 32, 32))
+    by_id = {r.call_id: r for r in prof.records()}
+    # features.0 (a Conv2d) runs inside features (a Sequential), and its parent record says so.
+    conv = next(r for r in by_id.values() if r.module == "features.0")
+    parent = by_id[conv.parent_id]
+    assert parent.module == "features" and parent.api == "torch.nn.Sequential.forward"
+    assert conv.depth == parent.depth + 1
+
+
+def test_a_recorded_model_is_the_root_with_the_empty_path(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    for fmt in ("csv", "json"):
+        out = tmp_path / fmt
+        with tw.profile(out_dir=str(out), format=fmt) as prof:
+            model(torch.randn(2, 4))
+            torch.add(torch.ones(1), 1)
+        records = prof.records()
+        modules = {r.api: r.module for r in records}
+        assert modules["torch.nn.Sequential.forward"] == ""   # the root, read back as "" not None
+        assert modules["torch.nn.Linear.forward"] == "0"
+        assert modules["torch.nn.ReLU.forward"] == "1"
+        assert modules["torch.add"] is None
+        saved = json.loads((out / "modules.json").read_text())
+        assert saved["roots"] == [{"path": "", "class": "torch.nn.Sequential"}]
+        assert [(m["path"], m["class"], m["parent"], m["parameters"]) for m in saved["modules"]] == [
+            ("", "torch.nn.Sequential", None, {}),
+            ("0", "torch.nn.Linear", "", {"weight": [4, 4], "bias": [4]}),
+            ("1", "torch.nn.ReLU", "", {}),
+        ]
+
+
+def test_csv_module_column_is_appended_after_args(tmp_path):
+    model = nn.Linear(3, 3)
+    with tw.profile(out_dir=str(tmp_path), format="csv", args="summary") as prof:
+        model(torch.randn(1, 3))
+        torch.zeros(2)
+    with open(prof.files[0]) as f:
+        header = f.readline().strip().split(",")
+    assert header == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid", "depth",
+                      "parent_id", "error", "args", "module"]
+    import pandas
+
+    frame = pandas.read_csv(prof.files[0], keep_default_na=False)
+    assert frame.set_index("api").loc["torch.nn.Linear.forward", "module"] == ""
+    assert frame.set_index("api").loc["torch.zeros", "args"] == "((2,), {})"
+
+
+def test_a_loss_called_on_its_own_is_a_second_root_named_by_its_class(tmp_path):
+    torch.manual_seed(0)
+    model = LSTMModel()
+    criterion = nn.CrossEntropyLoss()
+    with tw.profile(out_dir=str(tmp_path)) as prof:
+        x, y = torch.randint(0, 50, (4, 5)), torch.randint(0, 50, (4,))
+        criterion(model(x), y).backward()
+    modules = {(r.api, r.module) for r in prof.records() if r.module is not None}
+    assert ("torch.nn.CrossEntropyLoss.forward", "CrossEntropyLoss") in modules
+    assert ("torch.nn.LSTM.forward", "lstm") in modules
+    roots = json.loads((tmp_path / "modules.json").read_text())["roots"]
+    assert roots == [{"path": "", "class": "models.LSTMModel"},
+                     {"path": "CrossEntropyLoss", "class": "torch.nn.CrossEntropyLoss"}]
+
+
+def test_a_submodule_called_first_takes_its_path_once_the_model_runs():
+    torch.manual_seed(0)
+    model = EncoderModel()
+    x = torch.randn(2, 3, 32)
+    with tw.profile() as prof:
+        model.head(x[:, 0])       # alone at the top level: a root of its own for now
+        model(x)
+        model.head(x[:, 0])
+    heads = [r.module for r in prof.records() if r.api == "torch.nn.Linear.forward" and r.depth == 0]
+    assert heads[0] == "" and heads[-1] == "head"
+    attn = {r.module for r in prof.records() if r.api == "torch.nn.MultiheadAttention.forward"}
+    assert attn == {"encoder.layers.0.self_attn", "encoder.layers.1.self_attn"}
+
+
+def test_module_paths_follow_instances_that_come_and_go():
+    # A new model per iteration (as in a test suite): each is the root in turn, and the table does
+    # not keep entries (or paths) of dead instances.
+    with tw.profile() as prof:
+        for _ in range(5):
+            model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2)))
+            model(torch.randn(1, 2))
+            del model
+            gc.collect()
+        assert _core.table_clear("modules") == []
+    paths = [r.module for r in prof.records() if r.module is not None]
+    assert paths == ["", "0", "1", "1.0"] * 5
+
+
+def test_a_module_that_is_not_in_the_stack_resolves_on_its_own():
+    layer = nn.Linear(2, 2)
+    with tw.profile() as prof:
+        nn.Linear.forward(layer, torch.randn(1, 2))   # not through __call__
+    assert [r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"] == [""]
+
+
+def test_paths_cost_nothing_outside_module_forwards():
+    assert _core.KIND_MODULE_FORWARD == 1
+    with tw.profile() as prof:
+        pass
+    kinds = {w.api_name: w.trace_kind for w in prof.patcher.wrappers.values()}
+    assert kinds["torch.nn.Linear.forward"] == _core.KIND_MODULE_FORWARD
+    assert kinds["torch.add"] == 0 and kinds["torch.Tensor.add_"] == 0   # nothing asked for updates
+
+
+def test_wrap_rejects_an_unknown_kind():
+    with pytest.raises(ValueError, match="kind=64 is not a combination"):
+        tw.wrap(torch.add, "torch.add", kind=64)
