@@ -49,20 +49,38 @@ void tw_stats_free(tw_stats_t *stats)
     memset(stats, 0, sizeof *stats);
 }
 
-void tw_stats_add(tw_stats_t *stats, uint32_t api_id, uint64_t cost_ns, uint64_t self_ns, uint64_t gpu_ns, int error)
+/* The entry of api_id, the table grown to hold it; NULL when out of memory. */
+static tw_api_stats_t *entry(tw_stats_t *stats, uint32_t api_id)
 {
     if (api_id >= stats->capacity) {
         uint32_t capacity = stats->capacity ? stats->capacity : 1024;
         while (capacity <= api_id && capacity < (1u << 30))
             capacity *= 2;
         tw_api_stats_t *apis = capacity > api_id ? realloc(stats->apis, capacity * sizeof *apis) : NULL;
-        if (apis == NULL) {
-            stats->dropped++;
-            return;
-        }
+        if (apis == NULL)
+            return NULL;
         memset(apis + stats->capacity, 0, (capacity - stats->capacity) * sizeof *apis);
         stats->apis = apis;
         stats->capacity = capacity;
+    }
+    return &stats->apis[api_id];
+}
+
+void tw_stats_add_gpu(tw_stats_t *stats, uint32_t api_id, uint64_t gpu_ns)
+{
+    tw_api_stats_t *a = entry(stats, api_id);
+    if (a == NULL) {
+        stats->dropped++;
+        return;
+    }
+    a->gpu_ns += gpu_ns;
+}
+
+void tw_stats_add(tw_stats_t *stats, uint32_t api_id, uint64_t cost_ns, uint64_t self_ns, uint64_t gpu_ns, int error)
+{
+    if (entry(stats, api_id) == NULL) {
+        stats->dropped++;
+        return;
     }
     tw_api_stats_t *a = &stats->apis[api_id];
     if (a->histogram == NULL && (a->histogram = calloc(BUCKETS, sizeof *a->histogram)) == NULL) {

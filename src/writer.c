@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #define MIN_FILE_SIZE 4096           /* room for a header and any record */
 #define BUFFER_FLUSH (256 * 1024)    /* bytes of output gathered before a write() */
 #define DEFAULT_BUFFER_BYTES (32ull << 20)
+#define STREAM_MIN_QUEUE (1u << 20) /* bytes a stream may queue, at least */
 #define CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module\n"
 
 typedef struct {
@@ -36,6 +38,56 @@ typedef struct {
     uint64_t bytes;
     int removed; /* by max_files */
 } file_entry_t;
+
+/*
+ * One rotating set of files: the call records, or one extra record stream. Written by the writer
+ * thread only, except the counters (written, dropped, bytes) and the file list, which others read
+ * under the writer's lock.
+ */
+typedef struct {
+    const char *kind;      /* "calls", or the stream's kind (also in the file names) */
+    const char *header;    /* CSV header line, '\n' included; NULL for JSON */
+    size_t header_len;
+    int fd;
+    uint64_t file_bytes;   /* bytes of the current file, written or buffered */
+    uint64_t index;
+    file_entry_t *files;
+    size_t file_count;
+    size_t file_capacity;
+    size_t kept;           /* files not removed by max_files */
+    char *buf;             /* BUFFER_FLUSH + one line */
+    size_t buf_len;
+    uint64_t buf_records;
+    uint64_t written;      /* under the writer's lock */
+    uint64_t dropped;
+    uint64_t bytes_total;
+} fileset_t;
+
+/* A row queued by tw_writer_stream_write(): this header, then len bytes of text ending in '\n'. */
+typedef struct {
+    uint32_t len;
+    uint32_t api_id;  /* TW_API_ID_NONE: no GPU time to add to the per-API totals */
+    uint64_t gpu_ns;
+} queued_row_t;
+
+struct tw_writer_stream {
+    tw_writer_t *w;
+    struct tw_writer_stream *next;
+    char kind[TW_STREAM_KIND_MAX + 1];
+    fileset_t files;       /* writer thread */
+    size_t max_queued;     /* bytes */
+    /* the queue, guarded by lock */
+    pthread_mutex_t lock;
+    char *queue;
+    size_t queue_len;
+    size_t queue_capacity;
+    int closed;
+    int kicked;            /* the writer was woken for this batch already */
+    char *spare;           /* the writer thread's: the previous queue, emptied */
+    size_t spare_capacity;
+    _Atomic uint64_t dropped_full;     /* rows refused: queue full, too long, after close */
+    _Atomic uint64_t dropped_upstream; /* lost before they reached us (tw_writer_stream_add_dropped) */
+};
 
 struct tw_writer {
     /* configuration (owned copies) */
@@ -47,6 +99,7 @@ struct tw_writer {
     unsigned max_files;
     uint64_t flush_interval_ns;
     uint64_t max_chunks;
+    uint64_t buffer_bytes;
     int block_when_full;
     int64_t rank;
     tw_clock_t clock;
@@ -69,28 +122,20 @@ struct tw_writer {
     int stopping;
     int thread_running;
     int closed;
+    int streams_kicked;    /* a stream's queue is filling up: drain it now */
     pthread_t thread;
+    tw_writer_stream_t *streams; /* added under lock, freed by tw_writer_destroy */
     /* counters, written by the writer thread under lock, read by anyone under lock */
-    uint64_t written;
-    uint64_t dropped;
     uint64_t truncated;
-    uint64_t bytes_total;
     int write_errno;
 
     /* writer thread only */
-    int fd;
-    uint64_t file_bytes;   /* bytes of the current file, written or buffered */
-    uint64_t index;
-    file_entry_t *files;
-    size_t file_count;
-    size_t file_capacity;
-    size_t kept;           /* files not removed by max_files */
-    char *buf;
-    size_t buf_len;
-    uint64_t buf_records;
+    fileset_t calls;
     tw_stats_t stats;
     struct tw_writer *next_live; /* in the list of live writers (fork handling) */
 };
+
+static tw_writer_stream_t *streams_head(tw_writer_t *w);
 
 static int64_t realtime_ns(void)
 {
@@ -283,37 +328,37 @@ static int write_all(int fd, const char *data, size_t len)
     return 0;
 }
 
-/* Writes the buffered output of the current file. */
-static void flush_buffer(tw_writer_t *w)
+/* Writes the buffered output of fs's current file. */
+static void flush_buffer(tw_writer_t *w, fileset_t *fs)
 {
-    if (w->buf_len == 0)
+    if (fs->buf_len == 0)
         return;
-    int err = w->fd >= 0 ? write_all(w->fd, w->buf, w->buf_len) : EBADF;
+    int err = fs->fd >= 0 ? write_all(fs->fd, fs->buf, fs->buf_len) : EBADF;
     pthread_mutex_lock(&w->lock);
     if (err == 0) {
-        w->written += w->buf_records;
-        w->bytes_total += w->buf_len;
-        if (w->file_count > 0) {
-            w->files[w->file_count - 1].records += w->buf_records;
-            w->files[w->file_count - 1].bytes += w->buf_len;
+        fs->written += fs->buf_records;
+        fs->bytes_total += fs->buf_len;
+        if (fs->file_count > 0) {
+            fs->files[fs->file_count - 1].records += fs->buf_records;
+            fs->files[fs->file_count - 1].bytes += fs->buf_len;
         }
     } else {
-        w->dropped += w->buf_records;
+        fs->dropped += fs->buf_records;
     }
     pthread_mutex_unlock(&w->lock);
     if (err != 0)
-        warn_once(w, "writing", w->file_count > 0 ? w->files[w->file_count - 1].name : w->out_dir, err);
-    w->buf_len = 0;
-    w->buf_records = 0;
+        warn_once(w, "writing", fs->file_count > 0 ? fs->files[fs->file_count - 1].name : w->out_dir, err);
+    fs->buf_len = 0;
+    fs->buf_records = 0;
 }
 
-static void close_file(tw_writer_t *w)
+static void close_file(tw_writer_t *w, fileset_t *fs)
 {
-    flush_buffer(w);
-    if (w->fd >= 0) {
-        if (close(w->fd) != 0)
-            warn_once(w, "closing", w->files[w->file_count - 1].name, errno);
-        w->fd = -1;
+    flush_buffer(w, fs);
+    if (fs->fd >= 0) {
+        if (close(fs->fd) != 0)
+            warn_once(w, "closing", fs->files[fs->file_count - 1].name, errno);
+        fs->fd = -1;
     }
 }
 
@@ -325,40 +370,63 @@ static int path_join(char *out, size_t size, const char *dir, const char *name)
 
 static void write_manifest(tw_writer_t *w);
 
-/* Keeps only the newest max_files record files (the current one included). */
-static void enforce_max_files(tw_writer_t *w)
+/* Keeps only the newest max_files files of fs (the current one included). */
+static void enforce_max_files(tw_writer_t *w, fileset_t *fs)
 {
     if (w->max_files == 0)
         return;
-    for (size_t i = 0; i < w->file_count && w->kept > w->max_files; i++) {
-        if (w->files[i].removed)
+    for (size_t i = 0; i < fs->file_count && fs->kept > w->max_files; i++) {
+        if (fs->files[i].removed)
             continue;
         char path[PATH_MAX];
-        if (path_join(path, sizeof path, w->out_dir, w->files[i].name) == 0 && unlink(path) != 0 && errno != ENOENT)
+        if (path_join(path, sizeof path, w->out_dir, fs->files[i].name) == 0 && unlink(path) != 0 &&
+            errno != ENOENT)
             warn_once(w, "removing", path, errno);
-        w->files[i].removed = 1;
-        w->kept--;
+        pthread_mutex_lock(&w->lock);
+        fs->files[i].removed = 1;
+        pthread_mutex_unlock(&w->lock);
+        fs->kept--;
     }
 }
 
-/* Opens the next record file: a new name (never an existing file, never through a symlink). */
-static int open_next_file(tw_writer_t *w)
+/*
+ * The name of fs's next file: the call records' name, with ".KIND" before the extension for a
+ * stream (tw-...-0001.csv, tw-...-0001.gpu.csv). Returns 0 or ENAMETOOLONG.
+ */
+static int next_name(tw_writer_t *w, fileset_t *fs, char *name, size_t size)
 {
-    close_file(w);
-    if (w->file_count == w->file_capacity) {
-        size_t capacity = w->file_capacity ? 2 * w->file_capacity : 16;
-        file_entry_t *files = realloc(w->files, capacity * sizeof *files);
+    const char *ext = w->format == TW_FORMAT_CSV ? ".csv" : ".jsonl";
+    tw_name_fields_t fields = {realtime_ns(), w->pid, w->pid, w->rank, ++fs->index, w->host};
+    int n = tw_name_expand(w->spec, &fields, ext, name, size);
+    if (n < 0)
+        return ENAMETOOLONG;
+    if (fs == &w->calls)
+        return 0;
+    /* The expansion ends with ext (tw_name_expand sees to it): put the kind before it. */
+    size_t stem = (size_t)n - strlen(ext);
+    int m = snprintf(name + stem, size - stem, ".%s%s", fs->kind, ext);
+    return m < 0 || (size_t)m >= size - stem ? ENAMETOOLONG : 0;
+}
+
+/* Opens fs's next file: a new name (never an existing file, never through a symlink). */
+static int open_next_file(tw_writer_t *w, fileset_t *fs)
+{
+    close_file(w, fs);
+    if (fs->file_count == fs->file_capacity) {
+        size_t capacity = fs->file_capacity ? 2 * fs->file_capacity : 16;
+        pthread_mutex_lock(&w->lock); /* the manifest reads the list under it */
+        file_entry_t *files = realloc(fs->files, capacity * sizeof *files);
+        if (files != NULL) {
+            fs->files = files;
+            fs->file_capacity = capacity;
+        }
+        pthread_mutex_unlock(&w->lock);
         if (files == NULL)
             return ENOMEM;
-        w->files = files;
-        w->file_capacity = capacity;
     }
     char name[NAME_MAX + 1], path[PATH_MAX];
-    const char *ext = w->format == TW_FORMAT_CSV ? ".csv" : ".jsonl";
     for (int attempt = 0; attempt < 10000; attempt++) {
-        tw_name_fields_t fields = {realtime_ns(), w->pid, w->pid, w->rank, ++w->index, w->host};
-        if (tw_name_expand(w->spec, &fields, ext, name, sizeof name) < 0 ||
-            path_join(path, sizeof path, w->out_dir, name) != 0)
+        if (next_name(w, fs, name, sizeof name) != 0 || path_join(path, sizeof path, w->out_dir, name) != 0)
             return ENAMETOOLONG;
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0 && errno == EEXIST)
@@ -371,55 +439,57 @@ static int open_next_file(tw_writer_t *w)
             unlink(path);
             return ENOMEM;
         }
-        w->fd = fd;
-        w->files[w->file_count++] = (file_entry_t){copy, 0, 0, 0};
-        w->kept++;
-        w->file_bytes = 0;
-        if (w->format == TW_FORMAT_CSV) {
+        fs->fd = fd;
+        pthread_mutex_lock(&w->lock);
+        fs->files[fs->file_count++] = (file_entry_t){copy, 0, 0, 0};
+        pthread_mutex_unlock(&w->lock);
+        fs->kept++;
+        fs->file_bytes = 0;
+        if (fs->header != NULL) {
             /* Written at once, so that every CSV file on disk starts with its header. */
-            int err = write_all(fd, CSV_HEADER, sizeof CSV_HEADER - 1);
+            int err = write_all(fd, fs->header, fs->header_len);
             if (err != 0)
                 warn_once(w, "writing", path, err);
-            w->file_bytes = sizeof CSV_HEADER - 1;
+            fs->file_bytes = fs->header_len;
             pthread_mutex_lock(&w->lock);
             if (err == 0) {
-                w->files[w->file_count - 1].bytes = sizeof CSV_HEADER - 1;
-                w->bytes_total += sizeof CSV_HEADER - 1;
+                fs->files[fs->file_count - 1].bytes = fs->header_len;
+                fs->bytes_total += fs->header_len;
             }
             pthread_mutex_unlock(&w->lock);
         }
-        enforce_max_files(w);
+        enforce_max_files(w, fs);
         write_manifest(w);
         return 0;
     }
     return EEXIST;
 }
 
-/* Appends one formatted line, rotating first when it would take the file past the cap. */
-static void append_line(tw_writer_t *w, const char *line, size_t len)
+/* Appends one formatted line to fs, rotating first when it would take the file past the cap. */
+static void append_line(tw_writer_t *w, fileset_t *fs, const char *line, size_t len)
 {
-    if (w->fd < 0 || w->file_bytes + len > w->max_size) {
-        int err = open_next_file(w);
+    if (fs->fd < 0 || fs->file_bytes + len > w->max_size) {
+        int err = open_next_file(w, fs);
         if (err != 0) {
             warn_once(w, "creating a record file in", w->out_dir, err);
             pthread_mutex_lock(&w->lock);
-            w->dropped++;
+            fs->dropped++;
             pthread_mutex_unlock(&w->lock);
             return;
         }
     }
-    if (w->buf_len + len > BUFFER_FLUSH)
-        flush_buffer(w);
-    memcpy(w->buf + w->buf_len, line, len);
-    w->buf_len += len;
-    w->buf_records++;
-    w->file_bytes += len;
+    if (fs->buf_len + len > BUFFER_FLUSH)
+        flush_buffer(w, fs);
+    memcpy(fs->buf + fs->buf_len, line, len);
+    fs->buf_len += len;
+    fs->buf_records++;
+    fs->file_bytes += len;
 }
 
 static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
 {
     char line[TW_LINE_MAX];
-    size_t room = w->max_size - (w->format == TW_FORMAT_CSV ? sizeof CSV_HEADER - 1 : 0);
+    size_t room = w->max_size - w->calls.header_len;
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
         size_t len = format_record(w, chunk, r, line, TW_ARGS_MAX);
@@ -434,9 +504,36 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
             w->truncated++;
             pthread_mutex_unlock(&w->lock);
         }
-        append_line(w, line, len);
+        append_line(w, &w->calls, line, len);
         tw_stats_add(&w->stats, r->api_id, tw_clock_duration_ns(&w->clock, r->cost),
                      tw_clock_duration_ns(&w->clock, r->self), r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
+    }
+}
+
+/*
+ * Takes the rows queued on s (swapping its queue with the spare one, so that writers wait only for
+ * the swap) and writes them to s's files.
+ */
+static void write_stream(tw_writer_t *w, tw_writer_stream_t *s)
+{
+    pthread_mutex_lock(&s->lock);
+    char *rows = s->queue;
+    size_t len = s->queue_len, capacity = s->queue_capacity;
+    s->queue = s->spare;
+    s->queue_capacity = s->spare_capacity;
+    s->queue_len = 0;
+    s->kicked = 0;
+    s->spare = rows;
+    s->spare_capacity = capacity;
+    pthread_mutex_unlock(&s->lock);
+    for (size_t at = 0; at < len;) {
+        queued_row_t h;
+        memcpy(&h, rows + at, sizeof h);
+        at += sizeof h;
+        append_line(w, &s->files, rows + at, h.len);
+        if (h.api_id != TW_API_ID_NONE)
+            tw_stats_add_gpu(&w->stats, h.api_id, h.gpu_ns);
+        at += (h.len + 7) & ~(size_t)7;
     }
 }
 
@@ -478,6 +575,23 @@ static int write_json_atomically(tw_writer_t *w, const char *path, cJSON *root)
     return err;
 }
 
+/* Lists fs's files in the manifest's array; the writer's lock held. */
+static void add_files(cJSON *files, const fileset_t *fs)
+{
+    for (size_t i = 0; files != NULL && i < fs->file_count; i++) {
+        cJSON *f = cJSON_CreateObject();
+        if (f == NULL)
+            return;
+        cJSON_AddStringToObject(f, "name", fs->files[i].name);
+        cJSON_AddStringToObject(f, "kind", fs->kind);
+        cJSON_AddItemToObject(f, "records", raw_int((int64_t)fs->files[i].records));
+        cJSON_AddItemToObject(f, "bytes", raw_int((int64_t)fs->files[i].bytes));
+        if (fs->files[i].removed)
+            cJSON_AddTrueToObject(f, "removed_by_max_files");
+        cJSON_AddItemToArray(files, f);
+    }
+}
+
 static void write_manifest(tw_writer_t *w)
 {
     cJSON *root = NULL;
@@ -491,11 +605,6 @@ static void write_manifest(tw_writer_t *w)
         return;
     tw_recorder_stats_t rs;
     tw_recorder_stats(w->rec, &rs);
-    pthread_mutex_lock(&w->lock);
-    uint64_t written = w->written, dropped = w->dropped + rs.dropped, truncated = w->truncated;
-    uint64_t bytes = w->bytes_total;
-    int write_errno = w->write_errno;
-    pthread_mutex_unlock(&w->lock);
     cJSON_AddItemToObject(root, "manifest_version", raw_int(1));
     cJSON_AddStringToObject(root, "torchwrapper", tw_version());
     cJSON_AddStringToObject(root, "format", w->format == TW_FORMAT_CSV ? "csv" : "json");
@@ -507,22 +616,35 @@ static void write_manifest(tw_writer_t *w)
     cJSON_AddItemToObject(root, "end_ns", w->end_ns ? raw_int(w->end_ns) : cJSON_CreateNull());
     cJSON_AddItemToObject(root, "file_max_size", raw_int((int64_t)w->max_size));
     cJSON_AddStringToObject(root, "clock", w->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic");
+    /* Every file of every kind, oldest first per kind: call records ("calls") first, then each
+     * stream's ("gpu", ...). */
     cJSON *files = cJSON_AddArrayToObject(root, "files");
-    for (size_t i = 0; files != NULL && i < w->file_count; i++) {
-        cJSON *f = cJSON_CreateObject();
-        if (f == NULL)
-            break;
-        cJSON_AddStringToObject(f, "name", w->files[i].name);
-        cJSON_AddItemToObject(f, "records", raw_int((int64_t)w->files[i].records));
-        cJSON_AddItemToObject(f, "bytes", raw_int((int64_t)w->files[i].bytes));
-        if (w->files[i].removed)
-            cJSON_AddTrueToObject(f, "removed_by_max_files");
-        cJSON_AddItemToArray(files, f);
+    cJSON *streams = cJSON_CreateObject();
+    pthread_mutex_lock(&w->lock);
+    uint64_t written = w->calls.written, dropped = w->calls.dropped + rs.dropped, truncated = w->truncated;
+    uint64_t bytes = w->calls.bytes_total;
+    int write_errno = w->write_errno;
+    add_files(files, &w->calls);
+    for (tw_writer_stream_t *s = w->streams; s != NULL; s = s->next) {
+        add_files(files, &s->files);
+        cJSON *o = streams != NULL ? cJSON_CreateObject() : NULL;
+        if (o == NULL)
+            continue;
+        uint64_t upstream = atomic_load(&s->dropped_upstream);
+        cJSON_AddItemToObject(o, "records_written", raw_int((int64_t)s->files.written));
+        cJSON_AddItemToObject(o, "records_dropped",
+                              raw_int((int64_t)(s->files.dropped + atomic_load(&s->dropped_full) + upstream)));
+        cJSON_AddItemToObject(o, "records_lost_upstream", raw_int((int64_t)upstream));
+        cJSON_AddItemToObject(o, "bytes_written", raw_int((int64_t)s->files.bytes_total));
+        cJSON_AddItemToObject(streams, s->kind, o);
     }
+    pthread_mutex_unlock(&w->lock);
     cJSON_AddItemToObject(root, "records_written", raw_int((int64_t)written));
     cJSON_AddItemToObject(root, "records_dropped", raw_int((int64_t)dropped));
     cJSON_AddItemToObject(root, "records_truncated", raw_int((int64_t)truncated));
     cJSON_AddItemToObject(root, "bytes_written", raw_int((int64_t)bytes));
+    if (streams != NULL)
+        cJSON_AddItemToObject(root, "streams", streams);
     if (write_errno != 0)
         cJSON_AddStringToObject(root, "write_error", strerror(write_errno));
     else
@@ -552,7 +674,8 @@ static void write_summary(tw_writer_t *w)
     }
     size_t n = 0;
     for (uint32_t id = 0; id < w->stats.capacity; id++)
-        if (w->stats.apis[id].calls > 0)
+        if (w->stats.apis[id].calls > 0 || w->stats.apis[id].gpu_ns > 0) /* GPU time of a call whose
+                                                                             record was lost counts */
             order[n++] = &w->stats.apis[id];
     qsort_r(order, n, sizeof *order, compare_total_desc, NULL);
     for (size_t i = 0; i < n; i++) {
@@ -569,7 +692,7 @@ static void write_summary(tw_writer_t *w)
         cJSON_AddItemToObject(o, "gpu_ns", raw_int((int64_t)a->gpu_ns));
         cJSON_AddItemToObject(o, "min_ns", raw_int((int64_t)a->min_ns));
         cJSON_AddItemToObject(o, "max_ns", raw_int((int64_t)a->max_ns));
-        cJSON_AddItemToObject(o, "mean_ns", raw_int((int64_t)(a->total_ns / a->calls)));
+        cJSON_AddItemToObject(o, "mean_ns", raw_int(a->calls ? (int64_t)(a->total_ns / a->calls) : 0));
         cJSON_AddItemToObject(o, "p50_ns", raw_int((int64_t)tw_stats_percentile(a, 0.50)));
         cJSON_AddItemToObject(o, "p95_ns", raw_int((int64_t)tw_stats_percentile(a, 0.95)));
         cJSON_AddItemToObject(o, "p99_ns", raw_int((int64_t)tw_stats_percentile(a, 0.99)));
@@ -590,7 +713,7 @@ static void *writer_main(void *arg)
     uint64_t next_flush = monotonic_ns() + w->flush_interval_ns;
     pthread_mutex_lock(&w->lock);
     for (;;) {
-        while (w->head == NULL && !w->stopping) {
+        while (w->head == NULL && !w->stopping && !w->streams_kicked) {
             uint64_t now = monotonic_ns();
             if (now >= next_flush)
                 break;
@@ -608,7 +731,9 @@ static void *writer_main(void *arg)
         tw_chunk_t *list = w->head;
         w->head = w->tail = NULL;
         w->queued = 0;
+        w->streams_kicked = 0;
         int stop = w->stopping && list == NULL;
+        tw_writer_stream_t *streams = w->streams;
         pthread_cond_broadcast(&w->room);
         pthread_mutex_unlock(&w->lock);
 
@@ -618,9 +743,13 @@ static void *writer_main(void *arg)
             tw_chunk_release(list);
             list = next;
         }
+        for (tw_writer_stream_t *s = streams; s != NULL; s = s->next)
+            write_stream(w, s);
         uint64_t now = monotonic_ns();
         if (now >= next_flush || stop) {
-            flush_buffer(w);
+            flush_buffer(w, &w->calls);
+            for (tw_writer_stream_t *s = streams; s != NULL; s = s->next)
+                flush_buffer(w, &s->files);
             /* Ask recording threads for their partial chunks, so that nothing older than about
              * one interval waits in memory (their next call hands the chunk over). */
             tw_recorder_request_flush(w->rec);
@@ -630,8 +759,11 @@ static void *writer_main(void *arg)
         if (stop)
             break;
     }
+    tw_writer_stream_t *streams = w->streams;
     pthread_mutex_unlock(&w->lock);
-    close_file(w);
+    close_file(w, &w->calls);
+    for (tw_writer_stream_t *s = streams; s != NULL; s = s->next)
+        close_file(w, &s->files);
     return NULL;
 }
 
@@ -654,23 +786,54 @@ static int start_thread(tw_writer_t *w)
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static tw_writer_t *live_writers;
 
+/* Lock order: the writer's lock, then each stream's (a stream's writer never holds its lock while
+ * taking the writer's). */
 void tw_writer_fork_prepare(tw_writer_t *w)
 {
     pthread_mutex_lock(&w->lock);
+    for (tw_writer_stream_t *s = w->streams; s != NULL; s = s->next)
+        pthread_mutex_lock(&s->lock);
 }
 
 void tw_writer_fork_parent(tw_writer_t *w)
 {
+    for (tw_writer_stream_t *s = w->streams; s != NULL; s = s->next)
+        pthread_mutex_unlock(&s->lock);
     pthread_mutex_unlock(&w->lock);
 }
 
+/* A file set in a forked child: the parent's open file and buffered output stay the parent's. */
+static void fileset_fork_child(fileset_t *fs)
+{
+    if (fs->fd >= 0)
+        close(fs->fd);
+    fs->fd = -1;
+    for (size_t i = 0; i < fs->file_count; i++)
+        free(fs->files[i].name);
+    fs->file_count = 0;
+    fs->kept = 0;
+    fs->index = 0;
+    fs->buf_len = 0;
+    fs->buf_records = 0;
+    fs->written = fs->dropped = fs->bytes_total = 0;
+}
+
 /*
- * In the child of a fork: the writer thread does not exist there, the queued chunks and the
- * buffered output are the parent's (the parent writes them), and so is the open file. The child
- * starts afresh, with its own files and manifest, and a thread started at its first chunk.
+ * In the child of a fork: the writer thread does not exist there, the queued chunks and rows and
+ * the buffered output are the parent's (the parent writes them), and so are the open files. The
+ * child starts afresh, with its own files and manifest, and a thread started at its first chunk.
  */
 void tw_writer_fork_child(tw_writer_t *w)
 {
+    for (tw_writer_stream_t *s = w->streams; s != NULL; s = s->next) {
+        pthread_mutex_unlock(&s->lock);
+        pthread_mutex_init(&s->lock, NULL);
+        s->queue_len = 0;
+        s->kicked = 0;
+        atomic_store(&s->dropped_full, 0);
+        atomic_store(&s->dropped_upstream, 0);
+        fileset_fork_child(&s->files);
+    }
     pthread_mutex_unlock(&w->lock);
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->work, NULL);
@@ -682,23 +845,15 @@ void tw_writer_fork_child(tw_writer_t *w)
     w->head = w->tail = NULL;
     w->queued = 0;
     w->thread_running = 0;
-    if (w->fd >= 0)
-        close(w->fd);
-    w->fd = -1;
-    for (size_t i = 0; i < w->file_count; i++)
-        free(w->files[i].name);
-    w->file_count = 0;
-    w->kept = 0;
-    w->buf_len = 0;
-    w->buf_records = 0;
-    w->written = w->dropped = w->truncated = w->bytes_total = 0;
+    w->streams_kicked = 0;
+    fileset_fork_child(&w->calls);
+    w->truncated = 0;
     w->write_errno = 0;
     tw_stats_free(&w->stats);
     tw_stats_init(&w->stats);
     w->pid = getpid();
     w->fork_child = 1;
     w->start_ns = realtime_ns();
-    w->index = 0;
     snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest-%lld.json", w->out_dir, (long long)w->pid);
     snprintf(w->summary_path, sizeof w->summary_path, "%s/summary-%lld.json", w->out_dir, (long long)w->pid);
 }
@@ -742,7 +897,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
         fprintf(stderr, "torchwrapper: warning: out_dir '%s' is writable by every user and has no sticky bit: "
                         "others can delete or replace the record files (chmod o-w or +t)\n", config->out_dir);
     tw_writer_t *w = calloc(1, sizeof *w);
-    if (w == NULL || (w->buf = malloc(BUFFER_FLUSH + TW_LINE_MAX + sizeof CSV_HEADER)) == NULL) {
+    if (w == NULL || (w->calls.buf = malloc(BUFFER_FLUSH + TW_LINE_MAX)) == NULL) {
         free(w);
         snprintf(err, err_size, "out of memory");
         return TW_ENOMEM;
@@ -754,7 +909,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
         free(w->out_dir);
         free(w->spec);
         free(w->manifest_extra);
-        free(w->buf);
+        free(w->calls.buf);
         free(w);
         snprintf(err, err_size, "out of memory");
         return TW_ENOMEM;
@@ -764,6 +919,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
     w->max_files = config->max_files;
     w->flush_interval_ns = config->flush_interval_ns ? config->flush_interval_ns : 1000000000u;
     uint64_t buffer_bytes = config->buffer_bytes ? config->buffer_bytes : DEFAULT_BUFFER_BYTES;
+    w->buffer_bytes = buffer_bytes;
     w->max_chunks = buffer_bytes / (sizeof(tw_chunk_t) + TW_CHUNK_RECORDS * sizeof(tw_record_t));
     if (w->max_chunks < 2)
         w->max_chunks = 2;
@@ -771,7 +927,12 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
     w->rank = config->rank;
     w->clock = *clock;
     w->rec = rec;
-    w->fd = -1;
+    w->calls.kind = "calls";
+    w->calls.fd = -1;
+    if (w->format == TW_FORMAT_CSV) {
+        w->calls.header = CSV_HEADER;
+        w->calls.header_len = sizeof CSV_HEADER - 1;
+    }
     w->pid = getpid();
     w->start_ns = realtime_ns();
     if (gethostname(w->host, sizeof w->host - 1) != 0)
@@ -809,7 +970,7 @@ void tw_writer_enqueue(tw_writer_t *w, tw_chunk_t *chunk)
 {
     pthread_mutex_lock(&w->lock);
     if (!w->thread_running && !w->closed && start_thread(w) != 0) {
-        w->dropped += chunk->count;
+        w->calls.dropped += chunk->count;
         pthread_mutex_unlock(&w->lock);
         tw_chunk_release(chunk);
         return;
@@ -838,6 +999,12 @@ int tw_writer_admit(tw_writer_t *w)
 
 int tw_writer_close(tw_writer_t *w)
 {
+    /* Rows written to a stream from now on are refused and counted: the last drain is below. */
+    for (tw_writer_stream_t *s = streams_head(w); s != NULL; s = s->next) {
+        pthread_mutex_lock(&s->lock);
+        s->closed = 1;
+        pthread_mutex_unlock(&s->lock);
+    }
     pthread_mutex_lock(&w->lock);
     if (w->closed) {
         pthread_mutex_unlock(&w->lock);
@@ -875,6 +1042,14 @@ int tw_writer_close(tw_writer_t *w)
     return w->write_errno ? TW_EIO : 0;
 }
 
+static void fileset_free(fileset_t *fs)
+{
+    for (size_t i = 0; i < fs->file_count; i++)
+        free(fs->files[i].name);
+    free(fs->files);
+    free(fs->buf);
+}
+
 void tw_writer_destroy(tw_writer_t *w)
 {
     if (w == NULL)
@@ -885,9 +1060,16 @@ void tw_writer_destroy(tw_writer_t *w)
         next = c->next;
         tw_chunk_release(c);
     }
-    for (size_t i = 0; i < w->file_count; i++)
-        free(w->files[i].name);
-    free(w->files);
+    for (tw_writer_stream_t *s = w->streams, *next; s != NULL; s = next) {
+        next = s->next;
+        fileset_free(&s->files);
+        free((char *)s->files.header);
+        free(s->queue);
+        free(s->spare);
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+    }
+    fileset_free(&w->calls);
     tw_stats_free(&w->stats);
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->work);
@@ -895,17 +1077,16 @@ void tw_writer_destroy(tw_writer_t *w)
     free(w->out_dir);
     free(w->spec);
     free(w->manifest_extra);
-    free(w->buf);
     free(w);
 }
 
 void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
 {
     pthread_mutex_lock(&w->lock);
-    stats->records_written = w->written;
-    stats->records_dropped = w->dropped;
+    stats->records_written = w->calls.written;
+    stats->records_dropped = w->calls.dropped;
     stats->records_truncated = w->truncated;
-    stats->bytes_written = w->bytes_total;
+    stats->bytes_written = w->calls.bytes_total;
     stats->write_errno = w->write_errno;
     pthread_mutex_unlock(&w->lock);
 }
@@ -913,4 +1094,175 @@ void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
 const char *tw_writer_manifest_path(tw_writer_t *w)
 {
     return w->manifest_path;
+}
+
+tw_format_t tw_writer_format(const tw_writer_t *w)
+{
+    return w->format;
+}
+
+/* ---- extra record streams ------------------------------------------------------------------------ */
+
+static tw_writer_stream_t *streams_head(tw_writer_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+    tw_writer_stream_t *s = w->streams;
+    pthread_mutex_unlock(&w->lock);
+    return s;
+}
+
+static int kind_ok(const char *kind)
+{
+    size_t n = kind != NULL ? strlen(kind) : 0;
+    if (n == 0 || n > TW_STREAM_KIND_MAX || strcmp(kind, "calls") == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((kind[i] >= 'a' && kind[i] <= 'z') || (kind[i] >= '0' && kind[i] <= '9') || kind[i] == '_'))
+            return 0;
+    return 1;
+}
+
+int tw_writer_add_stream(tw_writer_t *w, const char *kind, const char *csv_header, tw_writer_stream_t **out)
+{
+    if (w == NULL || out == NULL || !kind_ok(kind) || (w->format == TW_FORMAT_CSV && csv_header == NULL))
+        return TW_EINVAL;
+    size_t header_len = csv_header != NULL ? strlen(csv_header) : 0;
+    if (w->format == TW_FORMAT_CSV && (header_len == 0 || header_len + 1 > MIN_FILE_SIZE / 2 ||
+                                        memchr(csv_header, '\n', header_len - 1) != NULL))
+        return TW_EINVAL;
+    tw_writer_stream_t *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return TW_ENOMEM;
+    char *header = NULL;
+    if (w->format == TW_FORMAT_CSV) {
+        /* One line, ending in '\n' whether or not the caller gave one. */
+        int has_newline = csv_header[header_len - 1] == '\n';
+        header = malloc(header_len + 2);
+        if (header != NULL) {
+            memcpy(header, csv_header, header_len);
+            if (!has_newline)
+                header[header_len++] = '\n';
+            header[header_len] = '\0';
+        }
+    }
+    s->files.buf = malloc(BUFFER_FLUSH + TW_STREAM_ROW_MAX);
+    if (s->files.buf == NULL || (w->format == TW_FORMAT_CSV && header == NULL)) {
+        free(s->files.buf);
+        free(header);
+        free(s);
+        return TW_ENOMEM;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    s->w = w;
+    strcpy(s->kind, kind);
+    s->files.kind = s->kind;
+    s->files.header = header;
+    s->files.header_len = header_len;
+    s->files.fd = -1;
+    s->max_queued = w->buffer_bytes / 4 > STREAM_MIN_QUEUE ? w->buffer_bytes / 4 : STREAM_MIN_QUEUE;
+    pthread_mutex_lock(&w->lock);
+    int taken = w->closed;
+    for (tw_writer_stream_t *o = w->streams; o != NULL && !taken; o = o->next)
+        taken = strcmp(o->kind, kind) == 0;
+    if (!taken) {
+        /* Added at the head: the writer thread walks a list it read under the lock, whose links
+         * never change afterwards. */
+        s->next = w->streams;
+        w->streams = s;
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (taken) {
+        pthread_mutex_destroy(&s->lock);
+        free(s->files.buf);
+        free(header);
+        free(s);
+        return TW_EBUSY;
+    }
+    *out = s;
+    return 0;
+}
+
+tw_format_t tw_writer_stream_format(const tw_writer_stream_t *s)
+{
+    return s->w->format;
+}
+
+int tw_writer_stream_write_gpu(tw_writer_stream_t *s, const char *row, size_t len, uint32_t api_id, uint64_t gpu_ns)
+{
+    size_t text = len > 0 && row[len - 1] == '\n' ? len : len + 1; /* one '\n' at the end */
+    if (len == 0 || text > TW_STREAM_ROW_MAX || text > s->w->max_size - s->files.header_len ||
+        memchr(row, '\n', text - 1) != NULL) {
+        atomic_fetch_add(&s->dropped_full, 1);
+        return TW_EINVAL;
+    }
+    size_t need = sizeof(queued_row_t) + ((text + 7) & ~(size_t)7);
+    int kick = 0, rc = 0;
+    pthread_mutex_lock(&s->lock);
+    if (s->closed) {
+        rc = TW_ENOTACTIVE;
+    } else if (s->queue_len + need > s->max_queued) {
+        rc = TW_EFULL;
+    } else {
+        if (s->queue_len + need > s->queue_capacity) {
+            size_t capacity = s->queue_capacity ? s->queue_capacity : 64 * 1024;
+            while (capacity < s->queue_len + need)
+                capacity *= 2;
+            if (capacity > s->max_queued)
+                capacity = s->max_queued;
+            char *queue = realloc(s->queue, capacity);
+            if (queue == NULL) {
+                rc = TW_ENOMEM;
+            } else {
+                s->queue = queue;
+                s->queue_capacity = capacity;
+            }
+        }
+        if (rc == 0) {
+            queued_row_t h = {(uint32_t)text, api_id, gpu_ns};
+            char *at = s->queue + s->queue_len;
+            memcpy(at, &h, sizeof h);
+            memcpy(at + sizeof h, row, len);
+            at[sizeof h + text - 1] = '\n';
+            s->queue_len += need;
+            /* Past half of its bound, the writer is woken to drain it rather than at the next
+             * flush interval. */
+            if (!s->kicked && s->queue_len > s->max_queued / 2)
+                kick = s->kicked = 1;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc != 0) {
+        atomic_fetch_add(&s->dropped_full, 1);
+        return rc;
+    }
+    if (kick) {
+        pthread_mutex_lock(&s->w->lock);
+        s->w->streams_kicked = 1;
+        pthread_cond_signal(&s->w->work);
+        pthread_mutex_unlock(&s->w->lock);
+    }
+    return 0;
+}
+
+int tw_writer_stream_write(tw_writer_stream_t *s, const char *row, size_t len)
+{
+    return tw_writer_stream_write_gpu(s, row, len, TW_API_ID_NONE, 0);
+}
+
+void tw_writer_stream_add_dropped(tw_writer_stream_t *s, uint64_t count)
+{
+    atomic_fetch_add(&s->dropped_upstream, count);
+}
+
+void tw_writer_stream_stats(tw_writer_stream_t *s, tw_writer_stream_stats_t *stats)
+{
+    tw_writer_t *w = s->w;
+    pthread_mutex_lock(&w->lock);
+    stats->records_written = s->files.written;
+    stats->records_dropped = s->files.dropped;
+    stats->bytes_written = s->files.bytes_total;
+    pthread_mutex_unlock(&w->lock);
+    stats->records_dropped += atomic_load(&s->dropped_full);
+    stats->records_lost_upstream = atomic_load(&s->dropped_upstream);
+    stats->records_dropped += stats->records_lost_upstream;
 }

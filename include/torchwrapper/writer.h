@@ -11,6 +11,11 @@
  *
  * Columns: call_id, api, start_ns (since the epoch), cost_ns, self_ns, gpu_ns, pid, tid, depth,
  * parent_id, error (0/1 in CSV, false/true in JSON), args.
+ *
+ * Extra record streams (tw_writer_add_stream) go to files of their own beside the call records,
+ * named like them with ".KIND" before the extension (tw-...-0001.gpu.csv), under the same
+ * file_max_size and max_files (which applies to each kind on its own), listed in the manifest with
+ * their "kind" (call-record files have "kind": "calls").
  */
 #ifndef TORCHWRAPPER_WRITER_H
 #define TORCHWRAPPER_WRITER_H
@@ -69,6 +74,59 @@ TW_API void tw_writer_stats(tw_writer_t *writer, tw_writer_stats_t *stats);
 
 /* The path of the manifest this writer writes. */
 TW_API const char *tw_writer_manifest_path(tw_writer_t *writer);
+
+/* The format rows must be written in (the stream functions below take rows already formatted). */
+TW_API tw_format_t tw_writer_format(const tw_writer_t *writer);
+
+/* ---- extra record streams -------------------------------------------------------------------- */
+
+#define TW_STREAM_KIND_MAX 16          /* bytes of a stream's kind: [a-z0-9_], not "calls" */
+#define TW_STREAM_ROW_MAX (16 * 1024)  /* bytes of one row, its '\n' included */
+
+typedef struct tw_writer_stream tw_writer_stream_t;
+
+typedef struct tw_writer_stream_stats {
+    uint64_t records_written;
+    uint64_t records_dropped;       /* all lost rows: queue full, too long, write errors, after close,
+                                     * and records_lost_upstream */
+    uint64_t records_lost_upstream; /* reported by the producer (tw_writer_stream_add_dropped) */
+    uint64_t bytes_written;
+} tw_writer_stream_stats_t;
+
+/*
+ * Adds a stream of rows of another kind ("gpu") to the writer, written to its own rotating files
+ * (see above). csv_header is the header line of its CSV files (without or with its '\n'); it may be
+ * NULL when the writer's format is JSON. The stream belongs to the writer and is freed by
+ * tw_writer_destroy(). Returns 0 and the stream in *out; TW_EINVAL for a bad kind or header;
+ * TW_EBUSY when the kind exists already or the writer is closed; TW_ENOMEM.
+ */
+TW_API int tw_writer_add_stream(tw_writer_t *writer, const char *kind, const char *csv_header,
+                                tw_writer_stream_t **out);
+
+/* The writer's format: rows are CSV lines (fields quoted as RFC 4180 says) or JSON objects. */
+TW_API tw_format_t tw_writer_stream_format(const tw_writer_stream_t *stream);
+
+/*
+ * Queues one complete row (len bytes, one line, with or without its final '\n') for the writer
+ * thread, which writes it within flush_interval. Thread-safe, callable from any thread (CUPTI's
+ * callback thread included); never blocks on I/O. Memory is bounded: a stream queues at most a
+ * quarter of buffer_bytes (at least 1 MiB); a row beyond that, one longer than TW_STREAM_ROW_MAX
+ * or than a file can hold, or one written once tw_writer_close() has begun, is dropped and
+ * counted. Returns 0, TW_EFULL, TW_EINVAL (row too long or holding a '\n' before its end),
+ * TW_ENOTACTIVE (closed) or TW_ENOMEM.
+ */
+TW_API int tw_writer_stream_write(tw_writer_stream_t *stream, const char *row, size_t len);
+
+/* The same, and adds gpu_ns to api_id's GPU total in summary.json once the row is written (api_id
+ * TW_API_ID_NONE adds nothing). */
+TW_API int tw_writer_stream_write_gpu(tw_writer_stream_t *stream, const char *row, size_t len, uint32_t api_id,
+                                      uint64_t gpu_ns);
+
+/* Counts rows lost before they reached the stream (e.g. CUPTI's dropped activity records); they
+ * appear in the manifest's "streams" section. Thread-safe. */
+TW_API void tw_writer_stream_add_dropped(tw_writer_stream_t *stream, uint64_t count);
+
+TW_API void tw_writer_stream_stats(tw_writer_stream_t *stream, tw_writer_stream_stats_t *stats);
 
 /* Writes s (len bytes of UTF-8) as a JSON string, quotes included, escaped per RFC 8259, at out
  * (room for 6 * len + 2 bytes); returns the end. */
