@@ -211,7 +211,18 @@ int tw_name_expand(const char *spec, const tw_name_fields_t *f, const char *exte
 
 #include <cjson/cJSON.h>
 
-typedef enum { KEY_STRING, KEY_CHOICE, KEY_SIZE, KEY_LIST, KEY_LIST_OR_NULL, KEY_COUNT, KEY_SECONDS, KEY_SPEC } key_kind_t;
+typedef enum {
+    KEY_STRING,
+    KEY_CHOICE,
+    KEY_SIZE,
+    KEY_LIST,
+    KEY_LIST_OR_NULL,
+    KEY_COUNT,
+    KEY_SECONDS,
+    KEY_SPEC,
+    KEY_CHOICE_LIST,  /* a list of words among choices (no repeats) */
+    KEY_TENSOR_STATS, /* false/null (off), true (the defaults), or an object (see tensor_stats_keys) */
+} key_kind_t;
 
 static const struct config_key {
     const char *name;
@@ -232,6 +243,8 @@ static const struct config_key {
     {"flush_interval", KEY_SECONDS, "1.0", NULL},
     {"buffer_size", KEY_SIZE, "33554432", NULL},
     {"on_full", KEY_CHOICE, "\"drop\"", "drop wait"},
+    {"tensor_stats", KEY_TENSOR_STATS, "null", NULL},
+    {"track", KEY_CHOICE_LIST, "[]", "parameters grads"},
 };
 #define CONFIG_KEY_COUNT (sizeof config_keys / sizeof config_keys[0])
 
@@ -302,6 +315,203 @@ static cJSON *split_list(const char *text)
     return list;
 }
 
+/* Whether word (len bytes) is one of the space-separated choices. */
+static int is_choice(const char *choices, const char *word, size_t len)
+{
+    for (const char *c = choices; *c;) {
+        size_t n = strcspn(c, " ");
+        if (n == len && strncmp(c, word, len) == 0)
+            return 1;
+        c += n + (c[n] == ' ');
+    }
+    return 0;
+}
+
+/* A list of words among choices, from a JSON list or (from_strings) comma-separated text. */
+static cJSON *check_choice_list(const char *what, const char *choices, const cJSON *value, int from_strings,
+                                int allow_empty, char *err, size_t err_size)
+{
+    char given[160];
+    describe(value, given, sizeof given);
+    const char *text = cJSON_IsString(value) ? value->valuestring : NULL;
+    cJSON *list = from_strings && text != NULL ? split_list(text) : cJSON_IsArray(value) ? cJSON_Duplicate(value, 1) : NULL;
+    const cJSON *item;
+    const char *bad = NULL;
+    int ok = list != NULL && (allow_empty || cJSON_GetArraySize(list) > 0);
+    cJSON_ArrayForEach(item, list)
+    {
+        if (!cJSON_IsString(item) || !is_choice(choices, item->valuestring, strlen(item->valuestring))) {
+            ok = 0;
+            bad = cJSON_IsString(item) ? item->valuestring : NULL;
+            break;
+        }
+        for (const cJSON *other = list->child; other != item; other = other->next)
+            if (strcmp(other->valuestring, item->valuestring) == 0) {
+                ok = 0;
+                bad = item->valuestring;
+            }
+    }
+    if (ok)
+        return list;
+    if (bad != NULL)
+        snprintf(err, err_size, "%s: %s is not accepted: '%s' is not one of: %s (each at most once)", what, given, bad,
+                 choices);
+    else
+        snprintf(err, err_size, "%s: %s is not accepted: give a list%s of: %s", what, given,
+                 allow_empty ? "" : " (not empty)", choices);
+    cJSON_Delete(list);
+    return NULL;
+}
+
+#define STATS_TENSORS "input output weight grad"
+#define STATS_METRICS "shape dtype mean std min max zeros nan inf"
+
+/*
+ * tensor_stats: false or null (off); true (the defaults); or an object with
+ *   tensors ["input", "output"] (of input output weight grad), metrics [all built-in ones] (built-in
+ *   names, or names of registered functions, checked when profiling starts), modules ["*"] (globs on
+ *   API names or instance paths), every 1 (N >= 1: one step in N) or sample (0 < p <= 1: each step
+ *   with probability p; not with every).
+ * Normalized to null or to the complete object.
+ */
+static cJSON *check_tensor_stats(const cJSON *value, int from_strings, char *err, size_t err_size)
+{
+    char given[160];
+    describe(value, given, sizeof given);
+    cJSON *parsed = NULL;
+    if (from_strings && cJSON_IsString(value)) {
+        const char *t = value->valuestring;
+        if (strcasecmp(t, "1") == 0 || strcasecmp(t, "true") == 0 || strcasecmp(t, "on") == 0 ||
+            strcasecmp(t, "yes") == 0)
+            parsed = cJSON_CreateTrue();
+        else if (strcasecmp(t, "0") == 0 || strcasecmp(t, "false") == 0 || strcasecmp(t, "off") == 0 ||
+                 strcasecmp(t, "no") == 0 || t[0] == '\0')
+            parsed = cJSON_CreateFalse();
+        else
+            parsed = cJSON_Parse(t); /* a JSON object */
+        if (parsed == NULL) {
+            snprintf(err, err_size, "config key 'tensor_stats': %s is not accepted: give true, false, or a JSON "
+                                    "object such as {\"tensors\": [\"output\"], \"every\": 10}", given);
+            return NULL;
+        }
+        value = parsed;
+    }
+    cJSON *out = NULL;
+    if (cJSON_IsNull(value) || cJSON_IsFalse(value)) {
+        out = cJSON_CreateNull();
+        goto done;
+    }
+    if (!cJSON_IsTrue(value) && !cJSON_IsObject(value)) {
+        snprintf(err, err_size, "config key 'tensor_stats': %s is not accepted: give true (inputs and outputs of "
+                                "every module, every step), false, or an object with keys tensors, metrics, modules, "
+                                "every, sample", given);
+        goto done;
+    }
+    static const char *const keys[] = {"tensors", "metrics", "modules", "every", "sample"};
+    const cJSON *entry;
+    const cJSON *object = cJSON_IsObject(value) ? value : NULL;
+    cJSON_ArrayForEach(entry, object)
+    {
+        size_t k = 0, best = 0, best_distance = 99;
+        while (k < 5 && strcmp(keys[k], entry->string) != 0)
+            k++;
+        if (k < 5)
+            continue;
+        for (size_t i = 0; i < 5; i++) {
+            size_t d = edit_distance(entry->string, keys[i]);
+            if (d < best_distance) {
+                best_distance = d;
+                best = i;
+            }
+        }
+        if (best_distance <= 2)
+            snprintf(err, err_size, "config key 'tensor_stats': unknown key '%s': did you mean '%s'? (accepted: "
+                                    "tensors, metrics, modules, every, sample)", entry->string, keys[best]);
+        else
+            snprintf(err, err_size, "config key 'tensor_stats': unknown key '%s' (accepted: tensors, metrics, "
+                                    "modules, every, sample)", entry->string);
+        goto done;
+    }
+    const cJSON *obj = cJSON_IsObject(value) ? value : NULL;
+    const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(obj, "tensors");
+    const cJSON *metrics = cJSON_GetObjectItemCaseSensitive(obj, "metrics");
+    const cJSON *modules = cJSON_GetObjectItemCaseSensitive(obj, "modules");
+    const cJSON *every = cJSON_GetObjectItemCaseSensitive(obj, "every");
+    const cJSON *sample = cJSON_GetObjectItemCaseSensitive(obj, "sample");
+    out = cJSON_CreateObject();
+    cJSON *item = tensors != NULL ? check_choice_list("config key 'tensor_stats', key 'tensors'", STATS_TENSORS,
+                                                      tensors, 0, 0, err, err_size)
+                                  : cJSON_Parse("[\"input\", \"output\"]");
+    if (item == NULL)
+        goto fail;
+    cJSON_AddItemToObject(out, "tensors", item);
+    if (metrics != NULL) {
+        const cJSON *m;
+        int ok = cJSON_IsArray(metrics) && cJSON_GetArraySize(metrics) > 0;
+        cJSON_ArrayForEach(m, metrics) ok = ok && cJSON_IsString(m) && m->valuestring[0] != '\0';
+        if (!ok) {
+            char text[160];
+            describe(metrics, text, sizeof text);
+            snprintf(err, err_size, "config key 'tensor_stats', key 'metrics': %s is not accepted: give a non-empty "
+                                    "list of metric names (built in: %s; or names of functions registered with "
+                                    "register_metric)", text, STATS_METRICS);
+            goto fail;
+        }
+        item = cJSON_Duplicate(metrics, 1);
+    } else {
+        item = cJSON_Parse("[\"shape\", \"dtype\", \"mean\", \"std\", \"min\", \"max\", \"zeros\", \"nan\", \"inf\"]");
+    }
+    cJSON_AddItemToObject(out, "metrics", item);
+    if (modules != NULL) {
+        const cJSON *m;
+        int ok = cJSON_IsArray(modules) && cJSON_GetArraySize(modules) > 0;
+        cJSON_ArrayForEach(m, modules) ok = ok && cJSON_IsString(m) && m->valuestring[0] != '\0';
+        if (!ok) {
+            char text[160];
+            describe(modules, text, sizeof text);
+            snprintf(err, err_size, "config key 'tensor_stats', key 'modules': %s is not accepted: give a non-empty "
+                                    "list of globs on module paths (\"features.*\") or API names "
+                                    "(\"torch.nn.Conv2d*\")", text);
+            goto fail;
+        }
+        item = cJSON_Duplicate(modules, 1);
+    } else {
+        item = cJSON_Parse("[\"*\"]");
+    }
+    cJSON_AddItemToObject(out, "modules", item);
+    if (every != NULL && sample != NULL) {
+        snprintf(err, err_size, "config key 'tensor_stats': give either 'every' (one step in N) or 'sample' (a "
+                                "probability per step), not both");
+        goto fail;
+    }
+    if (every != NULL && !(cJSON_IsNumber(every) && every->valuedouble >= 1 && every->valuedouble <= 4294967295.0 &&
+                           every->valuedouble == (double)(uint64_t)every->valuedouble)) {
+        char text[64];
+        describe(every, text, sizeof text);
+        snprintf(err, err_size, "config key 'tensor_stats', key 'every': %s is not accepted: give a whole number of "
+                                "steps, 1 or more (1: every step)", text);
+        goto fail;
+    }
+    if (sample != NULL && !(cJSON_IsNumber(sample) && sample->valuedouble > 0 && sample->valuedouble <= 1)) {
+        char text[64];
+        describe(sample, text, sizeof text);
+        snprintf(err, err_size, "config key 'tensor_stats', key 'sample': %s is not accepted: give a probability per "
+                                "step, more than 0 and at most 1", text);
+        goto fail;
+    }
+    char number[24];
+    snprintf(number, sizeof number, "%llu", every != NULL ? (unsigned long long)every->valuedouble : 1ull);
+    cJSON_AddItemToObject(out, "every", cJSON_CreateRaw(number));
+    cJSON_AddItemToObject(out, "sample", sample != NULL ? cJSON_CreateNumber(sample->valuedouble) : cJSON_CreateNull());
+    goto done;
+fail:
+    cJSON_Delete(out);
+    out = NULL;
+done:
+    cJSON_Delete(parsed);
+    return out;
+}
+
 /* Checks one value; returns the normalized value (new) or NULL with err written. */
 static cJSON *check_value(const struct config_key *key, const cJSON *value, int from_strings, char *err, size_t err_size)
 {
@@ -309,6 +519,13 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
     describe(value, given, sizeof given);
     const char *text = cJSON_IsString(value) ? value->valuestring : NULL;
     switch (key->kind) {
+    case KEY_CHOICE_LIST: {
+        char what[64];
+        snprintf(what, sizeof what, "config key '%s'", key->name);
+        return check_choice_list(what, key->choices, value, from_strings, 1, err, err_size);
+    }
+    case KEY_TENSOR_STATS:
+        return check_tensor_stats(value, from_strings, err, err_size);
     case KEY_STRING:
         if (text != NULL && text[0] != '\0')
             return cJSON_CreateString(text);
@@ -323,15 +540,8 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
         return NULL;
     }
     case KEY_CHOICE:
-        if (text != NULL) {
-            size_t len = strlen(text);
-            for (const char *c = key->choices; *c;) {
-                size_t word = strcspn(c, " ");
-                if (word == len && strncmp(c, text, len) == 0)
-                    return cJSON_CreateString(text);
-                c += word + (c[word] == ' ');
-            }
-        }
+        if (text != NULL && is_choice(key->choices, text, strlen(text)))
+            return cJSON_CreateString(text);
         snprintf(err, err_size, "config key '%s': %s is not accepted: give one of: %s", key->name, given,
                  key->choices);
         return NULL;

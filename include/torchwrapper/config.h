@@ -51,7 +51,10 @@ TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, cons
  *   out_dir "./output" | format "json"|"csv" | file_max_size "128MB" (size, >= 4096 bytes)
  *   file_name_spec "timestamp" | modules ["torch"] | include [] | exclude null (the default list) or
  *   [globs] | args "summary"|"none"|"repr" | gpu "auto"|"on"|"off" | max_files 0 | flush_interval 1.0
- *   (seconds, (0, 3600]) | buffer_size "32MiB" (size) | on_full "drop"|"wait"
+ *   (seconds, (0, 3600]) | buffer_size "32MiB" (size) | on_full "drop"|"wait" | tensor_stats null (off),
+ *   true or {"tensors": ["input", "output"] (of input output weight grad), "metrics": [shape dtype mean
+ *   std min max zeros nan inf, or registered names], "modules": ["*"] (globs), "every": 1 | "sample":
+ *   p} (normalized to null or the complete object) | track [] (of "parameters", "grads")
  * With from_strings, values may also be strings to convert (environment variables): numbers, and
  * lists as comma-separated text. On success *json_out (free() it) is the complete configuration with
  * every default filled in and sizes in bytes. On error returns TW_EINVAL and writes to err a message

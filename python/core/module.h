@@ -44,7 +44,8 @@ typedef struct {
     uint32_t kinds;            /* TW_KIND_* hooked in this session */
     PyObject *resolve;         /* resolve(instance): registers paths on a cache miss (modules table) */
     PyObject *module_enter;    /* module_enter(instance) -> bool: an outermost module call begins; sample it? */
-    PyObject *module_exit;     /* module_exit(instance, module_id, call_id, args, kwargs, result) */
+    PyObject *module_pre;      /* module_pre(instance, module_id, call_id, args, kwargs): before a sampled call */
+    PyObject *module_exit;     /* module_exit(instance, module_id, call_id, result): after it */
     PyObject *update;          /* update(tensor_or_list, api_id, call_id, outer_call_id) */
     PyObject *boundary_enter;  /* boundary_enter(instance, api_id) -> token */
     PyObject *boundary_exit;   /* boundary_exit(token, api_id, call_id) */

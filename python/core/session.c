@@ -25,6 +25,12 @@ typedef struct {
     PyObject *tensor_type; /* torch._C.TensorBase, found at start, when args are summarized */
     PyObject *tracer;      /* torchwrapper._trace.Tracer or None */
     tw_hooks_t hooks;      /* the tracer's bound methods (strong references), taken at start */
+    /* extra record streams of the writer (tracing: "stats", "updates"), owned by the writer */
+    struct {
+        char kind[TW_STREAM_KIND_MAX + 1];
+        tw_writer_stream_t *stream;
+    } streams[4];
+    int stream_count;
 } tw_session_object;
 
 /* A copy that outlives the Python objects (the writer thread reads it without the GIL). */
@@ -95,6 +101,7 @@ static void clear_hooks(tw_hooks_t *hooks)
 {
     Py_CLEAR(hooks->resolve);
     Py_CLEAR(hooks->module_enter);
+    Py_CLEAR(hooks->module_pre);
     Py_CLEAR(hooks->module_exit);
     Py_CLEAR(hooks->update);
     Py_CLEAR(hooks->boundary_enter);
@@ -128,6 +135,7 @@ static int take_hooks(PyObject *tracer, tw_hooks_t *hooks)
         return -1;
     hooks->resolve = hook_of(tracer, "resolve");
     hooks->module_enter = hook_of(tracer, "module_enter");
+    hooks->module_pre = hook_of(tracer, "module_pre");
     hooks->module_exit = hook_of(tracer, "module_exit");
     hooks->update = hook_of(tracer, "update");
     hooks->boundary_enter = hook_of(tracer, "boundary_enter");
@@ -460,6 +468,85 @@ static PyObject *session_resume(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* add_stream(kind, csv_header): the writer writes rows of that kind to files of their own. */
+static PyObject *session_add_stream(PyObject *op, PyObject *args)
+{
+    tw_session_object *self = (tw_session_object *)op;
+    const char *kind, *header;
+    if (!PyArg_ParseTuple(args, "ss:add_stream", &kind, &header))
+        return NULL;
+    if (self->writer == NULL || self->state != SESSION_ACTIVE) {
+        PyErr_SetString(PyExc_RuntimeError, "add_stream() needs a recording session that writes files (out_dir)");
+        return NULL;
+    }
+    for (int i = 0; i < self->stream_count; i++)
+        if (strcmp(self->streams[i].kind, kind) == 0)
+            Py_RETURN_NONE;
+    if (self->stream_count == (int)(sizeof self->streams / sizeof self->streams[0])) {
+        PyErr_Format(PyExc_RuntimeError, "add_stream('%s'): a session has at most %d streams", kind,
+                     self->stream_count);
+        return NULL;
+    }
+    tw_writer_stream_t *stream;
+    int err = tw_writer_add_stream(self->writer, kind, header, &stream);
+    if (err != 0) {
+        PyErr_Format(err == TW_ENOMEM ? PyExc_MemoryError : PyExc_ValueError,
+                     "add_stream('%s'): %s (a kind is 1 to %d characters of [a-z0-9_], not 'calls', and the CSV "
+                     "header one line)", kind, tw_strerror(err), TW_STREAM_KIND_MAX);
+        return NULL;
+    }
+    strcpy(self->streams[self->stream_count].kind, kind);
+    self->streams[self->stream_count++].stream = stream;
+    Py_RETURN_NONE;
+}
+
+/* stream_write(kind, text) -> rows refused: text holds rows already formatted, one per line. */
+static PyObject *session_stream_write(PyObject *op, PyObject *args)
+{
+    tw_session_object *self = (tw_session_object *)op;
+    const char *kind, *text;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "ss#:stream_write", &kind, &text, &len))
+        return NULL;
+    tw_writer_stream_t *stream = NULL;
+    for (int i = 0; i < self->stream_count && stream == NULL; i++)
+        if (strcmp(self->streams[i].kind, kind) == 0)
+            stream = self->streams[i].stream;
+    if (stream == NULL) {
+        PyErr_Format(PyExc_KeyError, "no stream '%s' in this session: add_stream() first", kind);
+        return NULL;
+    }
+    unsigned long refused = 0;
+    const char *end = text + len;
+    while (text < end) {
+        const char *newline = memchr(text, '\n', (size_t)(end - text));
+        size_t row = newline != NULL ? (size_t)(newline - text) + 1 : (size_t)(end - text);
+        if (row > 1 && tw_writer_stream_write(stream, text, row) != 0)
+            refused++; /* counted as dropped by the stream, and in the manifest */
+        text += row;
+    }
+    return PyLong_FromUnsignedLong(refused);
+}
+
+static PyObject *session_stream_stats(PyObject *op, PyObject *arg)
+{
+    tw_session_object *self = (tw_session_object *)op;
+    const char *kind = PyUnicode_AsUTF8(arg);
+    if (kind == NULL)
+        return NULL;
+    for (int i = 0; i < self->stream_count; i++) {
+        if (strcmp(self->streams[i].kind, kind) != 0)
+            continue;
+        tw_writer_stream_stats_t st;
+        tw_writer_stream_stats(self->streams[i].stream, &st);
+        return Py_BuildValue("{sKsKsK}", "records_written", (unsigned long long)st.records_written,
+                             "records_dropped", (unsigned long long)st.records_dropped, "bytes_written",
+                             (unsigned long long)st.bytes_written);
+    }
+    PyErr_Format(PyExc_KeyError, "no stream '%s' in this session", kind);
+    return NULL;
+}
+
 static PyMethodDef session_methods[] = {
     {"start", session_start, METH_NOARGS, "Make every wrapper record into this session."},
     {"stop", session_stop, METH_NOARGS, "Stop recording and gather every thread's records."},
@@ -470,6 +557,11 @@ static PyMethodDef session_methods[] = {
     {"pause_thread", session_pause, METH_NOARGS,
      "Stop recording calls made by this thread (nestable) until resume_thread()."},
     {"resume_thread", session_resume, METH_NOARGS, "Undo one pause_thread() on this thread."},
+    {"add_stream", session_add_stream, METH_VARARGS,
+     "add_stream(kind, csv_header)\n--\n\nRows of another kind go to files of their own (NAME.KIND.csv)."},
+    {"stream_write", session_stream_write, METH_VARARGS,
+     "stream_write(kind, text) -> refused\n--\n\nQueues rows (one per line, in the session's format)."},
+    {"stream_stats", session_stream_stats, METH_O, "stream_stats(kind) -> counters of a stream"},
     {NULL},
 };
 

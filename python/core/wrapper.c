@@ -192,7 +192,7 @@ static PyObject *traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint
             if (TW_UNLIKELY(tw_active.gen != gen))
                 return call_original(self, args, nargsf, kwnames);
         }
-        sampled = thread_cache.sampling && hooks->module_exit != NULL;
+        sampled = thread_cache.sampling;
         module_call = 1;
     }
     PyObject *token = NULL;
@@ -225,6 +225,35 @@ static PyObject *traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint
         call_id = frame->call_id;
         outer_id = t->stack[0].call_id;
     }
+    PyObject *id_object = NULL, *call_object = NULL;
+    if (sampled) {
+        id_object = PyLong_FromUnsignedLong(module_id);
+        call_object = PyLong_FromUnsignedLongLong(call_id);
+        if (id_object == NULL || call_object == NULL) {
+            PyErr_Clear();
+            Py_CLEAR(id_object);
+            Py_CLEAR(call_object);
+            sampled = 0;
+        }
+    }
+    if (sampled && hooks->module_pre != NULL) {
+        /* Inputs are looked at before the call: an in-place module (ReLU(inplace=True)) changes them. */
+        PyObject *call_args, *call_kwargs;
+        if (call_arguments(args, nargs, kwnames, &call_args, &call_kwargs) == 0) {
+            PyObject *hook_args[5] = {subject, id_object, call_object, call_args, call_kwargs};
+            Py_XDECREF(run_hook(t, source, hooks->module_pre, hook_args, 5));
+            Py_DECREF(call_args);
+            Py_DECREF(call_kwargs);
+        }
+        if (frame != NULL) /* the hook ran inside this call's frame, before its clock started */
+            frame->excluded_at_begin = t->excluded_ticks;
+        if (TW_UNLIKELY(tw_active.gen != gen)) {
+            Py_XDECREF(id_object);
+            Py_XDECREF(call_object);
+            Py_XDECREF(token);
+            return call_original(self, args, nargsf, kwnames);
+        }
+    }
     if (module_call)
         thread_cache.module_depth++;
     uint64_t start = tw_clock_ticks(source);
@@ -233,26 +262,19 @@ static PyObject *traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint
     if (module_call)
         thread_cache.module_depth--;
     if (TW_UNLIKELY(tw_active.gen != gen)) {
+        Py_XDECREF(id_object);
+        Py_XDECREF(call_object);
         Py_XDECREF(token);
         return result;
     }
     tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text, args_len);
 
-    if (sampled && result != NULL) {
-        PyObject *call_args, *call_kwargs;
-        PyObject *id_object = PyLong_FromUnsignedLong(module_id);
-        PyObject *call_object = PyLong_FromUnsignedLongLong(call_id);
-        if (id_object != NULL && call_object != NULL &&
-            call_arguments(args, nargs, kwnames, &call_args, &call_kwargs) == 0) {
-            PyObject *hook_args[6] = {subject, id_object, call_object, call_args, call_kwargs, result};
-            Py_XDECREF(run_hook(t, source, hooks->module_exit, hook_args, 6));
-            Py_DECREF(call_args);
-            Py_DECREF(call_kwargs);
-        }
-        PyErr_Clear(); /* only an allocation failure above can set one; result is not NULL here */
-        Py_XDECREF(id_object);
-        Py_XDECREF(call_object);
+    if (sampled && result != NULL && hooks->module_exit != NULL) {
+        PyObject *hook_args[4] = {subject, id_object, call_object, result};
+        Py_XDECREF(run_hook(t, source, hooks->module_exit, hook_args, 4));
     }
+    Py_XDECREF(id_object);
+    Py_XDECREF(call_object);
     if ((kind & TW_KIND_INPLACE) && subject != NULL && hooks->update != NULL && tw_tracked.used > 0 &&
         touches_tracked(subject))
         run_hook_ids(t, source, hooks->update, subject, self->api_id, call_id, outer_id);

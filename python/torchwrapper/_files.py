@@ -10,15 +10,19 @@ from typing import Iterator, List, Optional
 RECORD_EXTENSIONS = (".csv", ".jsonl")
 
 
-def record_files(out_dir: str, pid: Optional[int] = None) -> List[str]:
-    """The record files in out_dir (of one process if pid is given), oldest first per manifest."""
+def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -> List[str]:
+    """The record files in out_dir (of one process if pid is given), oldest first per manifest.
+
+    kind: "calls" for call records, or a stream's kind ("stats", "updates", "gpu").
+    """
     names = []
     for manifest in sorted(f for f in os.listdir(out_dir) if f.startswith("manifest") and f.endswith(".json")):
         with open(os.path.join(out_dir, manifest)) as f:
             m = json.load(f)
         if pid is not None and m.get("pid") != pid:
             continue
-        names.extend(entry["name"] for entry in m.get("files", []) if not entry.get("removed_by_max_files"))
+        names.extend(entry["name"] for entry in m.get("files", [])
+                     if not entry.get("removed_by_max_files") and entry.get("kind", "calls") == kind)
     return [os.path.join(out_dir, n) for n in names if os.path.exists(os.path.join(out_dir, n))]
 
 
@@ -68,4 +72,23 @@ def read_rows(paths: List[str]) -> List[tuple]:
     return rows
 
 
-__all__ = ["RECORD_EXTENSIONS", "iter_rows", "read_rows", "record_files"]
+
+
+def iter_stream_rows(path: str) -> Iterator[dict]:
+    """The rows of a stream file (CSV with a header, or JSON lines) as dicts of text (CSV) or values."""
+    if path.endswith(".csv"):
+        with open(path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                if None in row or any(v is None for v in row.values()):
+                    continue  # a torn line
+                yield row
+    else:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue
+
+
+__all__ = ["RECORD_EXTENSIONS", "iter_rows", "iter_stream_rows", "read_rows", "record_files"]

@@ -17,7 +17,7 @@ from . import _core
 from ._discover import Plan, discover
 from ._files import read_rows, record_files
 from ._patch import WRAPPER_TYPES, Patcher
-from ._trace import Tracer
+from ._trace import StatsOptions, Tracer
 
 # Discovery plans by (modules, include, exclude), with the set of modules imported when each was
 # made. A later start reuses a plan when no module was imported since; the install then checks
@@ -130,6 +130,12 @@ class Profile:
     ``args``: "none" (the default here), "summary" (dtype, shape and device of tensors, values of
     numbers, type names of the rest) or "repr" (bounded repr(), may write data values into files).
 
+    Model tracing: every module forward's record carries its instance's path (``features.0``), and
+    ``module_tree()`` (modules.json in out_dir) the modules that ran. ``tensor_stats`` (True, or a
+    dict: tensors, metrics, modules, every / sample; see the README) takes statistics of the
+    tensors of module calls, with ``metrics`` naming custom metric functions (tensor -> dict of
+    numbers); ``track`` (["parameters"], ["parameters", "grads"]) records in-place updates of them.
+
     With ``out_dir``, records stream to files there (``format`` "csv" or "json", each file at most
     ``file_max_size``, named by ``file_name_spec``, ``max_files`` newest kept, on disk within
     ``flush_interval`` seconds; ``buffer_size`` bounds memory, ``on_full`` "drop" or "wait"). Without
@@ -141,9 +147,17 @@ class Profile:
                  format: str = "json", file_max_size: Any = "128MB", file_name_spec: str = "timestamp",
                  max_files: int = 0, flush_interval: float = 1.0, buffer_size: Any = "32MiB",
                  on_full: str = "drop", rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None,
-                 args: str = "none") -> None:
+                 args: str = "none", tensor_stats: Any = None, track: Sequence[str] = (),
+                 metrics: Optional[Dict[str, Any]] = None) -> None:
+        checked = json.loads(_core.normalize_config(json.dumps({"tensor_stats": tensor_stats, "track": list(track)})))
+        stats = StatsOptions(checked["tensor_stats"], metrics) if checked["tensor_stats"] is not None else None
+        if metrics and stats is None:
+            raise ValueError("metrics= names functions for tensor_stats, which is off: set tensor_stats too")
         self.modules = list(modules)
         self.include = list(include)
+        if stats is not None and "torch.nn.Module.__call__" not in self.include:
+            # Statistics are taken around every module call (user modules included) and hooks.
+            self.include.append("torch.nn.Module.__call__")
         self.exclude = exclude
         self.out_dir = os.path.abspath(out_dir) if out_dir is not None else None
         if rank is None and os.environ.get("RANK", "").isdigit():
@@ -154,7 +168,8 @@ class Profile:
                                 "file_name_spec": file_name_spec, "max_files": max_files,
                                 "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full,
                                 "modules": self.modules, "include": self.include,
-                                "exclude": list(exclude) if exclude is not None else "default"},
+                                "exclude": list(exclude) if exclude is not None else "default",
+                                "tensor_stats": checked["tensor_stats"], "track": checked["track"]},
                      "python": sys.version.split()[0], "torch": _torch_version(),
                      "argv": list(getattr(sys, "argv", []))}
             extra.update(manifest or {})
@@ -162,7 +177,8 @@ class Profile:
                           file_name_spec=file_name_spec, max_files=max_files, flush_interval=flush_interval,
                           buffer_size=buffer_size, on_full=on_full, rank=-1 if rank is None else rank,
                           manifest=json.dumps(extra, default=str))
-        self.tracer = Tracer(self.out_dir, class_name=self._class_name)
+        self.tracer = Tracer(self.out_dir, class_name=self._class_name, stats=stats, track=checked["track"],
+                             format=format)
         self.session = _core.Session(args=args, tracer=self.tracer, **output)
         self.plan: Optional[Plan] = None
         self.patcher = Patcher()
@@ -199,7 +215,12 @@ class Profile:
             t2 = time.perf_counter()
             self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
+            self.tracer.attach(self.session)
+            if self.tracer.stats is not None:
+                self.tracer.stats.check_globs((), self._module_class_names(), final=False)
         except BaseException:
+            if self.session.active:
+                self.session.stop()
             self.patcher.restore()
             self._registries.unregister()
             raise
@@ -219,6 +240,7 @@ class Profile:
     def stop(self) -> None:
         if not self.session.active:
             return
+        self.tracer.finish()
         self.session.stop()
         self.tracer.close()
         _exit_guard.stopped(self)
@@ -264,6 +286,23 @@ class Profile:
             out[t.name] = f"{module}.{qualname}" if module else qualname
         return out
 
+    def _module_class_names(self) -> List[str]:
+        import torch
+
+        module = torch.nn.Module
+        return [name for obj, name in (self.plan.names.values() if self.plan else ())
+                if isinstance(obj, type) and issubclass(obj, module)]
+
+    def stats_rows(self) -> Tuple[List[str], List[tuple]]:
+        """(columns, rows) of the tensor statistics (from the files when out_dir was given)."""
+        from ._trace import STATS_COLUMNS
+
+        if self.tracer.stats is None:
+            raise RuntimeError("no tensor statistics: profile with tensor_stats=True (or a dict of options)")
+        if self.out_dir is None:
+            return STATS_COLUMNS, list(self.tracer.stats.rows_out)
+        return STATS_COLUMNS, _read_stream(self.out_dir, "stats", STATS_COLUMNS)
+
     def _class_name(self, cls: type) -> str:
         entry = self.plan.names.get(id(cls)) if self.plan is not None else None
         if entry is not None and entry[0] is cls:
@@ -300,6 +339,33 @@ class Profile:
     def excluded(self) -> List[Tuple[str, str]]:
         """(name, matching exclude glob) of what the exclude list left unwrapped."""
         return list(self.plan.excluded) if self.plan else []
+
+
+def _read_stream(out_dir: str, kind: str, columns: List[str]) -> List[tuple]:
+    """Rows of a stream's files as tuples of values (numbers parsed, shapes and custom dicts decoded)."""
+    from ._files import iter_stream_rows
+
+    rows = []
+    for path in record_files(out_dir, os.getpid(), kind=kind):
+        for row in iter_stream_rows(path):
+            rows.append(tuple(_decode(row.get(c), c) if path.endswith(".csv") else row.get(c) for c in columns))
+    return rows
+
+
+_TEXT_COLUMNS = frozenset(["module", "class", "tensor", "name", "dtype", "device", "api", "parameter", "attribute"])
+
+
+def _decode(text: Optional[str], column: str) -> Any:
+    if text is None or column in _TEXT_COLUMNS:
+        return text
+    if text == "":
+        return None
+    if text[0] in "[{":
+        return json.loads(text)
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def profile(modules: Sequence[str] = ("torch",), include: Sequence[str] = (),

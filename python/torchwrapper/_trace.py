@@ -15,16 +15,404 @@ found inside a larger one (``model.encoder(x)`` called before ``model(x)``) is t
 """
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import json
+import math
+import numbers
 import os
+import random
 import sys
 import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import _core
 
 MODULES_FILE = "modules.json"
+
+# ---- tensor statistics -------------------------------------------------------------------------------
+
+BUILTIN_METRICS = ("shape", "dtype", "mean", "std", "min", "max", "zeros", "nan", "inf")
+TENSOR_ROLES = ("input", "output", "weight", "grad")
+STATS_COLUMNS = ["call_id", "step", "module", "class", "tensor", "index", "name", "shape", "dtype", "device", "numel",
+                 "mean", "std", "min", "max", "zeros", "nan", "inf", "custom"]
+UPDATES_COLUMNS = ["call_id", "api", "outer_call_id", "parameter", "tensor", "version", "attribute"]
+MAX_TENSORS_PER_ROLE = 32      # tensors of one call's inputs (or outputs) looked at, at most
+PENDING_BYTES = 64 << 20       # snapshots held before they are reduced (on their device) within a step
+
+
+class StatsOptions:
+    """The validated ``tensor_stats`` configuration, with the custom metric functions."""
+
+    def __init__(self, config: Dict[str, Any], metrics: Optional[Dict[str, Callable[[Any], Dict[str, Any]]]] = None
+                 ) -> None:
+        self.tensors = frozenset(config["tensors"])
+        self.custom = dict(metrics or {})
+        for name, fn in self.custom.items():
+            if not callable(fn):
+                raise TypeError(f"metric function {name!r} is a {type(fn).__name__!r}, not a callable "
+                                f"(tensor -> dict of numbers)")
+        names = list(config["metrics"])
+        unknown = [m for m in names if m not in BUILTIN_METRICS and m not in self.custom]
+        if unknown:
+            raise ValueError(f"tensor_stats metric {unknown[0]!r} is not known: give built-in metrics "
+                             f"({', '.join(BUILTIN_METRICS)}) or names of functions registered with "
+                             f"register_metric() ({', '.join(sorted(self.custom)) or 'none registered'})")
+        self.metrics = frozenset(names)
+        self.functions = [(m, self.custom[m]) for m in names if m in self.custom]
+        self.modules = list(config["modules"])
+        self.every = int(config.get("every") or 1)
+        self.sample = config.get("sample")
+
+
+def _csv_text(text: str) -> str:
+    if any(c in text for c in ',"\r\n') or text[:1] == " " or text[-1:] == " ":
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _number(value: float) -> str:
+    """A float exactly (repr round-trips), or an integer value without ".0"."""
+    if value != value or value in (math.inf, -math.inf):
+        return repr(value)
+    if value == int(value) and abs(value) < 2 ** 53:
+        return str(int(value))
+    return repr(value)
+
+
+def _json_number(value: float) -> str:
+    if value != value or value in (math.inf, -math.inf):
+        return "null"  # JSON has no NaN or Infinity; the nan and inf counts say which
+    return _number(value)
+
+
+class _Group:
+    """Snapshots of tensors of one device and dtype, flattened into buffers, not reduced yet."""
+
+    __slots__ = ("buffers", "lengths", "rows")
+
+    def __init__(self) -> None:
+        self.buffers: List[Any] = []
+        self.lengths: List[int] = []
+        self.rows: List[list] = []
+
+
+class _StatsEngine:
+    """Tensor statistics, computed on each tensor's device and copied to the host once per step.
+
+    At a module call (before it for inputs and weights, after it for outputs: an in-place module such
+    as ReLU(inplace=True) changes its input), the selected tensors of the call are copied, per device and
+    dtype, into one flat buffer (one op: a snapshot, since the program may change them in place
+    afterwards). At the end of a step, each group's buffers are reduced together with segment
+    reductions (sum, sum of squares, min, max, counts of zeros, NaN and Inf: about 16 ops per group
+    whatever the number of tensors), the results of a device are concatenated and copied to the host
+    at once (non-blocking on CUDA: read at the next step), and rows go to the "stats" stream.
+    Mean and standard deviation (with Bessel's correction, as Tensor.std) come from float64 sums.
+    """
+
+    def __init__(self, options: StatsOptions, tracer: "Tracer") -> None:
+        import torch
+
+        self.torch = torch
+        self.options = options
+        self.tracer = tracer
+        self.step = 0
+        self.root_calls = 0
+        self.rng = random.Random(0x7477)   # never the program's random generators
+        self.sampling = self._decide(0)
+        self.groups: Dict[Tuple[Any, Any], _Group] = {}
+        self.pending_bytes = 0
+        self.reduced: List[Tuple[Any, Any, List[list]]] = []   # (device, (k, 7) tensor, rows)
+        self.inflight: List[Tuple[Any, Any, List[list]]] = []  # (event, host tensor, rows) on CUDA
+        self.custom_tensors: Dict[Any, List[Tuple[list, str, Any]]] = {}
+        self.selected: Dict[Tuple[int, type], bool] = {}
+        self.weights_done: set = set()
+        self.step_modules: Dict[int, Tuple[Any, str]] = {}
+        self.disabled: set = set()        # (metric name, module path) whose function failed
+        self.rows_out: List[tuple] = []   # without out_dir: rows kept for stats()
+        self.dropped_rows = 0
+        self.empty: Dict[Tuple[Any, Any], Any] = {}
+        globs = [g for g in options.modules if g != "*"]
+        self.match_all = len(globs) < len(options.modules)
+        self.globs = globs
+        self.unchecked_globs = list(globs)
+
+    def _decide(self, step: int) -> bool:
+        if self.options.sample is not None:
+            return self.rng.random() < self.options.sample
+        return step % self.options.every == 0
+
+    # ---- steps ---------------------------------------------------------------------------------
+
+    def root_call(self) -> None:
+        """The model's outermost call begins: a new step (from the second one on)."""
+        if self.root_calls > 0:
+            self.flush()
+            self.step += 1
+            self.sampling = self._decide(self.step)
+            self.weights_done.clear()
+            self.step_modules.clear()
+        self.root_calls += 1
+
+    # ---- selection -----------------------------------------------------------------------------
+
+    def is_selected(self, module: Any, module_id: int, path: str) -> bool:
+        key = (module_id, type(module))
+        hit = self.selected.get(key)
+        if hit is None:
+            if self.match_all:
+                hit = True
+            else:
+                names = (path, self.tracer.class_name(type(module)))
+                names += (names[1] + ".forward",)
+                hit = any(fnmatch.fnmatchcase(n, g) for g in self.globs for n in names)
+            self.selected[key] = hit
+        return hit
+
+    def check_globs(self, paths: Iterable[str], classes: Iterable[str], final: bool) -> None:
+        """Warns once about globs that match no module path nor class (nearest names listed)."""
+        paths, classes = list(paths), sorted(set(classes))
+        names = paths + classes + [c + ".forward" for c in classes]
+        still = []
+        for glob in self.unchecked_globs:
+            if any(fnmatch.fnmatchcase(n, glob) for n in names):
+                continue
+            still.append(glob)
+        self.unchecked_globs = still
+        if final:
+            for glob in still:
+                near = difflib.get_close_matches(glob, names, n=5, cutoff=0.4)
+                self.tracer.warn_once(f"glob:{glob}", f"tensor_stats module glob {glob!r} matches no module path nor "
+                                                      f"module class; nearest names: {', '.join(near) or '(none)'}")
+            self.unchecked_globs = []
+
+    # ---- taking snapshots ----------------------------------------------------------------------
+
+    def _tensors(self, obj: Any, name: str, out: List[Tuple[str, Any]], depth: int = 0) -> None:
+        Tensor = self.torch.Tensor
+        if isinstance(obj, Tensor):
+            if len(out) < MAX_TENSORS_PER_ROLE:
+                out.append((name, obj))
+        elif depth < 3 and isinstance(obj, (tuple, list)):
+            for i, item in enumerate(obj):
+                self._tensors(item, f"{name}.{i}" if name else str(i), out, depth + 1)
+        elif depth < 3 and isinstance(obj, dict):
+            for key, item in obj.items():
+                self._tensors(item, f"{name}.{key}" if name else str(key), out, depth + 1)
+
+    def before_call(self, module: Any, module_id: int, call_id: int, cls: str, path: str, args: tuple,
+                    kwargs: dict) -> None:
+        if not self.is_selected(module, module_id, path):
+            return
+        tensors: List[Tuple[str, str, Any]] = []
+        roles = self.options.tensors
+        if "input" in roles:
+            found: List[Tuple[str, Any]] = []
+            self._tensors(args, "", found)
+            if kwargs:
+                self._tensors(kwargs, "", found)
+            tensors.extend(("input", n, t) for n, t in found)
+        key = id(module)
+        if "weight" in roles and key not in self.weights_done:
+            self.weights_done.add(key)
+            tensors.extend(("weight", n, p) for n, p in module.named_parameters(recurse=False))
+        if "grad" in roles:
+            self.step_modules[key] = (module, path, cls)
+        if tensors:
+            self.snapshot(call_id, cls, path, tensors)
+
+    def after_call(self, module: Any, module_id: int, call_id: int, cls: str, path: str, result: Any) -> None:
+        if not self.is_selected(module, module_id, path):
+            return
+        found: List[Tuple[str, Any]] = []
+        self._tensors(result, "", found)
+        if found:
+            self.snapshot(call_id, cls, path, [("output", n, t) for n, t in found])
+
+    def grads(self, call_id: int) -> None:
+        """After a backward: gradients of the parameters of the modules seen in this step."""
+        if not self.sampling:
+            return
+        for module, path, cls in list(self.step_modules.values()):
+            found = [("grad", n, p.grad) for n, p in module.named_parameters(recurse=False) if p.grad is not None]
+            if found:
+                self.snapshot(call_id, cls, path, found)
+
+    def snapshot(self, call_id: int, cls: str, path: str, tensors: List[Tuple[str, str, Any]]) -> None:
+        torch = self.torch
+        enabled = torch.is_grad_enabled()
+        if enabled:
+            torch._C._set_grad_enabled(False)
+        try:
+            by_group: Dict[Tuple[Any, Any], List[Tuple[str, str, Any]]] = {}
+            for item in tensors:
+                t = item[2]
+                if t.layout != torch.strided or t.is_complex() or t.is_meta:
+                    continue   # sparse, complex and meta tensors: not summarized
+                by_group.setdefault((t.device, t.dtype), []).append(item)
+            index = {}
+            for (device, dtype), items in by_group.items():
+                group = self.groups.get((device, dtype))
+                if group is None:
+                    group = self.groups[(device, dtype)] = _Group()
+                flat = [t for _, _, t in items]
+                if len(flat) == 1:   # flatten_dense_tensors returns a view of a single tensor
+                    empty = self.empty.get((device, dtype))
+                    if empty is None:
+                        empty = self.empty[(device, dtype)] = torch.empty(0, dtype=dtype, device=device)
+                    flat.append(empty)
+                buffer = torch._C._nn.flatten_dense_tensors(flat)
+                group.buffers.append(buffer)
+                self.pending_bytes += buffer.numel() * buffer.element_size()
+                device_text = str(device)
+                dtype_text = str(dtype).replace("torch.", "")
+                for role, name, t in items:
+                    n = index.get(role, 0)
+                    index[role] = n + 1
+                    row = [call_id, self.step, path, cls, role, n, name, list(t.shape), dtype_text, device_text,
+                           t.numel(), None, None]
+                    if self.options.functions:
+                        row[12] = self._custom(t, path, row)
+                    group.lengths.append(row[10])
+                    group.rows.append(row)
+        finally:
+            if enabled:
+                torch._C._set_grad_enabled(True)
+        if self.pending_bytes > PENDING_BYTES:
+            self.reduce()
+
+    def _custom(self, t: Any, path: str, row: list) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        Tensor = self.torch.Tensor
+        for metric, fn in self.options.functions:
+            if (metric, path) in self.disabled:
+                continue
+            fn_name = getattr(fn, "__qualname__", None) or repr(fn)
+            try:
+                values = fn(t)
+                if not isinstance(values, dict):
+                    raise TypeError(f"returned a {type(values).__name__}, not a dict of numbers")
+                for key, value in values.items():
+                    if isinstance(value, Tensor):
+                        if value.numel() != 1 or value.is_complex():
+                            raise TypeError(f"returned {key!r}: a tensor of shape {list(value.shape)}, not one number")
+                        self.custom_tensors.setdefault(value.device, []).append((row, f"{metric}.{key}", value))
+                    elif isinstance(value, numbers.Real):
+                        out[f"{metric}.{key}"] = float(value)
+                    else:
+                        raise TypeError(f"returned {key!r}: a {type(value).__name__}, not a number")
+            except Exception as error:  # noqa: BLE001 - the program goes on without this metric here
+                self.disabled.add((metric, path))
+                self.tracer.warn_once(f"metric:{metric}:{path}",
+                                      f"metric function {fn_name} ({metric!r}) failed on module {path!r}: {error}; "
+                                      f"that metric is dropped for this module")
+                for key in [k for k in out if k.startswith(metric + ".")]:
+                    del out[key]
+                for device in self.custom_tensors:
+                    self.custom_tensors[device] = [e for e in self.custom_tensors[device]
+                                                   if not (e[0] is row and e[1].startswith(metric + "."))]
+        return out
+
+    # ---- reducing ------------------------------------------------------------------------------
+
+    def reduce(self) -> None:
+        """Reduces the pending snapshots of every group (on their devices); results stay there."""
+        torch = self.torch
+        enabled = torch.is_grad_enabled()
+        if enabled:
+            torch._C._set_grad_enabled(False)
+        try:
+            for (device, _dtype), group in self.groups.items():
+                if not group.rows:
+                    continue
+                flat = group.buffers[0] if len(group.buffers) == 1 else torch.cat(group.buffers)
+                x = flat.to(torch.float64)
+                lengths = torch.tensor(group.lengths, device=device)
+                seg = torch.segment_reduce
+                sums = torch.stack((seg(x, "sum", lengths=lengths), seg(x * x, "sum", lengths=lengths),
+                                    seg(x, "min", lengths=lengths), seg(x, "max", lengths=lengths)), 1)
+                flags = torch.stack((x == 0, x.isnan(), x.isinf()), 1).to(torch.float64)
+                counts = seg(flags, "sum", lengths=lengths, axis=0)
+                self.reduced.append((device, torch.cat((sums, counts), 1), group.rows))
+            self.groups.clear()
+            self.pending_bytes = 0
+        finally:
+            if enabled:
+                torch._C._set_grad_enabled(True)
+
+    def flush(self, final: bool = False) -> None:
+        """End of a step: reduce, copy the results of each device to the host once, write rows."""
+        torch = self.torch
+        self.reduce()
+        ready = self.inflight
+        self.inflight = []
+        by_device: Dict[Any, List[Tuple[Any, List[list]]]] = {}
+        for device, values, rows in self.reduced:
+            by_device.setdefault(device, []).append((values, rows))
+        self.reduced = []
+        custom = self.custom_tensors
+        self.custom_tensors = {}
+        for device, parts in by_device.items():
+            values = parts[0][0] if len(parts) == 1 else torch.cat([v for v, _ in parts])
+            rows = [r for _, rs in parts for r in rs]
+            extra = custom.pop(device, [])
+            if extra:   # custom metrics computed as tensors ride along (one number each)
+                column = torch.stack([v.detach().reshape(()).to(torch.float64) for _, _, v in extra])
+                values = torch.cat((values.reshape(-1), column))
+            if device.type == "cuda" and not final:
+                host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+                host.copy_(values, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+                ready_later = (event, host, rows, extra)
+                self.inflight.append(ready_later)
+            else:
+                ready.append((None, values.to("cpu"), rows, extra))
+        for device, extra in custom.items():   # custom tensors of devices without other statistics
+            column = torch.stack([v.detach().reshape(()).to(torch.float64) for _, _, v in extra]).to("cpu")
+            ready.append((None, column, [], extra))
+        self._emit(ready)
+        if final and self.inflight:
+            inflight, self.inflight = self.inflight, []
+            self._emit(inflight)
+
+    def _emit(self, ready: List[tuple]) -> None:
+        self.out: List[str] = []
+        for event, host, rows, extra in ready:
+            if event is not None:
+                event.synchronize()
+            numbers_ = host.reshape(-1).tolist()
+            k = len(rows)
+            for j, (row, key, _v) in enumerate(extra):
+                row[12] = dict(row[12] or {}, **{key: numbers_[7 * k + j]})
+            for i, row in enumerate(rows):
+                self._write(row, numbers_[7 * i: 7 * i + 7])
+        if self.out:
+            self.tracer.sink("stats", "".join(self.out))
+            self.out = []
+
+    def _write(self, row: list, v: List[float]) -> None:
+        call_id, step, path, cls, role, index, name, shape, dtype, device, n, _unused, custom = row
+        s, ss, mn, mx, zeros, nans, infs = v
+        if n > 0:
+            mean = s / n
+            var = (ss - s * mean) / (n - 1) if n > 1 else math.nan
+            std = math.sqrt(max(var, 0.0)) if var == var else math.nan   # rounding can leave var at -0.0...
+        else:
+            mean = std = mn = mx = math.nan
+        metrics = self.options.metrics
+        values = [mean if "mean" in metrics else None, std if "std" in metrics else None,
+                  mn if "min" in metrics else None, mx if "max" in metrics else None,
+                  int(zeros) if "zeros" in metrics else None, int(nans) if "nan" in metrics else None,
+                  int(infs) if "inf" in metrics else None]
+        shape_out = shape if "shape" in metrics else None
+        dtype_out = dtype if "dtype" in metrics else None
+        record = (call_id, step, path, cls, role, index, name, shape_out, dtype_out, device, n, *values, custom or None)
+        if self.tracer.sink is None:
+            self.rows_out.append(record)
+        else:
+            self.out.append(self.tracer.format_row(record))
 
 
 class _Root:
@@ -48,10 +436,32 @@ class Tracer:
     ``class_name(cls)`` gives a module class's public name (``torch.nn.Conv2d``).
     """
 
-    def __init__(self, out_dir: Optional[str] = None, class_name: Optional[Callable[[type], str]] = None) -> None:
+    def __init__(self, out_dir: Optional[str] = None, class_name: Optional[Callable[[type], str]] = None,
+                 stats: Optional[StatsOptions] = None, track: Sequence[str] = (), format: str = "json") -> None:
         self.out_dir = out_dir
+        self.format = format
         self.kinds = _core.KIND_MODULE_FORWARD
         self._class_name = class_name or _default_class_name
+        self._class_names: Dict[type, str] = {}
+        self._api_names: Dict[int, str] = {}
+        self.sink: Optional[Callable[[str, str], Any]] = None   # (kind, rows text) -> stream of the writer
+        self.session: Any = None
+        self.stats = _StatsEngine(stats, self) if stats is not None else None
+        if stats is not None:
+            self.kinds |= _core.KIND_MODULE_CALL
+            if "grad" in stats.tensors:
+                self.kinds |= _core.KIND_BOUNDARY
+        self.track = frozenset(track)
+        # Hooks the C side need not call (None): it skips them.
+        if stats is None:
+            self.module_enter = self.module_pre = self.module_exit = None
+        else:
+            if stats.tensors <= {"output"}:
+                self.module_pre = None
+            if "output" not in stats.tensors:
+                self.module_exit = None
+        if not self.kinds & _core.KIND_BOUNDARY:
+            self.boundary_enter = self.boundary_exit = None
         self._pid = os.getpid()
         self._roots: List[_Root] = []          # live and dead, in order of discovery
         self._owner: Dict[int, _Root] = {}     # id(module) -> its root
@@ -62,7 +472,118 @@ class Tracer:
         self._warned: set = set()
         self.closed = False
 
+    def class_name(self, cls: type) -> str:
+        name = self._class_names.get(cls)
+        if name is None:
+            name = self._class_names[cls] = self._class_name(cls)
+        return name
+
+    def api_name(self, api_id: int) -> str:
+        name = self._api_names.get(api_id)
+        if name is None:
+            name = self._api_names[api_id] = _core.api_name(api_id)
+        return name
+
+    def attach(self, session: Any) -> None:
+        """Once the session records: streams for the rows of statistics and updates."""
+        self.session = session
+        if self.out_dir is None:
+            return
+        if self.stats is not None:
+            session.add_stream("stats", ",".join(STATS_COLUMNS))
+        if self.track:
+            session.add_stream("updates", ",".join(UPDATES_COLUMNS))
+        self.sink = session.stream_write
+
+    def finish(self) -> None:
+        """Before the session stops: statistics still pending are computed and written."""
+        if self.stats is None or self.session is None:
+            return
+        self.session.pause_thread()
+        try:
+            self.stats.flush(final=True)
+        except Exception as error:  # noqa: BLE001
+            self.warn_once("flush", f"tensor statistics of the last step are lost: {error!r}")
+        finally:
+            self.session.resume_thread()
+
+    def format_row(self, values: Sequence[Any], columns: Sequence[str] = STATS_COLUMNS) -> str:
+        """One row in the writer's format (CSV line or JSON object line)."""
+        if self.format == "csv":
+            out = []
+            for v in values:
+                if v is None:
+                    out.append("")
+                elif isinstance(v, str):
+                    out.append(_csv_text(v))
+                elif isinstance(v, float):
+                    out.append(_number(v))
+                elif isinstance(v, (list, dict)):
+                    out.append(_csv_text(json.dumps(v, separators=(",", ":"), default=_json_default)))
+                else:
+                    out.append(str(v))
+            return ",".join(out) + "\n"
+        parts = []
+        for key, v in zip(columns, values):
+            if v is None:
+                text = "null"
+            elif isinstance(v, str):
+                text = json.dumps(v, ensure_ascii=False)
+            elif isinstance(v, float):
+                text = _json_number(v)
+            elif isinstance(v, bool):
+                text = "true" if v else "false"
+            elif isinstance(v, int):
+                text = str(v)
+            else:
+                text = json.dumps(_finite(v), separators=(",", ":"), ensure_ascii=False)
+            parts.append(f'"{key}":{text}')
+        return "{" + ",".join(parts) + "}\n"
+
     # ---- called from C -------------------------------------------------------------------------
+
+    def module_enter(self, module: Any) -> bool:
+        """An outermost module call begins: the model's starts a step. Whether it is sampled."""
+        stats = self.stats
+        try:
+            if self._path.get(id(module)) == "":
+                stats.root_call()
+            return stats.sampling
+        except Exception as error:  # noqa: BLE001
+            self.warn_once("stats", f"tensor statistics stopped: {error!r}")
+            return False
+
+    def module_pre(self, module: Any, module_id: int, call_id: int, args: tuple, kwargs: dict) -> None:
+        """Before a module call of a sampled step: its inputs (and the module's own parameters)."""
+        path = self._path.get(id(module))
+        if path is None:
+            return
+        try:
+            self.stats.before_call(module, module_id, call_id, self.class_name(type(module)), path, args, kwargs)
+        except Exception as error:  # noqa: BLE001
+            self.warn_once("stats", f"tensor statistics of module {path!r} failed: {error!r}")
+
+    def module_exit(self, module: Any, module_id: int, call_id: int, result: Any) -> None:
+        """After a module call of a sampled step: its outputs."""
+        path = self._path.get(id(module))
+        if path is None:
+            return
+        try:
+            self.stats.after_call(module, module_id, call_id, self.class_name(type(module)), path, result)
+        except Exception as error:  # noqa: BLE001
+            self.warn_once("stats", f"tensor statistics of module {path!r} failed: {error!r}")
+
+    def boundary_enter(self, subject: Any, api_id: int) -> Any:
+        """Before an optimizer step, a backward or a zero_grad: a token for boundary_exit, or None."""
+        return api_id
+
+    def boundary_exit(self, token: Any, api_id: int, call_id: int) -> None:
+        stats = self.stats
+        if stats is not None and "grad" in stats.options.tensors and self.api_name(api_id) == "torch.autograd.backward":
+            try:
+                stats.grads(call_id)
+            except Exception as error:  # noqa: BLE001
+                self.warn_once("stats", f"gradient statistics failed: {error!r}")
 
     def resolve(self, module: Any) -> None:
         """A module call's instance is not in the table: find its model and register it."""
@@ -151,6 +672,9 @@ class Tracer:
             if key not in self._refs:
                 self._refs[key] = weakref.ref(module, self._make_callback(key))
             _core.table_set("modules", module, _core.intern_path(path))
+        if self.stats is not None and self.stats.unchecked_globs:
+            self.stats.check_globs((root.path(n) for n, _ in named), (self.class_name(type(m)) for _, m in named),
+                                   final=True)
         self.write_modules()
 
     def _retire(self, root: _Root) -> None:
@@ -250,6 +774,21 @@ class Tracer:
 
 def _default_class_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _json_default(value: Any) -> Any:
+    return str(value)
+
+
+def _finite(value: Any) -> Any:
+    """value with NaN and infinities as None (JSON has none)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 __all__ = ["MODULES_FILE", "Tracer"]

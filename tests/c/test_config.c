@@ -107,6 +107,50 @@ static void percentiles_are_within_one_percent(void **state)
     tw_stats_free(&stats);
 }
 
+static void expect_config_error(const char *json, int from_strings, const char *needle)
+{
+    char *out = NULL, err[512] = "";
+    assert_int_equal(tw_config_normalize(json, from_strings, &out, err, sizeof err), TW_EINVAL);
+    assert_null(out);
+    if (strstr(err, needle) == NULL)
+        fail_msg("error '%s' lacks '%s'", err, needle);
+}
+
+static void tensor_stats_and_track_are_validated_and_completed(void **state)
+{
+    char *out = NULL, err[512] = "";
+    assert_int_equal(tw_config_normalize("{\"tensor_stats\": {\"every\": 4}, \"track\": [\"parameters\"]}", 0, &out,
+                                         err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"tensor_stats\":{\"tensors\":[\"input\",\"output\"],\"metrics\":[\"shape\",\"dtype\","
+                                "\"mean\",\"std\",\"min\",\"max\",\"zeros\",\"nan\",\"inf\"],\"modules\":[\"*\"],\"every\":4,"
+                                "\"sample\":null}"));
+    assert_non_null(strstr(out, "\"track\":[\"parameters\"]"));
+    free(out);
+    assert_int_equal(tw_config_normalize("{}", 0, &out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"tensor_stats\":null,\"track\":[]"));
+    free(out);
+    /* from environment variables: words and JSON text */
+    assert_int_equal(tw_config_normalize("{\"tensor_stats\": \"on\", \"track\": \"parameters, grads\"}", 1, &out,
+                                         err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"every\":1"));
+    assert_non_null(strstr(out, "\"track\":[\"parameters\",\"grads\"]"));
+    free(out);
+    assert_int_equal(tw_config_normalize("{\"tensor_stats\": \"{\\\"sample\\\": 0.25}\"}", 1, &out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"sample\":0.25"));
+    free(out);
+    expect_config_error("{\"tensor_stats\": {\"tensors\": [\"outputs\"]}}", 0,
+                        "'outputs' is not one of: input output weight grad");
+    expect_config_error("{\"tensor_stats\": {\"tensors\": [\"input\", \"input\"]}}", 0, "each at most once");
+    expect_config_error("{\"tensor_stats\": {\"evry\": 2}}", 0, "did you mean 'every'?");
+    expect_config_error("{\"tensor_stats\": {\"every\": 0}}", 0, "1 or more");
+    expect_config_error("{\"tensor_stats\": {\"every\": 2, \"sample\": 0.5}}", 0, "not both");
+    expect_config_error("{\"tensor_stats\": {\"sample\": 1.5}}", 0, "at most 1");
+    expect_config_error("{\"tensor_stats\": {\"modules\": []}}", 0, "non-empty list of globs");
+    expect_config_error("{\"tensor_stats\": 7}", 0, "give true");
+    expect_config_error("{\"tensor_stats\": \"maybe\"}", 1, "give true, false, or a JSON object");
+    expect_config_error("{\"track\": [\"weights\"]}", 0, "'weights' is not one of: parameters grads");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -115,6 +159,7 @@ int main(void)
         cmocka_unit_test(name_specs_expand),
         cmocka_unit_test(bad_name_specs_say_why),
         cmocka_unit_test(percentiles_are_within_one_percent),
+        cmocka_unit_test(tensor_stats_and_track_are_validated_and_completed),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
