@@ -48,7 +48,7 @@ typedef struct {
     PyObject *module_exit;     /* module_exit(instance, module_id, call_id, result): after it */
     PyObject *update;          /* update(tensor_or_list, api_id, call_id, outer_call_id) */
     PyObject *boundary_enter;  /* boundary_enter(instance, api_id) -> token */
-    PyObject *boundary_exit;   /* boundary_exit(token, api_id, call_id) */
+    PyObject *boundary_exit;   /* boundary_exit(token, api_id, call_id, outer_call_id) */
 } tw_hooks_t;
 
 /*
@@ -119,6 +119,9 @@ PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t na
 
 int tw_trace_add_functions(PyObject *module);
 void tw_ptr_table_clear(tw_ptr_table_t *table);
+
+/* The innermost recorded call in progress on this thread and the outermost one: 1, or 0 if none. */
+int tw_current_call(uint64_t *call_id, uint64_t *outer_id);
 
 /* Suspends recording on the calling thread while the profiler runs its own Python code. */
 void tw_pause_thread(void);

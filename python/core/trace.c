@@ -214,6 +214,14 @@ static PyObject *core_module_path(PyObject *module, PyObject *arg)
     return PyUnicode_FromString(path);
 }
 
+/* current_call() -> (call_id, outer_call_id): the recorded calls in progress on this thread, or (0, 0). */
+static PyObject *core_current_call(PyObject *module, PyObject *unused)
+{
+    uint64_t call_id = 0, outer_id = 0;
+    tw_current_call(&call_id, &outer_id);
+    return Py_BuildValue("(KK)", (unsigned long long)call_id, (unsigned long long)outer_id);
+}
+
 static PyMethodDef trace_methods[] = {
     {"table_set", (PyCFunction)(void (*)(void))core_table_set, METH_FASTCALL,
      "table_set(table, obj, value)\n--\n\nPuts obj (by address) in the 'modules' or 'tracked' table with value."},
@@ -226,6 +234,9 @@ static PyMethodDef trace_methods[] = {
     {"intern_path", core_intern_path, METH_O,
      "intern_path(path) -> module id\n--\n\nThe id records carry for a module path (\"\" is the root)."},
     {"module_path", core_module_path, METH_O, "module_path(module_id) -> path or None"},
+    {"current_call", core_current_call, METH_NOARGS,
+     "current_call() -> (call_id, outer_call_id)\n--\n\nThe innermost and outermost recorded calls in progress "
+     "on this thread, or (0, 0)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -58,6 +58,20 @@ void tw_pause_thread(void)
         t->paused++;
 }
 
+int tw_current_call(uint64_t *call_id, uint64_t *outer_id)
+{
+    uint64_t gen = tw_active.gen;
+    if (gen == 0 || thread_cache.gen != gen || thread_cache.thread == NULL)
+        return 0;
+    tw_thread_t *t = thread_cache.thread;
+    uint32_t depth = t->depth < TW_MAX_DEPTH ? t->depth : TW_MAX_DEPTH;
+    if (depth == 0)
+        return 0;
+    *call_id = t->stack[depth - 1].call_id;
+    *outer_id = t->stack[0].call_id;
+    return 1;
+}
+
 void tw_resume_thread(void)
 {
     uint64_t gen = tw_active.gen;
@@ -279,17 +293,8 @@ static PyObject *traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint
         touches_tracked(subject))
         run_hook_ids(t, source, hooks->update, subject, self->api_id, call_id, outer_id);
     if (token != NULL) {
-        if (token != Py_None && hooks->boundary_exit != NULL && tw_active.gen == gen) {
-            PyObject *ids[2] = {PyLong_FromUnsignedLong(self->api_id), PyLong_FromUnsignedLongLong(call_id)};
-            if (ids[0] != NULL && ids[1] != NULL) {
-                PyObject *hook_args[3] = {token, ids[0], ids[1]};
-                Py_XDECREF(run_hook(t, source, hooks->boundary_exit, hook_args, 3));
-            } else {
-                PyErr_Clear();
-            }
-            Py_XDECREF(ids[0]);
-            Py_XDECREF(ids[1]);
-        }
+        if (token != Py_None && hooks->boundary_exit != NULL && tw_active.gen == gen)
+            run_hook_ids(t, source, hooks->boundary_exit, token, self->api_id, call_id, outer_id);
         Py_DECREF(token);
     }
     return result;

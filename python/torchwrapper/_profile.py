@@ -221,6 +221,7 @@ class Profile:
         except BaseException:
             if self.session.active:
                 self.session.stop()
+            self.tracer.close()
             self.patcher.restore()
             self._registries.unregister()
             raise
@@ -292,6 +293,17 @@ class Profile:
         module = torch.nn.Module
         return [name for obj, name in (self.plan.names.values() if self.plan else ())
                 if isinstance(obj, type) and issubclass(obj, module)]
+
+    def updates_rows(self) -> Tuple[List[str], List[tuple]]:
+        """(columns, rows) of the parameter updates (from the files when out_dir was given)."""
+        from ._trace import UPDATES_COLUMNS
+
+        if self.tracer.tracker is None:
+            raise RuntimeError("no parameter updates: profile with track=[\"parameters\"] (or [\"parameters\", "
+                               "\"grads\"])")
+        if self.out_dir is None:
+            return UPDATES_COLUMNS, list(self.tracer.tracker.rows_out)
+        return UPDATES_COLUMNS, _read_stream(self.out_dir, "updates", UPDATES_COLUMNS)
 
     def stats_rows(self) -> Tuple[List[str], List[tuple]]:
         """(columns, rows) of the tensor statistics (from the files when out_dir was given)."""
