@@ -438,6 +438,10 @@ static cJSON *check_tensor_stats(const cJSON *value, int from_strings, char *err
     const cJSON *modules = cJSON_GetObjectItemCaseSensitive(obj, "modules");
     const cJSON *every = cJSON_GetObjectItemCaseSensitive(obj, "every");
     const cJSON *sample = cJSON_GetObjectItemCaseSensitive(obj, "sample");
+    if (cJSON_IsNull(every)) /* as normalized: null means not given */
+        every = NULL;
+    if (cJSON_IsNull(sample))
+        sample = NULL;
     out = cJSON_CreateObject();
     cJSON *item = tensors != NULL ? check_choice_list("config key 'tensor_stats', key 'tensors'", STATS_TENSORS,
                                                       tensors, 0, 0, err, err_size)

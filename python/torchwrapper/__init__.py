@@ -16,6 +16,8 @@ from ._api import TorchWrapper, getAPIName, getAttributes, load_config
 from ._discover import DEFAULT_EXCLUDE, SKIP_ATTRIBUTES, SKIP_MODULES, Plan, discover
 from ._patch import Patcher, resolve
 from ._profile import Profile, profile
+from ._trace import BUILTIN_METRICS, STATS_COLUMNS, UPDATES_COLUMNS, load_modules, load_stats, load_updates
+from ._tree import call_tree
 
 __version__ = _core.version
 
@@ -70,6 +72,7 @@ def profile_apis(paths: Iterable[str]) -> Iterator[Session]:
         patcher.restore()
 
 
-__all__ = ["DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile", "Record", "SKIP_ATTRIBUTES",
+__all__ = ["BUILTIN_METRICS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "load_modules", "load_stats",
+           "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile", "Record", "SKIP_ATTRIBUTES",
            "SKIP_MODULES", "Session", "TorchWrapper", "Wrapper", "discover", "getAPIName", "getAttributes",
            "load_config", "profile", "profile_apis", "records", "resolve", "wrap", "__version__"]

@@ -92,6 +92,16 @@ class TorchWrapper:
         self.config: Dict[str, Any] = load_config(config)
         self._profile: Optional[Profile] = None
         self._call_records: Optional[dict] = None
+        self._metrics: Dict[str, Callable[[Any], Dict[str, Any]]] = {}
+
+    def register_metric(self, name: str, fn: Callable[[Any], Dict[str, Any]]) -> None:
+        """A custom tensor statistic: fn(tensor) returns a dict of numbers (or one-element tensors,
+        copied to the host with the other statistics); name it in tensor_stats["metrics"]. A function
+        that raises or returns something else is dropped for that module, with one warning."""
+        if not isinstance(name, str) or not name or not callable(fn):
+            raise TypeError(f"register_metric(name, fn) needs a non-empty str and a callable, not {name!r} and "
+                            f"{type(fn).__name__!r}")
+        self._metrics[name] = fn
 
     # ---- running ----------------------------------------------------------------------------
 
@@ -105,7 +115,8 @@ class TorchWrapper:
                                 file_max_size=c["file_max_size"], file_name_spec=c["file_name_spec"],
                                 max_files=c["max_files"], flush_interval=c["flush_interval"],
                                 buffer_size=c["buffer_size"], on_full=c["on_full"], manifest={"config": c},
-                                args=c["args"])
+                                args=c["args"], tensor_stats=c["tensor_stats"], track=c["track"],
+                                metrics=self._metrics if c["tensor_stats"] is not None else None)
         self._call_records = None
         self._profile.start()
         if myCode is None:
@@ -181,6 +192,39 @@ class TorchWrapper:
             out.append((api, totals[api], numbers[api], start, cost / 1e6, args, self_ns / 1e6, gpu / 1e6, tid, pid,
                         depth, call_id, parent, error, module))
         return pandas.DataFrame(out, columns=COLUMNS)
+
+    def stats(self):
+        """Tensor statistics (config tensor_stats): a DataFrame with one row per tensor of a module
+        call: call_id, step, module (instance path), class, tensor (input, output, weight, grad),
+        index, name, shape, dtype, device, numel, mean, std, min, max, zeros, nan, inf, custom (a dict
+        of custom metrics, or None)."""
+        import pandas
+
+        columns, rows = self._need_profile().stats_rows()
+        frame = pandas.DataFrame(rows, columns=columns)
+        frame["shape"] = frame["shape"].map(lambda s: tuple(s) if isinstance(s, list) else s)
+        return frame
+
+    def updates(self):
+        """Parameter updates (config track): a DataFrame with one row per in-place update of a
+        parameter or gradient: call_id and api of the call that made it, outer_call_id (the
+        outermost call in progress, e.g. the optimizer's step), parameter (its name in the model),
+        tensor ("parameter" or "grad"), version (the tensor's version counter after it; None when a
+        gradient was set to None), attribute (for module.weight = ..., the attribute name)."""
+        import pandas
+
+        columns, rows = self._need_profile().updates_rows()
+        return pandas.DataFrame(rows, columns=columns)
+
+    def modules(self) -> Dict[str, Any]:
+        """The modules of the models that ran, as in out_dir/modules.json: {"roots": [{"path",
+        "class"}], "modules": [{"path", "class", "parent", "parameters": {name: shape}, "calls"}]}."""
+        return self._need_profile().module_tree()
+
+    def _need_profile(self) -> Profile:
+        if self._profile is None:
+            raise RuntimeError("nothing was profiled yet: call start() first")
+        return self._profile
 
     def summary(self):
         """Per-API totals computed by the C writer while recording (cheap at any size): a DataFrame

@@ -17,7 +17,7 @@ from . import _core
 from ._discover import Plan, discover
 from ._files import read_rows, record_files
 from ._patch import WRAPPER_TYPES, Patcher
-from ._trace import StatsOptions, Tracer
+from ._trace import StatsOptions, Tracer, read_stream
 
 # Discovery plans by (modules, include, exclude), with the set of modules imported when each was
 # made. A later start reuses a plan when no module was imported since; the install then checks
@@ -303,7 +303,7 @@ class Profile:
                                "\"grads\"])")
         if self.out_dir is None:
             return UPDATES_COLUMNS, list(self.tracer.tracker.rows_out)
-        return UPDATES_COLUMNS, _read_stream(self.out_dir, "updates", UPDATES_COLUMNS)
+        return UPDATES_COLUMNS, read_stream(self.out_dir, "updates", UPDATES_COLUMNS, os.getpid())
 
     def stats_rows(self) -> Tuple[List[str], List[tuple]]:
         """(columns, rows) of the tensor statistics (from the files when out_dir was given)."""
@@ -313,7 +313,7 @@ class Profile:
             raise RuntimeError("no tensor statistics: profile with tensor_stats=True (or a dict of options)")
         if self.out_dir is None:
             return STATS_COLUMNS, list(self.tracer.stats.rows_out)
-        return STATS_COLUMNS, _read_stream(self.out_dir, "stats", STATS_COLUMNS)
+        return STATS_COLUMNS, read_stream(self.out_dir, "stats", STATS_COLUMNS, os.getpid())
 
     def _class_name(self, cls: type) -> str:
         entry = self.plan.names.get(id(cls)) if self.plan is not None else None
@@ -351,33 +351,6 @@ class Profile:
     def excluded(self) -> List[Tuple[str, str]]:
         """(name, matching exclude glob) of what the exclude list left unwrapped."""
         return list(self.plan.excluded) if self.plan else []
-
-
-def _read_stream(out_dir: str, kind: str, columns: List[str]) -> List[tuple]:
-    """Rows of a stream's files as tuples of values (numbers parsed, shapes and custom dicts decoded)."""
-    from ._files import iter_stream_rows
-
-    rows = []
-    for path in record_files(out_dir, os.getpid(), kind=kind):
-        for row in iter_stream_rows(path):
-            rows.append(tuple(_decode(row.get(c), c) if path.endswith(".csv") else row.get(c) for c in columns))
-    return rows
-
-
-_TEXT_COLUMNS = frozenset(["module", "class", "tensor", "name", "dtype", "device", "api", "parameter", "attribute"])
-
-
-def _decode(text: Optional[str], column: str) -> Any:
-    if text is None or column in _TEXT_COLUMNS:
-        return text
-    if text == "":
-        return None
-    if text[0] in "[{":
-        return json.loads(text)
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
 
 
 def profile(modules: Sequence[str] = ("torch",), include: Sequence[str] = (),

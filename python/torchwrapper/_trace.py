@@ -987,6 +987,68 @@ class Tracer:
         warnings.warn(f"torchwrapper: {message}", RuntimeWarning, stacklevel=2)
 
 
+# ---- reading the files back ----------------------------------------------------------------------
+
+_TEXT_COLUMNS = frozenset(["module", "class", "tensor", "name", "dtype", "device", "api", "parameter", "attribute"])
+
+
+def _decode(text: Optional[str], column: str) -> Any:
+    """A CSV field of a stats or updates row as its value."""
+    if text is None or column in ("module", "name"):   # "": the model itself, an output that is one tensor
+        return text
+    if text == "":
+        return None
+    if column in _TEXT_COLUMNS:
+        return text
+    if text[0] in "[{":
+        return json.loads(text)
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def read_stream(out_dir: str, kind: str, columns: Sequence[str], pid: Optional[int] = None) -> List[tuple]:
+    """The rows of a stream ("stats", "updates") of out_dir's files (of one process if pid is given),
+    as tuples of values in the order of columns; JSON nulls and empty CSV fields are None."""
+    from ._files import iter_stream_rows, record_files
+
+    rows = []
+    for path in record_files(out_dir, pid, kind=kind):
+        csv_file = path.endswith(".csv")
+        for row in iter_stream_rows(path):
+            rows.append(tuple(_decode(row.get(c), c) if csv_file else row.get(c) for c in columns))
+    return rows
+
+
+def load_stats(out_dir: str, pid: Optional[int] = None) -> Any:
+    """The tensor statistics written in out_dir (all processes, or one) as a DataFrame (columns:
+    STATS_COLUMNS; shape as a tuple)."""
+    import pandas
+
+    frame = pandas.DataFrame(read_stream(out_dir, "stats", STATS_COLUMNS, pid), columns=STATS_COLUMNS)
+    frame["shape"] = frame["shape"].map(lambda s: tuple(s) if isinstance(s, list) else s)
+    return frame
+
+
+def load_updates(out_dir: str, pid: Optional[int] = None) -> Any:
+    """The parameter updates written in out_dir (all processes, or one) as a DataFrame (columns:
+    UPDATES_COLUMNS)."""
+    import pandas
+
+    return pandas.DataFrame(read_stream(out_dir, "updates", UPDATES_COLUMNS, pid), columns=UPDATES_COLUMNS)
+
+
+def load_modules(out_dir: str, pid: Optional[int] = None) -> Dict[str, Any]:
+    """The module tree in out_dir/modules.json (modules-PID.json for a forked child's pid)."""
+    name = MODULES_FILE if pid is None else f"modules-{pid}.json"
+    path = os.path.join(out_dir, name)
+    if pid is not None and not os.path.exists(path):
+        path = os.path.join(out_dir, MODULES_FILE)
+    with open(path) as f:
+        return json.load(f)
+
+
 def _default_class_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -1006,4 +1068,5 @@ def _finite(value: Any) -> Any:
     return value
 
 
-__all__ = ["MODULES_FILE", "Tracer"]
+__all__ = ["BUILTIN_METRICS", "MODULES_FILE", "STATS_COLUMNS", "StatsOptions", "Tracer", "UPDATES_COLUMNS",
+           "load_modules", "load_stats", "load_updates", "read_stream"]

@@ -145,6 +145,10 @@ static void tensor_stats_and_track_are_validated_and_completed(void **state)
     expect_config_error("{\"tensor_stats\": {\"every\": 0}}", 0, "1 or more");
     expect_config_error("{\"tensor_stats\": {\"every\": 2, \"sample\": 0.5}}", 0, "not both");
     expect_config_error("{\"tensor_stats\": {\"sample\": 1.5}}", 0, "at most 1");
+    /* its own output is accepted again (null stands for "not given") */
+    assert_int_equal(tw_config_normalize("{\"tensor_stats\": {\"every\": 2, \"sample\": null}}", 0, &out, err,
+                                         sizeof err), 0);
+    free(out);
     expect_config_error("{\"tensor_stats\": {\"modules\": []}}", 0, "non-empty list of globs");
     expect_config_error("{\"tensor_stats\": 7}", 0, "give true");
     expect_config_error("{\"tensor_stats\": \"maybe\"}", 1, "give true, false, or a JSON object");

@@ -1,0 +1,81 @@
+# SPDX-License-Identifier: MIT
+"""The call tree of one training step, from the records' depth and parent ids."""
+from __future__ import annotations
+
+import fnmatch
+from typing import Any, Dict, List, Optional, Sequence
+
+
+def _records(source: Any) -> List[Any]:
+    """Record-like rows (attributes call_id, api, start_ns, cost_ns, self_ns, tid, depth, parent_id,
+    module) from a Profile, a TorchWrapper, a list of Records, or a dataframe() DataFrame."""
+    from . import Record
+
+    if hasattr(source, "_profile") and hasattr(source, "callRecords"):   # TorchWrapper
+        source = source._need_profile()
+    if hasattr(source, "records") and callable(source.records):          # Profile
+        return source.records()
+    if hasattr(source, "columns"):                                        # DataFrame of dataframe()
+        frame = source
+        out = []
+        for row in frame.itertuples(index=False):
+            values = dict(zip(frame.columns, row))
+            module = values.get("Module")
+            out.append(Record(values["Call ID"], values["API Name"], values["Start Timestamp"],
+                              int(round(values["Cost Time (ms)"] * 1e6)), int(round(values["Self Time (ms)"] * 1e6)),
+                              int(round(values["GPU Time (ms)"] * 1e6)), values["Thread"], values["Depth"],
+                              values["Parent ID"], bool(values["Error"]), values["Arguments"],
+                              module if isinstance(module, str) else None))
+        return out
+    return list(source)
+
+
+def call_tree(source: Any, step: Optional[int] = None, boundary: str = "torch.optim.*.step",
+              max_depth: Optional[int] = None, tid: Optional[int] = None) -> str:
+    """The calls of one step as an indented tree: each call with its module path, cost and self time.
+
+    source: a Profile, a TorchWrapper, records, or ``TorchWrapper.dataframe()``. A step ends with an
+    outermost call whose API matches ``boundary`` (an optimizer's step by default); step=None
+    prints every call. Only the calls of thread ``tid`` (default: the first call's thread).
+    """
+    records = sorted(_records(source), key=lambda r: (r.start_ns, r.call_id))
+    if not records:
+        return ""
+    tid = records[0].tid if tid is None else tid
+    records = [r for r in records if r.tid == tid]
+    roots = [r for r in records if r.depth == 0]
+    if step is not None:
+        steps: List[List[Any]] = [[]]
+        for r in roots:
+            steps[-1].append(r)
+            if fnmatch.fnmatchcase(r.api, boundary):
+                steps.append([])
+        if steps[-1] == [] and len(steps) > 1:
+            steps.pop()
+        if not 0 <= step < len(steps):
+            raise IndexError(f"step {step} is not in the records: {len(steps)} step(s), ending with calls of "
+                             f"{boundary!r}")
+        roots = steps[step]
+    children: Dict[int, List[Any]] = {}
+    for r in records:
+        if r.depth > 0:
+            children.setdefault(r.parent_id, []).append(r)
+    lines: List[str] = []
+    total = sum(r.cost_ns for r in roots)
+    count = [0]
+
+    def walk(r: Any, level: int) -> None:
+        count[0] += 1
+        module = f" [{r.module}]" if getattr(r, "module", None) is not None else ""
+        lines.append(f"{'  ' * level}{r.api}{module}  {r.cost_ns / 1e6:.3f} ms  (self {r.self_ns / 1e6:.3f} ms)")
+        if max_depth is None or level + 1 < max_depth:
+            for child in children.get(r.call_id, ()):
+                walk(child, level + 1)
+
+    for r in roots:
+        walk(r, 1)
+    title = "all calls" if step is None else f"step {step}"
+    return "\n".join([f"{title}: {count[0]} calls shown, {total / 1e6:.3f} ms"] + lines) + "\n"
+
+
+__all__ = ["call_tree"]
