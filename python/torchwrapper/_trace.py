@@ -40,6 +40,7 @@ STATS_COLUMNS = ["call_id", "step", "module", "class", "tensor", "index", "name"
 UPDATES_COLUMNS = ["call_id", "api", "outer_call_id", "parameter", "tensor", "version", "attribute"]
 MAX_TENSORS_PER_ROLE = 32      # tensors of one call's inputs (or outputs) looked at, at most
 PENDING_BYTES = 64 << 20       # snapshots held before they are reduced (on their device) within a step
+DIRECT_NUMEL = 16384           # tensors this large are reduced at once, not copied for the step's batch
 
 
 class StatsOptions:
@@ -108,7 +109,9 @@ class _StatsEngine:
     reductions (sum, sum of squares, min, max, counts of zeros, NaN and Inf: about 16 ops per group
     whatever the number of tensors), the results of a device are concatenated and copied to the host
     at once (non-blocking on CUDA: read at the next step), and rows go to the "stats" stream.
-    Mean and standard deviation (with Bessel's correction, as Tensor.std) come from float64 sums.
+    Mean and standard deviation (with Bessel's correction, as Tensor.std) come from float64 sums, the
+    deviations taken from the mean. Tensors of DIRECT_NUMEL elements or more are reduced at once
+    instead (one op per statistic, no copy), their results joining the others for the host copy.
     """
 
     def __init__(self, options: StatsOptions, tracer: "Tracer") -> None:
@@ -124,6 +127,7 @@ class _StatsEngine:
         self.groups: Dict[Tuple[Any, Any], _Group] = {}
         self.pending_bytes = 0
         self.reduced: List[Tuple[Any, Any, List[list]]] = []   # (device, (k, 7) tensor, rows)
+        self.direct: Dict[Any, List[Tuple[Any, list]]] = {}     # device -> (8 numbers, row) of large tensors
         self.inflight: List[Tuple[Any, Any, List[list]]] = []  # (event, host tensor, rows) on CUDA
         self.custom_tensors: Dict[Any, List[Tuple[list, str, Any]]] = {}
         self.selected: Dict[Tuple[int, type], bool] = {}
@@ -240,23 +244,36 @@ class _StatsEngine:
                 self.snapshot(call_id, cls, path, found)
 
     def snapshot(self, call_id: int, cls: str, path: str, tensors: List[Tuple[str, str, Any]]) -> None:
+        """Statistics of a call's tensors: small ones copied into their group's buffer (reduced at
+        the step's end, with the others), large ones reduced now (the ops cost less than the copy)."""
         torch = self.torch
         enabled = torch.is_grad_enabled()
         if enabled:
             torch._C._set_grad_enabled(False)
         try:
-            by_group: Dict[Tuple[Any, Any], List[Tuple[str, str, Any]]] = {}
-            for item in tensors:
-                t = item[2]
+            small: Dict[Tuple[Any, Any], List[Tuple[Any, list]]] = {}
+            index: Dict[str, int] = {}
+            for role, name, t in tensors:
                 if t.layout != torch.strided or t.is_complex() or t.is_meta:
                     continue   # sparse, complex and meta tensors: not summarized
-                by_group.setdefault((t.device, t.dtype), []).append(item)
-            index = {}
-            for (device, dtype), items in by_group.items():
+                n = index.get(role, 0)
+                index[role] = n + 1
+                device = t.device
+                numel = t.numel()
+                row = [call_id, self.step, path, cls, role, n, name, list(t.shape),
+                       str(t.dtype).replace("torch.", ""), str(device), numel, "segment", None]
+                if self.options.functions:
+                    row[12] = self._custom(t, path, row)
+                if numel >= DIRECT_NUMEL:
+                    row[11] = "direct"
+                    self.direct.setdefault(device, []).append((self._reduce_one(t), row))
+                else:
+                    small.setdefault((device, t.dtype), []).append((t, row))
+            for (device, dtype), items in small.items():
                 group = self.groups.get((device, dtype))
                 if group is None:
                     group = self.groups[(device, dtype)] = _Group()
-                flat = [t for _, _, t in items]
+                flat = [t for t, _ in items]
                 if len(flat) == 1:   # flatten_dense_tensors returns a view of a single tensor
                     empty = self.empty.get((device, dtype))
                     if empty is None:
@@ -265,15 +282,7 @@ class _StatsEngine:
                 buffer = torch._C._nn.flatten_dense_tensors(flat)
                 group.buffers.append(buffer)
                 self.pending_bytes += buffer.numel() * buffer.element_size()
-                device_text = str(device)
-                dtype_text = str(dtype).replace("torch.", "")
-                for role, name, t in items:
-                    n = index.get(role, 0)
-                    index[role] = n + 1
-                    row = [call_id, self.step, path, cls, role, n, name, list(t.shape), dtype_text, device_text,
-                           t.numel(), None, None]
-                    if self.options.functions:
-                        row[12] = self._custom(t, path, row)
+                for t, row in items:
                     group.lengths.append(row[10])
                     group.rows.append(row)
         finally:
@@ -281,6 +290,26 @@ class _StatsEngine:
                 torch._C._set_grad_enabled(True)
         if self.pending_bytes > PENDING_BYTES:
             self.reduce()
+
+    def _reduce_one(self, t: Any) -> Any:
+        """A large tensor's statistics now, as 8 float64 numbers on its device: sum (in float64),
+        the centering mean used, sum of squared deviations from it, min, max, count of nonzero
+        values, of non-finite ones (x - x is NaN only for them) and of infinities."""
+        torch = self.torch
+        v = t.reshape(-1)
+        if v.dtype == torch.bool:
+            v = v.to(torch.uint8)
+        if not v.is_floating_point():
+            v = v.to(torch.float64)
+        elif v.dtype in (torch.float16, torch.bfloat16):
+            v = v.float()
+        s = v.sum(dtype=torch.float64)
+        m = (s / v.numel()).to(v.dtype)
+        d = v - m
+        minmax = torch.aminmax(v)
+        floats = torch.stack((m, torch.dot(d, d), minmax[0], minmax[1])).to(torch.float64)
+        counts = torch.stack((torch.count_nonzero(v), torch.count_nonzero(v - v), torch.count_nonzero(v.isinf())))
+        return torch.cat((s.reshape(1), floats, counts.to(torch.float64)))
 
     def _custom(self, t: Any, path: str, row: list) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -330,7 +359,11 @@ class _StatsEngine:
                 x = flat.to(torch.float64)
                 lengths = torch.tensor(group.lengths, device=device)
                 seg = torch.segment_reduce
-                sums = torch.stack((seg(x, "sum", lengths=lengths), seg(x * x, "sum", lengths=lengths),
+                total = seg(x, "sum", lengths=lengths)
+                # Two passes: squared deviations from each segment's mean (no cancellation).
+                mean = total / lengths.clamp(min=1)
+                dev = x - torch.repeat_interleave(mean, lengths, output_size=x.numel())
+                sums = torch.stack((total, seg(dev * dev, "sum", lengths=lengths),
                                     seg(x, "min", lengths=lengths), seg(x, "max", lengths=lengths)), 1)
                 flags = torch.stack((x == 0, x.isnan(), x.isinf()), 1).to(torch.float64)
                 counts = seg(flags, "sum", lengths=lengths, axis=0)
@@ -347,31 +380,33 @@ class _StatsEngine:
         self.reduce()
         ready = self.inflight
         self.inflight = []
-        by_device: Dict[Any, List[Tuple[Any, List[list]]]] = {}
-        for device, values, rows in self.reduced:
-            by_device.setdefault(device, []).append((values, rows))
+        parts: Dict[Any, List[Any]] = {}    # device -> flat float64 tensors, in the order of rows
+        rows: Dict[Any, List[list]] = {}
+        for device, values, group_rows in self.reduced:
+            parts.setdefault(device, []).append(values.reshape(-1))
+            rows.setdefault(device, []).extend(group_rows)
         self.reduced = []
+        for device, items in self.direct.items():
+            parts.setdefault(device, []).append(torch.cat([v for v, _ in items]))
+            rows.setdefault(device, []).extend(r for _, r in items)
+        self.direct = {}
         custom = self.custom_tensors
         self.custom_tensors = {}
-        for device, parts in by_device.items():
-            values = parts[0][0] if len(parts) == 1 else torch.cat([v for v, _ in parts])
-            rows = [r for _, rs in parts for r in rs]
-            extra = custom.pop(device, [])
-            if extra:   # custom metrics computed as tensors ride along (one number each)
-                column = torch.stack([v.detach().reshape(()).to(torch.float64) for _, _, v in extra])
-                values = torch.cat((values.reshape(-1), column))
+        for device, extra in custom.items():   # custom metrics computed as tensors ride along
+            parts.setdefault(device, []).append(torch.stack([v.detach().reshape(()).to(torch.float64)
+                                                             for _, _, v in extra]))
+            rows.setdefault(device, [])
+        for device, flat in parts.items():
+            values = flat[0] if len(flat) == 1 else torch.cat(flat)
+            extra = custom.get(device, [])
             if device.type == "cuda" and not final:
                 host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
                 host.copy_(values, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record()
-                ready_later = (event, host, rows, extra)
-                self.inflight.append(ready_later)
+                self.inflight.append((event, host, rows[device], extra))
             else:
-                ready.append((None, values.to("cpu"), rows, extra))
-        for device, extra in custom.items():   # custom tensors of devices without other statistics
-            column = torch.stack([v.detach().reshape(()).to(torch.float64) for _, _, v in extra]).to("cpu")
-            ready.append((None, column, [], extra))
+                ready.append((None, values.to("cpu"), rows[device], extra))
         self._emit(ready)
         if final and self.inflight:
             inflight, self.inflight = self.inflight, []
@@ -383,24 +418,37 @@ class _StatsEngine:
             if event is not None:
                 event.synchronize()
             numbers_ = host.reshape(-1).tolist()
-            k = len(rows)
-            for j, (row, key, _v) in enumerate(extra):
-                row[12] = dict(row[12] or {}, **{key: numbers_[7 * k + j]})
-            for i, row in enumerate(rows):
-                self._write(row, numbers_[7 * i: 7 * i + 7])
+            widths = [8 if row[11] == "direct" else 7 for row in rows]
+            at = sum(widths)
+            for j, (row, key, _v) in enumerate(extra):   # custom metrics given as tensors, after the rest
+                row[12] = dict(row[12] or {}, **{key: numbers_[at + j]})
+            at = 0
+            for row, width in zip(rows, widths):
+                self._write(row, numbers_[at:at + width])
+                at += width
         if self.out:
             self.tracer.sink("stats", "".join(self.out))
             self.out = []
 
     def _write(self, row: list, v: List[float]) -> None:
-        call_id, step, path, cls, role, index, name, shape, dtype, device, n, _unused, custom = row
-        s, ss, mn, mx, zeros, nans, infs = v
-        if n > 0:
+        call_id, step, path, cls, role, index, name, shape, dtype, device, n, how, custom = row
+        if how == "direct":
+            s, m, ss, mn, mx, nonzero, nonfinite, infs = v
+            zeros, nans = n - nonzero, nonfinite - infs
             mean = s / n
-            var = (ss - s * mean) / (n - 1) if n > 1 else math.nan
-            std = math.sqrt(max(var, 0.0)) if var == var else math.nan   # rounding can leave var at -0.0...
+            if math.isfinite(s):
+                # ss is about m, the float32 mean the deviations were taken from
+                var = (ss - n * (mean - m) ** 2) / (n - 1) if n > 1 else math.nan
+            else:
+                var = math.nan
         else:
-            mean = std = mn = mx = math.nan
+            s, ss, mn, mx, zeros, nans, infs = v
+            if n > 0:
+                mean = s / n
+                var = ss / (n - 1) if n > 1 and math.isfinite(s) else math.nan
+            else:
+                mean = var = mn = mx = math.nan
+        std = math.sqrt(max(var, 0.0)) if var == var else math.nan   # rounding can leave var at -0.0...
         metrics = self.options.metrics
         values = [mean if "mean" in metrics else None, std if "std" in metrics else None,
                   mn if "min" in metrics else None, mx if "max" in metrics else None,
@@ -600,6 +648,7 @@ class _Root:
         self.prefix = prefix      # None for the first root: plain named_modules() paths
         self.index = index        # order of discovery
         self.cls = type(module)
+        self.retired = False      # taken over by a model found to contain it
 
     def path(self, name: str) -> str:
         if self.prefix is None:
@@ -825,7 +874,7 @@ class Tracer:
                     running.append(candidate)
             frame = frame.f_back
         for candidate in reversed(running):
-            if candidate is module or self._contains(candidate, module):
+            if candidate is not module and self._contains(candidate, module):
                 self._register(candidate)
                 return
         for root in self._live_roots():
@@ -833,7 +882,38 @@ class Tracer:
             if model is not None and self._contains(model, module):
                 self._register(model)
                 return
-        self._register(module)
+        self._register(self._top_parent(module, Module))
+
+    @staticmethod
+    def _top_parent(module: Any, Module: type) -> Any:
+        """The outermost module holding this one (model.encoder called directly, outside model's
+        own call): found through the garbage collector's referrers, each parent's _modules dict."""
+        import gc
+
+        def owner_of(modules_dict: Any) -> Any:
+            # The module whose _modules it is: a referrer itself, or through its __dict__.
+            for ref in gc.get_referrers(modules_dict):
+                if isinstance(ref, Module) and ref.__dict__.get("_modules") is modules_dict:
+                    return ref
+                if type(ref) is dict and ref.get("_modules") is modules_dict:
+                    for owner in gc.get_referrers(ref):
+                        if isinstance(owner, Module) and owner.__dict__ is ref:
+                            return owner
+            return None
+
+        seen = {id(module)}
+        while True:
+            parent = None
+            for holder in gc.get_referrers(module):
+                if type(holder) is dict:
+                    owner = owner_of(holder)
+                    if owner is not None and id(owner) not in seen:
+                        parent = owner
+                        break
+            if parent is None:
+                return module
+            seen.add(id(parent))
+            module = parent
 
     @staticmethod
     def _contains(model: Any, module: Any) -> bool:
@@ -891,6 +971,7 @@ class Tracer:
         self.write_modules()
 
     def _retire(self, root: _Root) -> None:
+        root.retired = True
         for key, owner in list(self._owner.items()):
             if owner is root:
                 del self._owner[key]
@@ -945,7 +1026,7 @@ class Tracer:
         for path, entry in self._info.items():
             entry = dict(entry, calls=entry["calls"] + counts.get(path, 0))
             modules.append(entry)
-        roots = [{"path": r.path(""), "class": self._class_name(r.cls)} for r in self._roots]
+        roots = [{"path": r.path(""), "class": self.class_name(r.cls)} for r in self._roots if not r.retired]
         return {"roots": roots, "modules": modules}
 
     def write_modules(self) -> None:

@@ -134,18 +134,30 @@ def test_a_loss_called_on_its_own_is_a_second_root_named_by_its_class(tmp_path):
                      {"path": "CrossEntropyLoss", "class": "torch.nn.CrossEntropyLoss"}]
 
 
-def test_a_submodule_called_first_takes_its_path_once_the_model_runs():
+def test_a_submodule_called_on_its_own_has_its_path_in_the_model():
     torch.manual_seed(0)
     model = EncoderModel()
     x = torch.randn(2, 3, 32)
     with tw.profile() as prof:
-        model.head(x[:, 0])       # alone at the top level: a root of its own for now
+        model.head(x[:, 0])       # outside model's own call: its parent is found all the same
         model(x)
-        model.head(x[:, 0])
+        model.encoder.layers[1](x)
     heads = [r.module for r in prof.records() if r.api == "torch.nn.Linear.forward" and r.depth == 0]
-    assert heads[0] == "" and heads[-1] == "head"
-    attn = {r.module for r in prof.records() if r.api == "torch.nn.MultiheadAttention.forward"}
-    assert attn == {"encoder.layers.0.self_attn", "encoder.layers.1.self_attn"}
+    assert heads == ["head", "head"]    # (EncoderModel.forward is not recorded: depth 0 both times)
+    attn = [r.module for r in prof.records() if r.api == "torch.nn.MultiheadAttention.forward"]
+    assert attn == ["encoder.layers.0.self_attn", "encoder.layers.1.self_attn", "encoder.layers.1.self_attn"]
+
+
+def test_a_model_built_around_a_module_already_seen_takes_it_over():
+    layer = nn.Linear(2, 2)
+    with tw.profile() as prof:
+        layer(torch.randn(1, 2))                  # a model of its own so far: the root
+        model = nn.Sequential(nn.ReLU(), layer)
+        model(torch.randn(1, 2))                  # now part of a model: that model's path
+    paths = [(r.api, r.module) for r in prof.records() if r.module is not None]
+    assert paths == [("torch.nn.Linear.forward", ""), ("torch.nn.Sequential.forward", ""),
+                     ("torch.nn.ReLU.forward", "0"), ("torch.nn.Linear.forward", "1")]
+    assert prof.module_tree()["roots"] == [{"path": "", "class": "torch.nn.Sequential"}]
 
 
 def test_module_paths_follow_instances_that_come_and_go():

@@ -284,3 +284,34 @@ def test_json_rows_hold_null_for_nan_and_infinities(tmp_path):
     rows = [json.loads(line) for line in files[0].read_text().splitlines()]
     assert {r["module"] for r in rows} == {"", "0"}
     assert all(r["mean"] is None and r["nan"] == 1 and r["max"] is None for r in rows)
+
+
+@pytest.mark.parametrize("numel", [5, 40000], ids=["batched", "direct"])
+def test_edge_values_and_dtypes_on_both_paths(numel):
+    # Small tensors are reduced together at the step's end, large ones at once: same results.
+    torch.manual_seed(1)
+    base = torch.randn(numel) * 3 + 0.5
+    special = base.clone()
+    special[:4] = torch.tensor([float("nan"), float("inf"), 0.0, -0.0])
+    cases = {
+        "plain": base, "special": special, "posinf": torch.where(base > 0, base, torch.tensor(float("inf"))),
+        "ints": torch.randint(-5, 6, (numel,)), "bools": base > 0, "fp16": base.half(), "bf16": base.bfloat16(),
+        "f64": base.double() + 1e6, "allzero": torch.zeros(numel), "one": torch.tensor([2.5]),
+        "empty": torch.zeros(0), "strided": torch.randn(numel, 3).t(),
+    }
+    model = nn.ModuleDict({k: nn.Identity() for k in cases})
+    with tw.profile(tensor_stats={"tensors": ["input"]}) as prof:
+        for key, t in cases.items():
+            model[key](t)
+    rows = {r["module"]: r for r in _rows(prof)}
+    for key, t in cases.items():
+        want, got = _expected(t), rows[key]
+        for metric in ("shape", "dtype", "numel", "zeros", "nan", "inf", "min", "max"):
+            w, g = want[metric], got[metric]
+            assert g == w or (isinstance(w, float) and math.isnan(w) and math.isnan(g)), (key, metric, g, w)
+        for metric in ("mean", "std"):
+            w, g = want[metric], got[metric]
+            if math.isnan(w) or math.isinf(w):
+                assert g is None or g == w or (math.isnan(w) and math.isnan(g)), (key, metric, g, w)
+            else:
+                assert g == pytest.approx(w, rel=1e-6, abs=1e-9), (key, metric, g, w)
