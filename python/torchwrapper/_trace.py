@@ -68,7 +68,7 @@ class StatsOptions:
 
 
 def _csv_text(text: str) -> str:
-    if any(c in text for c in ',"\r\n') or text[:1] == " " or text[-1:] == " ":
+    if "," in text or '"' in text or "\n" in text or "\r" in text or text[:1] == " " or text[-1:] == " ":
         return '"' + text.replace('"', '""') + '"'
     return text
 
@@ -308,8 +308,23 @@ class _StatsEngine:
         d = v - m
         minmax = torch.aminmax(v)
         floats = torch.stack((m, torch.dot(d, d), minmax[0], minmax[1])).to(torch.float64)
-        counts = torch.stack((torch.count_nonzero(v), torch.count_nonzero(v - v), torch.count_nonzero(v.isinf())))
+        counts = torch.stack(self._indicator_sums(v, None))
         return torch.cat((s.reshape(1), floats, counts.to(torch.float64)))
+
+    def _indicator_sums(self, x: Any, lengths: Any) -> Tuple[Any, Any, Any]:
+        """Counts of nonzero values (NaN aside), of non-finite ones and of infinities: sums of 0/1
+        indicators made by arithmetic (comparisons to bool are several times slower on CPU), over
+        the whole of x or over its segments. Float32 sums of 0/1 are exact below 2^24 elements."""
+        torch = self.torch
+        a = x.abs()
+        nonzero = torch.nan_to_num(a.sign(), nan=0.0)                       # 1 for x != 0, 0 for 0 and NaN
+        nonfinite = torch.nan_to_num(x - x, nan=1.0)                         # x - x is NaN only for NaN, +-inf
+        inf = torch.nan_to_num((a - torch.finfo(x.dtype).max).clamp(min=0.0), nan=0.0, posinf=1.0)
+        if lengths is not None:
+            seg = torch.segment_reduce
+            return tuple(seg(t, "sum", lengths=lengths) for t in (nonzero, nonfinite, inf))
+        dtype = None if x.numel() < (1 << 24) and x.dtype != torch.float16 else torch.float64
+        return tuple(t.sum(dtype=dtype) for t in (nonzero, nonfinite, inf))
 
     def _custom(self, t: Any, path: str, row: list) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -365,8 +380,9 @@ class _StatsEngine:
                 dev = x - torch.repeat_interleave(mean, lengths, output_size=x.numel())
                 sums = torch.stack((total, seg(dev * dev, "sum", lengths=lengths),
                                     seg(x, "min", lengths=lengths), seg(x, "max", lengths=lengths)), 1)
-                flags = torch.stack((x == 0, x.isnan(), x.isinf()), 1).to(torch.float64)
-                counts = seg(flags, "sum", lengths=lengths, axis=0)
+                nonzero, nonfinite, infs = self._indicator_sums(x, lengths)
+                nans = nonfinite - infs
+                counts = torch.stack((lengths.to(torch.float64) - nonzero - nans, nans, infs), 1)
                 self.reduced.append((device, torch.cat((sums, counts), 1), group.rows))
             self.groups.clear()
             self.pending_bytes = 0
@@ -434,7 +450,8 @@ class _StatsEngine:
         call_id, step, path, cls, role, index, name, shape, dtype, device, n, how, custom = row
         if how == "direct":
             s, m, ss, mn, mx, nonzero, nonfinite, infs = v
-            zeros, nans = n - nonzero, nonfinite - infs
+            nans = nonfinite - infs
+            zeros = n - nonzero - nans
             mean = s / n
             if math.isfinite(s):
                 # ss is about m, the float32 mean the deviations were taken from
@@ -753,7 +770,9 @@ class Tracer:
                     out.append(_csv_text(v))
                 elif isinstance(v, float):
                     out.append(_number(v))
-                elif isinstance(v, (list, dict)):
+                elif isinstance(v, list):   # a shape
+                    out.append('"[' + ",".join(map(str, v)) + ']"' if len(v) > 1 else "[" + ",".join(map(str, v)) + "]")
+                elif isinstance(v, dict):
                     out.append(_csv_text(json.dumps(v, separators=(",", ":"), default=_json_default)))
                 else:
                     out.append(str(v))

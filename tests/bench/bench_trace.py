@@ -167,23 +167,31 @@ def capture_step(trainer: Trainer):
     return calls, [g for g in grads if g]
 
 
-def ops_alone(calls, grads) -> None:
-    """Exactly the tensor ops tensor_stats runs for one step of these tensors, STEPS times."""
+def ops_alone(engine, calls, grads) -> None:
+    """The tensor ops tensor_stats runs for one step of these tensors (its own functions, without
+    its bookkeeping of rows), STEPS times: small tensors copied per call and reduced together,
+    large ones reduced at once, one host copy per step."""
+    from torchwrapper._trace import DIRECT_NUMEL
+
     seg = torch.segment_reduce
     empty = torch.empty(0)
     for _ in range(STEPS):
-        buffers, lengths = [], []
+        buffers, lengths, direct = [], [], []
         for group in calls + grads:
-            flat = group if len(group) > 1 else group + [empty]
-            buffers.append(torch._C._nn.flatten_dense_tensors(flat))
-            lengths.extend(t.numel() for t in group)
+            small = [t for t in group if t.numel() < DIRECT_NUMEL]
+            direct.extend(engine._reduce_one(t) for t in group if t.numel() >= DIRECT_NUMEL)
+            if small:
+                buffers.append(torch._C._nn.flatten_dense_tensors(small if len(small) > 1 else small + [empty]))
+                lengths.extend(t.numel() for t in small)
         x = torch.cat(buffers).to(torch.float64)
         lens = torch.tensor(lengths)
-        sums = torch.stack((seg(x, "sum", lengths=lens), seg(x * x, "sum", lengths=lens),
-                            seg(x, "min", lengths=lens), seg(x, "max", lengths=lens)), 1)
-        flags = torch.stack((x == 0, x.isnan(), x.isinf()), 1).to(torch.float64)
-        counts = seg(flags, "sum", lengths=lens, axis=0)
-        torch.cat((sums, counts), 1).to("cpu").reshape(-1).tolist()
+        total = seg(x, "sum", lengths=lens)
+        dev = x - torch.repeat_interleave(total / lens.clamp(min=1), lens, output_size=x.numel())
+        sums = torch.stack((total, seg(dev * dev, "sum", lengths=lens), seg(x, "min", lengths=lens),
+                            seg(x, "max", lengths=lens)), 1)
+        nonzero, nonfinite, infs = engine._indicator_sums(x, lens)
+        counts = torch.stack((lens.to(torch.float64) - nonzero - (nonfinite - infs), nonfinite - infs, infs), 1)
+        torch.cat((torch.cat((sums, counts), 1).reshape(-1), torch.cat(direct))).to("cpu").reshape(-1).tolist()
 
 
 # ---- the benchmark ---------------------------------------------------------------------------------
@@ -231,9 +239,13 @@ def main() -> None:
         shutil.rmtree(directory)
         return elapsed
 
+    from torchwrapper._trace import StatsOptions, Tracer, _StatsEngine
+
+    engine = _StatsEngine(StatsOptions({"tensors": ["input"], "metrics": ["mean"], "modules": ["*"]}), Tracer())
+
     def run_ops():
         t0 = clock()
-        ops_alone(calls, grads)
+        ops_alone(engine, calls, grads)
         return clock() - t0
 
     def run_item():
