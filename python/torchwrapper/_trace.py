@@ -41,6 +41,8 @@ UPDATES_COLUMNS = ["call_id", "api", "outer_call_id", "parameter", "tensor", "ve
 MAX_TENSORS_PER_ROLE = 32      # tensors of one call's inputs (or outputs) looked at, at most
 PENDING_BYTES = 64 << 20       # snapshots held before they are reduced (on their device) within a step
 DIRECT_NUMEL = 16384           # tensors this large are reduced at once, not copied for the step's batch
+_WIDTH = {"direct": 8, "segment": 7, "empty": 0}   # numbers per row in the step's results
+BATCH_SMALL_ON_CPU = False     # small CPU tensors are reduced one by one too (cheaper there; tests set it)
 
 
 class StatsOptions:
@@ -264,7 +266,12 @@ class _StatsEngine:
                        str(t.dtype).replace("torch.", ""), str(device), numel, "segment", None]
                 if self.options.functions:
                     row[12] = self._custom(t, path, row)
-                if numel >= DIRECT_NUMEL:
+                if numel == 0:
+                    row[11] = "empty"
+                    self.direct.setdefault(device, []).append((None, row))
+                elif numel >= DIRECT_NUMEL or (device.type == "cpu" and not BATCH_SMALL_ON_CPU):
+                    # On the CPU an op costs microseconds, not a kernel launch, and segment reductions
+                    # are slower than reducing each tensor: no batching there (measured).
                     row[11] = "direct"
                     self.direct.setdefault(device, []).append((self._reduce_one(t), row))
                 else:
@@ -312,19 +319,24 @@ class _StatsEngine:
         return torch.cat((s.reshape(1), floats, counts.to(torch.float64)))
 
     def _indicator_sums(self, x: Any, lengths: Any) -> Tuple[Any, Any, Any]:
-        """Counts of nonzero values (NaN aside), of non-finite ones and of infinities: sums of 0/1
-        indicators made by arithmetic (comparisons to bool are several times slower on CPU), over
-        the whole of x or over its segments. Float32 sums of 0/1 are exact below 2^24 elements."""
+        """Counts of nonzero values (NaN aside), of non-finite ones and of infinities, over the whole
+        of x or over its segments, from sums of 0/1 (and -1) values made by arithmetic: comparisons
+        to bool are several times slower on CPU. Float32 sums of them are exact below 2^24."""
         torch = self.torch
         a = x.abs()
-        nonzero = torch.nan_to_num(a.sign(), nan=0.0)                       # 1 for x != 0, 0 for 0 and NaN
-        nonfinite = torch.nan_to_num(x - x, nan=1.0)                         # x - x is NaN only for NaN, +-inf
-        inf = torch.nan_to_num((a - torch.finfo(x.dtype).max).clamp(min=0.0), nan=0.0, posinf=1.0)
         if lengths is not None:
             seg = torch.segment_reduce
+            nonzero = torch.nan_to_num(a.sign(), nan=0.0)                    # 1 for x != 0, 0 for 0 and NaN
+            nonfinite = torch.nan_to_num(x - x, nan=1.0)                      # x - x is NaN only for NaN, +-inf
+            inf = torch.nan_to_num((a - torch.finfo(x.dtype).max).clamp(min=0.0), nan=0.0, posinf=1.0)
             return tuple(seg(t, "sum", lengths=lengths) for t in (nonzero, nonfinite, inf))
-        dtype = None if x.numel() < (1 << 24) and x.dtype != torch.float16 else torch.float64
-        return tuple(t.sum(dtype=dtype) for t in (nonzero, nonfinite, inf))
+        # One tensor: nansum skips NaN, so fewer passes. clamp(a, 1, 1) is 1 but for NaN; x - x + 1
+        # is 1 but for NaN and +-inf; sign(a) is 1 but for 0 (0) and NaN.
+        dtype = None if x.numel() < (1 << 24) else torch.float64
+        not_nan = torch.nansum(a.clamp(1.0, 1.0), dtype=dtype)
+        finite = torch.nansum(x - x + 1.0, dtype=dtype)
+        nonzero = torch.nansum(a.sign(), dtype=dtype)
+        return nonzero, x.numel() - finite, not_nan - finite
 
     def _custom(self, t: Any, path: str, row: list) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -403,7 +415,9 @@ class _StatsEngine:
             rows.setdefault(device, []).extend(group_rows)
         self.reduced = []
         for device, items in self.direct.items():
-            parts.setdefault(device, []).append(torch.cat([v for v, _ in items]))
+            values = [v for v, _ in items if v is not None]
+            if values:
+                parts.setdefault(device, []).append(torch.cat(values))
             rows.setdefault(device, []).extend(r for _, r in items)
         self.direct = {}
         custom = self.custom_tensors
@@ -412,7 +426,11 @@ class _StatsEngine:
             parts.setdefault(device, []).append(torch.stack([v.detach().reshape(()).to(torch.float64)
                                                              for _, _, v in extra]))
             rows.setdefault(device, [])
-        for device, flat in parts.items():
+        for device, rows_of_device in rows.items():
+            flat = parts.get(device, [])
+            if not flat:   # only empty tensors
+                ready.append((None, torch.empty(0, dtype=torch.float64), rows_of_device, []))
+                continue
             values = flat[0] if len(flat) == 1 else torch.cat(flat)
             extra = custom.get(device, [])
             if device.type == "cuda" and not final:
@@ -434,7 +452,7 @@ class _StatsEngine:
             if event is not None:
                 event.synchronize()
             numbers_ = host.reshape(-1).tolist()
-            widths = [8 if row[11] == "direct" else 7 for row in rows]
+            widths = [_WIDTH[row[11]] for row in rows]
             at = sum(widths)
             for j, (row, key, _v) in enumerate(extra):   # custom metrics given as tensors, after the rest
                 row[12] = dict(row[12] or {}, **{key: numbers_[at + j]})
@@ -448,7 +466,10 @@ class _StatsEngine:
 
     def _write(self, row: list, v: List[float]) -> None:
         call_id, step, path, cls, role, index, name, shape, dtype, device, n, how, custom = row
-        if how == "direct":
+        if how == "empty":
+            mean = var = mn = mx = math.nan
+            zeros = nans = infs = 0
+        elif how == "direct":
             s, m, ss, mn, mx, nonzero, nonfinite, infs = v
             nans = nonfinite - infs
             zeros = n - nonzero - nans
@@ -718,6 +739,7 @@ class Tracer:
         self._info: Dict[str, Dict[str, Any]] = {}   # path -> modules.json entry
         self._calls: Dict[str, int] = {}       # path -> calls of dead instances
         self._warned: set = set()
+        self._call_codes: Optional[frozenset] = None
         self.closed = False
 
     def class_name(self, cls: type) -> str:
@@ -881,12 +903,17 @@ class Tracer:
         if not isinstance(module, Module):
             return
         # Modules running on the call stack, innermost first: the model is the outermost one that
-        # contains this instance (`self` of the frames of _call_impl and of forward methods).
+        # contains this instance. Only nn.Module's own call frames are looked into (their `self`):
+        # reading a frame's locals keeps a copy of them until the frame ends, which for these is
+        # the end of the module call (a training loop's frame would keep its tensors alive).
+        codes = self._call_codes
+        if codes is None:
+            codes = self._call_codes = frozenset(
+                f.__code__ for f in (Module._call_impl, Module._wrapped_call_impl) if hasattr(f, "__code__"))
         running: List[Any] = []
         seen = set()
         while frame is not None:
-            code = frame.f_code
-            if code.co_argcount and code.co_varnames[0] == "self":
+            if frame.f_code in codes:
                 candidate = frame.f_locals.get("self")
                 if isinstance(candidate, Module) and id(candidate) not in seen:
                     seen.add(id(candidate))
@@ -901,38 +928,7 @@ class Tracer:
             if model is not None and self._contains(model, module):
                 self._register(model)
                 return
-        self._register(self._top_parent(module, Module))
-
-    @staticmethod
-    def _top_parent(module: Any, Module: type) -> Any:
-        """The outermost module holding this one (model.encoder called directly, outside model's
-        own call): found through the garbage collector's referrers, each parent's _modules dict."""
-        import gc
-
-        def owner_of(modules_dict: Any) -> Any:
-            # The module whose _modules it is: a referrer itself, or through its __dict__.
-            for ref in gc.get_referrers(modules_dict):
-                if isinstance(ref, Module) and ref.__dict__.get("_modules") is modules_dict:
-                    return ref
-                if type(ref) is dict and ref.get("_modules") is modules_dict:
-                    for owner in gc.get_referrers(ref):
-                        if isinstance(owner, Module) and owner.__dict__ is ref:
-                            return owner
-            return None
-
-        seen = {id(module)}
-        while True:
-            parent = None
-            for holder in gc.get_referrers(module):
-                if type(holder) is dict:
-                    owner = owner_of(holder)
-                    if owner is not None and id(owner) not in seen:
-                        parent = owner
-                        break
-            if parent is None:
-                return module
-            seen.add(id(parent))
-            module = parent
+        self._register(module)
 
     @staticmethod
     def _contains(model: Any, module: Any) -> bool:

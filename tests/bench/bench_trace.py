@@ -169,29 +169,36 @@ def capture_step(trainer: Trainer):
 
 def ops_alone(engine, calls, grads) -> None:
     """The tensor ops tensor_stats runs for one step of these tensors (its own functions, without
-    its bookkeeping of rows), STEPS times: small tensors copied per call and reduced together,
-    large ones reduced at once, one host copy per step."""
-    from torchwrapper._trace import DIRECT_NUMEL
+    its bookkeeping of rows), STEPS times: on a GPU, small tensors copied per call and reduced
+    together; large ones (and every CPU tensor) reduced at once; one host copy per step."""
+    from torchwrapper import _trace
 
     seg = torch.segment_reduce
     empty = torch.empty(0)
     for _ in range(STEPS):
         buffers, lengths, direct = [], [], []
         for group in calls + grads:
-            small = [t for t in group if t.numel() < DIRECT_NUMEL]
-            direct.extend(engine._reduce_one(t) for t in group if t.numel() >= DIRECT_NUMEL)
+            small = []
+            for t in group:
+                if t.numel() >= _trace.DIRECT_NUMEL or (t.device.type == "cpu" and not _trace.BATCH_SMALL_ON_CPU):
+                    direct.append(engine._reduce_one(t))
+                else:
+                    small.append(t)
             if small:
                 buffers.append(torch._C._nn.flatten_dense_tensors(small if len(small) > 1 else small + [empty]))
                 lengths.extend(t.numel() for t in small)
-        x = torch.cat(buffers).to(torch.float64)
-        lens = torch.tensor(lengths)
-        total = seg(x, "sum", lengths=lens)
-        dev = x - torch.repeat_interleave(total / lens.clamp(min=1), lens, output_size=x.numel())
-        sums = torch.stack((total, seg(dev * dev, "sum", lengths=lens), seg(x, "min", lengths=lens),
-                            seg(x, "max", lengths=lens)), 1)
-        nonzero, nonfinite, infs = engine._indicator_sums(x, lens)
-        counts = torch.stack((lens.to(torch.float64) - nonzero - (nonfinite - infs), nonfinite - infs, infs), 1)
-        torch.cat((torch.cat((sums, counts), 1).reshape(-1), torch.cat(direct))).to("cpu").reshape(-1).tolist()
+        parts = [torch.cat(direct)] if direct else []
+        if buffers:
+            x = torch.cat(buffers).to(torch.float64)
+            lens = torch.tensor(lengths)
+            total = seg(x, "sum", lengths=lens)
+            dev = x - torch.repeat_interleave(total / lens.clamp(min=1), lens, output_size=x.numel())
+            sums = torch.stack((total, seg(dev * dev, "sum", lengths=lens), seg(x, "min", lengths=lens),
+                                seg(x, "max", lengths=lens)), 1)
+            nonzero, nonfinite, infs = engine._indicator_sums(x, lens)
+            counts = torch.stack((lens.to(torch.float64) - nonzero - (nonfinite - infs), nonfinite - infs, infs), 1)
+            parts.append(torch.cat((sums, counts), 1).reshape(-1))
+        torch.cat(parts).to("cpu").tolist()
 
 
 # ---- the benchmark ---------------------------------------------------------------------------------

@@ -134,16 +134,17 @@ def test_a_loss_called_on_its_own_is_a_second_root_named_by_its_class(tmp_path):
                      {"path": "CrossEntropyLoss", "class": "torch.nn.CrossEntropyLoss"}]
 
 
-def test_a_submodule_called_on_its_own_has_its_path_in_the_model():
+def test_a_submodule_called_first_takes_its_path_once_the_model_runs():
     torch.manual_seed(0)
     model = EncoderModel()
     x = torch.randn(2, 3, 32)
     with tw.profile() as prof:
-        model.head(x[:, 0])       # outside model's own call: its parent is found all the same
+        model.head(x[:, 0])       # outside any call of model: a model of its own for now
         model(x)
+        model.head(x[:, 0])       # now known as part of model
         model.encoder.layers[1](x)
     heads = [r.module for r in prof.records() if r.api == "torch.nn.Linear.forward" and r.depth == 0]
-    assert heads == ["head", "head"]    # (EncoderModel.forward is not recorded: depth 0 both times)
+    assert heads == ["", "head", "head"]    # (EncoderModel.forward is not recorded: depth 0)
     attn = [r.module for r in prof.records() if r.api == "torch.nn.MultiheadAttention.forward"]
     assert attn == ["encoder.layers.0.self_attn", "encoder.layers.1.self_attn", "encoder.layers.1.self_attn"]
 

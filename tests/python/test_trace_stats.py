@@ -129,8 +129,13 @@ def _keyed(rows):
     return out
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["direct", "batched"])
 @pytest.mark.parametrize("setup", ["alexnet_sgd", "lstm_adam", "encoder_adam"])
-def test_statistics_equal_an_independent_computation_and_training_is_unchanged(setup, tmp_path):
+def test_statistics_equal_an_independent_computation_and_training_is_unchanged(setup, batch, tmp_path,
+                                                                                monkeypatch):
+    from torchwrapper import _trace
+
+    monkeypatch.setattr(_trace, "BATCH_SMALL_ON_CPU", batch)
     plain_losses, plain_params, capture = _run(setup, 3, hooks=Capture)
     prof = tw.profile(out_dir=str(tmp_path), format="csv", tensor_stats=ALL)
     losses, params, _ = _run(setup, 3, profile=prof)
@@ -286,9 +291,13 @@ def test_json_rows_hold_null_for_nan_and_infinities(tmp_path):
     assert all(r["mean"] is None and r["nan"] == 1 and r["max"] is None for r in rows)
 
 
-@pytest.mark.parametrize("numel", [5, 40000], ids=["batched", "direct"])
-def test_edge_values_and_dtypes_on_both_paths(numel):
-    # Small tensors are reduced together at the step's end, large ones at once: same results.
+@pytest.mark.parametrize("numel,batch", [(5, True), (5, False), (40000, True)], ids=["batched", "small", "large"])
+def test_edge_values_and_dtypes_on_both_paths(numel, batch, monkeypatch):
+    # Small tensors are reduced together at the step's end (on a GPU; here when asked), large ones
+    # at once: same results.
+    from torchwrapper import _trace
+
+    monkeypatch.setattr(_trace, "BATCH_SMALL_ON_CPU", batch)
     torch.manual_seed(1)
     base = torch.randn(numel) * 3 + 0.5
     special = base.clone()
@@ -299,10 +308,13 @@ def test_edge_values_and_dtypes_on_both_paths(numel):
         "f64": base.double() + 1e6, "allzero": torch.zeros(numel), "one": torch.tensor([2.5]),
         "empty": torch.zeros(0), "strided": torch.randn(numel, 3).t(),
     }
-    model = nn.ModuleDict({k: nn.Identity() for k in cases})
-    with tw.profile(tensor_stats={"tensors": ["input"]}) as prof:
-        for key, t in cases.items():
-            model[key](t)
+    class Each(nn.ModuleDict):
+        def forward(self, inputs):
+            return [self[key](t) for key, t in inputs.items()]
+
+    model = Each({k: nn.Identity() for k in cases})
+    with tw.profile(tensor_stats={"tensors": ["input"], "modules": list(cases)}) as prof:
+        model(cases)
     rows = {r["module"]: r for r in _rows(prof)}
     for key, t in cases.items():
         want, got = _expected(t), rows[key]
