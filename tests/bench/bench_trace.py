@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Tuple
 
 import torch
 import torch.nn as nn
@@ -201,6 +202,48 @@ def ops_alone(engine, calls, grads) -> None:
         torch.cat(parts).to("cpu").tolist()
 
 
+# ---- the module path probe, per call ----------------------------------------------------------------
+
+def bench_path_probe() -> Tuple[float, float]:
+    """Median per-call time of a module forward (nn.Linear(8, 8) on one row) wrapped without and
+    with the module-path probe, and the median difference: blocks of N calls alternate, in one
+    session that has a tracer."""
+    from torchwrapper import _core
+    from torchwrapper._trace import Tracer
+
+    n, reps = 1000, {"quick": 301, "full": 1501}[MODE]
+    layer = nn.Linear(8, 8)
+    x = torch.randn(1, 8)
+    original = nn.Linear.__dict__["forward"]
+    plain = _core.wrap(original, "torch.nn.Linear.forward", kind=0)
+    probed = _core.wrap(original, "torch.nn.Linear.forward", kind=_core.KIND_MODULE_FORWARD)
+
+    def block(wrapper):
+        nn.Linear.forward = wrapper
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            layer(x)
+        return time.perf_counter_ns() - t0
+
+    base, diffs = [], []
+    tracer = Tracer()
+    session = _core.Session(tracer=tracer)
+    session.start()
+    try:
+        for rep in range(reps):
+            if rep % 2:
+                a, b = block(plain), block(probed)
+            else:
+                b, a = block(probed), block(plain)
+            base.append(a / n)
+            diffs.append((b - a) / n)
+    finally:
+        session.stop()
+        tracer.close()
+        nn.Linear.forward = original
+    return statistics.median(base), statistics.median(diffs)
+
+
 # ---- the benchmark ---------------------------------------------------------------------------------
 
 def clock() -> int:
@@ -278,6 +321,7 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in times.items()}
+    probe_base, probe_cost = bench_path_probe()
 
     def diff(a, b):
         return statistics.median(x - y for x, y in zip(times[a], times[b]))
@@ -292,12 +336,14 @@ def main() -> None:
     print(f"  profiled, module paths off               {med['no-paths']:9.0f}  ({med['no-paths'] / med['plain']:.3f}x)")
     print(f"  profiled (paths on, tensor_stats off)    {med['profiled']:9.0f}  paths cost {paths_cost:+.0f} us "
           f"per step ({paths_cost / med['no-paths'] * 100:+.1f}%)")
+    print(f"  module path probe, per module forward: {probe_cost:+.1f} ns (call: {probe_base:.0f} ns; wall time, "
+          f"interleaved blocks)")
     print(f"  profiled, tensor_stats on (all 4 kinds)  {med['stats']:9.0f}  extra {stats_extra:+.0f} us per step "
           f"({n_tensors} tensors, {rows_per_step or 0:.0f} rows per step)")
     print(f"  the statistics' own tensor ops alone     {ops:9.0f}  extra / ops = {stats_extra / ops:.2f} (target <= 2)")
     print(f"  per-number .item() technique             {med['item']:9.0f}  extra {item_extra:+.0f} us per step, "
           f"{item_extra / max(stats_extra, 1e-9):.1f}x tensor_stats' extra (target >= 5)")
-    result = {"steps": STEPS, "reps": REPS, "tensors_per_step": n_tensors, "rows_per_step": rows_per_step,
+    result = {"probe_ns": probe_cost, "probe_call_ns": probe_base, "steps": STEPS, "reps": REPS, "tensors_per_step": n_tensors, "rows_per_step": rows_per_step,
               "us_per_step": med, "paths_cost_us": paths_cost, "stats_extra_us": stats_extra, "ops_us": ops,
               "item_extra_us": item_extra, "extra_over_ops": stats_extra / ops,
               "item_over_stats": item_extra / max(stats_extra, 1e-9)}
