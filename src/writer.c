@@ -156,6 +156,11 @@ static uint64_t monotonic_ns(void)
 /* CSV text field: as is when nothing needs quoting, else through libcsv's quoting. */
 static char *put_csv_text(char *p, const char *s, size_t len)
 {
+    return tw_csv_field(p, s, len);
+}
+
+char *tw_csv_field(char *p, const char *s, size_t len)
+{
     int plain = len > 0 && s[0] != ' ' && s[len - 1] != ' ';
     for (size_t i = 0; plain && i < len; i++)
         plain = s[i] != ',' && s[i] != '"' && s[i] != '\r' && s[i] != '\n';
