@@ -9,4 +9,5 @@
 #include "torchwrapper/config.h"
 #include "torchwrapper/stats.h"
 #include "torchwrapper/writer.h"
+#include "torchwrapper/gpu.h"
 #endif

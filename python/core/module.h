@@ -29,6 +29,7 @@ typedef struct {
     tw_args_mode_t args_mode;
     PyTypeObject *tensor_type;     /* torch._C.TensorBase when torch is imported (held by the session) */
     PyObject *session;             /* strong reference to the active Session object */
+    const tw_gpu_hooks_t *gpu;     /* CUPTI's push/pop while GPU timing is on; else NULL */
 } tw_active_t;
 
 int tw_args_init(void);

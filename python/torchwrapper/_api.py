@@ -105,7 +105,7 @@ class TorchWrapper:
                                 file_max_size=c["file_max_size"], file_name_spec=c["file_name_spec"],
                                 max_files=c["max_files"], flush_interval=c["flush_interval"],
                                 buffer_size=c["buffer_size"], on_full=c["on_full"], manifest={"config": c},
-                                args=c["args"])
+                                args=c["args"], gpu=c["gpu"])
         self._call_records = None
         self._profile.start()
         if myCode is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import importlib.util
 import json
 import os
 import signal
@@ -133,6 +134,11 @@ class Profile:
     ``file_max_size``, named by ``file_name_spec``, ``max_files`` newest kept, on disk within
     ``flush_interval`` seconds; ``buffer_size`` bounds memory, ``on_full`` "drop" or "wait"). Without
     it, records stay in memory until read.
+
+    ``gpu``: "auto" (the default: with out_dir, a CUDA device and CUPTI, every kernel, copy and
+    memset is recorded with the call that launched it, in ``*.gpu.csv`` / ``*.gpu.jsonl`` files;
+    otherwise says once why not and profiles CPU time), "on" (the same, but start() raises
+    RuntimeError when GPU timing is unavailable) or "off".
     """
 
     def __init__(self, modules: Sequence[str] = ("torch",), include: Sequence[str] = (),
@@ -140,7 +146,7 @@ class Profile:
                  format: str = "json", file_max_size: Any = "128MB", file_name_spec: str = "timestamp",
                  max_files: int = 0, flush_interval: float = 1.0, buffer_size: Any = "32MiB",
                  on_full: str = "drop", rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None,
-                 args: str = "none") -> None:
+                 args: str = "none", gpu: str = "auto") -> None:
         self.modules = list(modules)
         self.include = list(include)
         self.exclude = exclude
@@ -152,7 +158,7 @@ class Profile:
             extra = {"config": {"out_dir": self.out_dir, "format": format, "file_max_size": file_max_size,
                                 "file_name_spec": file_name_spec, "max_files": max_files,
                                 "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full,
-                                "modules": self.modules, "include": self.include,
+                                "modules": self.modules, "include": self.include, "gpu": gpu,
                                 "exclude": list(exclude) if exclude is not None else "default"},
                      "python": sys.version.split()[0], "torch": _torch_version(),
                      "argv": list(getattr(sys, "argv", []))}
@@ -161,7 +167,12 @@ class Profile:
                           file_name_spec=file_name_spec, max_files=max_files, flush_interval=flush_interval,
                           buffer_size=buffer_size, on_full=on_full, rank=-1 if rank is None else rank,
                           manifest=json.dumps(extra, default=str))
-        self.session = _core.Session(args=args, **output)
+        if gpu not in ("auto", "on", "off"):
+            raise ValueError(f"gpu={gpu!r} is not accepted: 'auto' (GPU times when CUPTI and a GPU are there, else "
+                             f"say why once), 'on' (an error if they are not) or 'off'")
+        if gpu != "off":
+            output.update(gpu_device=_cuda_available(), cupti_paths=cupti_candidates())
+        self.session = _core.Session(args=args, gpu=gpu, **output)
         self.plan: Optional[Plan] = None
         self.patcher = Patcher()
         self._registries = _TorchRegistries()
@@ -291,6 +302,38 @@ def profile(modules: Sequence[str] = ("torch",), include: Sequence[str] = (),
             exclude: Optional[Sequence[str]] = None, **output: Any) -> Profile:
     """``with torchwrapper.profile() as prof: ...`` then ``prof.records()``; see Profile."""
     return Profile(modules, include, exclude, **output)
+
+
+def _cuda_available() -> bool:
+    """Whether torch sees a CUDA device (False for a CPU build of torch, or without a driver)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return bool(cuda is not None and cuda.is_available())
+    except Exception:  # a broken driver install: no GPU timing, the program goes on
+        return False
+
+
+def cupti_candidates() -> List[str]:
+    """CUPTI libraries to try, best first: the one installed with torch (the nvidia-cuda-cupti wheel,
+    which matches torch's CUDA runtime: nvidia/cu13/lib or nvidia/cuda_cupti/lib), then one in
+    torch/lib. The C library tries $TW_CUPTI_LIBRARY before these, and $CUDA_HOME, /usr/local/cuda
+    and the loader's path after them."""
+    import glob
+
+    found: List[str] = []
+    try:
+        spec = importlib.util.find_spec("nvidia")  # a namespace package: nothing is imported
+    except (ImportError, ValueError):
+        spec = None
+    for root in list(spec.submodule_search_locations or []) if spec is not None else []:
+        for sub in ("cu13", "cuda_cupti", "cu12"):
+            # libcupti.so.13 before libcupti.so.2025.x: the soname the CUDA runtime links.
+            found.extend(sorted(glob.glob(os.path.join(root, sub, "lib", "libcupti.so*")), key=len))
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        found.extend(sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libcupti*.so*"))))
+    return found
 
 
 def _torch_version() -> Optional[str]:

@@ -39,7 +39,10 @@ def test_a_script_runs_as_it_would_plainly(program, args):
                    program)
     assert profiled.returncode == plain.returncode
     assert profiled.stdout == plain.stdout
-    assert profiled.stderr == plain.stderr  # the same traceback for "fail"
+    # the same traceback for "fail"; on a machine without GPU timing the profiler says so, once
+    ours = [line for line in profiled.stderr.splitlines(True) if line.startswith("torchwrapper: GPU timing unavailable")]
+    assert len(ours) <= 1
+    assert "".join(line for line in profiled.stderr.splitlines(True) if line not in ours) == plain.stderr
     apis = [row[1] for path in record_files(str(program / "out")) for row in iter_rows(path)]
     assert apis == ["torch.ones", "torch.add", "torch.Tensor.sum", "torch.Tensor.item"]
 
