@@ -772,7 +772,8 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
             rc = TW_EBUSY;
         } else if (r != CUPTI_SUCCESS) {
             g->subscriber = NULL;
-            snprintf(reason, reason_size, "cuptiSubscribe failed: %s", result_text(r));
+            snprintf(reason, reason_size, "cuptiSubscribe failed: %s%s", result_text(r),
+                     r == CUPTI_ERROR_NOT_INITIALIZED || r == CUPTI_ERROR_UNKNOWN ? " (no usable GPU or driver)" : "");
             rc = TW_EUNAVAIL;
         }
     }
