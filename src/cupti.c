@@ -30,6 +30,7 @@
 
 #include "torchwrapper/api.h"
 #include "torchwrapper/gpu.h"
+#include "writer_internal.h"
 
 const char *tw_gpu_library_path(void);
 
@@ -228,9 +229,14 @@ static int load_library(const tw_gpu_config_t *config, char *reason, size_t reas
 
 /* ---- the session ------------------------------------------------------------------------------------ */
 
+/* What is known of a CUDA API call's correlation id. CUPTI writes a call's external correlation
+ * record before the call's own (runtime or driver API) record, so once the API record is seen
+ * without one, none is coming: work of that call was launched outside any profiled call. */
+enum { RING_EMPTY = 0, RING_EXTERNAL = 1, RING_NONE = 2 };
+
 typedef struct {
     uint32_t correlation_id;
-    uint32_t used;
+    uint32_t state; /* RING_* */
     uint64_t external_id;
 } ring_entry_t;
 
@@ -258,7 +264,8 @@ struct tw_gpu {
     unsigned enabled;    /* bit i: kinds[i] enabled */
     /* guarded by deliver_lock */
     ring_entry_t *ring;
-    pending_t *pending;
+    pending_t *pending;  /* a FIFO ring of PENDING_MAX: oldest at pending_head */
+    size_t pending_head;
     size_t pending_count;
     uint64_t generation;
     tw_gpu_stats_t stats;
@@ -494,41 +501,48 @@ static const char *memcpy_name(uint8_t copy_kind)
 static ring_entry_t *ring_find(tw_gpu_t *g, uint32_t correlation_id)
 {
     ring_entry_t *e = &g->ring[correlation_id % RING_SIZE];
-    return e->used && e->correlation_id == correlation_id ? e : NULL;
+    return e->state != RING_EMPTY && e->correlation_id == correlation_id ? e : NULL;
 }
 
-/* A record whose correlation is not known yet: kept for a while (see expire_pending). */
+static pending_t *pending_at(tw_gpu_t *g, size_t i)
+{
+    return &g->pending[(g->pending_head + i) % PENDING_MAX];
+}
+
+static void emit_pending(tw_gpu_t *g, pending_t *p, const ring_entry_t *e)
+{
+    int attributed = e != NULL && e->state == RING_EXTERNAL;
+    emit(g, p->kind, p->name, p->start, p->end, p->device, p->stream, p->correlation_id, attributed,
+         attributed ? e->external_id : 0);
+    free(p->name);
+}
+
+/* A record whose correlation is not known yet: kept until it is, or for a while (tw_gpu_flush). */
 static void park(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, uint64_t end, uint32_t device,
                  uint32_t stream, uint32_t correlation_id)
 {
-    if (g->pending_count == PENDING_MAX) {
-        /* Bounded: the oldest waits no longer. */
-        pending_t *old = &g->pending[0];
-        emit(g, old->kind, old->name, old->start, old->end, old->device, old->stream, old->correlation_id, 0, 0);
-        free(old->name);
-        memmove(g->pending, g->pending + 1, (PENDING_MAX - 1) * sizeof *g->pending);
+    if (g->pending_count == PENDING_MAX) { /* bounded: the oldest waits no longer */
+        emit_pending(g, pending_at(g, 0), NULL);
+        g->pending_head = (g->pending_head + 1) % PENDING_MAX;
         g->pending_count--;
     }
     char *copy = name != NULL ? strndup(name, 4 * NAME_MAX_BYTES) : NULL;
-    g->pending[g->pending_count++] =
+    *pending_at(g, g->pending_count++) =
         (pending_t){(uint8_t)kind, device, stream, correlation_id, start, end, g->generation, copy};
 }
 
-/* Writes the parked records whose correlation has arrived, and, with all_older_than set, those
- * parked before that generation as unattributed. */
+/* Writes the waiting records whose correlation is now known, and those parked before generation
+ * all_older_than as unattributed; the others keep their order. */
 static void resolve_pending(tw_gpu_t *g, uint64_t all_older_than)
 {
     size_t kept = 0;
     for (size_t i = 0; i < g->pending_count; i++) {
-        pending_t *p = &g->pending[i];
+        pending_t *p = pending_at(g, i);
         ring_entry_t *e = ring_find(g, p->correlation_id);
-        if (e != NULL || p->generation < all_older_than) {
-            emit(g, p->kind, p->name, p->start, p->end, p->device, p->stream, p->correlation_id, e != NULL,
-                 e != NULL ? e->external_id : 0);
-            free(p->name);
-        } else {
-            g->pending[kept++] = *p;
-        }
+        if (e != NULL || p->generation < all_older_than)
+            emit_pending(g, p, e);
+        else
+            *pending_at(g, kept++) = *p;
     }
     g->pending_count = kept;
 }
@@ -567,7 +581,7 @@ static void handle_record(tw_gpu_t *g, const CUpti_Activity *record)
     }
     ring_entry_t *e = ring_find(g, correlation_id);
     if (e != NULL)
-        emit(g, kind, name, start, end, device, stream, correlation_id, 1, e->external_id);
+        emit(g, kind, name, start, end, device, stream, correlation_id, e->state == RING_EXTERNAL, e->external_id);
     else
         park(g, kind, name, start, end, device, stream, correlation_id);
 }
@@ -576,17 +590,25 @@ static void handle_record(tw_gpu_t *g, const CUpti_Activity *record)
 static void process_buffer(tw_gpu_t *g, uint8_t *buffer, size_t valid)
 {
     /* Correlations first, so that a kernel and the correlation of its launch in the same buffer
-     * meet whatever their order. */
+     * meet whatever their order. In CUPTI's order: a call's external correlation, then its API
+     * record. */
     CUpti_Activity *record = NULL;
     int correlations = 0;
     while (lib.next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
-        if (record->kind != CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)
-            continue;
-        const CUpti_ActivityExternalCorrelation *c = (const CUpti_ActivityExternalCorrelation *)record;
-        if (c->externalKind != CORRELATION_KIND)
-            continue;
-        g->ring[c->correlationId % RING_SIZE] = (ring_entry_t){c->correlationId, 1, c->externalId};
-        correlations++;
+        if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+            const CUpti_ActivityExternalCorrelation *c = (const CUpti_ActivityExternalCorrelation *)record;
+            if (c->externalKind != CORRELATION_KIND)
+                continue;
+            g->ring[c->correlationId % RING_SIZE] = (ring_entry_t){c->correlationId, RING_EXTERNAL, c->externalId};
+            correlations++;
+        } else if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME || record->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+            uint32_t id = ((const CUpti_ActivityAPI *)record)->correlationId;
+            ring_entry_t *e = &g->ring[id % RING_SIZE];
+            if (e->state == RING_EMPTY || e->correlation_id != id) { /* no external correlation came first */
+                *e = (ring_entry_t){id, RING_NONE, 0};
+                correlations++;
+            }
+        }
     }
     if (correlations > 0 && g->pending_count > 0)
         resolve_pending(g, 0);
@@ -625,9 +647,10 @@ int tw_gpu_flush(tw_gpu_t *g, int forced)
     CUptiResult r = lib.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
     pthread_mutex_lock(&deliver_lock);
     /* A record parked before the previous flush ended has seen a whole flush (this one) go by
-     * without its correlation. CUPTI emits the correlation when the CUDA call is made, before its
-     * kernel can finish, so none is coming: the launch was made outside any profiled call. (A
-     * record parked during this flush may still meet its correlation in the next one.) */
+     * without its correlation or its API record (usually the API record says, sooner; this is for
+     * API records CUPTI dropped). CUPTI emits both when the CUDA call is made, before its kernel
+     * can finish, so none is coming. (A record parked during this flush may still meet its
+     * correlation in the next one.) */
     resolve_pending(g, g->generation);
     g->generation++;
     pthread_mutex_unlock(&deliver_lock);
@@ -687,7 +710,7 @@ static int calibrate(const tw_clock_t *clock, int64_t *offset)
 static void free_session(tw_gpu_t *g)
 {
     for (size_t i = 0; i < g->pending_count; i++)
-        free(g->pending[i].name);
+        free(pending_at(g, i)->name);
     free(g->pending);
     free(g->ring);
     /* In a forked child the parent's flush thread may have been waiting on thread_cond: glibc's
@@ -748,7 +771,7 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
             g->ring = calloc(RING_SIZE, sizeof *g->ring);
             g->pending = malloc(PENDING_MAX * sizeof *g->pending);
             pthread_mutex_init(&g->thread_lock, NULL);
-            pthread_cond_init(&g->thread_cond, NULL);
+            tw_cond_init_monotonic(&g->thread_cond);
         }
         if (g == NULL || g->ring == NULL || g->pending == NULL || pool_fill() != 0) {
             pool_close();

@@ -137,6 +137,17 @@ struct tw_writer {
 
 static tw_writer_stream_t *streams_head(tw_writer_t *w);
 
+/* The thread waits with deadlines on CLOCK_MONOTONIC: its condition variable must use that clock
+ * (the default, CLOCK_REALTIME, made every wait return at once: an idle writer spun). */
+void tw_cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
 static int64_t realtime_ns(void)
 {
     struct timespec ts;
@@ -824,7 +835,7 @@ void tw_writer_fork_child(tw_writer_t *w)
     }
     pthread_mutex_unlock(&w->lock);
     pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->work, NULL);
+    tw_cond_init_monotonic(&w->work);
     pthread_cond_init(&w->room, NULL);
     for (tw_chunk_t *c = w->head, *next; c != NULL; c = next) {
         next = c->next;
@@ -927,7 +938,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
         strcpy(w->host, "localhost");
     tw_stats_init(&w->stats);
     pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->work, NULL);
+    tw_cond_init_monotonic(&w->work);
     pthread_cond_init(&w->room, NULL);
     if (snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest.json", w->out_dir) >=
             (int)sizeof w->manifest_path ||

@@ -3,6 +3,8 @@
 #ifndef TW_WRITER_INTERNAL_H
 #define TW_WRITER_INTERNAL_H
 
+#include <pthread.h>
+
 #include "torchwrapper/api.h"
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/writer.h"
@@ -27,5 +29,7 @@ void tw_chunk_release(tw_chunk_t *chunk);
 void tw_writer_fork_prepare(tw_writer_t *writer);
 void tw_writer_fork_parent(tw_writer_t *writer);
 void tw_writer_fork_child(tw_writer_t *writer);
+/* pthread_cond_init for waits with CLOCK_MONOTONIC deadlines. */
+void tw_cond_init_monotonic(pthread_cond_t *cond);
 
 #endif

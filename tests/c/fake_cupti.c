@@ -40,6 +40,7 @@ static CUpti_BuffersCallbackRequestFunc requested;
 static CUpti_BuffersCallbackCompleteFunc completed;
 static int subscribed;
 static int busy;                /* another subscriber holds CUPTI */
+static int no_api_records;      /* API records are lost (as when CUPTI drops them) */
 static CUptiResult enable_error;
 static uint64_t enabled;        /* bit per CUpti_ActivityKind (all below 64) */
 static uint32_t next_correlation = 100;
@@ -55,6 +56,7 @@ static _Thread_local unsigned depth[KINDS];
 /* The tests' controls (below), declared for -Wmissing-prototypes. */
 EXPORT void fake_cupti_reset(void);
 EXPORT void fake_cupti_set_busy(int value);
+EXPORT void fake_cupti_set_no_api_records(int value);
 EXPORT void fake_cupti_set_enable_error(int result);
 EXPORT int fake_cupti_subscribed(void);
 EXPORT uint64_t fake_cupti_enabled(void);
@@ -290,6 +292,7 @@ EXPORT void fake_cupti_reset(void)
 {
     pthread_mutex_lock(&lock);
     busy = 0;
+    no_api_records = 0;
     enable_error = CUPTI_SUCCESS;
     dropped = 0;
     pthread_mutex_unlock(&lock);
@@ -298,6 +301,11 @@ EXPORT void fake_cupti_reset(void)
 EXPORT void fake_cupti_set_busy(int value)
 {
     busy = value;
+}
+
+EXPORT void fake_cupti_set_no_api_records(int value)
+{
+    no_api_records = value;
 }
 
 EXPORT void fake_cupti_set_enable_error(int result)
@@ -375,7 +383,7 @@ EXPORT uint32_t fake_cupti_launch(int kind, const char *name, int copy_kind, uin
             c->correlationId = correlation;
         }
     }
-    if (enabled & (UINT64_C(1) << CUPTI_ACTIVITY_KIND_RUNTIME)) {
+    if ((enabled & (UINT64_C(1) << CUPTI_ACTIVITY_KIND_RUNTIME)) && !no_api_records) {
         CUpti_ActivityAPI *a = (CUpti_ActivityAPI *)room(&api_buffer, sizeof *a);
         if (a != NULL) {
             a->kind = CUPTI_ACTIVITY_KIND_RUNTIME;

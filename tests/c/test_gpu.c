@@ -27,6 +27,7 @@
 static struct {
     void (*reset)(void);
     void (*set_busy)(int);
+    void (*set_no_api_records)(int);
     void (*set_enable_error)(int);
     int (*subscribed)(void);
     uint64_t (*enabled)(void);
@@ -52,6 +53,7 @@ static void load_fake(void)
     } s[] = {
         {"fake_cupti_reset", (void **)&fake.reset},
         {"fake_cupti_set_busy", (void **)&fake.set_busy},
+        {"fake_cupti_set_no_api_records", (void **)&fake.set_no_api_records},
         {"fake_cupti_set_enable_error", (void **)&fake.set_enable_error},
         {"fake_cupti_subscribed", (void **)&fake.subscribed},
         {"fake_cupti_enabled", (void **)&fake.enabled},
@@ -623,13 +625,12 @@ static void work_launched_outside_any_call_is_written_unattributed(void **state)
     uint64_t t0 = fake.now();
     uint32_t k = fake.launch(KERNEL, "autograd_thread_kernel", 0, t0, t0 + 77, 0, 3); /* nothing pushed */
     fake.complete_device_buffer();
-    assert_int_equal(tw_gpu_flush(f.gpu, 0), 0);
     tw_gpu_stats_t gs;
     tw_gpu_stats(f.gpu, &gs);
     assert_int_equal(gs.kernels, 0); /* its correlation might still be on its way */
-    assert_int_equal(tw_gpu_flush(f.gpu, 0), 0);
+    fake.complete_api_buffer();      /* the launch's API record, with no correlation before it */
     tw_gpu_stats(f.gpu, &gs);
-    assert_int_equal(gs.kernels, 1); /* a whole flush went by: none is coming */
+    assert_int_equal(gs.kernels, 1); /* settled: written at once */
     assert_int_equal(gs.unattributed, 1);
     close_fixture(&f);
     gpu_rows_t *r = read_gpu_rows(f.dir);
@@ -638,6 +639,59 @@ static void work_launched_outside_any_call_is_written_unattributed(void **state)
     assert_string_equal(row_of(r, k)->api, "");
     assert_int_equal(row_of(r, k)->end_ns - row_of(r, k)->start_ns, 77);
     free(r);
+    free_fixture(&f);
+}
+
+static void without_its_api_record_unattributed_work_waits_one_whole_flush(void **state)
+{
+    fixture_t f;
+    open_fixture(&f, TW_FORMAT_CSV);
+    fake.set_no_api_records(1); /* as when CUPTI dropped them */
+    uint64_t t0 = fake.now();
+    call_t c = enter(&f, f.api[0]);
+    uint32_t attributed = fake.launch(KERNEL, "inside", 0, t0, t0 + 1, 0, 1);
+    leave(&f, &c);
+    uint32_t k = fake.launch(KERNEL, "outside", 0, t0, t0 + 1, 0, 1);
+    fake.complete_device_buffer();
+    assert_int_equal(tw_gpu_flush(f.gpu, 0), 0); /* the correlations arrive in this flush */
+    tw_gpu_stats_t gs;
+    tw_gpu_stats(f.gpu, &gs);
+    assert_int_equal(gs.kernels, 1);      /* "inside" met its correlation */
+    assert_int_equal(gs.unattributed, 0); /* "outside" was parked during this flush: it waits */
+    assert_int_equal(tw_gpu_flush(f.gpu, 0), 0);
+    tw_gpu_stats(f.gpu, &gs);
+    assert_int_equal(gs.kernels, 2); /* a whole flush went by: none is coming */
+    assert_int_equal(gs.unattributed, 1);
+    fake.set_no_api_records(0);
+    close_fixture(&f);
+    gpu_rows_t *r = read_gpu_rows(f.dir);
+    assert_int_equal(row_of(r, attributed)->call_id, c.call_id);
+    assert_int_equal(row_of(r, k)->call_id, 0);
+    free(r);
+    free_fixture(&f);
+}
+
+static void many_records_waiting_stay_bounded_and_in_order(void **state)
+{
+    enum { N = 70000 }; /* more than the 65,536 that may wait */
+    fixture_t f;
+    open_fixture(&f, TW_FORMAT_JSON);
+    fake.set_no_api_records(1);
+    uint64_t t0 = fake.now();
+    for (uint32_t i = 0; i < N; i++) {
+        fake.launch(KERNEL, "k", 0, t0 + i, t0 + i + 1, 0, 1);
+        if (i % 4096 == 4095)
+            fake.complete_device_buffer(); /* no API buffer: every record waits */
+    }
+    fake.complete_device_buffer();
+    tw_gpu_stats_t gs;
+    tw_gpu_stats(f.gpu, &gs);
+    assert_int_equal(gs.kernels, N - 65536); /* the oldest gave way, unattributed */
+    assert_int_equal(gs.unattributed, N - 65536);
+    fake.set_no_api_records(0);
+    close_fixture(&f); /* the rest at stop */
+    tw_gpu_stats(f.gpu, &gs);
+    assert_int_equal(gs.kernels, N);
     free_fixture(&f);
 }
 
@@ -852,6 +906,8 @@ int main(void)
         cmocka_unit_test(records_arriving_after_the_call_returned_are_attributed),
         cmocka_unit_test(out_of_order_buffers_are_matched),
         cmocka_unit_test(work_launched_outside_any_call_is_written_unattributed),
+        cmocka_unit_test(without_its_api_record_unattributed_work_waits_one_whole_flush),
+        cmocka_unit_test(many_records_waiting_stay_bounded_and_in_order),
         cmocka_unit_test(dropped_records_are_counted_in_the_manifest),
         cmocka_unit_test(a_kernel_still_running_at_a_forced_flush_has_end_0),
         cmocka_unit_test(stop_flushes_everything_and_leaves_cupti_as_it_was),
