@@ -126,6 +126,7 @@ struct tw_writer {
     pthread_t thread;
     tw_writer_stream_t *streams; /* added under lock, freed by tw_writer_destroy */
     /* counters, written by the writer thread under lock, read by anyone under lock */
+    uint64_t wakeups; /* timed waits that returned: about one per flush interval when idle */
     uint64_t truncated;
     int write_errno;
 
@@ -137,8 +138,8 @@ struct tw_writer {
 
 static tw_writer_stream_t *streams_head(tw_writer_t *w);
 
-/* The thread waits with deadlines on CLOCK_MONOTONIC: its condition variable must use that clock
- * (the default, CLOCK_REALTIME, made every wait return at once: an idle writer spun). */
+/* Threads that wait with deadlines on CLOCK_MONOTONIC need condition variables on that clock (the
+ * default, CLOCK_REALTIME, makes every such wait return at once: the thread spins). */
 void tw_cond_init_monotonic(pthread_cond_t *cond)
 {
     pthread_condattr_t attr;
@@ -706,6 +707,16 @@ static void write_summary(tw_writer_t *w)
 
 /* ---- the thread -------------------------------------------------------------------------------- */
 
+/* The lock and the condition variables. The writer's timed wait computes its deadline on
+ * CLOCK_MONOTONIC (immune to clock changes), so `work` must wait on that clock too: with the default
+ * (CLOCK_REALTIME) every deadline lies decades in the past and the thread spins. */
+static void init_sync(tw_writer_t *w)
+{
+    pthread_mutex_init(&w->lock, NULL);
+    tw_cond_init_monotonic(&w->work);
+    pthread_cond_init(&w->room, NULL);
+}
+
 static void *writer_main(void *arg)
 {
     tw_writer_t *w = arg;
@@ -726,6 +737,7 @@ static void *writer_main(void *arg)
                 deadline.tv_nsec -= 1000000000;
             }
             pthread_cond_timedwait(&w->work, &w->lock, &deadline);
+            w->wakeups++;
         }
         tw_chunk_t *list = w->head;
         w->head = w->tail = NULL;
@@ -834,9 +846,7 @@ void tw_writer_fork_child(tw_writer_t *w)
         fileset_fork_child(&s->files);
     }
     pthread_mutex_unlock(&w->lock);
-    pthread_mutex_init(&w->lock, NULL);
-    tw_cond_init_monotonic(&w->work);
-    pthread_cond_init(&w->room, NULL);
+    init_sync(w);
     for (tw_chunk_t *c = w->head, *next; c != NULL; c = next) {
         next = c->next;
         tw_chunk_release(c);
@@ -937,9 +947,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
     if (gethostname(w->host, sizeof w->host - 1) != 0)
         strcpy(w->host, "localhost");
     tw_stats_init(&w->stats);
-    pthread_mutex_init(&w->lock, NULL);
-    tw_cond_init_monotonic(&w->work);
-    pthread_cond_init(&w->room, NULL);
+    init_sync(w);
     if (snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest.json", w->out_dir) >=
             (int)sizeof w->manifest_path ||
         snprintf(w->summary_path, sizeof w->summary_path, "%s/summary.json", w->out_dir) >=
@@ -1087,6 +1095,7 @@ void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
     stats->records_truncated = w->truncated;
     stats->bytes_written = w->calls.bytes_total;
     stats->write_errno = w->write_errno;
+    stats->wakeups = w->wakeups;
     pthread_mutex_unlock(&w->lock);
 }
 

@@ -10,4 +10,6 @@
 #include "torchwrapper/stats.h"
 #include "torchwrapper/writer.h"
 #include "torchwrapper/gpu.h"
+#include "torchwrapper/reader.h"
+#include "torchwrapper/report.h"
 #endif
