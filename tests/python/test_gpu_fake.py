@@ -179,6 +179,11 @@ def test_kernels_are_attributed_to_the_innermost_wrapped_call(fake, tmp_path):
         summary = {a["api"]: a for a in json.load(f)["apis"]}
     assert summary["my.outer"]["gpu_ns"] == 3 * 30  # exclusive: inner's kernels are inner's
     assert summary["my.inner"]["gpu_ns"] == 3 * 1000
+    # the readers join the GPU files to the calls
+    frame = tw.load(str(tmp_path))
+    by_api = frame.groupby(frame["api"].astype(str))["gpu_ns"]
+    assert by_api.sum()["my.outer"] == 90 and by_api.sum()["my.inner"] == 3000
+    assert (by_api.min()["my.inner"], by_api.max()["my.inner"]) == (1000, 1000)
 
 
 @cpu_only
