@@ -50,8 +50,40 @@ static uint64_t calls;          /* every entry point called, for the fork test *
 static uint64_t flushes;
 static uint64_t clock_offset = 5000000000000ull; /* CUPTI's clock is not ours */
 
-static _Thread_local uint64_t stacks[KINDS][STACK_MAX];
-static _Thread_local unsigned depth[KINDS];
+/* Each thread's external-id stacks, in a table rather than _Thread_local: TLS in a dlopen'ed
+ * module leaves thread vectors that valgrind reports as possibly lost (make check-valgrind). */
+#define THREADS_MAX 256
+typedef struct {
+    pthread_t owner;
+    int used;
+    uint64_t stacks[KINDS][STACK_MAX];
+    unsigned depth[KINDS];
+} thread_stacks_t;
+static thread_stacks_t threads[THREADS_MAX];
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The calling thread's stacks (a slot is reused by a later thread once its stacks are empty). */
+static thread_stacks_t *mine(void)
+{
+    pthread_t self = pthread_self();
+    thread_stacks_t *free_slot = NULL;
+    pthread_mutex_lock(&threads_lock);
+    for (int i = 0; i < THREADS_MAX; i++) {
+        if (threads[i].used && pthread_equal(threads[i].owner, self)) {
+            pthread_mutex_unlock(&threads_lock);
+            return &threads[i];
+        }
+        if (free_slot == NULL && !threads[i].used)
+            free_slot = &threads[i];
+    }
+    if (free_slot != NULL) {
+        memset(free_slot, 0, sizeof *free_slot);
+        free_slot->owner = self;
+        free_slot->used = 1;
+    }
+    pthread_mutex_unlock(&threads_lock);
+    return free_slot;
+}
 
 /* The tests' controls (below), declared for -Wmissing-prototypes. */
 EXPORT void fake_cupti_reset(void);
@@ -162,19 +194,31 @@ EXPORT CUptiResult cuptiGetTimestamp(uint64_t *timestamp)
 
 EXPORT CUptiResult cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind, uint64_t id)
 {
-    if ((unsigned)kind >= KINDS || depth[kind] == STACK_MAX)
+    thread_stacks_t *t = mine();
+    if (t == NULL || (unsigned)kind >= KINDS || t->depth[kind] == STACK_MAX)
         return CUPTI_ERROR_INVALID_PARAMETER;
-    stacks[kind][depth[kind]++] = id;
+    t->stacks[kind][t->depth[kind]++] = id;
     return CUPTI_SUCCESS;
 }
 
 EXPORT CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind, uint64_t *last)
 {
-    if ((unsigned)kind >= KINDS)
+    thread_stacks_t *t = mine();
+    if (t == NULL || (unsigned)kind >= KINDS)
         return CUPTI_ERROR_INVALID_PARAMETER;
-    if (depth[kind] == 0)
+    if (t->depth[kind] == 0)
         return CUPTI_ERROR_QUEUE_EMPTY;
-    uint64_t id = stacks[kind][--depth[kind]];
+    uint64_t id = t->stacks[kind][--t->depth[kind]];
+    if (t->depth[kind] == 0) { /* all empty: the slot may go to another thread */
+        unsigned total = 0;
+        for (unsigned k = 0; k < KINDS; k++)
+            total += t->depth[k];
+        if (total == 0) {
+            pthread_mutex_lock(&threads_lock);
+            t->used = 0;
+            pthread_mutex_unlock(&threads_lock);
+        }
+    }
     if (last != NULL)
         *last = id;
     return CUPTI_SUCCESS;
@@ -335,7 +379,14 @@ EXPORT uint64_t fake_cupti_flushes(void)
 
 EXPORT unsigned fake_cupti_depth(int kind)
 {
-    return depth[kind];
+    thread_stacks_t *t = mine();
+    unsigned d = t != NULL ? t->depth[kind] : 0;
+    if (d == 0 && t != NULL) {
+        pthread_mutex_lock(&threads_lock);
+        t->used = 0; /* nothing pushed: leave the slot free */
+        pthread_mutex_unlock(&threads_lock);
+    }
+    return d;
 }
 
 /* CUPTI's clock now (what cuptiGetTimestamp says). */
@@ -370,16 +421,17 @@ EXPORT uint32_t fake_cupti_launch(int kind, const char *name, int copy_kind, uin
         return 0;
     }
     uint32_t correlation = next_correlation++;
-    if (enabled & (UINT64_C(1) << CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) {
+    thread_stacks_t *t = mine();
+    if (t != NULL && (enabled & (UINT64_C(1) << CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION))) {
         for (unsigned k = 0; k < KINDS; k++) {
-            if (depth[k] == 0)
+            if (t->depth[k] == 0)
                 continue;
             CUpti_ActivityExternalCorrelation *c = (CUpti_ActivityExternalCorrelation *)room(&api_buffer, sizeof *c);
             if (c == NULL)
                 continue;
             c->kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
             c->externalKind = (CUpti_ExternalCorrelationKind)k;
-            c->externalId = stacks[k][depth[k] - 1];
+            c->externalId = t->stacks[k][t->depth[k] - 1];
             c->correlationId = correlation;
         }
     }

@@ -686,12 +686,14 @@ static void many_records_waiting_stay_bounded_and_in_order(void **state)
     fake.complete_device_buffer();
     tw_gpu_stats_t gs;
     tw_gpu_stats(f.gpu, &gs);
-    assert_int_equal(gs.kernels, N - 65536); /* the oldest gave way, unattributed */
-    assert_int_equal(gs.unattributed, N - 65536);
+    /* The oldest gave way, unattributed. (A writer slower than this loop, as under valgrind, makes
+     * the stream refuse some rows: they are counted as dropped.) */
+    assert_int_equal(gs.kernels + gs.dropped, N - 65536);
+    assert_int_equal(gs.unattributed, gs.kernels);
     fake.set_no_api_records(0);
     close_fixture(&f); /* the rest at stop */
     tw_gpu_stats(f.gpu, &gs);
-    assert_int_equal(gs.kernels, N);
+    assert_int_equal(gs.kernels + gs.dropped, N);
     free_fixture(&f);
 }
 
@@ -870,6 +872,9 @@ static void a_forked_child_makes_no_cupti_call(void **state)
         int rc = start_gpu(&g, 0, reason, sizeof reason);
         int ok = fake.calls() == before && rc == TW_EUNAVAIL && strstr(reason, "forked child") != NULL;
         rm_rf(g.dir);
+        /* Leave through exec: under valgrind (make check-valgrind) an exit would leak-check this
+         * copy of the parent, whose thread stacks glibc reclaims at fork, and report them. */
+        execl("/bin/sh", "sh", "-c", ok ? "exit 0" : "exit 1", (char *)NULL);
         _exit(ok ? 0 : 1);
     }
     int status;
