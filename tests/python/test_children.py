@@ -20,6 +20,8 @@ import pytest
 import torchwrapper
 from torchwrapper._files import iter_rows, record_files
 
+BUILD = os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", ".."))
+TW_REPORT = os.path.join(BUILD, "tw-report")
 STAGE = os.path.dirname(os.path.dirname(os.path.abspath(torchwrapper.__file__)))
 PTH = os.path.join(STAGE, "torchwrapper-autostart.pth")
 
@@ -202,7 +204,7 @@ total = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(total)
 # One write per line: torchrun runs its workers unbuffered (python -u), where print() writes the
 # text and its newline apart, and the two ranks' lines could interleave.
-sys.stdout.write(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {total.item()}\n")
+sys.stdout.write(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {total.item()}\\n")
 dist.destroy_process_group()
 """
 
@@ -239,6 +241,19 @@ def test_torchrun_ddp_ranks_write_their_own_files(tmp_path, env, form):
         assert apis["torch.distributed.init_process_group"] == 1
     launcher = [m for m in manifests(out).values() if "rank" not in m]
     assert len(launcher) == (1 if form == "run-outside" else 0)
+    # tw-report reads both ranks' files as one run.
+    report = subprocess.run([TW_REPORT, "--format", "json", "--by", "pid", "--trace", tmp_path / "trace.json", out],
+                            capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    calls = {int(row["key"]): row["calls"] for row in json.loads(report.stdout)["rows"]}
+    assert {pid: calls[pid] for pid in by_pid} == {pid: len(rows) for pid, rows in by_pid.items()}
+    reduce = subprocess.run([TW_REPORT, "--format", "json", "--api", "torch.distributed.all_reduce", out],
+                            capture_output=True, text=True, timeout=60)
+    assert [(row["key"], row["calls"]) for row in json.loads(reduce.stdout)["rows"]] == \
+        [("torch.distributed.all_reduce", 2)]
+    with open(tmp_path / "trace.json") as f:
+        names = {e["args"]["name"] for e in json.load(f)["traceEvents"] if e.get("name") == "process_name"}
+    assert {f"rank {rank} (pid {m['pid']})" for rank, m in ranked.items()} <= names
 
 
 def test_run_under_a_profiled_parent_profiles_once_with_its_own_config(tmp_path, env):
