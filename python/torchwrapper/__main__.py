@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
 """python -m torchwrapper run [options] (script.py | -m module) [args...]
+python -m torchwrapper report [options] OUT_DIR|FILE...   (tw-report; --help lists its options)
 
 Runs an unmodified program under the profiler, as `python script.py args` would run it (sys.argv,
 __main__, sys.path[0], standard streams and exit code are the plain run's), then prints where the
@@ -162,9 +163,24 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(__doc__.strip(), file=sys.stderr)
         raise SystemExit(0 if argv else 2)
     command, rest = argv[0], argv[1:]
+    if command == "report":
+        raise SystemExit(report(rest))
     if command != "run":
-        raise SystemExit(f"torchwrapper: unknown command {command!r} (accepted: run)\nusage: {USAGE}")
+        raise SystemExit(f"torchwrapper: unknown command {command!r} (accepted: run, report)\nusage: {USAGE}\n"
+                         f"       {REPORT_USAGE}")
     run(rest)
+
+
+REPORT_USAGE = "python -m torchwrapper report [tw-report options] OUT_DIR|FILE... (see --help)"
+
+
+def report(argv: List[str]) -> int:
+    """python -m torchwrapper report ...: the same C code as the tw-report program."""
+    from . import _core
+
+    sys.stdout.flush()  # C writes to the same file descriptors: keep the order
+    sys.stderr.flush()
+    return _core.report(["python -m torchwrapper report"] + list(argv))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import types
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from . import _core
-from ._files import read_rows
+from ._files import ORIGINAL_COLUMNS, load, read_rows
 from ._patch import WRAPPER_TYPES
 from ._profile import Profile
 
@@ -18,8 +18,7 @@ ENV_PREFIX = "TORCHWRAPPER_"
 CONFIG_FILE_ENV = "TORCHWRAPPER_CONFIG"
 
 # DataFrame columns: the original tool's first, then ours.
-COLUMNS = ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp", "Cost Time (ms)", "Arguments",
-           "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error"]
+COLUMNS = ORIGINAL_COLUMNS
 
 
 def load_config(config: Union[None, Mapping[str, Any], str, os.PathLike] = None,
@@ -166,20 +165,11 @@ class TorchWrapper:
     def dataframe(self):
         """One row per call: the original columns (API Name, Total Time (ms), Call Number, Start
         Timestamp, Cost Time (ms), Arguments), then Self Time (ms), GPU Time (ms), Thread, PID,
-        Depth, Call ID, Parent ID, Error."""
-        import pandas
-
-        rows = self._rows()
-        totals: Dict[str, float] = {}
-        numbers: Dict[str, int] = {}
-        for r in rows:
-            totals[r[1]] = totals.get(r[1], 0.0) + r[3] / 1e6
-        out = []
-        for call_id, api, start, cost, self_ns, gpu, pid, tid, depth, parent, error, args in rows:
-            numbers[api] = numbers.get(api, 0) + 1
-            out.append((api, totals[api], numbers[api], start, cost / 1e6, args, self_ns / 1e6, gpu / 1e6, tid, pid,
-                        depth, call_id, parent, error))
-        return pandas.DataFrame(out, columns=COLUMNS)
+        Depth, Call ID, Parent ID, Error. torchwrapper.load(out_dir) gives the same calls with
+        typed, unit-suffixed columns."""
+        if self._profile is None:
+            raise RuntimeError("nothing was profiled yet: call start() first")
+        return load(self.files, original_names=True)
 
     def summary(self):
         """Per-API totals computed by the C writer while recording (cheap at any size): a DataFrame

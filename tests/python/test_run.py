@@ -66,5 +66,5 @@ def test_usage_and_config_errors_are_clear(program):
     assert "usage" in run(["-m", "torchwrapper", "run"], program).stderr
     bad = run(["-m", "torchwrapper", "run", "--set", "fromat=csv", "prog.py"], program)
     assert bad.returncode == 1 and "unknown config key 'fromat': did you mean 'format'?" in bad.stderr
-    other = run(["-m", "torchwrapper", "report"], program)
-    assert other.returncode == 1 and "unknown command 'report' (accepted: run)" in other.stderr
+    other = run(["-m", "torchwrapper", "profile"], program)
+    assert other.returncode == 1 and "unknown command 'profile' (accepted: run, report)" in other.stderr
