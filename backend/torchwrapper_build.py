@@ -56,7 +56,7 @@ AUTOTOOLS_PACKAGES = "autoconf automake libtool autoconf-archive pkg-config"
 # Libraries every Linux system has (the manylinux policies' list): never bundled.
 SYSTEM_LIBS = re.compile(
     r"^(linux-vdso|linux-gate|ld-linux[-\w]*|ld64|libc|libm|libdl|librt|libpthread|libutil|libnsl|"
-    r"libresolv|libcrypt|libgcc_s|libstdc\+\+|libz)\.so(\.\d+)*$|^libpython3[\w.]*\.so")
+    r"libresolv|libanl|libmvec|libatomic|libgcc_s|libstdc\+\+|libz)\.so(\.\d+)*$|^libpython3[\w.]*\.so")
 
 
 class BuildError(Exception):
