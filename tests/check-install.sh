@@ -12,9 +12,10 @@ python=${PYTHON:-python3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tw-check-install.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 venv=$work/venv
-status=0
-fail() { echo "FAIL: $*"; status=1; }
-ok() { echo "ok: $*"; }
+status=0 passed=0 failed=0 skipped=0
+fail() { echo "FAIL: $*"; status=1; failed=$((failed + 1)); }
+ok() { echo "ok: $*"; passed=$((passed + 1)); }
+skip() { echo "SKIP: $*"; skipped=$((skipped + 1)); }
 
 # Seconds since the epoch with a fraction, for the timings printed below.
 now() { "$python" -c 'import time; print("%.1f" % time.time())'; }
@@ -62,10 +63,15 @@ assert "LD_LIBRARY_PATH" not in os.environ
         if (cd "$run" && PATH="$venv/bin:$PATH" tw-report --help) >"$run/tw-report.log" 2>&1; then
             ok "$how: tw-report --help (on PATH: $(PATH="$venv/bin:$PATH" command -v tw-report))"
         else cat "$run/tw-report.log"; fail "$how: tw-report --help"; fi
+        # On the example's files: the program and its bundled libraries work, not only its usage.
+        if (cd "$run" && PATH="$venv/bin:$PATH" tw-report output) >"$run/tw-report.log" 2>&1 \
+                && grep -q "torch.randn" "$run/tw-report.log"; then
+            ok "$how: tw-report output (reports torch.randn)"
+        else cat "$run/tw-report.log"; fail "$how: tw-report on the example's files"; fi
     elif grep -q "tw-report" "$src/Makefile.am"; then
         fail "$how: tw-report is built by Makefile.am but is not on PATH after the install"
     else
-        echo "SKIP: $how: tw-report (not built by this tree yet)"
+        skip "$how: tw-report (not built by this tree yet)"
     fi
 }
 
@@ -141,5 +147,5 @@ expect_error "no Autotools" "apt-get install autoconf automake libtool autoconf-
 expect_error "no cJSON" "apt-get install libcjson-dev" PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH=
 expect_error "no C compiler" "apt-get install build-essential" CC=/nonexistent/cc
 
-[ $status -eq 0 ] && echo "check-install: all passed" || echo "check-install: FAILED"
+echo "check-install: $passed passed, $failed failed, $skipped skipped"
 exit $status
