@@ -35,6 +35,7 @@ import sys
 import sysconfig
 import tarfile
 import tempfile
+import time
 import zipfile
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -183,14 +184,15 @@ def _say(msg: str) -> None:
     print("torchwrapper: " + msg, flush=True)
 
 
-def _run(cmd: Sequence[str], cwd: str, log: str, env: Optional[Dict[str, str]] = None) -> bool:
-    """Runs cmd with its output in the file log; False when it fails."""
+def _run(cmd: Sequence[str], cwd: str, log: str) -> bool:
+    """Runs cmd with its output in the file log; False when it fails. A missing program raises
+    FileNotFoundError, which callers turn into a message naming the package that provides it."""
     with open(log, "ab") as out:
         out.write(("$ " + " ".join(cmd) + "\n").encode())
         out.flush()
         try:
             return subprocess.run(list(cmd), cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, env=env).returncode == 0
+                                  stdin=subprocess.DEVNULL).returncode == 0
         except FileNotFoundError:
             raise
         except OSError as e:
@@ -222,9 +224,8 @@ def _source_files(src: str) -> Iterator[str]:
         dirs[:] = [d for d in dirs if d not in skip_dirs and not d.endswith(".egg-info")]
         rel = os.path.relpath(root, src)
         for f in files:
-            if f in skip_files and rel == "." or f.endswith(skip_ext) or f == ".dirstamp":
+            if (f in skip_files and rel == ".") or f.endswith(skip_ext) or f == ".dirstamp":
                 continue
-            path = os.path.join(root, f)
             # Test programs built in place (tests/c/test_x next to test_x.c).
             if rel == os.path.join("tests", "c") and f.startswith("test_") and "." not in f:
                 continue
@@ -380,11 +381,18 @@ def _bundle_libraries(wheel_root: str, staged_libdirs: Sequence[str]) -> List[st
                              % (rel, ":".join(absolute)))
         resolved = _resolve(elf)
         for soname in needed:
-            if SYSTEM_LIBS.match(soname) or soname in bundled:
+            if SYSTEM_LIBS.match(soname):
                 continue
             if elf.startswith(libs_dir + os.sep):
                 raise BuildError("%s needs %s, another library that is not part of the base system: "
                                  "bundling it would need its RUNPATH rewritten" % (rel, soname))
+            want = os.path.normpath(os.path.join("$ORIGIN", os.path.relpath(libs_dir, os.path.dirname(elf))))
+            if want not in [os.path.normpath(p) for p in runpath]:
+                raise BuildError("%s needs %s but its RUNPATH (%s) does not lead to %s/: install it "
+                                 "next to the extension module" % (rel, soname, ":".join(runpath) or "none",
+                                                                   LIBS_DIR))
+            if soname in bundled:
+                continue
             source = resolved.get(soname)
             if source is None:
                 for d in staged_libdirs:
@@ -392,11 +400,6 @@ def _bundle_libraries(wheel_root: str, staged_libdirs: Sequence[str]) -> List[st
                         source = os.path.realpath(os.path.join(d, soname))
             if source is None:
                 raise BuildError("%s needs %s, which was not found" % (rel, soname))
-            want = os.path.normpath(os.path.join("$ORIGIN", os.path.relpath(libs_dir, os.path.dirname(elf))))
-            if want not in [os.path.normpath(p) for p in runpath]:
-                raise BuildError("%s needs %s but its RUNPATH (%s) does not lead to %s/: install it "
-                                 "next to the extension module" % (rel, soname, ":".join(runpath) or "none",
-                                                                   LIBS_DIR))
             os.makedirs(libs_dir, exist_ok=True)
             target = os.path.join(libs_dir, soname)
             shutil.copyfile(source, target)
@@ -426,7 +429,6 @@ def _zip_time() -> Tuple[int, int, int, int, int, int]:
     # Reproducible archives: SOURCE_DATE_EPOCH when set, otherwise the zip format's epoch.
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if epoch:
-        import time
         t = time.gmtime(max(int(epoch), 315532800))
         return t[:6]
     return (1980, 1, 1, 0, 0, 0)
