@@ -4,6 +4,7 @@
 #   pip install .                    -> import, the README's example, tw-report on PATH, pip uninstall
 #   pip wheel . + pip install *.whl  -> the same, from the wheel (libraries found without LD_LIBRARY_PATH)
 #   python -m build --sdist          -> a wheel built from the sdist (no Autotools needed), installed
+#   pip install -e .                 -> imports from the checkout's build tree, uninstalls cleanly
 #   missing build tools or libraries -> pip's error names the Debian package, with no traceback
 # Slow (a torch install and four builds, ~4 minutes on 2 cores): not part of make check.
 set -eu
@@ -130,6 +131,19 @@ if (cd "$src" && "$venv/bin/python" -m build -q --sdist -o "$work/sdist") >"$wor
         else cat "$work/install-sdist.log"; fail "pip install the wheel built from the sdist"; fi
     else cat "$work/wheel-sdist.log"; fail "a wheel from the sdist"; fi
 else cat "$work/sdist.log"; fail "python -m build --sdist"; fi
+
+# ---- pip install -e . : imports from the checkout's build tree ----
+t0=$(now)
+if pip install -q -e "$src" >"$work/editable.log" 2>&1; then
+    echo "pip install -e .: $(elapsed "$t0") s"
+    if (cd "$work" && "$venv/bin/python" -c '
+import sys, torchwrapper
+assert torchwrapper.__file__.startswith(sys.argv[1]), torchwrapper.__file__
+print(torchwrapper.__file__)' "$src/build") >"$work/editable-import.log" 2>&1; then
+        ok "pip install -e .: imports $(cat "$work/editable-import.log")"
+    else cat "$work/editable-import.log"; fail "pip install -e .: import from the build tree"; fi
+    uninstall_and_compare "pip install -e ."
+else cat "$work/editable.log"; fail "pip install -e ."; fi
 
 # ---- missing build tools or libraries: the error names the Debian package ----
 expect_error() {
