@@ -344,6 +344,13 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
         } else if (text != NULL) {
             ok = tw_parse_size(text, &bytes) == 0;
         }
+        /* Sizes travel as JSON numbers, exact only up to 2^53: larger ones (8 PiB) are refused
+         * rather than silently rounded when the normalized config is read back. */
+        if (ok && bytes > (1ull << 53)) {
+            snprintf(err, err_size, "config key '%s': %s is too large: at most 9007199254740992 bytes (8 PiB)",
+                     key->name, given);
+            return NULL;
+        }
         if (ok && strcmp(key->name, "file_max_size") == 0 && bytes < 4096) {
             snprintf(err, err_size, "config key 'file_max_size': %s is too small: at least 4096 bytes are needed for a "
                                     "header and any record", given);
@@ -418,6 +425,14 @@ int tw_config_normalize(const char *json_in, int from_strings, char **json_out, 
     const cJSON *entry;
     cJSON_ArrayForEach(entry, in)
     {
+        /* JSON allows a key twice and cJSON keeps both; only the first would be checked and used. */
+        for (const cJSON *earlier = in->child; earlier != entry; earlier = earlier->next) {
+            if (strcmp(earlier->string, entry->string) == 0) {
+                snprintf(err, err_size, "config key '%s' is given twice: give each key once", entry->string);
+                cJSON_Delete(in);
+                return TW_EINVAL;
+            }
+        }
         size_t k = 0;
         while (k < CONFIG_KEY_COUNT && strcmp(config_keys[k].name, entry->string) != 0)
             k++;

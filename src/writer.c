@@ -71,6 +71,7 @@ struct tw_writer {
     int closed;
     pthread_t thread;
     /* counters, written by the writer thread under lock, read by anyone under lock */
+    uint64_t wakeups; /* timed waits that returned: about one per flush interval when idle */
     uint64_t written;
     uint64_t dropped;
     uint64_t truncated;
@@ -567,6 +568,20 @@ static void write_summary(tw_writer_t *w)
 
 /* ---- the thread -------------------------------------------------------------------------------- */
 
+/* The lock and the condition variables. The writer's timed wait computes its deadline on
+ * CLOCK_MONOTONIC (immune to clock changes), so `work` must wait on that clock too: with the default
+ * (CLOCK_REALTIME) every deadline lies decades in the past and the thread spins. */
+static void init_sync(tw_writer_t *w)
+{
+    pthread_condattr_t attr;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->work, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_cond_init(&w->room, NULL);
+}
+
 static void *writer_main(void *arg)
 {
     tw_writer_t *w = arg;
@@ -587,6 +602,7 @@ static void *writer_main(void *arg)
                 deadline.tv_nsec -= 1000000000;
             }
             pthread_cond_timedwait(&w->work, &w->lock, &deadline);
+            w->wakeups++;
         }
         tw_chunk_t *list = w->head;
         w->head = w->tail = NULL;
@@ -655,9 +671,7 @@ void tw_writer_fork_parent(tw_writer_t *w)
 void tw_writer_fork_child(tw_writer_t *w)
 {
     pthread_mutex_unlock(&w->lock);
-    pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->work, NULL);
-    pthread_cond_init(&w->room, NULL);
+    init_sync(w);
     for (tw_chunk_t *c = w->head, *next; c != NULL; c = next) {
         next = c->next;
         tw_chunk_release(c);
@@ -760,9 +774,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
     if (gethostname(w->host, sizeof w->host - 1) != 0)
         strcpy(w->host, "localhost");
     tw_stats_init(&w->stats);
-    pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->work, NULL);
-    pthread_cond_init(&w->room, NULL);
+    init_sync(w);
     if (snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest.json", w->out_dir) >=
             (int)sizeof w->manifest_path ||
         snprintf(w->summary_path, sizeof w->summary_path, "%s/summary.json", w->out_dir) >=
@@ -890,6 +902,7 @@ void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
     stats->records_truncated = w->truncated;
     stats->bytes_written = w->bytes_total;
     stats->write_errno = w->write_errno;
+    stats->wakeups = w->wakeups;
     pthread_mutex_unlock(&w->lock);
 }
 

@@ -45,6 +45,7 @@ typedef struct tw_writer_stats {
     uint64_t records_truncated;  /* written with their args cut to fit file_max_size */
     uint64_t bytes_written;
     int write_errno;             /* the first write error, 0 if none */
+    uint64_t wakeups;            /* times the idle writer thread woke up (about one per flush interval) */
 } tw_writer_stats_t;
 
 /*

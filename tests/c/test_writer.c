@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -444,6 +445,21 @@ static void a_forked_child_writes_its_own_files(void **state)
     free_fixture(&f);
 }
 
+static void an_idle_writer_sleeps_between_flushes(void **state)
+{
+    /* 300 ms idle with a 100 ms flush interval: a handful of wake-ups. A wait on the wrong clock
+     * returns at once and spun here hundreds of thousands of times, a third of a core. */
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.file_max_size = 1 << 20, .flush_interval_ns = 100000000, .rank = -1});
+    struct timespec pause = {0, 300000000};
+    nanosleep(&pause, NULL);
+    tw_writer_stats_t stats;
+    tw_writer_stats(f.writer, &stats);
+    close_fixture(&f);
+    free_fixture(&f);
+    assert_in_range(stats.wakeups, 1, 30);
+}
+
 static void a_world_writable_out_dir_draws_a_warning(void **state)
 {
     char dir[] = "/tmp/tw-test-open-XXXXXX";
@@ -511,6 +527,7 @@ int main(void)
         cmocka_unit_test(eight_producers_lose_nothing),
         cmocka_unit_test(a_full_disk_drops_and_counts_and_goes_on),
         cmocka_unit_test(a_forked_child_writes_its_own_files),
+        cmocka_unit_test(an_idle_writer_sleeps_between_flushes),
         cmocka_unit_test(a_world_writable_out_dir_draws_a_warning),
         cmocka_unit_test(bad_configs_name_the_problem),
     };
