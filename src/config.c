@@ -90,12 +90,15 @@ static int field_index(const char *s, size_t len)
     return -1;
 }
 
-static const char *template_of(const char *spec)
+/* The template of a spec. The named specs carry the rank when there is one, so that the ranks of
+ * a distributed job can share out_dir and their files still say whose they are; the timestamp
+ * stays first, so that names sort by creation time. */
+static const char *template_of(const char *spec, int64_t rank)
 {
     if (strcmp(spec, "timestamp") == 0)
-        return "tw-{timestamp}-{pid}-{index}";
+        return rank >= 0 ? "tw-{timestamp}-rank{rank}-{pid}-{index}" : "tw-{timestamp}-{pid}-{index}";
     if (strcmp(spec, "serial") == 0)
-        return "tw-{pid}-{index}";
+        return rank >= 0 ? "tw-rank{rank}-{pid}-{index}" : "tw-{pid}-{index}";
     return spec;
 }
 
@@ -111,7 +114,7 @@ int tw_name_spec_check(const char *spec, char *err, size_t err_size)
                                 "and '..' are refused", spec);
         return TW_EINVAL;
     }
-    const char *t = template_of(spec);
+    const char *t = template_of(spec, -1);
     for (const char *p = t; *p; p++) {
         if (p[0] == '{' && p[1] == '{') {
             p++;
@@ -147,7 +150,7 @@ int tw_name_expand(const char *spec, const tw_name_fields_t *f, const char *exte
     char err[256];
     if (out_size == 0 || tw_name_spec_check(spec, err, sizeof err) != 0)
         return TW_EINVAL;
-    const char *t = template_of(spec);
+    const char *t = template_of(spec, f->rank);
     size_t n = 0;
 #define TW_PUT(...)                                                  \
     do {                                                             \

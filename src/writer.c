@@ -948,9 +948,12 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
         strcpy(w->host, "localhost");
     tw_stats_init(&w->stats);
     init_sync(w);
-    if (snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest.json", w->out_dir) >=
+    char suffix[32] = "";
+    if (config->per_process_names)
+        snprintf(suffix, sizeof suffix, "-%lld", (long long)w->pid);
+    if (snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest%s.json", w->out_dir, suffix) >=
             (int)sizeof w->manifest_path ||
-        snprintf(w->summary_path, sizeof w->summary_path, "%s/summary.json", w->out_dir) >=
+        snprintf(w->summary_path, sizeof w->summary_path, "%s/summary%s.json", w->out_dir, suffix) >=
             (int)sizeof w->summary_path) {
         snprintf(err, err_size, "out_dir '%s' is too long", config->out_dir);
         tw_writer_destroy(w);

@@ -5,9 +5,9 @@
  * own, keeps per-API totals, and writes a manifest and a summary. It never touches Python.
  *
  * Files (in out_dir): records named by file_name_spec (config.h) with ".csv" or ".jsonl";
- * manifest.json (manifest-PID.json in a forked child) listing the config, the files and the counts,
- * rewritten atomically at every rotation and at close; summary.json (summary-PID.json) with per-API
- * totals and percentiles, written at close.
+ * manifest.json (manifest-PID.json in a forked child, or with per_process_names) listing the config,
+ * the files and the counts, rewritten atomically at every rotation and at close; summary.json
+ * (summary-PID.json) with per-API totals and percentiles, written at close.
  *
  * Columns: call_id, api, start_ns (since the epoch), cost_ns, self_ns, gpu_ns, pid, tid, depth,
  * parent_id, error (0/1 in CSV, false/true in JSON), args.
@@ -40,6 +40,8 @@ typedef struct tw_writer_config {
     int block_when_full;          /* 1: a recording thread waits for the writer; 0: records are dropped */
     int64_t rank;                 /* < 0 when not set */
     const char *manifest_json;    /* optional JSON object text merged into the manifest (config, versions) */
+    int per_process_names;        /* 1: manifest-PID.json and summary-PID.json, for processes that share
+                                     out_dir with others (children, ranks); 0: manifest.json, summary.json */
 } tw_writer_config_t;
 
 typedef struct tw_writer tw_writer_t;

@@ -187,17 +187,18 @@ static PyObject *find_tensor_type(void)
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
-                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args", "gpu",
-                               "gpu_device", "cupti_paths", NULL};
+                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args",
+                               "per_process_names", "gpu", "gpu_device", "cupti_paths", NULL};
     PyObject *out_dir = Py_None, *file_max_size = NULL, *buffer_size = NULL, *manifest = Py_None;
     PyObject *cupti_paths = Py_None;
     const char *format = "json", *spec = "timestamp", *on_full = "drop", *args_mode = "none", *gpu = "off";
     long long max_files = 0, rank = -1;
     double flush_interval = 1.0;
-    int gpu_device = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLOsspO:Session", keywords, &out_dir, &format,
+    int per_process_names = 0, gpu_device = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLOspspO:Session", keywords, &out_dir, &format,
                                      &file_max_size, &spec, &max_files, &flush_interval, &buffer_size, &on_full,
-                                     &rank, &manifest, &args_mode, &gpu, &gpu_device, &cupti_paths))
+                                     &rank, &manifest, &args_mode, &per_process_names, &gpu, &gpu_device,
+                                     &cupti_paths))
         return NULL;
     gpu_mode_t gpu_mode;
     if (strcmp(gpu, "off") == 0)
@@ -293,6 +294,7 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     c->flush_interval_ns = (uint64_t)(flush_interval * 1e9);
     c->block_when_full = strcmp(on_full, "wait") == 0;
     c->rank = rank;
+    c->per_process_names = per_process_names;
     return (PyObject *)self;
 fail:
     Py_DECREF(self);

@@ -16,6 +16,7 @@ from ._profile import Profile
 
 ENV_PREFIX = "TORCHWRAPPER_"
 CONFIG_FILE_ENV = "TORCHWRAPPER_CONFIG"
+AUTOSTART_ENV = "TORCHWRAPPER_AUTOSTART"  # not a config key: see _autostart.py
 
 # DataFrame columns: the original tool's first, then ours.
 COLUMNS = ORIGINAL_COLUMNS
@@ -33,7 +34,7 @@ def load_config(config: Union[None, Mapping[str, Any], str, os.PathLike] = None,
     if environ.get(CONFIG_FILE_ENV):
         sources.append((_read_config_file(environ[CONFIG_FILE_ENV], f"${CONFIG_FILE_ENV}"), False))
     env_values = {key[len(ENV_PREFIX):].lower(): value for key, value in environ.items()
-                  if key.startswith(ENV_PREFIX) and key != CONFIG_FILE_ENV}
+                  if key.startswith(ENV_PREFIX) and key not in (CONFIG_FILE_ENV, AUTOSTART_ENV)}
     if env_values:
         sources.append((env_values, True))
     if isinstance(config, (str, os.PathLike)):

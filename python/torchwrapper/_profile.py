@@ -133,7 +133,9 @@ class Profile:
     With ``out_dir``, records stream to files there (``format`` "csv" or "json", each file at most
     ``file_max_size``, named by ``file_name_spec``, ``max_files`` newest kept, on disk within
     ``flush_interval`` seconds; ``buffer_size`` bounds memory, ``on_full`` "drop" or "wait"). Without
-    it, records stay in memory until read.
+    it, records stay in memory until read. ``rank`` (default: $RANK) goes into the manifest and
+    the record file names; ``per_process_names`` (default: with a rank, or in a process started
+    with $TORCHWRAPPER_AUTOSTART) names the manifest and summary after the pid.
 
     ``gpu``: "auto" (the default: with out_dir, a CUDA device and CUPTI, every kernel, copy and
     memset is recorded with the call that launched it, in ``*.gpu.csv`` / ``*.gpu.jsonl`` files;
@@ -146,13 +148,18 @@ class Profile:
                  format: str = "json", file_max_size: Any = "128MB", file_name_spec: str = "timestamp",
                  max_files: int = 0, flush_interval: float = 1.0, buffer_size: Any = "32MiB",
                  on_full: str = "drop", rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None,
-                 args: str = "none", gpu: str = "auto") -> None:
+                 args: str = "none", per_process_names: Optional[bool] = None, gpu: str = "auto") -> None:
         self.modules = list(modules)
         self.include = list(include)
         self.exclude = exclude
         self.out_dir = os.path.abspath(out_dir) if out_dir is not None else None
         if rank is None and os.environ.get("RANK", "").isdigit():
             rank = int(os.environ["RANK"])
+        if per_process_names is None:
+            # Processes that share out_dir with others (the ranks of a job, the children of a
+            # program under `python -m torchwrapper run`) write manifest-PID.json and
+            # summary-PID.json; manifest.json stays the first process's.
+            per_process_names = rank is not None or bool(os.environ.get("TORCHWRAPPER_AUTOSTART"))
         output: Dict[str, Any] = {}
         if out_dir is not None:
             extra = {"config": {"out_dir": self.out_dir, "format": format, "file_max_size": file_max_size,
@@ -166,7 +173,7 @@ class Profile:
             output = dict(out_dir=self.out_dir, format=format, file_max_size=file_max_size,
                           file_name_spec=file_name_spec, max_files=max_files, flush_interval=flush_interval,
                           buffer_size=buffer_size, on_full=on_full, rank=-1 if rank is None else rank,
-                          manifest=json.dumps(extra, default=str))
+                          manifest=json.dumps(extra, default=str), per_process_names=per_process_names)
         if gpu not in ("auto", "on", "off"):
             raise ValueError(f"gpu={gpu!r} is not accepted: 'auto' (GPU times when CUPTI and a GPU are there, else "
                              f"say why once), 'on' (an error if they are not) or 'off'")
@@ -344,8 +351,17 @@ def _torch_version() -> Optional[str]:
 class _ExitGuard:
     """Nothing is lost when the program ends without stop(): at interpreter exit (normal end,
     uncaught exception, sys.exit, KeyboardInterrupt from SIGINT), on SIGTERM (the profile is
-    stopped and flushed, then SIGTERM's previous behaviour follows), and in children forked by
-    multiprocessing, which leave through os._exit after running multiprocessing's finalizers."""
+    stopped and flushed, then SIGTERM's previous behaviour follows), and in multiprocessing's
+    children.
+
+    How multiprocessing's children end: a spawn child returns from spawn_main through sys.exit, so
+    atexit runs. A fork or forkserver child runs Process._bootstrap and then os._exit, which skips
+    atexit; but _bootstrap first clears multiprocessing's finalizer registry, runs the callbacks of
+    util.register_after_fork, runs the target, and then util._exit_function, which calls the
+    finalizers. So the flush is a util.Finalize (exitpriority 100: before the finalizers of the
+    program's own queues and pools): registered when profiling starts (a child that starts
+    profiling inside its target, when it first imports torch), and again by an after-fork callback
+    in every child forked after that (the registry it inherits is cleared)."""
 
     def __init__(self) -> None:
         self.active: Optional[Profile] = None
@@ -358,10 +374,10 @@ class _ExitGuard:
         if not self.atexit_registered:
             atexit.register(self.at_exit)
             os.register_at_fork(after_in_child=self.after_fork_in_child)
-            mp_util = sys.modules.get("multiprocessing.util")
+            mp_util = sys.modules.get("multiprocessing.util")  # torch imports it
             if mp_util is not None:
-                # multiprocessing clears finalizers in a new child, then runs these callbacks.
                 mp_util.register_after_fork(self, _ExitGuard.after_multiprocessing_fork)
+                mp_util.Finalize(None, self.at_exit, exitpriority=100)
             self.atexit_registered = True
         if threading.current_thread() is threading.main_thread() and not self.installed_sigterm:
             try:
@@ -398,10 +414,8 @@ class _ExitGuard:
         self.installed_sigterm = self.active is not None and signal.getsignal(signal.SIGTERM) == self.on_sigterm
 
     def after_multiprocessing_fork(self) -> None:
-        """In a child started by multiprocessing (DataLoader workers): it leaves through os._exit
-        after running multiprocessing's finalizers, not atexit."""
-        if self.active is not None:
-            sys.modules["multiprocessing.util"].Finalize(None, self.at_exit, exitpriority=100)
+        """In a child started by multiprocessing, whose inherited finalizers were just cleared."""
+        sys.modules["multiprocessing.util"].Finalize(None, self.at_exit, exitpriority=100)
 
 
 _exit_guard = _ExitGuard()

@@ -42,9 +42,9 @@ static void name_specs_expand(void **state)
 {
     char out[256];
     assert_true(tw_name_expand("timestamp", &fields, ".csv", out, sizeof out) > 0);
-    assert_string_equal(out, "tw-20261122-160748.205914587-4242-0007.csv");
+    assert_string_equal(out, "tw-20261122-160748.205914587-rank3-4242-0007.csv");
     assert_true(tw_name_expand("serial", &fields, ".jsonl", out, sizeof out) > 0);
-    assert_string_equal(out, "tw-4242-0007.jsonl");
+    assert_string_equal(out, "tw-rank3-4242-0007.jsonl");
     assert_true(tw_name_expand("run_{rank}_{host}_{tid}_{index}", &fields, ".csv", out, sizeof out) > 0);
     assert_string_equal(out, "run_3_node-1.example_4243_0007.csv");
     assert_true(tw_name_expand("a{{b}}{index}.csv", &fields, ".csv", out, sizeof out) > 0);
@@ -54,6 +54,10 @@ static void name_specs_expand(void **state)
     norank.host = "evil/../host";
     assert_true(tw_name_expand("{rank}-{host}-{index}", &norank, ".csv", out, sizeof out) > 0);
     assert_string_equal(out, "norank-evil__._host-0007.csv");
+    assert_true(tw_name_expand("timestamp", &norank, ".csv", out, sizeof out) > 0);
+    assert_string_equal(out, "tw-20261122-160748.205914587-4242-0007.csv"); /* no rank: none in the name */
+    assert_true(tw_name_expand("serial", &norank, ".jsonl", out, sizeof out) > 0);
+    assert_string_equal(out, "tw-4242-0007.jsonl");
     assert_null(strchr(out, '/'));
     char small[8];
     assert_int_equal(tw_name_expand("timestamp", &fields, ".csv", small, sizeof small), TW_ERANGE);
