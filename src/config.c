@@ -90,12 +90,15 @@ static int field_index(const char *s, size_t len)
     return -1;
 }
 
-static const char *template_of(const char *spec)
+/* The template of a spec. The named specs carry the rank when there is one, so that the ranks of
+ * a distributed job can share out_dir and their files still say whose they are; the timestamp
+ * stays first, so that names sort by creation time. */
+static const char *template_of(const char *spec, int64_t rank)
 {
     if (strcmp(spec, "timestamp") == 0)
-        return "tw-{timestamp}-{pid}-{index}";
+        return rank >= 0 ? "tw-{timestamp}-rank{rank}-{pid}-{index}" : "tw-{timestamp}-{pid}-{index}";
     if (strcmp(spec, "serial") == 0)
-        return "tw-{pid}-{index}";
+        return rank >= 0 ? "tw-rank{rank}-{pid}-{index}" : "tw-{pid}-{index}";
     return spec;
 }
 
@@ -111,7 +114,7 @@ int tw_name_spec_check(const char *spec, char *err, size_t err_size)
                                 "and '..' are refused", spec);
         return TW_EINVAL;
     }
-    const char *t = template_of(spec);
+    const char *t = template_of(spec, -1);
     for (const char *p = t; *p; p++) {
         if (p[0] == '{' && p[1] == '{') {
             p++;
@@ -147,7 +150,7 @@ int tw_name_expand(const char *spec, const tw_name_fields_t *f, const char *exte
     char err[256];
     if (out_size == 0 || tw_name_spec_check(spec, err, sizeof err) != 0)
         return TW_EINVAL;
-    const char *t = template_of(spec);
+    const char *t = template_of(spec, f->rank);
     size_t n = 0;
 #define TW_PUT(...)                                                  \
     do {                                                             \
@@ -558,6 +561,13 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
         } else if (text != NULL) {
             ok = tw_parse_size(text, &bytes) == 0;
         }
+        /* Sizes travel as JSON numbers, exact only up to 2^53: larger ones (8 PiB) are refused
+         * rather than silently rounded when the normalized config is read back. */
+        if (ok && bytes > (1ull << 53)) {
+            snprintf(err, err_size, "config key '%s': %s is too large: at most 9007199254740992 bytes (8 PiB)",
+                     key->name, given);
+            return NULL;
+        }
         if (ok && strcmp(key->name, "file_max_size") == 0 && bytes < 4096) {
             snprintf(err, err_size, "config key 'file_max_size': %s is too small: at least 4096 bytes are needed for a "
                                     "header and any record", given);
@@ -632,6 +642,14 @@ int tw_config_normalize(const char *json_in, int from_strings, char **json_out, 
     const cJSON *entry;
     cJSON_ArrayForEach(entry, in)
     {
+        /* JSON allows a key twice and cJSON keeps both; only the first would be checked and used. */
+        for (const cJSON *earlier = in->child; earlier != entry; earlier = earlier->next) {
+            if (strcmp(earlier->string, entry->string) == 0) {
+                snprintf(err, err_size, "config key '%s' is given twice: give each key once", entry->string);
+                cJSON_Delete(in);
+                return TW_EINVAL;
+            }
+        }
         size_t k = 0;
         while (k < CONFIG_KEY_COUNT && strcmp(config_keys[k].name, entry->string) != 0)
             k++;

@@ -78,15 +78,15 @@ void tw_stats_add_gpu(tw_stats_t *stats, uint32_t api_id, uint64_t gpu_ns)
 
 void tw_stats_add(tw_stats_t *stats, uint32_t api_id, uint64_t cost_ns, uint64_t self_ns, uint64_t gpu_ns, int error)
 {
-    if (entry(stats, api_id) == NULL) {
+    tw_api_stats_t *a = entry(stats, api_id);
+    if (a == NULL || tw_api_stats_add(a, cost_ns, self_ns, gpu_ns, error) != 0)
         stats->dropped++;
-        return;
-    }
-    tw_api_stats_t *a = &stats->apis[api_id];
-    if (a->histogram == NULL && (a->histogram = calloc(BUCKETS, sizeof *a->histogram)) == NULL) {
-        stats->dropped++;
-        return;
-    }
+}
+
+int tw_api_stats_add(tw_api_stats_t *a, uint64_t cost_ns, uint64_t self_ns, uint64_t gpu_ns, int error)
+{
+    if (a->histogram == NULL && (a->histogram = calloc(BUCKETS, sizeof *a->histogram)) == NULL)
+        return TW_ENOMEM;
     if (a->calls == 0 || cost_ns < a->min_ns)
         a->min_ns = cost_ns;
     if (cost_ns > a->max_ns)
@@ -99,6 +99,7 @@ void tw_stats_add(tw_stats_t *stats, uint32_t api_id, uint64_t cost_ns, uint64_t
     uint32_t *slot = &a->histogram[bucket_of(cost_ns)];
     if (*slot != UINT32_MAX) /* saturate rather than wrap */
         (*slot)++;
+    return 0;
 }
 
 uint64_t tw_stats_percentile(const tw_api_stats_t *a, double q)

@@ -126,6 +126,7 @@ struct tw_writer {
     pthread_t thread;
     tw_writer_stream_t *streams; /* added under lock, freed by tw_writer_destroy */
     /* counters, written by the writer thread under lock, read by anyone under lock */
+    uint64_t wakeups; /* timed waits that returned: about one per flush interval when idle */
     uint64_t truncated;
     int write_errno;
 
@@ -137,8 +138,8 @@ struct tw_writer {
 
 static tw_writer_stream_t *streams_head(tw_writer_t *w);
 
-/* The thread waits with deadlines on CLOCK_MONOTONIC: its condition variable must use that clock
- * (the default, CLOCK_REALTIME, made every wait return at once: an idle writer spun). */
+/* Threads that wait with deadlines on CLOCK_MONOTONIC need condition variables on that clock (the
+ * default, CLOCK_REALTIME, makes every such wait return at once: the thread spins). */
 void tw_cond_init_monotonic(pthread_cond_t *cond)
 {
     pthread_condattr_t attr;
@@ -166,6 +167,11 @@ static uint64_t monotonic_ns(void)
 
 /* CSV text field: as is when nothing needs quoting, else through libcsv's quoting. */
 static char *put_csv_text(char *p, const char *s, size_t len)
+{
+    return tw_csv_field(p, s, len);
+}
+
+char *tw_csv_field(char *p, const char *s, size_t len)
 {
     int plain = len > 0 && s[0] != ' ' && s[len - 1] != ' ';
     for (size_t i = 0; plain && i < len; i++)
@@ -718,6 +724,16 @@ static void write_summary(tw_writer_t *w)
 
 /* ---- the thread -------------------------------------------------------------------------------- */
 
+/* The lock and the condition variables. The writer's timed wait computes its deadline on
+ * CLOCK_MONOTONIC (immune to clock changes), so `work` must wait on that clock too: with the default
+ * (CLOCK_REALTIME) every deadline lies decades in the past and the thread spins. */
+static void init_sync(tw_writer_t *w)
+{
+    pthread_mutex_init(&w->lock, NULL);
+    tw_cond_init_monotonic(&w->work);
+    pthread_cond_init(&w->room, NULL);
+}
+
 static void *writer_main(void *arg)
 {
     tw_writer_t *w = arg;
@@ -738,6 +754,7 @@ static void *writer_main(void *arg)
                 deadline.tv_nsec -= 1000000000;
             }
             pthread_cond_timedwait(&w->work, &w->lock, &deadline);
+            w->wakeups++;
         }
         tw_chunk_t *list = w->head;
         w->head = w->tail = NULL;
@@ -846,9 +863,7 @@ void tw_writer_fork_child(tw_writer_t *w)
         fileset_fork_child(&s->files);
     }
     pthread_mutex_unlock(&w->lock);
-    pthread_mutex_init(&w->lock, NULL);
-    tw_cond_init_monotonic(&w->work);
-    pthread_cond_init(&w->room, NULL);
+    init_sync(w);
     for (tw_chunk_t *c = w->head, *next; c != NULL; c = next) {
         next = c->next;
         tw_chunk_release(c);
@@ -949,12 +964,13 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
     if (gethostname(w->host, sizeof w->host - 1) != 0)
         strcpy(w->host, "localhost");
     tw_stats_init(&w->stats);
-    pthread_mutex_init(&w->lock, NULL);
-    tw_cond_init_monotonic(&w->work);
-    pthread_cond_init(&w->room, NULL);
-    if (snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest.json", w->out_dir) >=
+    init_sync(w);
+    char suffix[32] = "";
+    if (config->per_process_names)
+        snprintf(suffix, sizeof suffix, "-%lld", (long long)w->pid);
+    if (snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest%s.json", w->out_dir, suffix) >=
             (int)sizeof w->manifest_path ||
-        snprintf(w->summary_path, sizeof w->summary_path, "%s/summary.json", w->out_dir) >=
+        snprintf(w->summary_path, sizeof w->summary_path, "%s/summary%s.json", w->out_dir, suffix) >=
             (int)sizeof w->summary_path) {
         snprintf(err, err_size, "out_dir '%s' is too long", config->out_dir);
         tw_writer_destroy(w);
@@ -1099,6 +1115,7 @@ void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
     stats->records_truncated = w->truncated;
     stats->bytes_written = w->calls.bytes_total;
     stats->write_errno = w->write_errno;
+    stats->wakeups = w->wakeups;
     pthread_mutex_unlock(&w->lock);
 }
 

@@ -23,8 +23,10 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fr
 ./configure -q PYTHON="$python" CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" >/dev/null
 make -s -j"$(nproc)" >/dev/null 2>&1
 status=0
-make -s check TESTS="tests/c/test_api tests/c/test_clock tests/c/test_config tests/c/test_error tests/c/test_recorder tests/c/test_writer" >/dev/null 2>&1 || status=$?
-for log in tests/c/*.log; do
+# Every C test and the fuzz corpora's replays (the pytest suite is ASAN_PYTEST's).
+c_tests=$(make -s print-c-tests)
+make -s check TESTS="$c_tests" >/dev/null 2>&1 || status=$?
+for log in tests/c/*.log tests/fuzz/*.log; do
     if grep -q -E "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "$log"; then
         echo "sanitizer report in $log:"; cat "$log"; status=1
     fi

@@ -56,7 +56,8 @@ static inline char *tw_format_i64(char *out, int64_t v)
     XX(NOTACTIVE, -4, "no profiling session is active")                   \
     XX(FULL, -5, "table full")                                            \
     XX(IO, -6, "input/output error")                                      \
-    XX(RANGE, -7, "value out of range")
+    XX(RANGE, -7, "value out of range") \
+    XX(UNAVAIL, -8, "not available on this machine")
 
 typedef enum {
 #define TW_ERRNO_ENUM(name, value, text) TW_E##name = (value),

@@ -38,7 +38,8 @@ TW_API int tw_name_spec_check(const char *spec, char *err, size_t err_size);
 /*
  * Expands spec into out (a file name without directory), appending extension (".csv") unless the
  * expansion already ends with it. "timestamp" is "tw-{timestamp}-{pid}-{index}", "serial" is
- * "tw-{pid}-{index}". Characters of the host name other than [A-Za-z0-9._-] become '_', so no field
+ * "tw-{pid}-{index}"; with a rank (>= 0) they are "tw-{timestamp}-rank{rank}-{pid}-{index}" and
+ * "tw-rank{rank}-{pid}-{index}". Characters of the host name other than [A-Za-z0-9._-] become '_', so no field
  * can introduce a '/' or "..". Returns the length, or TW_EINVAL (bad spec) or TW_ERANGE (out too
  * small).
  */

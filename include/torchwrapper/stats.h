@@ -42,6 +42,9 @@ TW_API void tw_stats_add(tw_stats_t *stats, uint32_t api_id, uint64_t cost_ns, u
  * the call's record (see gpu.h). Never fails, like tw_stats_add(). */
 TW_API void tw_stats_add_gpu(tw_stats_t *stats, uint32_t api_id, uint64_t gpu_ns);
 
+/* Counts one call in a: 0, or TW_ENOMEM when its histogram cannot be allocated (nothing counted). */
+TW_API int tw_api_stats_add(tw_api_stats_t *a, uint64_t cost_ns, uint64_t self_ns, uint64_t gpu_ns, int error);
+
 /* The cost below which a fraction q (0..1) of the API's calls fall, within 1%; 0 without calls. */
 TW_API uint64_t tw_stats_percentile(const tw_api_stats_t *api, double q);
 

@@ -9,4 +9,7 @@
 #include "torchwrapper/config.h"
 #include "torchwrapper/stats.h"
 #include "torchwrapper/writer.h"
+#include "torchwrapper/gpu.h"
+#include "torchwrapper/reader.h"
+#include "torchwrapper/report.h"
 #endif

@@ -5,9 +5,9 @@
  * own, keeps per-API totals, and writes a manifest and a summary. It never touches Python.
  *
  * Files (in out_dir): records named by file_name_spec (config.h) with ".csv" or ".jsonl";
- * manifest.json (manifest-PID.json in a forked child) listing the config, the files and the counts,
- * rewritten atomically at every rotation and at close; summary.json (summary-PID.json) with per-API
- * totals and percentiles, written at close.
+ * manifest.json (manifest-PID.json in a forked child, or with per_process_names) listing the config,
+ * the files and the counts, rewritten atomically at every rotation and at close; summary.json
+ * (summary-PID.json) with per-API totals and percentiles, written at close.
  *
  * Columns: call_id, api, start_ns (since the epoch), cost_ns, self_ns, gpu_ns, pid, tid, depth,
  * parent_id, error (0/1 in CSV, false/true in JSON), args.
@@ -40,6 +40,8 @@ typedef struct tw_writer_config {
     int block_when_full;          /* 1: a recording thread waits for the writer; 0: records are dropped */
     int64_t rank;                 /* < 0 when not set */
     const char *manifest_json;    /* optional JSON object text merged into the manifest (config, versions) */
+    int per_process_names;        /* 1: manifest-PID.json and summary-PID.json, for processes that share
+                                     out_dir with others (children, ranks); 0: manifest.json, summary.json */
 } tw_writer_config_t;
 
 typedef struct tw_writer tw_writer_t;
@@ -50,6 +52,7 @@ typedef struct tw_writer_stats {
     uint64_t records_truncated;  /* written with their args cut to fit file_max_size */
     uint64_t bytes_written;
     int write_errno;             /* the first write error, 0 if none */
+    uint64_t wakeups;            /* times the idle writer thread woke up (about one per flush interval) */
 } tw_writer_stats_t;
 
 /*
@@ -127,6 +130,11 @@ TW_API int tw_writer_stream_write_gpu(tw_writer_stream_t *stream, const char *ro
 TW_API void tw_writer_stream_add_dropped(tw_writer_stream_t *stream, uint64_t count);
 
 TW_API void tw_writer_stream_stats(tw_writer_stream_t *stream, tw_writer_stream_stats_t *stats);
+
+/* Writes s (len bytes) as a CSV field at out (room for 2 * len + 2 bytes): as is, or quoted with
+ * inner quotes doubled when it holds a comma, quote, line break or edge space (RFC 4180); returns
+ * the end. */
+TW_API char *tw_csv_field(char *out, const char *s, size_t len);
 
 /* Writes s (len bytes of UTF-8) as a JSON string, quotes included, escaped per RFC 8259, at out
  * (room for 6 * len + 2 bytes); returns the end. */

@@ -41,6 +41,39 @@ static PyObject *core_normalize_config(PyObject *module, PyObject *args)
     return result;
 }
 
+/* report(argv): tw-report's main, writing to the process's stdout and stderr; returns its status. */
+static PyObject *core_report(PyObject *module, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "report() takes a list of strings, e.g. ['tw-report', 'output']");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    char **argv = PyMem_Calloc((size_t)n + 1, sizeof *argv);
+    if (argv == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    int status = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* Borrowed UTF-8 buffers, alive as long as seq holds the strings. */
+        const char *s = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+        if (s == NULL) {
+            status = -1;
+            break;
+        }
+        argv[i] = (char *)s;
+    }
+    if (status == 0) {
+        /* Pure C from here, minutes on a large run: let other threads run. */
+        Py_BEGIN_ALLOW_THREADS
+        status = tw_report_main((int)n, argv, stdout, stderr);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(argv);
+    Py_DECREF(seq);
+    return status < 0 ? NULL : PyLong_FromLong(status);
+}
+
 static PyObject *core_active_session(PyObject *module, PyObject *unused)
 {
     return Py_NewRef(tw_active.session ? tw_active.session : Py_None);
@@ -72,6 +105,8 @@ static PyMethodDef core_methods[] = {
     {"clock_source", core_clock_source, METH_NOARGS, "The tick source: 'tsc' or 'monotonic'."},
     {"api_name", core_api_name, METH_O, "The API name interned under an id."},
     {"active_session", core_active_session, METH_NOARGS, "The Session recording now, or None."},
+    {"report", core_report, METH_O,
+     "report(argv) -> status: runs tw-report (argv[0] is the program name) on the process's stdout/stderr."},
     {NULL, NULL, 0, NULL},
 };
 

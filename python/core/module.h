@@ -100,6 +100,7 @@ typedef struct {
     PyTypeObject *tensor_type;     /* torch._C.TensorBase when torch is imported (held by the session) */
     PyObject *session;             /* strong reference to the active Session object */
     tw_hooks_t hooks;              /* tracing; kinds == 0 when the session has no tracer */
+    const tw_gpu_hooks_t *gpu;     /* CUPTI's push/pop while GPU timing is on; else NULL */
 } tw_active_t;
 
 int tw_args_init(void);

@@ -6,9 +6,11 @@
  */
 #include "module.h"
 
+#include <pthread.h>
 #include <string.h>
 
 typedef enum { SESSION_NEW, SESSION_ACTIVE, SESSION_STOPPED } session_state_t;
+typedef enum { GPU_OFF, GPU_AUTO, GPU_ON } gpu_mode_t;
 
 typedef struct {
     PyObject_HEAD
@@ -31,6 +33,12 @@ typedef struct {
         tw_writer_stream_t *stream;
     } streams[4];
     int stream_count;
+    /* GPU timing */
+    gpu_mode_t gpu_mode;
+    int gpu_device;        /* the caller found a CUDA device */
+    char **cupti_paths;    /* NULL-terminated, PyMem_Raw; candidates for the CUPTI library */
+    tw_gpu_t *gpu;         /* while GPU timing runs, and after stop for its counters */
+    char gpu_reason[1024]; /* why GPU timing is off, "" when on or not asked for */
 } tw_session_object;
 
 /* A copy that outlives the Python objects (the writer thread reads it without the GIL). */
@@ -79,6 +87,93 @@ static int parse_size_arg(const char *key, PyObject *value, uint64_t *out)
 }
 
 static uint64_t last_gen;
+
+static void free_paths(char **paths)
+{
+    for (char **p = paths; p != NULL && *p != NULL; p++)
+        PyMem_RawFree(*p);
+    PyMem_RawFree(paths);
+}
+
+/* cupti_paths: a sequence of str (file system paths) to try for the CUPTI library. */
+static int set_cupti_paths(tw_session_object *self, PyObject *paths)
+{
+    PyObject *seq = PySequence_Fast(paths, "cupti_paths must be a sequence of paths (str)");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    char **out = PyMem_RawCalloc((size_t)n + 1, sizeof *out);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyUnicode_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "cupti_paths[%zd] must be a str path, not '%.200s'", i,
+                         Py_TYPE(item)->tp_name);
+            break;
+        }
+        if ((out[i] = dup_utf8(item)) == NULL)
+            break;
+    }
+    Py_DECREF(seq);
+    if (PyErr_Occurred()) {
+        free_paths(out);
+        return -1;
+    }
+    self->cupti_paths = out;
+    return 0;
+}
+
+/* A forked child must not call CUPTI (gpu.h): the wrappers stop pushing correlation ids there. */
+static void gpu_after_fork_in_child(void)
+{
+    tw_active.gpu = NULL;
+}
+
+/* "GPU timing unavailable" is said once per process, whatever the number of sessions. */
+static int gpu_unavailable_said;
+
+/*
+ * Starts GPU timing for a session that is starting, as its gpu mode says. Returns 0 (on, or off
+ * with the reason said once under "auto"), or -1 with an exception under "on".
+ */
+static int start_gpu(tw_session_object *self)
+{
+    self->gpu_reason[0] = '\0';
+    if (self->gpu_mode == GPU_OFF)
+        return 0;
+    int rc = TW_EUNAVAIL;
+    if (!self->gpu_device) {
+        snprintf(self->gpu_reason, sizeof self->gpu_reason, "no CUDA device (torch.cuda.is_available() is False)");
+    } else if (self->writer == NULL) {
+        snprintf(self->gpu_reason, sizeof self->gpu_reason,
+                 "GPU records are written to files, and this session keeps its records in memory (give out_dir)");
+    } else {
+        static int atfork_registered;
+        if (!atfork_registered)
+            atfork_registered = pthread_atfork(NULL, NULL, gpu_after_fork_in_child) == 0;
+        tw_gpu_config_t config = {.candidates = (const char *const *)self->cupti_paths, .device_available = 1,
+                                  .flush_interval_ns = self->config.flush_interval_ns};
+        Py_BEGIN_ALLOW_THREADS /* loading CUPTI and starting it take milliseconds; nothing here needs Python */
+        rc = tw_gpu_start(&config, self->writer, &self->clock, &self->gpu, self->gpu_reason, sizeof self->gpu_reason);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc == 0)
+        return 0;
+    if (self->gpu_mode == GPU_ON) {
+        PyErr_Format(PyExc_RuntimeError, "gpu=\"on\": GPU timing is unavailable: %s (gpu=\"auto\" profiles CPU "
+                                         "time instead)", self->gpu_reason);
+        return -1;
+    }
+    if (!gpu_unavailable_said) {
+        gpu_unavailable_said = 1;
+        PySys_FormatStderr("torchwrapper: GPU timing unavailable: %s; profiling CPU time only\n", self->gpu_reason);
+    }
+    return 0;
+}
 
 /* torch._C.TensorBase when torch is imported: a new reference, or NULL (without an error). The
  * extension never imports torch itself. */
@@ -151,16 +246,32 @@ static int take_hooks(PyObject *tracer, tw_hooks_t *hooks)
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
-                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args", "tracer",
-                               NULL};
-    PyObject *out_dir = Py_None, *file_max_size = NULL, *buffer_size = NULL, *manifest = Py_None, *tracer = Py_None;
-    const char *format = "json", *spec = "timestamp", *on_full = "drop", *args_mode = "none";
+                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args",
+                               "per_process_names", "gpu", "gpu_device", "cupti_paths", "tracer", NULL};
+    PyObject *out_dir = Py_None, *file_max_size = NULL, *buffer_size = NULL, *manifest = Py_None;
+    PyObject *cupti_paths = Py_None, *tracer = Py_None;
+    const char *format = "json", *spec = "timestamp", *on_full = "drop", *args_mode = "none", *gpu = "off";
     long long max_files = 0, rank = -1;
     double flush_interval = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLOsO:Session", keywords, &out_dir, &format,
+    int per_process_names = 0, gpu_device = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLOspspOO:Session", keywords, &out_dir, &format,
                                      &file_max_size, &spec, &max_files, &flush_interval, &buffer_size, &on_full,
-                                     &rank, &manifest, &args_mode, &tracer))
+                                     &rank, &manifest, &args_mode, &per_process_names, &gpu, &gpu_device,
+                                     &cupti_paths, &tracer))
         return NULL;
+    gpu_mode_t gpu_mode;
+    if (strcmp(gpu, "off") == 0)
+        gpu_mode = GPU_OFF;
+    else if (strcmp(gpu, "auto") == 0)
+        gpu_mode = GPU_AUTO;
+    else if (strcmp(gpu, "on") == 0)
+        gpu_mode = GPU_ON;
+    else {
+        PyErr_Format(PyExc_ValueError, "gpu='%s' is not accepted: \"auto\" (GPU times when CUPTI and a GPU are "
+                                       "there, else say why once), \"on\" (an error if they are not) or \"off\"",
+                     gpu);
+        return NULL;
+    }
     tw_args_mode_t mode;
     if (strcmp(args_mode, "none") == 0)
         mode = TW_ARGS_NONE;
@@ -180,6 +291,10 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     self->state = SESSION_NEW;
     self->args_mode = mode;
     self->tracer = Py_NewRef(tracer);
+    self->gpu_mode = gpu_mode;
+    self->gpu_device = gpu_device;
+    if (cupti_paths != Py_None && set_cupti_paths(self, cupti_paths) < 0)
+        goto fail;
     if (tw_recorder_create(&self->recorder) != 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
@@ -239,20 +354,51 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     c->flush_interval_ns = (uint64_t)(flush_interval * 1e9);
     c->block_when_full = strcmp(on_full, "wait") == 0;
     c->rank = rank;
+    c->per_process_names = per_process_names;
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
     return NULL;
 }
 
+/* The tracer refers back to its Profile, which holds this session: a cycle the collector must see. */
+static int session_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    tw_session_object *self = (tw_session_object *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->tensor_type);
+    Py_VISIT(self->tracer);
+    Py_VISIT(self->hooks.resolve);
+    Py_VISIT(self->hooks.module_enter);
+    Py_VISIT(self->hooks.module_pre);
+    Py_VISIT(self->hooks.module_exit);
+    Py_VISIT(self->hooks.update);
+    Py_VISIT(self->hooks.boundary_enter);
+    Py_VISIT(self->hooks.boundary_exit);
+    return 0;
+}
+
+/* Never reached while the session records: tw_active holds a reference the collector cannot see. */
+static int session_clear(PyObject *op)
+{
+    tw_session_object *self = (tw_session_object *)op;
+    clear_hooks(&self->hooks);
+    Py_CLEAR(self->tracer);
+    Py_CLEAR(self->tensor_type);
+    return 0;
+}
+
 static void session_dealloc(PyObject *op)
 {
     tw_session_object *self = (tw_session_object *)op;
     PyTypeObject *type = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
     /* An active session is referenced by tw_active, so it cannot be deallocated while recording. */
+    tw_gpu_destroy(self->gpu);
     if (self->writer != NULL)
         tw_writer_destroy(self->writer);
     tw_recorder_destroy(self->recorder);
+    free_paths(self->cupti_paths);
     Py_XDECREF(self->tensor_type);
     clear_hooks(&self->hooks);
     Py_XDECREF(self->tracer);
@@ -292,6 +438,14 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
             return NULL;
         }
     }
+    if (start_gpu(self) < 0) {
+        if (self->writer != NULL) {
+            tw_writer_close(self->writer);
+            tw_writer_destroy(self->writer);
+            self->writer = NULL;
+        }
+        return NULL;
+    }
     if (self->args_mode != TW_ARGS_NONE && self->tensor_type == NULL)
         self->tensor_type = find_tensor_type();
     tw_active.recorder = self->recorder;
@@ -300,6 +454,7 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     tw_active.tensor_type = (PyTypeObject *)self->tensor_type;
     tw_active.hooks = self->hooks; /* borrowed: the session holds them until it is deallocated */
     tw_active.session = Py_NewRef(op);
+    tw_active.gpu = tw_gpu_hooks(self->gpu);
     tw_active.gen = ++last_gen;
     self->state = SESSION_ACTIVE;
     Py_RETURN_NONE;
@@ -316,9 +471,19 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
     tw_active.gen = 0;
     tw_active.recorder = NULL;
     memset(&tw_active.hooks, 0, sizeof tw_active.hooks);
+    /* Not needed once stopped; dropped now so that the tracer (and its Profile) go with refcounts. */
+    clear_hooks(&self->hooks);
+    Py_CLEAR(self->tracer);
+    tw_active.gpu = NULL;
     /* With the GIL held and the generation changed, no thread is inside tw_call_* for this recorder. */
     tw_recorder_collect(self->recorder);
     self->state = SESSION_STOPPED;
+    if (self->gpu != NULL) {
+        /* CUPTI's last records go to the writer before it closes. */
+        Py_BEGIN_ALLOW_THREADS
+        tw_gpu_stop(self->gpu);
+        Py_END_ALLOW_THREADS
+    }
     if (self->writer != NULL) {
         /* The writer drains the last chunks; it never needs the GIL, so let other threads run. A
          * write error was warned about once already, and is in stats()["write_error"]. */
@@ -414,6 +579,30 @@ static PyObject *session_records(PyObject *op, PyObject *unused)
     return ctx.list;
 }
 
+/* stats()["gpu"]: "on" or "off"; "gpu_unavailable": why not, or None; and the GPU counters. */
+static int add_gpu_stats(tw_session_object *self, PyObject *out)
+{
+    PyObject *extra;
+    if (self->gpu != NULL) {
+        tw_gpu_stats_t g;
+        tw_gpu_stats(self->gpu, &g);
+        extra = Py_BuildValue("{sssOsKsKsKsKsKsKsssI}", "gpu", "on", "gpu_unavailable", Py_None, "gpu_kernels",
+                              (unsigned long long)g.kernels, "gpu_memcpys", (unsigned long long)g.memcpys,
+                              "gpu_memsets", (unsigned long long)g.memsets, "gpu_unattributed",
+                              (unsigned long long)g.unattributed, "gpu_incomplete", (unsigned long long)g.incomplete,
+                              "gpu_dropped", (unsigned long long)g.dropped, "cupti_library", tw_gpu_library_path(),
+                              "cupti_version", (unsigned int)g.cupti_version);
+    } else {
+        extra = Py_BuildValue("{ssss}", "gpu", "off", "gpu_unavailable",
+                              self->gpu_reason[0] ? self->gpu_reason : NULL);
+    }
+    if (extra == NULL)
+        return -1;
+    int rc = PyDict_Update(out, extra);
+    Py_DECREF(extra);
+    return rc;
+}
+
 static PyObject *session_stats(PyObject *op, PyObject *unused)
 {
     tw_session_object *self = (tw_session_object *)op;
@@ -424,7 +613,11 @@ static PyObject *session_stats(PyObject *op, PyObject *unused)
                                   "threads", (unsigned long long)stats.threads, "clock",
                                   self->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic", "ticks_per_ns",
                                   self->clock.ticks_per_ns);
-    if (out == NULL || self->writer == NULL)
+    if (out == NULL || add_gpu_stats(self, out) < 0) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    if (self->writer == NULL)
         return out;
     tw_writer_stats_t ws;
     tw_writer_stats(self->writer, &ws);
@@ -573,6 +766,8 @@ static PyGetSetDef session_getset[] = {
 static PyType_Slot session_slots[] = {
     {Py_tp_new, session_new},
     {Py_tp_dealloc, session_dealloc},
+    {Py_tp_traverse, session_traverse},
+    {Py_tp_clear, session_clear},
     {Py_tp_methods, session_methods},
     {Py_tp_getset, session_getset},
     {Py_tp_doc, "Session()\n--\n\nA profiling session: start(), stop(), records()."},
@@ -582,7 +777,7 @@ static PyType_Slot session_slots[] = {
 static PyType_Spec session_spec = {
     .name = "torchwrapper._core.Session",
     .basicsize = sizeof(tw_session_object),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_HAVE_GC,
     .slots = session_slots,
 };
 

@@ -13,6 +13,7 @@ from typing import Iterable, Iterator, List, NamedTuple, Optional
 from . import _core
 from ._core import MethodWrapper, Session, Wrapper, wrap
 from ._api import TorchWrapper, getAPIName, getAttributes, load_config
+from ._files import load
 from ._discover import DEFAULT_EXCLUDE, SKIP_ATTRIBUTES, SKIP_MODULES, Plan, discover
 from ._patch import Patcher, resolve
 from ._profile import Profile, profile
@@ -75,4 +76,4 @@ def profile_apis(paths: Iterable[str]) -> Iterator[Session]:
 __all__ = ["BUILTIN_METRICS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "load_modules", "load_stats",
            "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile", "Record", "SKIP_ATTRIBUTES",
            "SKIP_MODULES", "Session", "TorchWrapper", "Wrapper", "discover", "getAPIName", "getAttributes",
-           "load_config", "profile", "profile_apis", "records", "resolve", "wrap", "__version__"]
+           "load", "load_config", "profile", "profile_apis", "records", "resolve", "wrap", "__version__"]

@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: MIT
 """python -m torchwrapper run [options] (script.py | -m module) [args...]
+python -m torchwrapper report [options] OUT_DIR|FILE...   (tw-report; --help lists its options)
 
 Runs an unmodified program under the profiler, as `python script.py args` would run it (sys.argv,
 __main__, sys.path[0], standard streams and exit code are the plain run's), then prints where the
-files are and the top APIs by total time on standard error.
+files are and the top APIs by total time on standard error. The program's child processes
+(multiprocessing, DataLoader workers, torchrun workers) are profiled too, each into its own files
+in the same out_dir, through $TORCHWRAPPER_AUTOSTART (see _autostart.py).
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import os
 import runpy
 import signal
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 USAGE = "python -m torchwrapper run [--config FILE] [--set KEY=VALUE ...] [-o OUT_DIR] [--no-report] " \
         "[--] (script.py | -m module) [args...]"
@@ -75,21 +78,67 @@ def _config(options: argparse.Namespace) -> Dict[str, Any]:
     return config
 
 
+def _run_summaries(wrapper: Any) -> List[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
+    """(manifest, summary APIs) of the processes of this run that wrote to out_dir: this one, and
+    those that started after it (older runs in the same out_dir are left out); a rank (started by
+    torchrun with this command as its program) takes only its own rank's, not its siblings'."""
+    out_dir = os.path.abspath(wrapper.config["out_dir"])
+    own = wrapper._profile.session.stats().get("manifest") if wrapper._profile else None
+    found = []
+    for name in sorted(os.listdir(out_dir)):
+        if not (name.startswith("manifest") and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(out_dir, name)) as f:
+                manifest = json.load(f)
+            with open(os.path.join(out_dir, "summary" + name[len("manifest"):])) as f:
+                apis = json.load(f)["apis"]
+        except (OSError, ValueError, KeyError):  # still running, or killed: no summary
+            continue
+        found.append((os.path.join(out_dir, name) == own, manifest, apis))
+    mine = next((m for is_own, m, _ in found if is_own), None)
+    if mine is None:
+        return []
+    start, rank = mine.get("start_ns") or 0, mine.get("rank")
+    return [(m, apis) for is_own, m, apis in found
+            if is_own or ((m.get("start_ns") or 0) >= start and (rank is None or m.get("rank") == rank))]
+
+
 def _report(wrapper: Any, top: int) -> None:
     out_dir = os.path.abspath(wrapper.config["out_dir"])
-    files = wrapper.files
-    print(f"\ntorchwrapper: {len(files)} record file(s) in {out_dir}", file=sys.stderr)
-    try:
-        with open(os.path.join(out_dir, "summary.json")) as f:
-            apis = json.load(f)["apis"]
-    except (OSError, ValueError, KeyError):
+    processes = _run_summaries(wrapper)
+    if len(processes) <= 1:
+        print(f"\ntorchwrapper: {len(wrapper.files)} record file(s) in {out_dir}", file=sys.stderr)
+        apis = processes[0][1] if processes else []
+        if not apis:
+            return
+        print(f"{'API':44} {'calls':>9} {'total ms':>10} {'self ms':>10} {'p50 us':>9} {'p99 us':>9}",
+              file=sys.stderr)
+        for a in apis[:top]:
+            print(f"{a['api'][:44]:44} {a['calls']:9d} {a['total_ns'] / 1e6:10.2f} {a['self_ns'] / 1e6:10.2f} "
+                  f"{a['p50_ns'] / 1e3:9.1f} {a['p99_ns'] / 1e3:9.1f}", file=sys.stderr)
         return
-    if not apis:
+    # Several processes: sums, means and maxima merge exactly, percentiles do not (each process's
+    # are in its summary-PID.json).
+    files = sum(len(m.get("files", [])) for m, _ in processes)
+    print(f"\ntorchwrapper: {files} record file(s) in {out_dir}, from {len(processes)} processes "
+          f"(this one and its children)", file=sys.stderr)
+    merged: Dict[str, Dict[str, int]] = {}
+    for _, apis in processes:
+        for a in apis:
+            m = merged.setdefault(a["api"], {"calls": 0, "total_ns": 0, "self_ns": 0, "max_ns": 0, "procs": 0})
+            m["calls"] += a["calls"]
+            m["total_ns"] += a["total_ns"]
+            m["self_ns"] += a["self_ns"]
+            m["max_ns"] = max(m["max_ns"], a["max_ns"])
+            m["procs"] += 1
+    if not merged:
         return
-    print(f"{'API':44} {'calls':>9} {'total ms':>10} {'self ms':>10} {'p50 us':>9} {'p99 us':>9}", file=sys.stderr)
-    for a in apis[:top]:
-        print(f"{a['api'][:44]:44} {a['calls']:9d} {a['total_ns'] / 1e6:10.2f} {a['self_ns'] / 1e6:10.2f} "
-              f"{a['p50_ns'] / 1e3:9.1f} {a['p99_ns'] / 1e3:9.1f}", file=sys.stderr)
+    print(f"{'API':44} {'calls':>9} {'total ms':>10} {'self ms':>10} {'mean us':>9} {'max us':>9} {'procs':>5}",
+          file=sys.stderr)
+    for api, m in sorted(merged.items(), key=lambda item: -item[1]["total_ns"])[:top]:
+        print(f"{api[:44]:44} {m['calls']:9d} {m['total_ns'] / 1e6:10.2f} {m['self_ns'] / 1e6:10.2f} "
+              f"{m['total_ns'] / m['calls'] / 1e3:9.1f} {m['max_ns'] / 1e3:9.1f} {m['procs']:5d}", file=sys.stderr)
 
 
 def run(argv: List[str]) -> None:
@@ -106,9 +155,20 @@ def run(argv: List[str]) -> None:
         script = options.program[0]
         sys.argv = list(options.program)
         sys.path[0] = os.path.dirname(os.path.abspath(script))
+    from . import _autostart
+
+    # Started with $TORCHWRAPPER_AUTOSTART already set (under another `run`): this command's own
+    # configuration wins, and the process is profiled once.
+    _autostart.disarm()
+    if _autostart._wrapper is not None:
+        _autostart._wrapper.stop()
     import torch  # noqa: F401  (profiling wraps torch: import it before the program runs)
 
     wrapper.start()
+    # The program's child processes (multiprocessing spawn and forkserver, DataLoader workers,
+    # torchrun workers) start profiling through the auto-start hook, into the same out_dir; forked
+    # children need no variable: they keep this session.
+    os.environ[_autostart.ENV] = json.dumps(dict(wrapper.config, out_dir=os.path.abspath(wrapper.config["out_dir"])))
     try:
         if options.module is not None:
             runpy.run_module(options.module, run_name="__main__", alter_sys=True)
@@ -162,9 +222,24 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(__doc__.strip(), file=sys.stderr)
         raise SystemExit(0 if argv else 2)
     command, rest = argv[0], argv[1:]
+    if command == "report":
+        raise SystemExit(report(rest))
     if command != "run":
-        raise SystemExit(f"torchwrapper: unknown command {command!r} (accepted: run)\nusage: {USAGE}")
+        raise SystemExit(f"torchwrapper: unknown command {command!r} (accepted: run, report)\nusage: {USAGE}\n"
+                         f"       {REPORT_USAGE}")
     run(rest)
+
+
+REPORT_USAGE = "python -m torchwrapper report [tw-report options] OUT_DIR|FILE... (see --help)"
+
+
+def report(argv: List[str]) -> int:
+    """python -m torchwrapper report ...: the same C code as the tw-report program."""
+    from . import _core
+
+    sys.stdout.flush()  # C writes to the same file descriptors: keep the order
+    sys.stderr.flush()
+    return _core.report(["python -m torchwrapper report"] + list(argv))
 
 
 if __name__ == "__main__":

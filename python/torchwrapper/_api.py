@@ -10,16 +10,16 @@ import types
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from . import _core
-from ._files import read_rows
+from ._files import ORIGINAL_COLUMNS, load, read_rows
 from ._patch import WRAPPER_TYPES
 from ._profile import Profile
 
 ENV_PREFIX = "TORCHWRAPPER_"
 CONFIG_FILE_ENV = "TORCHWRAPPER_CONFIG"
+AUTOSTART_ENV = "TORCHWRAPPER_AUTOSTART"  # not a config key: see _autostart.py
 
 # DataFrame columns: the original tool's first, then ours.
-COLUMNS = ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp", "Cost Time (ms)", "Arguments",
-           "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error", "Module"]
+COLUMNS = ORIGINAL_COLUMNS
 
 
 def load_config(config: Union[None, Mapping[str, Any], str, os.PathLike] = None,
@@ -34,7 +34,7 @@ def load_config(config: Union[None, Mapping[str, Any], str, os.PathLike] = None,
     if environ.get(CONFIG_FILE_ENV):
         sources.append((_read_config_file(environ[CONFIG_FILE_ENV], f"${CONFIG_FILE_ENV}"), False))
     env_values = {key[len(ENV_PREFIX):].lower(): value for key, value in environ.items()
-                  if key.startswith(ENV_PREFIX) and key != CONFIG_FILE_ENV}
+                  if key.startswith(ENV_PREFIX) and key not in (CONFIG_FILE_ENV, AUTOSTART_ENV)}
     if env_values:
         sources.append((env_values, True))
     if isinstance(config, (str, os.PathLike)):
@@ -115,7 +115,7 @@ class TorchWrapper:
                                 file_max_size=c["file_max_size"], file_name_spec=c["file_name_spec"],
                                 max_files=c["max_files"], flush_interval=c["flush_interval"],
                                 buffer_size=c["buffer_size"], on_full=c["on_full"], manifest={"config": c},
-                                args=c["args"], tensor_stats=c["tensor_stats"], track=c["track"],
+                                args=c["args"], gpu=c["gpu"], tensor_stats=c["tensor_stats"], track=c["track"],
                                 metrics=self._metrics if c["tensor_stats"] is not None else None)
         self._call_records = None
         self._profile.start()
@@ -178,20 +178,11 @@ class TorchWrapper:
         """One row per call: the original columns (API Name, Total Time (ms), Call Number, Start
         Timestamp, Cost Time (ms), Arguments), then Self Time (ms), GPU Time (ms), Thread, PID,
         Depth, Call ID, Parent ID, Error, Module (the instance path of an nn.Module forward, "" for
-        the model itself; None for other calls)."""
-        import pandas
-
-        rows = self._rows()
-        totals: Dict[str, float] = {}
-        numbers: Dict[str, int] = {}
-        for r in rows:
-            totals[r[1]] = totals.get(r[1], 0.0) + r[3] / 1e6
-        out = []
-        for call_id, api, start, cost, self_ns, gpu, pid, tid, depth, parent, error, args, module in rows:
-            numbers[api] = numbers.get(api, 0) + 1
-            out.append((api, totals[api], numbers[api], start, cost / 1e6, args, self_ns / 1e6, gpu / 1e6, tid, pid,
-                        depth, call_id, parent, error, module))
-        return pandas.DataFrame(out, columns=COLUMNS)
+        the model itself). torchwrapper.load(out_dir) gives the same calls with typed,
+        unit-suffixed columns."""
+        if self._profile is None:
+            raise RuntimeError("nothing was profiled yet: call start() first")
+        return load(self.files, original_names=True)
 
     def stats(self):
         """Tensor statistics (config tensor_stats): a DataFrame with one row per tensor of a module

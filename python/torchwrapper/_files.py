@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
-from typing import Iterator, List, Optional
+import warnings
+from typing import Iterable, Iterator, List, Optional, Tuple, Union
 
 RECORD_EXTENSIONS = (".csv", ".jsonl")
+
+# Column types of call records and GPU records, as the C writer writes them.
+CALL_DTYPES = {"call_id": "int64", "api": "str", "start_ns": "int64", "cost_ns": "int64", "self_ns": "int64",
+               "gpu_ns": "int64", "pid": "int64", "tid": "int64", "depth": "int64", "parent_id": "int64",
+               "error": "bool", "args": "str", "module": "str"}
+GPU_DTYPES = {"call_id": "int64", "api": "str", "kind": "str", "name": "str", "start_ns": "int64",
+              "end_ns": "int64", "device": "int64", "stream": "int64", "correlation_id": "int64", "pid": "int64"}
 
 
 def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -> List[str]:
@@ -72,6 +81,154 @@ def read_rows(paths: List[str]) -> List[tuple]:
     return rows
 
 
+def _kind(path: str) -> Optional[str]:
+    """'calls' or 'gpu' from a file's first line; None for an empty file. ValueError if not ours."""
+    with open(path, "rb") as f:
+        first = f.readline(1 << 16)
+    if not first.strip():
+        return None
+    if first.lstrip().startswith(b"{"):
+        try:
+            keys = set(json.loads(first))
+        except ValueError:
+            keys = {k for k in ("call_id", "cost_ns", "end_ns") if f'"{k}"'.encode() in first}  # a torn first line
+    else:
+        keys = set(first.decode("utf-8", "replace").strip().split(","))
+    if {"call_id", "api", "start_ns", "cost_ns"} <= keys:
+        return "calls"
+    if {"call_id", "kind", "start_ns", "end_ns"} <= keys:
+        return "gpu"
+    if {"call_id", "step", "module", "tensor"} <= keys:
+        return "stats"     # tensor statistics (tracing): see load_stats()
+    if {"call_id", "parameter", "version"} <= keys:
+        return "updates"   # parameter updates (tracing): see load_updates()
+    raise ValueError(f"{path} is not a TorchWrapper record file: its first line is {first[:120]!r} (expected the "
+                     "columns call_id,api,start_ns,cost_ns,... or call_id,api,kind,name,start_ns,end_ns,...)")
+
+
+def _whole_lines(path: str) -> Tuple[bytes, int]:
+    """The file's bytes up to its last line end, and 1 if a torn last line (a killed process) was cut."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data or data.endswith(b"\n"):
+        return data, 0
+    cut = data.rfind(b"\n") + 1
+    return data[:cut], int(bool(data[cut:].strip()))
+
+
+def _frame(path: str, kind: str, dtypes: dict):
+    import pandas
+
+    data, torn = _whole_lines(path)
+    columns = list(dtypes)
+    try:
+        if path.endswith(".jsonl"):
+            frame = pandas.read_json(io.BytesIO(data), lines=True, dtype=False) if data.strip() else \
+                pandas.DataFrame(columns=columns)
+        else:
+            frame = pandas.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False,
+                                    engine="c")
+        for column in columns:  # a file written by an older version may lack a column: zeros, empty text
+            if column not in frame:
+                frame[column] = "" if dtypes[column] == "str" else 0
+        frame = frame[columns]  # columns of a newer version are left out
+        if not path.endswith(".jsonl"):
+            frame["error"] = frame["error"] == "1" if "error" in frame else False
+        frame = frame.astype({c: t for c, t in dtypes.items() if t != "str"})
+    except (ValueError, pandas.errors.ParserError):
+        # A corrupt row somewhere: the tolerant row reader skips it (calls only).
+        if kind != "calls":
+            raise ValueError(f"{path}: a row does not parse as a GPU record")
+        frame = pandas.DataFrame([row for row in iter_rows(path)], columns=columns).astype(
+            {c: t for c, t in dtypes.items() if t != "str"})
+    return frame, torn
+
+
+def _paths(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]) -> List[str]:
+    if isinstance(source, (str, os.PathLike)):
+        source = [source]
+    paths: List[str] = []
+    for item in source:
+        item = os.fspath(item)
+        if os.path.isdir(item):
+            found = sorted(os.path.join(item, n) for n in os.listdir(item) if n.endswith(RECORD_EXTENSIONS))
+            if not found:
+                raise ValueError(f"{item} holds no record files (*.csv or *.jsonl written by TorchWrapper)")
+            paths.extend(found)
+        elif os.path.exists(item):
+            paths.append(item)
+        else:
+            raise FileNotFoundError(f"no such record file or directory: {item}")
+    return paths
+
+
+def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, original_names: bool = False):
+    """Every call record in source (an out_dir, a record file, or a list of them; all processes and
+    ranks) as one pandas DataFrame, in the order the calls started.
+
+    Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
+    module (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
+    forward, "" for the model itself and, in CSV files, for other calls, which JSON files give as
+    None; files of an older version lack it: ""). Tracing streams in the directory (stats, updates)
+    are not records: see load_stats() and load_updates(). When the directory holds GPU records, gpu_ns is the
+    GPU time of the kernels, copies and memsets each call launched itself. A torn last line (a killed
+    process) is skipped, with one warning giving the count. original_names=True gives the original
+    TorchWrapper's columns instead (API Name, Total Time (ms), Call Number, ...)."""
+    import pandas
+
+    calls, gpus, torn = [], [], 0
+    for path in _paths(source):
+        kind = _kind(path)
+        if kind not in ("calls", "gpu"):
+            continue   # empty, or a tracing stream
+        frame, cut = _frame(path, kind, CALL_DTYPES if kind == "calls" else GPU_DTYPES)
+        torn += cut
+        (calls if kind == "calls" else gpus).append(frame)
+    if torn:
+        warnings.warn(f"torchwrapper.load: skipped {torn} torn last line(s) (a process killed while writing)",
+                      stacklevel=2)
+    frame = pandas.concat(calls, ignore_index=True) if calls else pandas.DataFrame(
+        {c: pandas.Series(dtype=t if t != "str" else object) for c, t in CALL_DTYPES.items()})
+    if gpus:
+        gpu = pandas.concat(gpus, ignore_index=True)
+        gpu = gpu[gpu["call_id"] != 0]
+        per_call = (gpu["end_ns"] - gpu["start_ns"]).clip(lower=0).groupby([gpu["pid"], gpu["call_id"]]).sum()
+        per_call.name = "gpu_from_records"
+        frame = frame.join(per_call, on=["pid", "call_id"])
+        frame["gpu_ns"] = frame.pop("gpu_from_records").fillna(0).astype("int64")
+    frame = frame.sort_values(["start_ns", "pid", "call_id"], kind="stable").reset_index(drop=True)
+    frame["api"] = frame["api"].astype("category")
+    return original_frame(frame) if original_names else frame
+
+
+# The original tool's DataFrame columns first, then ours.
+ORIGINAL_COLUMNS = ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp", "Cost Time (ms)", "Arguments",
+                    "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error",
+                    "Module"]
+
+
+def original_frame(frame):
+    """A frame of load() with the original TorchWrapper's column names and units (ms)."""
+    import pandas
+
+    api = frame["api"].astype(str)
+    return pandas.DataFrame({
+        "API Name": api,
+        "Total Time (ms)": frame.groupby(api)["cost_ns"].transform("sum") / 1e6,
+        "Call Number": frame.groupby(api).cumcount() + 1,
+        "Start Timestamp": frame["start_ns"],
+        "Cost Time (ms)": frame["cost_ns"] / 1e6,
+        "Arguments": frame["args"],
+        "Self Time (ms)": frame["self_ns"] / 1e6,
+        "GPU Time (ms)": frame["gpu_ns"] / 1e6,
+        "Thread": frame["tid"],
+        "PID": frame["pid"],
+        "Depth": frame["depth"],
+        "Call ID": frame["call_id"],
+        "Parent ID": frame["parent_id"],
+        "Error": frame["error"],
+        "Module": frame["module"],
+    }, columns=ORIGINAL_COLUMNS)
 
 
 def iter_stream_rows(path: str) -> Iterator[dict]:
@@ -91,4 +248,5 @@ def iter_stream_rows(path: str) -> Iterator[dict]:
                     continue
 
 
-__all__ = ["RECORD_EXTENSIONS", "iter_rows", "iter_stream_rows", "read_rows", "record_files"]
+__all__ = ["ORIGINAL_COLUMNS", "RECORD_EXTENSIONS", "iter_rows", "iter_stream_rows", "load", "original_frame",
+           "read_rows", "record_files"]

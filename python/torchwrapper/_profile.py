@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import importlib.util
 import json
 import os
 import signal
@@ -139,7 +140,14 @@ class Profile:
     With ``out_dir``, records stream to files there (``format`` "csv" or "json", each file at most
     ``file_max_size``, named by ``file_name_spec``, ``max_files`` newest kept, on disk within
     ``flush_interval`` seconds; ``buffer_size`` bounds memory, ``on_full`` "drop" or "wait"). Without
-    it, records stay in memory until read.
+    it, records stay in memory until read. ``rank`` (default: $RANK) goes into the manifest and
+    the record file names; ``per_process_names`` (default: with a rank, or in a process started
+    with $TORCHWRAPPER_AUTOSTART) names the manifest and summary after the pid.
+
+    ``gpu``: "auto" (the default: with out_dir, a CUDA device and CUPTI, every kernel, copy and
+    memset is recorded with the call that launched it, in ``*.gpu.csv`` / ``*.gpu.jsonl`` files;
+    otherwise says once why not and profiles CPU time), "on" (the same, but start() raises
+    RuntimeError when GPU timing is unavailable) or "off".
     """
 
     def __init__(self, modules: Sequence[str] = ("torch",), include: Sequence[str] = (),
@@ -147,7 +155,8 @@ class Profile:
                  format: str = "json", file_max_size: Any = "128MB", file_name_spec: str = "timestamp",
                  max_files: int = 0, flush_interval: float = 1.0, buffer_size: Any = "32MiB",
                  on_full: str = "drop", rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None,
-                 args: str = "none", tensor_stats: Any = None, track: Sequence[str] = (),
+                 args: str = "none", per_process_names: Optional[bool] = None, gpu: str = "auto",
+                 tensor_stats: Any = None, track: Sequence[str] = (),
                  metrics: Optional[Dict[str, Any]] = None) -> None:
         checked = json.loads(_core.normalize_config(json.dumps({"tensor_stats": tensor_stats, "track": list(track)})))
         stats = StatsOptions(checked["tensor_stats"], metrics) if checked["tensor_stats"] is not None else None
@@ -162,12 +171,17 @@ class Profile:
         self.out_dir = os.path.abspath(out_dir) if out_dir is not None else None
         if rank is None and os.environ.get("RANK", "").isdigit():
             rank = int(os.environ["RANK"])
+        if per_process_names is None:
+            # Processes that share out_dir with others (the ranks of a job, the children of a
+            # program under `python -m torchwrapper run`) write manifest-PID.json and
+            # summary-PID.json; manifest.json stays the first process's.
+            per_process_names = rank is not None or bool(os.environ.get("TORCHWRAPPER_AUTOSTART"))
         output: Dict[str, Any] = {}
         if out_dir is not None:
             extra = {"config": {"out_dir": self.out_dir, "format": format, "file_max_size": file_max_size,
                                 "file_name_spec": file_name_spec, "max_files": max_files,
                                 "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full,
-                                "modules": self.modules, "include": self.include,
+                                "modules": self.modules, "include": self.include, "gpu": gpu,
                                 "exclude": list(exclude) if exclude is not None else "default",
                                 "tensor_stats": checked["tensor_stats"], "track": checked["track"]},
                      "python": sys.version.split()[0], "torch": _torch_version(),
@@ -176,10 +190,14 @@ class Profile:
             output = dict(out_dir=self.out_dir, format=format, file_max_size=file_max_size,
                           file_name_spec=file_name_spec, max_files=max_files, flush_interval=flush_interval,
                           buffer_size=buffer_size, on_full=on_full, rank=-1 if rank is None else rank,
-                          manifest=json.dumps(extra, default=str))
-        self.tracer = Tracer(self.out_dir, class_name=self._class_name, stats=stats, track=checked["track"],
-                             format=format)
-        self.session = _core.Session(args=args, tracer=self.tracer, **output)
+                          manifest=json.dumps(extra, default=str), per_process_names=per_process_names)
+        if gpu not in ("auto", "on", "off"):
+            raise ValueError(f"gpu={gpu!r} is not accepted: 'auto' (GPU times when CUPTI and a GPU are there, else "
+                             f"say why once), 'on' (an error if they are not) or 'off'")
+        if gpu != "off":
+            output.update(gpu_device=_cuda_available(), cupti_paths=cupti_candidates())
+        self.tracer = Tracer(self.out_dir, stats=stats, track=checked["track"], format=format)
+        self.session = _core.Session(args=args, gpu=gpu, tracer=self.tracer, **output)
         self.plan: Optional[Plan] = None
         self.patcher = Patcher()
         self._registries = _TorchRegistries()
@@ -214,6 +232,7 @@ class Profile:
             self._modules_before = imported
             t2 = time.perf_counter()
             self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
+            self.tracer.names = self.plan.names   # public names of module classes (no cycle through self)
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
             self.tracer.attach(self.session)
             if self.tracer.stats is not None:
@@ -315,12 +334,6 @@ class Profile:
             return STATS_COLUMNS, list(self.tracer.stats.rows_out)
         return STATS_COLUMNS, read_stream(self.out_dir, "stats", STATS_COLUMNS, os.getpid())
 
-    def _class_name(self, cls: type) -> str:
-        entry = self.plan.names.get(id(cls)) if self.plan is not None else None
-        if entry is not None and entry[0] is cls:
-            return entry[1]
-        return f"{cls.__module__}.{cls.__qualname__}"
-
     def module_tree(self) -> Dict[str, Any]:
         """The modules that ran: {"roots": [...], "modules": [{"path", "class", "parent",
         "parameters": {name: shape}, "calls"}]} (also written to out_dir/modules.json)."""
@@ -359,6 +372,38 @@ def profile(modules: Sequence[str] = ("torch",), include: Sequence[str] = (),
     return Profile(modules, include, exclude, **output)
 
 
+def _cuda_available() -> bool:
+    """Whether torch sees a CUDA device (False for a CPU build of torch, or without a driver)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return bool(cuda is not None and cuda.is_available())
+    except Exception:  # a broken driver install: no GPU timing, the program goes on
+        return False
+
+
+def cupti_candidates() -> List[str]:
+    """CUPTI libraries to try, best first: the one installed with torch (the nvidia-cuda-cupti wheel,
+    which matches torch's CUDA runtime: nvidia/cu13/lib or nvidia/cuda_cupti/lib), then one in
+    torch/lib. The C library tries $TW_CUPTI_LIBRARY before these, and $CUDA_HOME, /usr/local/cuda
+    and the loader's path after them."""
+    import glob
+
+    found: List[str] = []
+    try:
+        spec = importlib.util.find_spec("nvidia")  # a namespace package: nothing is imported
+    except (ImportError, ValueError):
+        spec = None
+    for root in list(spec.submodule_search_locations or []) if spec is not None else []:
+        for sub in ("cu13", "cuda_cupti", "cu12"):
+            # libcupti.so.13 before libcupti.so.2025.x: the soname the CUDA runtime links.
+            found.extend(sorted(glob.glob(os.path.join(root, sub, "lib", "libcupti.so*")), key=len))
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        found.extend(sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libcupti*.so*"))))
+    return found
+
+
 def _torch_version() -> Optional[str]:
     torch = sys.modules.get("torch")
     return getattr(torch, "__version__", None) if torch is not None else None
@@ -367,8 +412,17 @@ def _torch_version() -> Optional[str]:
 class _ExitGuard:
     """Nothing is lost when the program ends without stop(): at interpreter exit (normal end,
     uncaught exception, sys.exit, KeyboardInterrupt from SIGINT), on SIGTERM (the profile is
-    stopped and flushed, then SIGTERM's previous behaviour follows), and in children forked by
-    multiprocessing, which leave through os._exit after running multiprocessing's finalizers."""
+    stopped and flushed, then SIGTERM's previous behaviour follows), and in multiprocessing's
+    children.
+
+    How multiprocessing's children end: a spawn child returns from spawn_main through sys.exit, so
+    atexit runs. A fork or forkserver child runs Process._bootstrap and then os._exit, which skips
+    atexit; but _bootstrap first clears multiprocessing's finalizer registry, runs the callbacks of
+    util.register_after_fork, runs the target, and then util._exit_function, which calls the
+    finalizers. So the flush is a util.Finalize (exitpriority 100: before the finalizers of the
+    program's own queues and pools): registered when profiling starts (a child that starts
+    profiling inside its target, when it first imports torch), and again by an after-fork callback
+    in every child forked after that (the registry it inherits is cleared)."""
 
     def __init__(self) -> None:
         self.active: Optional[Profile] = None
@@ -381,10 +435,10 @@ class _ExitGuard:
         if not self.atexit_registered:
             atexit.register(self.at_exit)
             os.register_at_fork(after_in_child=self.after_fork_in_child)
-            mp_util = sys.modules.get("multiprocessing.util")
+            mp_util = sys.modules.get("multiprocessing.util")  # torch imports it
             if mp_util is not None:
-                # multiprocessing clears finalizers in a new child, then runs these callbacks.
                 mp_util.register_after_fork(self, _ExitGuard.after_multiprocessing_fork)
+                mp_util.Finalize(None, self.at_exit, exitpriority=100)
             self.atexit_registered = True
         if threading.current_thread() is threading.main_thread() and not self.installed_sigterm:
             try:
@@ -421,10 +475,8 @@ class _ExitGuard:
         self.installed_sigterm = self.active is not None and signal.getsignal(signal.SIGTERM) == self.on_sigterm
 
     def after_multiprocessing_fork(self) -> None:
-        """In a child started by multiprocessing (DataLoader workers): it leaves through os._exit
-        after running multiprocessing's finalizers, not atexit."""
-        if self.active is not None:
-            sys.modules["multiprocessing.util"].Finalize(None, self.at_exit, exitpriority=100)
+        """In a child started by multiprocessing, whose inherited finalizers were just cleared."""
+        sys.modules["multiprocessing.util"].Finalize(None, self.at_exit, exitpriority=100)
 
 
 _exit_guard = _ExitGuard()

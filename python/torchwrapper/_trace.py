@@ -695,17 +695,14 @@ class _Root:
 
 
 class Tracer:
-    """Hooks called by the C wrappers of a session (see python/core/module.h, tw_hooks_t).
+    """Hooks called by the C wrappers of a session (see python/core/module.h, tw_hooks_t)."""
 
-    ``class_name(cls)`` gives a module class's public name (``torch.nn.Conv2d``).
-    """
-
-    def __init__(self, out_dir: Optional[str] = None, class_name: Optional[Callable[[type], str]] = None,
-                 stats: Optional[StatsOptions] = None, track: Sequence[str] = (), format: str = "json") -> None:
+    def __init__(self, out_dir: Optional[str] = None, stats: Optional[StatsOptions] = None, track: Sequence[str] = (),
+                 format: str = "json") -> None:
         self.out_dir = out_dir
         self.format = format
         self.kinds = _core.KIND_MODULE_FORWARD
-        self._class_name = class_name or _default_class_name
+        self.names: Dict[int, Tuple[Any, str]] = {}   # id -> (object, public API name): a discovery plan's
         self._class_names: Dict[type, str] = {}
         self._api_names: Dict[int, str] = {}
         self.sink: Optional[Callable[[str, str], Any]] = None   # (kind, rows text) -> stream of the writer
@@ -743,9 +740,12 @@ class Tracer:
         self.closed = False
 
     def class_name(self, cls: type) -> str:
+        """A module class's public name (torch.nn.Conv2d), else module.qualname."""
         name = self._class_names.get(cls)
         if name is None:
-            name = self._class_names[cls] = self._class_name(cls)
+            entry = self.names.get(id(cls))
+            name = entry[1] if entry is not None and entry[0] is cls else f"{cls.__module__}.{cls.__qualname__}"
+            self._class_names[cls] = name
         return name
 
     def api_name(self, api_id: int) -> str:
@@ -997,7 +997,7 @@ class Tracer:
         if name:
             parent = root.path(name.rpartition(".")[0])
         params = {n: list(p.shape) for n, p in module.named_parameters(recurse=False)}
-        entry = {"path": path, "class": self._class_name(type(module)), "parent": parent, "parameters": params,
+        entry = {"path": path, "class": self.class_name(type(module)), "parent": parent, "parameters": params,
                  "calls": info["calls"] if info else 0}
         self._info[path] = entry
 
@@ -1075,6 +1075,7 @@ class Tracer:
         self.closed = True
         self._refs.clear()
         self.write_modules()
+        self.session = self.sink = None
 
     def warn_once(self, key: str, message: str) -> None:
         if key in self._warned:
@@ -1143,10 +1144,6 @@ def load_modules(out_dir: str, pid: Optional[int] = None) -> Dict[str, Any]:
         path = os.path.join(out_dir, MODULES_FILE)
     with open(path) as f:
         return json.load(f)
-
-
-def _default_class_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _json_default(value: Any) -> Any:

@@ -219,6 +219,61 @@ def bench_alternatives(a, b):
     return rows
 
 
+def bench_with_files(a, b):
+    """Everything wrapped, CSV files written, args none and summary: the calls of a training step.
+    Each repetition starts a profile, runs a block, stops it (outside the timing), then runs the
+    same block unprofiled, so both blocks run the very same code."""
+    import tempfile
+
+    reps = {"quick": 61, "full": 301}[MODE]
+    n = 200
+    lin = torch.nn.Linear(64, 64)
+    x = torch.randn(8, 64)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    model(torch.randn(4, 32)).sum().backward()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    cases = [
+        ("torch.add (10 elements)", lambda: loop2(torch.add, a, b, n), 1),
+        ("a + b", lambda: loop_add(a, b, n), 1),
+        ("x.view(-1)", lambda: loop2(torch.Tensor.view, a, -1, n), 1),
+        ("F.relu (Python function)", lambda: loop1(F.relu, a, n), 1),
+        ("nn.Linear(64, 64) forward", lambda: loop1(lin, x, n), None),
+        ("optimizer.step() (SGD, 4 tensors)", lambda: loop1(lambda _: opt.step(), None, n), None),
+    ]
+    print(f"per-call overhead, everything wrapped, CSV files on (median of {reps} interleaved blocks of {n}):")
+    print(f"  {'call':34} {'unprofiled':>10} {'args=none':>10} {'args=summary':>13} {'records/call':>13}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tw-bench-") as out_dir:
+        for name, block, _ in cases:
+            block()
+            figures = {}
+            for mode in ("none", "summary"):
+                base, diffs, records = [], [], 0
+                for rep in range(reps):
+                    prof = tw.profile(out_dir=out_dir, format="csv", args=mode)
+                    if rep % 2:
+                        p = block()
+                        prof.start()
+                        q = block()
+                        prof.stop()
+                    else:
+                        prof.start()
+                        q = block()
+                        prof.stop()
+                        p = block()
+                    records = prof.stats()["records"]
+                    base.append(p / n)
+                    diffs.append((q - p) / n)
+                figures[mode] = statistics.median(diffs)
+            unprofiled = statistics.median(base)
+            per_call = records / n
+            print(f"  {name:34} {unprofiled:8.0f} ns {figures['none']:+8.0f} ns {figures['summary']:+11.0f} ns "
+                  f"{per_call:13.1f}")
+            rows.append({"call": name, "unprofiled_ns": round(unprofiled, 1), "args_none_ns": round(figures["none"], 1),
+                         "args_summary_ns": round(figures["summary"], 1), "records_per_call": per_call})
+    return rows
+
+
 FIRST_START = """
 import json, torch, torch.nn, torch.optim, torchwrapper as tw
 p = tw.profile(); p.start(); p.stop()
@@ -345,9 +400,9 @@ def main():
           f"clock {tw._core.clock_source()}, {os.cpu_count()} CPUs, BENCH={MODE}")
     results = {"single": bench_single_wrappers(a, b), "args": bench_args(a, b),
                "alternatives": bench_alternatives(a, b),
-               "everything": bench_everything_wrapped(a, b),
+               "everything": bench_everything_wrapped(a, b), "with_files": bench_with_files(a, b),
                "wrapping": bench_wrapping(), "whole_run": bench_whole_run(), "memory": bench_memory()}
-    out = os.environ.get("BENCH_JSON", "build/bench.json")
+    out = os.environ.get("BENCH_JSON", os.path.join(os.environ.get("top_builddir", "."), "build", "bench.json"))
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         json.dump({"mode": MODE, "reps": REPS, "calls_per_block": N, "machine": platform.machine(),

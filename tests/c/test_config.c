@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "tw_test.h"
+#include <stdlib.h>
 #include <string.h>
 
 static void sizes_with_units_parse_to_bytes(void **state)
@@ -41,9 +42,9 @@ static void name_specs_expand(void **state)
 {
     char out[256];
     assert_true(tw_name_expand("timestamp", &fields, ".csv", out, sizeof out) > 0);
-    assert_string_equal(out, "tw-20261122-160748.205914587-4242-0007.csv");
+    assert_string_equal(out, "tw-20261122-160748.205914587-rank3-4242-0007.csv");
     assert_true(tw_name_expand("serial", &fields, ".jsonl", out, sizeof out) > 0);
-    assert_string_equal(out, "tw-4242-0007.jsonl");
+    assert_string_equal(out, "tw-rank3-4242-0007.jsonl");
     assert_true(tw_name_expand("run_{rank}_{host}_{tid}_{index}", &fields, ".csv", out, sizeof out) > 0);
     assert_string_equal(out, "run_3_node-1.example_4243_0007.csv");
     assert_true(tw_name_expand("a{{b}}{index}.csv", &fields, ".csv", out, sizeof out) > 0);
@@ -53,6 +54,10 @@ static void name_specs_expand(void **state)
     norank.host = "evil/../host";
     assert_true(tw_name_expand("{rank}-{host}-{index}", &norank, ".csv", out, sizeof out) > 0);
     assert_string_equal(out, "norank-evil__._host-0007.csv");
+    assert_true(tw_name_expand("timestamp", &norank, ".csv", out, sizeof out) > 0);
+    assert_string_equal(out, "tw-20261122-160748.205914587-4242-0007.csv"); /* no rank: none in the name */
+    assert_true(tw_name_expand("serial", &norank, ".jsonl", out, sizeof out) > 0);
+    assert_string_equal(out, "tw-4242-0007.jsonl");
     assert_null(strchr(out, '/'));
     char small[8];
     assert_int_equal(tw_name_expand("timestamp", &fields, ".csv", small, sizeof small), TW_ERANGE);
@@ -155,6 +160,33 @@ static void tensor_stats_and_track_are_validated_and_completed(void **state)
     expect_config_error("{\"track\": [\"weights\"]}", 0, "'weights' is not one of: parameters grads");
 }
 
+static void normalized_configs_read_back_unchanged(void **state)
+{
+    char *out = NULL, *again = NULL, err[1024] = "";
+    assert_int_equal(tw_config_normalize("{\"file_max_size\": \"9007199254740992\", \"buffer_size\": \"1MiB\"}", 0, &out,
+                                         err, sizeof err),
+                     0);
+    assert_int_equal(tw_config_normalize(out, 0, &again, err, sizeof err), 0);
+    assert_string_equal(out, again);
+    assert_non_null(strstr(out, "\"file_max_size\":9007199254740992"));
+    free(out);
+    free(again);
+}
+
+static void configs_the_fuzzer_found_are_refused_with_a_reason(void **state)
+{
+    char *out = NULL, err[1024] = "";
+    /* A key given twice: only the first was checked, the second silently ignored. */
+    assert_int_equal(tw_config_normalize("{\"format\": \"csv\", \"format\": \"xml\"}", 0, &out, err, sizeof err),
+                     TW_EINVAL);
+    assert_string_equal(err, "config key 'format' is given twice: give each key once");
+    /* A size beyond 2^53 would come back rounded from the normalized JSON. */
+    assert_int_equal(tw_config_normalize("{\"file_max_size\": \"55555015555555555\"}", 0, &out, err, sizeof err),
+                     TW_EINVAL);
+    assert_non_null(strstr(err, "'file_max_size': \"55555015555555555\" is too large: at most 9007199254740992"));
+    assert_null(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -164,6 +196,8 @@ int main(void)
         cmocka_unit_test(bad_name_specs_say_why),
         cmocka_unit_test(percentiles_are_within_one_percent),
         cmocka_unit_test(tensor_stats_and_track_are_validated_and_completed),
+        cmocka_unit_test(normalized_configs_read_back_unchanged),
+        cmocka_unit_test(configs_the_fuzzer_found_are_refused_with_a_reason),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -6,7 +6,7 @@
 
 static void every_error_code_has_its_own_text(void **state)
 {
-    const int codes[] = {TW_ENOMEM, TW_EINVAL, TW_EBUSY, TW_ENOTACTIVE, TW_EFULL, TW_EIO, TW_ERANGE};
+    const int codes[] = {TW_ENOMEM, TW_EINVAL, TW_EBUSY, TW_ENOTACTIVE, TW_EFULL, TW_EIO, TW_ERANGE, TW_EUNAVAIL};
     size_t n = sizeof codes / sizeof codes[0];
     for (size_t i = 0; i < n; i++) {
         assert_true(codes[i] < 0);

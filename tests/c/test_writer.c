@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -501,6 +502,44 @@ static void a_forked_child_writes_its_own_files(void **state)
     free_fixture(&f);
 }
 
+static void ranks_sharing_out_dir_write_their_own_manifests_and_ranked_names(void **state)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                 .rank = 1, .per_process_names = 1};
+    open_fixture(&f, config);
+    record_calls(f.rec, f.ids, 10);
+    close_fixture(&f);
+    char path[512];
+    snprintf(path, sizeof path, "%s/tw-rank1-%ld-0001.csv", f.dir, (long)getpid());
+    assert_int_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof path, "%s/manifest.json", f.dir);
+    assert_int_equal(access(path, F_OK), -1); /* left to the process that owns out_dir */
+    snprintf(path, sizeof path, "%s/summary-%ld.json", f.dir, (long)getpid());
+    assert_int_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof path, "%s/manifest-%ld.json", f.dir, (long)getpid());
+    cJSON *m = read_json_file(path);
+    assert_int_equal(cJSON_GetObjectItem(m, "rank")->valuedouble, 1);
+    assert_int_equal(cJSON_GetObjectItem(m, "records_written")->valuedouble, 10);
+    cJSON_Delete(m);
+    free_fixture(&f);
+}
+
+static void an_idle_writer_sleeps_between_flushes(void **state)
+{
+    /* 300 ms idle with a 100 ms flush interval: a handful of wake-ups. A wait on the wrong clock
+     * returns at once and spun here hundreds of thousands of times, a third of a core. */
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.file_max_size = 1 << 20, .flush_interval_ns = 100000000, .rank = -1});
+    struct timespec pause = {0, 300000000};
+    nanosleep(&pause, NULL);
+    tw_writer_stats_t stats;
+    tw_writer_stats(f.writer, &stats);
+    close_fixture(&f);
+    free_fixture(&f);
+    assert_in_range(stats.wakeups, 1, 30);
+}
+
 static void a_world_writable_out_dir_draws_a_warning(void **state)
 {
     char dir[] = "/tmp/tw-test-open-XXXXXX";
@@ -899,6 +938,8 @@ int main(void)
         cmocka_unit_test(eight_producers_lose_nothing),
         cmocka_unit_test(a_full_disk_drops_and_counts_and_goes_on),
         cmocka_unit_test(a_forked_child_writes_its_own_files),
+        cmocka_unit_test(ranks_sharing_out_dir_write_their_own_manifests_and_ranked_names),
+        cmocka_unit_test(an_idle_writer_sleeps_between_flushes),
         cmocka_unit_test(a_world_writable_out_dir_draws_a_warning),
         cmocka_unit_test(bad_configs_name_the_problem),
         cmocka_unit_test(csv_stream_files_rotate_under_the_cap_with_their_header),

@@ -39,7 +39,10 @@ def test_a_script_runs_as_it_would_plainly(program, args):
                    program)
     assert profiled.returncode == plain.returncode
     assert profiled.stdout == plain.stdout
-    assert profiled.stderr == plain.stderr  # the same traceback for "fail"
+    # the same traceback for "fail"; on a machine without GPU timing the profiler says so, once
+    ours = [line for line in profiled.stderr.splitlines(True) if line.startswith("torchwrapper: GPU timing unavailable")]
+    assert len(ours) <= 1
+    assert "".join(line for line in profiled.stderr.splitlines(True) if line not in ours) == plain.stderr
     apis = [row[1] for path in record_files(str(program / "out")) for row in iter_rows(path)]
     assert apis == ["torch.ones", "torch.add", "torch.Tensor.sum", "torch.Tensor.item"]
 
@@ -66,5 +69,5 @@ def test_usage_and_config_errors_are_clear(program):
     assert "usage" in run(["-m", "torchwrapper", "run"], program).stderr
     bad = run(["-m", "torchwrapper", "run", "--set", "fromat=csv", "prog.py"], program)
     assert bad.returncode == 1 and "unknown config key 'fromat': did you mean 'format'?" in bad.stderr
-    other = run(["-m", "torchwrapper", "report"], program)
-    assert other.returncode == 1 and "unknown command 'report' (accepted: run)" in other.stderr
+    other = run(["-m", "torchwrapper", "profile"], program)
+    assert other.returncode == 1 and "unknown command 'profile' (accepted: run, report)" in other.stderr

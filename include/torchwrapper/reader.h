@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The reader: streams the record files the writer wrote (CSV or JSON lines, call records or GPU
+ * records) back, one row at a time, in constant memory.
+ *
+ * A file's kind and column order come from its header (CSV) or its first object's keys (JSON
+ * lines), so files with columns this version does not know (written by a newer one) are read, the
+ * extra columns ignored. A last row without its newline (a killed process) is skipped and counted;
+ * a row whose fields do not parse is skipped and counted; a file whose header is not one of ours is
+ * an error naming the file.
+ *
+ * CSV is scanned by a memchr-based RFC 4180 splitter rather than libcsv: libcsv's byte-at-a-time
+ * state machine reads 100-130 MB/s on these machines, and tw-report's target is 300 MB/s. The
+ * fuzz harness checks that both split every input the same way.
+ */
+#ifndef TORCHWRAPPER_READER_H
+#define TORCHWRAPPER_READER_H
+
+#include "torchwrapper/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    TW_FILE_CALLS = 1, /* call records: call_id, api, start_ns, cost_ns, ... */
+    TW_FILE_GPU = 2,   /* GPU activity records: call_id, api, kind, name, start_ns, end_ns, ... */
+} tw_file_kind_t;
+
+/* Strings point into the reader's buffer: valid during the callback only, not NUL-terminated. */
+typedef struct tw_str {
+    const char *ptr;
+    size_t len;
+} tw_str_t;
+
+/* One row of either kind; fields a file lacks are 0 or empty. */
+typedef struct tw_row {
+    tw_file_kind_t kind;
+    uint64_t call_id;
+    uint64_t parent_id;
+    uint64_t start_ns;
+    uint64_t cost_ns;   /* calls: cost; GPU: end_ns - start_ns (0 for an end of 0: still running) */
+    uint64_t self_ns;
+    uint64_t gpu_ns;
+    uint64_t end_ns;    /* GPU only */
+    int64_t pid;
+    uint64_t tid;
+    uint64_t depth;
+    int64_t device;     /* GPU only */
+    int64_t stream;     /* GPU only */
+    uint64_t correlation_id; /* GPU only */
+    int error;
+    tw_str_t api;
+    tw_str_t args;
+    tw_str_t gpu_kind;  /* kernel, memcpy, memset */
+    tw_str_t name;      /* the kernel's name */
+} tw_row_t;
+
+/* Called for every row; a non-zero return stops the reading and is returned by tw_read_*. */
+typedef int (*tw_row_fn)(void *ctx, const tw_row_t *row);
+
+typedef struct tw_read_stats {
+    uint64_t rows;      /* delivered to the callback */
+    uint64_t truncated; /* a last row without its newline */
+    uint64_t malformed; /* rows whose fields did not parse */
+    uint64_t bytes;
+} tw_read_stats_t;
+
+/*
+ * Reads the file at path (kind from its header) and calls fn for every row. Returns 0, the
+ * callback's non-zero value, TW_EIO (cannot open or read), TW_EINVAL (not a record file), or
+ * TW_ENOMEM, with a message naming the path in err. stats (may be NULL) is added to.
+ */
+TW_API int tw_read_file(const char *path, tw_row_fn fn, void *ctx, tw_read_stats_t *stats, char *err,
+                        size_t err_size);
+
+/* The same for the whole content of a file in memory (name is used in messages). */
+TW_API int tw_read_buffer(const char *name, const char *data, size_t len, tw_row_fn fn, void *ctx,
+                          tw_read_stats_t *stats, char *err, size_t err_size);
+
+/* The kind of the file at path, from its first line; *kind is 0 for an empty file. Returns 0,
+ * TW_EIO or TW_EINVAL (not a record file) with a message in err. */
+TW_API int tw_read_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size);
+
+/*
+ * The CSV splitter, exposed for the fuzz harness: splits the first record of data[0..len) into at
+ * most max_fields fields (unquoted copies in scratch, scratch_size bytes). Returns the bytes
+ * consumed (the record and its line end), 0 when the record is not complete within len, or -1 when
+ * it is malformed (a quote inside an unquoted field, text after a closing quote, too many fields,
+ * scratch too small). *nfields receives the field count.
+ */
+TW_API long tw_csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fields, size_t *nfields,
+                         char *scratch, size_t scratch_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

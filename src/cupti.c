@@ -1,0 +1,925 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GPU timing with CUPTI's activity API (see gpu.h).
+ *
+ * Threads: the profiled threads only push and pop external correlation ids (CUPTI's own functions,
+ * called through tw_gpu_hooks_t). CUPTI hands activity buffers to on_buffer_completed on its worker
+ * thread, or on whichever thread calls cuptiActivityFlushAll: our flush thread, or tw_gpu_stop().
+ * Buffers are processed one at a time under deliver_lock, which also guards the correlation ring
+ * and the records waiting for their correlation. Rows go to the writer's "gpu" stream, which is
+ * thread-safe and never blocks on I/O.
+ *
+ * Fork: CUDA and CUPTI cannot be used in a forked child; a session started in the parent is
+ * recognised by its pid, and its stop makes no CUPTI call there. deliver_lock may have been held by
+ * a thread of the parent at the fork: the child never takes it for a parent's session.
+ */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "torchwrapper/api.h"
+#include "torchwrapper/gpu.h"
+#include "writer_internal.h"
+
+const char *tw_gpu_library_path(void);
+
+#ifndef TW_HAVE_CUPTI
+
+/* Built without CUPTI headers: say so, once per start, and let the caller profile CPU time. */
+int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_clock_t *clock, tw_gpu_t **out,
+                 char *reason, size_t reason_size)
+{
+    snprintf(reason, reason_size, "this torchwrapper was built without CUPTI headers (configure found no "
+                                  "cupti.h; rebuild with --with-cupti=DIR)");
+    return TW_EUNAVAIL;
+}
+
+const tw_gpu_hooks_t *tw_gpu_hooks(const tw_gpu_t *gpu)
+{
+    return NULL;
+}
+
+int tw_gpu_flush(tw_gpu_t *gpu, int forced)
+{
+    return TW_EINVAL;
+}
+
+void tw_gpu_stop(tw_gpu_t *gpu)
+{
+}
+
+void tw_gpu_destroy(tw_gpu_t *gpu)
+{
+}
+
+void tw_gpu_stats(tw_gpu_t *gpu, tw_gpu_stats_t *stats)
+{
+    memset(stats, 0, sizeof *stats);
+}
+
+const char *tw_gpu_library_path(void)
+{
+    return "";
+}
+
+#else /* TW_HAVE_CUPTI */
+
+#include <cupti.h>
+
+#define BUFFER_SIZE (1u << 20)  /* bytes per activity buffer */
+#define BUFFERS_AHEAD 8         /* allocated at start, so that CUPTI's first requests cost no malloc */
+#define BUFFERS_MAX 64          /* beyond that, requests are declined and CUPTI counts drops */
+#define RING_SIZE (1u << 16)    /* external correlations remembered: the last 65,536 CUDA API calls */
+#define PENDING_MAX (1u << 16)  /* records waiting for their correlation */
+#define NAME_MAX_BYTES 512      /* of a kernel name in a row */
+#define CORRELATION_KIND CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 /* torch.profiler (Kineto) uses CUSTOM0/1 */
+
+/* ---- the library, loaded once per process ---------------------------------------------------------- */
+
+typedef struct {
+    void *handle;
+    char path[PATH_MAX];
+    pid_t pid; /* of the process that loaded it */
+    uint32_t version;
+    CUptiResult (*get_version)(uint32_t *);
+    CUptiResult (*get_result_string)(CUptiResult, const char **);
+    CUptiResult (*subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+    CUptiResult (*unsubscribe)(CUpti_SubscriberHandle);
+    CUptiResult (*enable)(CUpti_ActivityKind);
+    CUptiResult (*disable)(CUpti_ActivityKind);
+    CUptiResult (*register_callbacks)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc);
+    CUptiResult (*flush_all)(uint32_t);
+    CUptiResult (*next_record)(uint8_t *, size_t, CUpti_Activity **);
+    CUptiResult (*dropped_records)(CUcontext, uint32_t, size_t *);
+    CUptiResult (*push)(CUpti_ExternalCorrelationKind, uint64_t);
+    CUptiResult (*pop)(CUpti_ExternalCorrelationKind, uint64_t *);
+    CUptiResult (*timestamp)(uint64_t *);
+} cupti_lib_t;
+
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static cupti_lib_t lib;
+static tw_gpu_hooks_t hooks;
+
+const char *tw_gpu_library_path(void)
+{
+    return lib.path;
+}
+
+static const char *result_text(CUptiResult r)
+{
+    const char *text = NULL;
+    if (lib.get_result_string == NULL || lib.get_result_string(r, &text) != CUPTI_SUCCESS || text == NULL)
+        return "unknown CUPTI error";
+    return text;
+}
+
+/* Appends printf-style text to buf (at most size bytes, always terminated). */
+static void append(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t size, const char *fmt, ...)
+{
+    size_t used = strnlen(buf, size);
+    if (used + 1 >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, size - used, fmt, ap);
+    va_end(ap);
+}
+
+/* dlopen()s path and finds every entry point; on failure says why in tried and returns -1. */
+static int try_load(const char *path, char *tried, size_t tried_size)
+{
+    dlerror();
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *e = dlerror();
+        append(tried, tried_size, "%s%s (%s)", tried[0] ? ", " : "", path, e ? e : "cannot be loaded");
+        return -1;
+    }
+    cupti_lib_t l = {.handle = h};
+    struct {
+        const char *name;
+        void **slot;
+    } symbols[] = {
+        {"cuptiGetVersion", (void **)&l.get_version},
+        {"cuptiGetResultString", (void **)&l.get_result_string},
+        {"cuptiSubscribe", (void **)&l.subscribe},
+        {"cuptiUnsubscribe", (void **)&l.unsubscribe},
+        {"cuptiActivityEnable", (void **)&l.enable},
+        {"cuptiActivityDisable", (void **)&l.disable},
+        {"cuptiActivityRegisterCallbacks", (void **)&l.register_callbacks},
+        {"cuptiActivityFlushAll", (void **)&l.flush_all},
+        {"cuptiActivityGetNextRecord", (void **)&l.next_record},
+        {"cuptiActivityGetNumDroppedRecords", (void **)&l.dropped_records},
+        {"cuptiActivityPushExternalCorrelationId", (void **)&l.push},
+        {"cuptiActivityPopExternalCorrelationId", (void **)&l.pop},
+        {"cuptiGetTimestamp", (void **)&l.timestamp},
+    };
+    for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
+        /* POSIX: a function pointer and a void * convert through dlsym's result. */
+        *symbols[i].slot = dlsym(h, symbols[i].name);
+        if (*symbols[i].slot == NULL) {
+            append(tried, tried_size, "%s%s (no %s: not a CUPTI library)", tried[0] ? ", " : "", path,
+                   symbols[i].name);
+            dlclose(h);
+            return -1;
+        }
+    }
+    if (l.get_version(&l.version) != CUPTI_SUCCESS)
+        l.version = 0;
+    snprintf(l.path, sizeof l.path, "%s", path);
+    l.pid = getpid();
+    lib = l;
+    /* CUPTI's enums are unsigned ints (see gpu.h): the hooks call CUPTI's functions directly. */
+    hooks.push = (unsigned (*)(unsigned, uint64_t))(void (*)(void))l.push;
+    hooks.pop = (unsigned (*)(unsigned, uint64_t *))(void (*)(void))l.pop;
+    hooks.kind = CORRELATION_KIND;
+    return 0;
+}
+
+/* Loads CUPTI from the first place that has it (see tw_gpu_config_t). Lock held. */
+static int load_library(const tw_gpu_config_t *config, char *reason, size_t reason_size)
+{
+    if (lib.handle != NULL)
+        return 0;
+    char tried[1536] = "";
+    const char *env = getenv("TW_CUPTI_LIBRARY");
+    if (env != NULL && env[0] != '\0') {
+        if (try_load(env, tried, sizeof tried) == 0)
+            return 0;
+        snprintf(reason, reason_size, "TW_CUPTI_LIBRARY=%s cannot be used: %s", env, tried);
+        return TW_EUNAVAIL;
+    }
+    for (const char *const *c = config->candidates; c != NULL && *c != NULL; c++)
+        if (try_load(*c, tried, sizeof tried) == 0)
+            return 0;
+    static const char *const names[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12", "libcupti.so.11"};
+    static const char *const subdirs[] = {"extras/CUPTI/lib64", "lib64", "lib"};
+    const char *roots[] = {getenv("CUDA_HOME"), "/usr/local/cuda"};
+    for (size_t r = 0; r < 2; r++) {
+        if (roots[r] == NULL || roots[r][0] == '\0')
+            continue;
+        for (size_t d = 0; d < 3; d++) {
+            for (size_t n = 0; n < 4; n++) {
+                char path[PATH_MAX];
+                snprintf(path, sizeof path, "%s/%s/%s", roots[r], subdirs[d], names[n]);
+                if (access(path, F_OK) == 0 && try_load(path, tried, sizeof tried) == 0)
+                    return 0;
+            }
+        }
+    }
+    for (size_t n = 0; n < 4; n++) /* the loader's own search: LD_LIBRARY_PATH, ld.so.cache */
+        if (try_load(names[n], tried, sizeof tried) == 0)
+            return 0;
+    snprintf(reason, reason_size, "no CUPTI library could be loaded (set TW_CUPTI_LIBRARY to the path of "
+                                  "libcupti.so, or install nvidia-cuda-cupti); tried: %s", tried);
+    return TW_EUNAVAIL;
+}
+
+/* ---- the session ------------------------------------------------------------------------------------ */
+
+/* What is known of a CUDA API call's correlation id. CUPTI writes a call's external correlation
+ * record before the call's own (runtime or driver API) record, so once the API record is seen
+ * without one, none is coming: work of that call was launched outside any profiled call. */
+enum { RING_EMPTY = 0, RING_EXTERNAL = 1, RING_NONE = 2 };
+
+typedef struct {
+    uint32_t correlation_id;
+    uint32_t state; /* RING_* */
+    uint64_t external_id;
+} ring_entry_t;
+
+/* A GPU record whose external correlation has not arrived yet. */
+typedef struct {
+    uint8_t kind; /* 0 kernel, 1 memcpy, 2 memset */
+    uint32_t device;
+    uint32_t stream;
+    uint32_t correlation_id;
+    uint64_t start;
+    uint64_t end;
+    uint64_t generation;
+    char *name;
+} pending_t;
+
+static const char *const kind_names[] = {"kernel", "memcpy", "memset"};
+
+struct tw_gpu {
+    tw_writer_stream_t *stream;
+    tw_format_t format;
+    int64_t offset_ns;   /* epoch ns = CUPTI timestamp + offset_ns */
+    pid_t pid;
+    int stopped;
+    CUpti_SubscriberHandle subscriber;
+    unsigned enabled;    /* bit i: kinds[i] enabled */
+    /* guarded by deliver_lock */
+    ring_entry_t *ring;
+    pending_t *pending;  /* a FIFO ring of PENDING_MAX: oldest at pending_head */
+    size_t pending_head;
+    size_t pending_count;
+    uint64_t generation;
+    tw_gpu_stats_t stats;
+    /* the flush thread */
+    pthread_mutex_t thread_lock;
+    pthread_cond_t thread_cond;
+    pthread_t thread;
+    int thread_running;
+    int thread_stop;
+    uint64_t flush_interval_ns;
+};
+
+static const CUpti_ActivityKind kinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+    /* External correlation records are emitted for CUDA API records only, so these are enabled
+     * too; their own records are skipped. */
+    CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
+};
+static const char *const kind_labels[] = {"CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "EXTERNAL_CORRELATION",
+                                          "RUNTIME", "DRIVER"};
+#define KIND_COUNT (sizeof kinds / sizeof kinds[0])
+
+/* The session receiving CUPTI's buffers (its callbacks carry no user data), under deliver_lock. */
+static pthread_mutex_t deliver_lock = PTHREAD_MUTEX_INITIALIZER;
+static tw_gpu_t *active;
+/* The session started and not yet stopped, under load_lock: one at a time. */
+static tw_gpu_t *owner;
+
+/* ---- buffers ----------------------------------------------------------------------------------------
+ * One pool for the process, under its own lock, so that CUPTI's callbacks never wait for a lock
+ * held around a CUPTI call. Buffers are made ahead at start; while a session runs, a request finds
+ * one ready (or, past BUFFERS_AHEAD in use, a new one, up to BUFFERS_MAX: then the request is
+ * declined and CUPTI counts the records it drops). At stop the pool is emptied.
+ */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *pool[BUFFERS_MAX];
+static unsigned pool_free;     /* buffers in pool[] */
+static unsigned pool_out;      /* buffers held by CUPTI */
+static int pool_open;          /* a session runs */
+
+/* Makes BUFFERS_AHEAD buffers ready; 0, or -1 when out of memory. */
+static int pool_fill(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    pool_open = 1;
+    while (pool_free < BUFFERS_AHEAD) {
+        uint8_t *b = malloc(BUFFER_SIZE); /* CUPTI wants 8-byte alignment; malloc gives 16 */
+        if (b == NULL)
+            break;
+        pool[pool_free++] = b;
+    }
+    int ok = pool_free >= BUFFERS_AHEAD;
+    pthread_mutex_unlock(&pool_lock);
+    return ok ? 0 : -1;
+}
+
+static void pool_close(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    pool_open = 0;
+    while (pool_free > 0)
+        free(pool[--pool_free]);
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static void CUPTIAPI on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    uint8_t *b = NULL;
+    pthread_mutex_lock(&pool_lock);
+    if (pool_open) {
+        if (pool_free > 0)
+            b = pool[--pool_free];
+        else if (pool_free + pool_out < BUFFERS_MAX)
+            b = malloc(BUFFER_SIZE);
+        pool_out += b != NULL;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    *buffer = b;
+    *size = b != NULL ? BUFFER_SIZE : 0;
+    *max_records = 0;
+}
+
+static void buffer_release(uint8_t *b)
+{
+    pthread_mutex_lock(&pool_lock);
+    if (pool_out > 0)
+        pool_out--;
+    if (pool_open && pool_free < BUFFERS_MAX) {
+        pool[pool_free++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    free(b);
+}
+
+/* ---- rows ----------------------------------------------------------------------------------------- */
+
+/* Cuts n bytes of UTF-8 back to a character boundary at most max bytes long. */
+static size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+        max--;
+    return max;
+}
+
+/* __cxa_demangle, when the process has a C++ runtime (torch brings one): kernel names come mangled. */
+typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+static demangle_fn find_demangler(void)
+{
+    static demangle_fn fn;
+    static int looked;
+    if (!looked) {
+        fn = (demangle_fn)(void (*)(void))dlsym(RTLD_DEFAULT, "__cxa_demangle");
+        looked = 1;
+    }
+    return fn;
+}
+
+static int64_t to_epoch(const tw_gpu_t *g, uint64_t t)
+{
+    return t == 0 ? 0 : (int64_t)t + g->offset_ns;
+}
+
+/* Formats and queues one GPU row. deliver_lock held. */
+static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, uint64_t end, uint32_t device,
+                 uint32_t stream, uint32_t correlation_id, int attributed, uint64_t external_id)
+{
+    uint64_t call_id = attributed ? tw_gpu_external_call_id(external_id) : 0;
+    uint32_t api_id = attributed ? tw_gpu_external_api_id(external_id) : TW_API_ID_NONE;
+    const char *api = attributed ? tw_api_name(api_id) : NULL;
+    if (api == NULL) {
+        api = "";
+        api_id = TW_API_ID_NONE;
+    }
+    char *demangled = NULL;
+    if (kind == 0 && name != NULL && name[0] == '_' && name[1] == 'Z' && find_demangler() != NULL) {
+        int status = -1;
+        demangled = find_demangler()(name, NULL, NULL, &status);
+        if (status == 0 && demangled != NULL)
+            name = demangled;
+    }
+    if (name == NULL)
+        name = kind_names[kind];
+    size_t name_len = utf8_cut(name, strlen(name), NAME_MAX_BYTES);
+    size_t api_len = strnlen(api, TW_API_NAME_MAX);
+    int64_t start_ns = to_epoch(g, start), end_ns = end != 0 ? to_epoch(g, end) : 0;
+    uint64_t duration = end > start && start != 0 ? end - start : 0;
+    char row[6 * (NAME_MAX_BYTES + TW_API_NAME_MAX) + 512];
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char *p = row;
+        if (g->format == TW_FORMAT_CSV) {
+            p = tw_format_u64(p, call_id);
+            *p++ = ',';
+            p = tw_csv_field(p, api, api_len);
+            *p++ = ',';
+            p = stpcpy(p, kind_names[kind]);
+            *p++ = ',';
+            p = tw_csv_field(p, name, name_len);
+            *p++ = ',';
+            p = tw_format_i64(p, start_ns);
+            *p++ = ',';
+            p = tw_format_i64(p, end_ns);
+            *p++ = ',';
+            p = tw_format_u64(p, device);
+            *p++ = ',';
+            p = tw_format_u64(p, stream);
+            *p++ = ',';
+            p = tw_format_u64(p, correlation_id);
+            *p++ = ',';
+            p = tw_format_i64(p, g->pid);
+        } else {
+            p = stpcpy(p, "{\"call_id\":");
+            p = tw_format_u64(p, call_id);
+            p = stpcpy(p, ",\"api\":");
+            p = tw_json_escape(p, api, api_len);
+            p = stpcpy(p, ",\"kind\":\"");
+            p = stpcpy(p, kind_names[kind]);
+            p = stpcpy(p, "\",\"name\":");
+            p = tw_json_escape(p, name, name_len);
+            p = stpcpy(p, ",\"start_ns\":");
+            p = tw_format_i64(p, start_ns);
+            p = stpcpy(p, ",\"end_ns\":");
+            p = tw_format_i64(p, end_ns);
+            p = stpcpy(p, ",\"device\":");
+            p = tw_format_u64(p, device);
+            p = stpcpy(p, ",\"stream\":");
+            p = tw_format_u64(p, stream);
+            p = stpcpy(p, ",\"correlation_id\":");
+            p = tw_format_u64(p, correlation_id);
+            p = stpcpy(p, ",\"pid\":");
+            p = tw_format_i64(p, g->pid);
+            *p++ = '}';
+        }
+        *p++ = '\n';
+        int rc = tw_writer_stream_write_gpu(g->stream, row, (size_t)(p - row), api_id, duration);
+        if (rc == TW_EINVAL && attempt == 0 && name_len > 64) {
+            name_len = utf8_cut(name, name_len, 64); /* too long for a small file_max_size: shorter */
+            continue;
+        }
+        if (rc != 0) {
+            g->stats.dropped++;
+        } else {
+            uint64_t *count = kind == 0 ? &g->stats.kernels : kind == 1 ? &g->stats.memcpys : &g->stats.memsets;
+            (*count)++;
+            g->stats.unattributed += !attributed;
+            g->stats.incomplete += end == 0;
+        }
+        break;
+    }
+    free(demangled);
+}
+
+static const char *memcpy_name(uint8_t copy_kind)
+{
+    switch (copy_kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "memcpy HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "memcpy DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "memcpy DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "memcpy HtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "memcpy PtoP";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: return "memcpy HtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: return "memcpy AtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: return "memcpy AtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD: return "memcpy AtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA: return "memcpy DtoA";
+    default: return "memcpy";
+    }
+}
+
+static ring_entry_t *ring_find(tw_gpu_t *g, uint32_t correlation_id)
+{
+    ring_entry_t *e = &g->ring[correlation_id % RING_SIZE];
+    return e->state != RING_EMPTY && e->correlation_id == correlation_id ? e : NULL;
+}
+
+static pending_t *pending_at(tw_gpu_t *g, size_t i)
+{
+    return &g->pending[(g->pending_head + i) % PENDING_MAX];
+}
+
+static void emit_pending(tw_gpu_t *g, pending_t *p, const ring_entry_t *e)
+{
+    int attributed = e != NULL && e->state == RING_EXTERNAL;
+    emit(g, p->kind, p->name, p->start, p->end, p->device, p->stream, p->correlation_id, attributed,
+         attributed ? e->external_id : 0);
+    free(p->name);
+}
+
+/* A record whose correlation is not known yet: kept until it is, or for a while (tw_gpu_flush). */
+static void park(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, uint64_t end, uint32_t device,
+                 uint32_t stream, uint32_t correlation_id)
+{
+    if (g->pending_count == PENDING_MAX) { /* bounded: the oldest waits no longer */
+        emit_pending(g, pending_at(g, 0), NULL);
+        g->pending_head = (g->pending_head + 1) % PENDING_MAX;
+        g->pending_count--;
+    }
+    char *copy = name != NULL ? strndup(name, 4 * NAME_MAX_BYTES) : NULL;
+    *pending_at(g, g->pending_count++) =
+        (pending_t){(uint8_t)kind, device, stream, correlation_id, start, end, g->generation, copy};
+}
+
+/* Writes the waiting records whose correlation is now known, and those parked before generation
+ * all_older_than as unattributed; the others keep their order. */
+static void resolve_pending(tw_gpu_t *g, uint64_t all_older_than)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < g->pending_count; i++) {
+        pending_t *p = pending_at(g, i);
+        ring_entry_t *e = ring_find(g, p->correlation_id);
+        if (e != NULL || p->generation < all_older_than)
+            emit_pending(g, p, e);
+        else
+            *pending_at(g, kept++) = *p;
+    }
+    g->pending_count = kept;
+}
+
+/* One activity record of a GPU kind. */
+static void handle_record(tw_gpu_t *g, const CUpti_Activity *record)
+{
+    unsigned kind;
+    const char *name;
+    uint64_t start, end;
+    uint32_t device, stream, correlation_id;
+    /* Only fields present since the oldest supported layouts are read: CUPTI's record versions only
+     * ever add fields at the end, so these offsets hold for newer libraries too. */
+    switch (record->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const CUpti_ActivityKernel4 *k = (const CUpti_ActivityKernel4 *)record;
+        kind = 0, name = k->name, start = k->start, end = k->end;
+        device = k->deviceId, stream = k->streamId, correlation_id = k->correlationId;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const CUpti_ActivityMemcpy5 *m = (const CUpti_ActivityMemcpy5 *)record;
+        kind = 1, name = memcpy_name(m->copyKind), start = m->start, end = m->end;
+        device = m->deviceId, stream = m->streamId, correlation_id = m->correlationId;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const CUpti_ActivityMemset3 *m = (const CUpti_ActivityMemset3 *)record;
+        kind = 2, name = "memset", start = m->start, end = m->end;
+        device = m->deviceId, stream = m->streamId, correlation_id = m->correlationId;
+        break;
+    }
+    default:
+        return;
+    }
+    ring_entry_t *e = ring_find(g, correlation_id);
+    if (e != NULL)
+        emit(g, kind, name, start, end, device, stream, correlation_id, e->state == RING_EXTERNAL, e->external_id);
+    else
+        park(g, kind, name, start, end, device, stream, correlation_id);
+}
+
+/* One completed buffer. deliver_lock held. */
+static void process_buffer(tw_gpu_t *g, uint8_t *buffer, size_t valid)
+{
+    /* Correlations first, so that a kernel and the correlation of its launch in the same buffer
+     * meet whatever their order. In CUPTI's order: a call's external correlation, then its API
+     * record. */
+    CUpti_Activity *record = NULL;
+    int correlations = 0;
+    while (lib.next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
+        if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+            const CUpti_ActivityExternalCorrelation *c = (const CUpti_ActivityExternalCorrelation *)record;
+            if (c->externalKind != CORRELATION_KIND)
+                continue;
+            g->ring[c->correlationId % RING_SIZE] = (ring_entry_t){c->correlationId, RING_EXTERNAL, c->externalId};
+            correlations++;
+        } else if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME || record->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+            uint32_t id = ((const CUpti_ActivityAPI *)record)->correlationId;
+            ring_entry_t *e = &g->ring[id % RING_SIZE];
+            if (e->state == RING_EMPTY || e->correlation_id != id) { /* no external correlation came first */
+                *e = (ring_entry_t){id, RING_NONE, 0};
+                correlations++;
+            }
+        }
+    }
+    if (correlations > 0 && g->pending_count > 0)
+        resolve_pending(g, 0);
+    record = NULL;
+    while (lib.next_record(buffer, valid, &record) == CUPTI_SUCCESS)
+        handle_record(g, record);
+    g->stats.buffers++;
+}
+
+static void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t *buffer, size_t size,
+                                         size_t valid)
+{
+    size_t dropped = 0;
+    if (lib.dropped_records != NULL && lib.dropped_records(context, stream_id, &dropped) != CUPTI_SUCCESS)
+        dropped = 0;
+    pthread_mutex_lock(&deliver_lock);
+    tw_gpu_t *g = active;
+    if (g != NULL) {
+        if (valid > 0)
+            process_buffer(g, buffer, valid);
+        if (dropped > 0) {
+            g->stats.dropped += dropped;
+            tw_writer_stream_add_dropped(g->stream, dropped);
+        }
+    }
+    pthread_mutex_unlock(&deliver_lock);
+    buffer_release(buffer);
+}
+
+/* ---- flushing ------------------------------------------------------------------------------------- */
+
+int tw_gpu_flush(tw_gpu_t *g, int forced)
+{
+    if (g == NULL || g->stopped || g->pid != getpid())
+        return TW_EINVAL;
+    CUptiResult r = lib.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+    pthread_mutex_lock(&deliver_lock);
+    /* A record parked before the previous flush ended has seen a whole flush (this one) go by
+     * without its correlation or its API record (usually the API record says, sooner; this is for
+     * API records CUPTI dropped). CUPTI emits both when the CUDA call is made, before its kernel
+     * can finish, so none is coming. (A record parked during this flush may still meet its
+     * correlation in the next one.) */
+    resolve_pending(g, g->generation);
+    g->generation++;
+    pthread_mutex_unlock(&deliver_lock);
+    return r == CUPTI_SUCCESS ? 0 : TW_EIO;
+}
+
+static void *flush_main(void *arg)
+{
+    tw_gpu_t *g = arg;
+    pthread_mutex_lock(&g->thread_lock);
+    while (!g->thread_stop) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += (time_t)(g->flush_interval_ns / 1000000000u);
+        deadline.tv_nsec += (long)(g->flush_interval_ns % 1000000000u);
+        if (deadline.tv_nsec >= 1000000000) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000;
+        }
+        while (!g->thread_stop && pthread_cond_timedwait(&g->thread_cond, &g->thread_lock, &deadline) != ETIMEDOUT)
+            ;
+        if (g->thread_stop)
+            break;
+        pthread_mutex_unlock(&g->thread_lock);
+        tw_gpu_flush(g, 0);
+        pthread_mutex_lock(&g->thread_lock);
+    }
+    pthread_mutex_unlock(&g->thread_lock);
+    return NULL;
+}
+
+/* ---- start and stop ------------------------------------------------------------------------------- */
+
+static int64_t epoch_now(const tw_clock_t *clock)
+{
+    return tw_clock_epoch_ns(clock, tw_clock_ticks(clock->source));
+}
+
+/* CUPTI's timestamps against ours: the reading bracketed most tightly of a few. */
+static int calibrate(const tw_clock_t *clock, int64_t *offset)
+{
+    int64_t best = INT64_MAX;
+    for (int i = 0; i < 16; i++) {
+        uint64_t t;
+        int64_t before = epoch_now(clock);
+        if (lib.timestamp(&t) != CUPTI_SUCCESS)
+            return -1;
+        int64_t after = epoch_now(clock);
+        if (after - before < best) {
+            best = after - before;
+            *offset = before + (after - before) / 2 - (int64_t)t;
+        }
+    }
+    return 0;
+}
+
+static void free_session(tw_gpu_t *g)
+{
+    for (size_t i = 0; i < g->pending_count; i++)
+        free(pending_at(g, i)->name);
+    free(g->pending);
+    free(g->ring);
+    /* In a forked child the parent's flush thread may have been waiting on thread_cond: glibc's
+     * pthread_cond_destroy would wait for that waiter, which does not exist here, forever. */
+    if (g->pid == 0 || g->pid == getpid()) {
+        pthread_mutex_destroy(&g->thread_lock);
+        pthread_cond_destroy(&g->thread_cond);
+    }
+    free(g);
+}
+
+/* Undoes what start did with CUPTI, in reverse. */
+static void cupti_undo(tw_gpu_t *g)
+{
+    for (size_t i = KIND_COUNT; i-- > 0;)
+        if (g->enabled & (1u << i))
+            lib.disable(kinds[i]);
+    g->enabled = 0;
+    if (g->subscriber != NULL)
+        lib.unsubscribe(g->subscriber);
+    g->subscriber = NULL;
+}
+
+static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId id, const void *data)
+{
+    /* Subscribed only to hold CUPTI (so another tool learns it is in use); no domain is enabled. */
+}
+
+int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_clock_t *clock, tw_gpu_t **out,
+                 char *reason, size_t reason_size)
+{
+    if (config == NULL || writer == NULL || clock == NULL || out == NULL) {
+        snprintf(reason, reason_size, "tw_gpu_start: a required argument is NULL");
+        return TW_EINVAL;
+    }
+    *out = NULL;
+    reason[0] = '\0';
+    pthread_mutex_lock(&load_lock);
+    int rc = 0;
+    if (owner != NULL) {
+        snprintf(reason, reason_size, "another profiling session of this process is timing the GPU");
+        rc = TW_EBUSY;
+    } else if (lib.handle != NULL && lib.pid != getpid()) {
+        snprintf(reason, reason_size, "this is a forked child of a process that used CUPTI (CUDA and CUPTI "
+                                      "cannot be used after fork; use the spawn start method)");
+        rc = TW_EUNAVAIL;
+    } else {
+        rc = load_library(config, reason, reason_size);
+    }
+    if (rc == 0 && !config->device_available) {
+        snprintf(reason, reason_size, "no CUDA device (torch.cuda.is_available() is False)");
+        rc = TW_EUNAVAIL;
+    }
+    tw_gpu_t *g = NULL;
+    if (rc == 0) {
+        g = calloc(1, sizeof *g);
+        if (g != NULL) {
+            g->ring = calloc(RING_SIZE, sizeof *g->ring);
+            g->pending = malloc(PENDING_MAX * sizeof *g->pending);
+            pthread_mutex_init(&g->thread_lock, NULL);
+            tw_cond_init_monotonic(&g->thread_cond);
+        }
+        if (g == NULL || g->ring == NULL || g->pending == NULL || pool_fill() != 0) {
+            pool_close();
+            if (g != NULL)
+                free_session(g);
+            g = NULL;
+            snprintf(reason, reason_size, "out of memory");
+            rc = TW_ENOMEM;
+        }
+    }
+    if (rc == 0) {
+        g->pid = getpid();
+        g->format = tw_writer_format(writer);
+        g->stats.cupti_version = lib.version;
+        g->flush_interval_ns = config->flush_interval_ns ? config->flush_interval_ns : 1000000000u;
+        CUptiResult r = lib.subscribe(&g->subscriber, on_callback, NULL);
+        if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+            g->subscriber = NULL;
+            snprintf(reason, reason_size, "another CUPTI client holds CUPTI (torch.profiler, Nsight Systems or "
+                                          "Compute, or another profiler): stop it to get GPU times");
+            rc = TW_EBUSY;
+        } else if (r != CUPTI_SUCCESS) {
+            g->subscriber = NULL;
+            snprintf(reason, reason_size, "cuptiSubscribe failed: %s%s", result_text(r),
+                     r == CUPTI_ERROR_NOT_INITIALIZED || r == CUPTI_ERROR_UNKNOWN ? " (no usable GPU or driver)" : "");
+            rc = TW_EUNAVAIL;
+        }
+    }
+    if (rc == 0 && calibrate(clock, &g->offset_ns) != 0) {
+        snprintf(reason, reason_size, "cuptiGetTimestamp failed");
+        rc = TW_EUNAVAIL;
+    }
+    if (rc == 0) {
+        CUptiResult r = lib.register_callbacks(on_buffer_requested, on_buffer_completed);
+        if (r != CUPTI_SUCCESS) {
+            snprintf(reason, reason_size, "cuptiActivityRegisterCallbacks failed: %s", result_text(r));
+            rc = TW_EUNAVAIL;
+        }
+    }
+    for (size_t i = 0; rc == 0 && i < KIND_COUNT; i++) {
+        CUptiResult r = lib.enable(kinds[i]);
+        if (r == CUPTI_SUCCESS) {
+            g->enabled |= 1u << i;
+        } else if (kinds[i] != CUPTI_ACTIVITY_KIND_DRIVER) { /* the driver API's records are a bonus */
+            snprintf(reason, reason_size, "cuptiActivityEnable(%s) failed: %s%s", kind_labels[i], result_text(r),
+                     r == CUPTI_ERROR_NOT_INITIALIZED || r == CUPTI_ERROR_UNKNOWN
+                         ? " (no usable GPU or driver)" : "");
+            rc = TW_EUNAVAIL;
+        }
+    }
+    if (rc == 0) {
+        const char *header = g->format == TW_FORMAT_CSV
+                                 ? "call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid"
+                                 : NULL;
+        int src = tw_writer_add_stream(writer, "gpu", header, &g->stream);
+        if (src != 0) {
+            snprintf(reason, reason_size, "cannot add the gpu record stream to the writer: %s", tw_strerror(src));
+            rc = src;
+        }
+    }
+    if (rc == 0) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old); /* signals are for the program's threads */
+        int err = pthread_create(&g->thread, NULL, flush_main, g);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (err != 0) {
+            snprintf(reason, reason_size, "cannot start the GPU flush thread: %s", strerror(err));
+            rc = TW_ENOMEM;
+        } else {
+            g->thread_running = 1;
+        }
+    }
+    if (rc != 0) {
+        if (g != NULL) {
+            cupti_undo(g);
+            free_session(g);
+            pool_close();
+        }
+        pthread_mutex_unlock(&load_lock);
+        return rc;
+    }
+    owner = g;
+    pthread_mutex_unlock(&load_lock);
+    pthread_mutex_lock(&deliver_lock);
+    active = g;
+    pthread_mutex_unlock(&deliver_lock);
+    *out = g;
+    return 0;
+}
+
+const tw_gpu_hooks_t *tw_gpu_hooks(const tw_gpu_t *g)
+{
+    return g != NULL ? &hooks : NULL;
+}
+
+void tw_gpu_stop(tw_gpu_t *g)
+{
+    if (g == NULL || g->stopped)
+        return;
+    g->stopped = 1;
+    if (g->pid != getpid()) {
+        /* A forked child: no CUPTI, no flush thread, and the locks may be held by threads that are
+         * not here. The parent's records are the parent's to write. */
+        active = NULL;
+        owner = NULL;
+        return;
+    }
+    if (g->thread_running) {
+        pthread_mutex_lock(&g->thread_lock);
+        g->thread_stop = 1;
+        pthread_cond_signal(&g->thread_cond);
+        pthread_mutex_unlock(&g->thread_lock);
+        pthread_join(g->thread, NULL);
+        g->thread_running = 0;
+    }
+    /* Everything CUPTI holds, kernels still running included (end 0); then nothing new, and what
+     * was recorded meanwhile. */
+    lib.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    cupti_undo(g);
+    lib.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    pthread_mutex_lock(&deliver_lock);
+    resolve_pending(g, UINT64_MAX); /* what waits for a correlation gets none now */
+    active = NULL;
+    pthread_mutex_unlock(&deliver_lock);
+    pool_close();
+    pthread_mutex_lock(&load_lock);
+    owner = NULL;
+    pthread_mutex_unlock(&load_lock);
+}
+
+void tw_gpu_destroy(tw_gpu_t *g)
+{
+    if (g == NULL)
+        return;
+    tw_gpu_stop(g);
+    free_session(g);
+}
+
+void tw_gpu_stats(tw_gpu_t *g, tw_gpu_stats_t *stats)
+{
+    if (g->pid == getpid() && !g->stopped) {
+        pthread_mutex_lock(&deliver_lock);
+        *stats = g->stats;
+        pthread_mutex_unlock(&deliver_lock);
+    } else {
+        *stats = g->stats;
+    }
+}
+
+#endif /* TW_HAVE_CUPTI */

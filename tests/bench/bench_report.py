@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: MIT
+"""tw-report throughput, against pandas.read_csv + groupby on the same files, and its memory as the
+input grows. Run by `make bench` (BENCH=quick: 256 MB; BENCH=full: 1 GB).
+
+The record set is a real profiled training loop's rows, repeated with fresh call ids and times until
+it reaches the size; the files are hard links to one 128 MB file (the page cache holds one copy, so
+both readers are measured on warm data, as a second look at a run would be).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import torchwrapper as tw
+
+MODE = os.environ.get("BENCH", "quick")
+TOTAL_MB = 1024 if MODE == "full" else 256
+FILE_MB = 128
+REPS = 5 if MODE == "full" else 3
+BUILD = os.environ.get("top_builddir", ".")
+TW_REPORT = os.path.join(BUILD, "tw-report")
+
+
+def real_rows(tmp):
+    """The rows of a real MLP training loop, profiled with argument summaries."""
+    def train():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        optimizer = torch.optim.Adam(model.parameters())
+        for _ in range(50):
+            loss = torch.nn.functional.cross_entropy(model(torch.randn(32, 64)), torch.randint(0, 10, (32,)))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    out = os.path.join(tmp, "run")
+    tw.TorchWrapper({"out_dir": out, "format": "csv"}).start(train)
+    rows = []
+    for name in sorted(os.listdir(out)):
+        if name.endswith(".csv"):
+            with open(os.path.join(out, name), newline="") as f:
+                reader = csv.reader(f)
+                header = next(reader)
+                rows += list(reader)
+    return header, rows
+
+
+def make_file(path, header, rows, size):
+    """Repeats rows (call ids and times shifted) until the file holds size bytes."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    span = max(int(r[2]) for r in rows) - min(int(r[2]) for r in rows) + 1
+    ids = max(int(r[0]) for r in rows)
+    block = 0
+    with open(path, "w", newline="") as f:
+        while f.tell() < size:
+            for r in rows:
+                r = list(r)
+                r[0] = str(int(r[0]) + block * ids)
+                r[2] = str(int(r[2]) + block * span)
+                if r[9] != "0":
+                    r[9] = str(int(r[9]) + block * ids)
+                writer.writerow(r)
+            f.write(buf.getvalue())
+            buf.seek(0)
+            buf.truncate()
+            block += 1
+
+
+def run_report(paths):
+    """(wall s, cpu s, max RSS MB) of one tw-report run over paths."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([TW_REPORT, "--format", "csv", *paths], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    assert status == 0, f"tw-report failed with status {status}"
+    # The libtool wrapper script execs the real program: the rusage is the program's.
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def pandas_report(paths):
+    import pandas
+
+    start = time.perf_counter()
+    frame = pandas.concat([pandas.read_csv(p, usecols=["api", "cost_ns", "self_ns"]) for p in paths],
+                          ignore_index=True)
+    grouped = frame.groupby("api")["cost_ns"]
+    table = grouped.agg(["count", "sum", "min", "max", "mean"])
+    table["self"] = frame.groupby("api")["self_ns"].sum()
+    for q in (0.5, 0.95, 0.99):
+        table[f"p{int(q * 100)}"] = grouped.quantile(q)
+    return time.perf_counter() - start
+
+
+def main():
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="tw-bench-report-") as tmp:
+        header, rows = real_rows(tmp)
+        base = os.path.join(tmp, "base.csv")
+        make_file(base, header, rows, FILE_MB << 20)
+        size = os.path.getsize(base)
+        data = os.path.join(tmp, "data")
+        os.mkdir(data)
+        paths = []
+        for i in range(max(1, TOTAL_MB // FILE_MB)):
+            paths.append(os.path.join(data, f"tw-{i:04d}.csv"))
+            os.link(base, paths[-1])
+        # Memory as the input grows: one file, then all of them.
+        _, _, rss_small = run_report(paths[:1])
+        _, _, rss_large = run_report(paths)
+        report_walls, report_cpus, pandas_walls = [], [], []
+        pandas_paths = paths[:2]  # pandas holds everything in memory: compare MB/s on 256 MB
+        for _ in range(REPS):  # interleaved
+            wall, cpu, _ = run_report(paths)
+            report_walls.append(wall)
+            report_cpus.append(cpu)
+            pandas_walls.append(pandas_report(pandas_paths))
+        total = size * len(paths) / 1e6
+        report_mbs = total / statistics.median(report_walls)
+        report_cpu_mbs = total / statistics.median(report_cpus)
+        pandas_mbs = size * len(pandas_paths) / 1e6 / statistics.median(pandas_walls)
+        results = {
+            "input_mb": round(total, 1), "files": len(paths), "reps": REPS,
+            "tw_report_mb_s_wall": round(report_mbs, 1), "tw_report_mb_s_cpu": round(report_cpu_mbs, 1),
+            "pandas_mb_s_wall": round(pandas_mbs, 1), "speedup_vs_pandas": round(report_mbs / pandas_mbs, 1),
+            "max_rss_mb_one_file": round(rss_small, 1), "max_rss_mb_all_files": round(rss_large, 1),
+        }
+    print(f"tw-report on {results['input_mb']:.0f} MB ({results['files']} files, median of {REPS}): "
+          f"{results['tw_report_mb_s_wall']:.0f} MB/s wall, {results['tw_report_mb_s_cpu']:.0f} MB/s of CPU time; "
+          f"pandas.read_csv + groupby: {results['pandas_mb_s_wall']:.0f} MB/s -> {results['speedup_vs_pandas']}x; "
+          f"max RSS {results['max_rss_mb_one_file']:.1f} MB on {FILE_MB} MB, "
+          f"{results['max_rss_mb_all_files']:.1f} MB on {results['input_mb']:.0f} MB")
+    out = os.environ.get("BENCH_REPORT_JSON", os.path.join(BUILD, "build", "bench-report.json"))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(results, f, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

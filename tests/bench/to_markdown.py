@@ -1,0 +1,98 @@
+# SPDX-License-Identifier: MIT
+"""Turns the result files of `make bench` (BUILD/build/bench*.json, bench-writer.txt) into the
+Markdown table of README's Performance section: python3 tests/bench/to_markdown.py BUILD_DIR/build"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+
+
+def load(directory, name):
+    path = os.path.join(directory, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        if name.endswith(".txt"):  # bench_writer prints its JSON on the last line
+            return json.loads(f.read().strip().splitlines()[-1])
+        return json.load(f)
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main(directory):
+    main_run = load(directory, "bench.json")
+    training = load(directory, "bench-training.json")
+    report = load(directory, "bench-report.json")
+    writer = load(directory, "bench-writer.txt")
+    rows = []
+
+    def add(what, measured, target="—"):
+        rows.append(f"| {what} | {measured} | {target} |")
+
+    if main_run:
+        r = main_run["results"]
+        for c in r.get("single", []):
+            add(f"per call, one wrapper, `{c['call']}`", f"{c['overhead_ns']:+.0f} ns (call {c['unprofiled_ns']:.0f} ns)",
+                f"{c['target_ns']} ns")
+        for c in r.get("everything", []):
+            add(f"per call, everything wrapped, `{c['call']}`", f"{c['overhead_ns']:+.0f} ns", f"{c['target_ns']} ns")
+        for c in r.get("with_files", []):
+            add(f"per call, everything wrapped + CSV, `{c['call']}` (none / summary)",
+                f"{c['args_none_ns']:+.0f} / {c['args_summary_ns']:+.0f} ns ({c['records_per_call']:.0f} records)")
+        for c in r.get("args", []):
+            add(f"per call, `{c['call']}`", f"{c['overhead_ns']:+.0f} ns", f"{c['target_ns']} ns")
+        alt = {c["call"]: c for c in r.get("alternatives", [])}
+        ours = alt.get("torch.add: torchwrapper")
+        if ours:
+            dec = alt["torch.add: Python decorator"]
+            prof = alt["torch.add: torch.profiler"]
+            add("`torch.add` under a Python decorator", f"{dec['overhead_ns']:+.0f} ns "
+                f"({dec['overhead_ns'] / max(ours['overhead_ns'], 1e-9):.1f}x torchwrapper's)", "≥ 10x ours")
+            total = prof["overhead_ns"] + prof["exit_ns_per_call"]
+            add("`torch.add` under torch.profiler (in block + at exit)",
+                f"{prof['overhead_ns']:+.0f} + {prof['exit_ns_per_call']:.0f} ns "
+                f"({total / max(ours['overhead_ns'], 1e-9):.0f}x torchwrapper's)", "≥ 10x ours")
+        w = r.get("wrapping")
+        if w:
+            add(f"wrap everything ({w['distinct']:,} callables, {w['places']:,} places), first start",
+                f"{w['first_ms']['discover_s'] + w['first_ms']['install_s']:.0f} ms", "50 ms")
+            add("unwrap", f"{w['first_ms']['restore_s']:.1f} ms", "10 ms")
+        m = r.get("memory")
+        if m:
+            add(f"peak memory, {m['calls']:,} calls to capped files", f"+{m['extra_mb']:.0f} MB", "< 64 MB")
+    if training:
+        for loop in training["loops"]:
+            add(f"whole run, {loop['loop']} ({loop['calls_recorded']:,} calls): torchwrapper / torch.profiler / "
+                "Python decorator",
+                f"{loop['torchwrapper']:.3f}x / {loop['torch.profiler']:.3f}x / {loop['Python decorator']:.3f}x",
+                "1.03x")
+    if writer:
+        add("writer thread, CSV / JSON", f"{writer['csv_records_per_s'] / 1e6:.1f} / "
+            f"{writer['json_records_per_s'] / 1e6:.1f} M records/s", "2 / 1 M/s")
+        add("appending one record on the calling thread", f"{writer['append_ns']:.1f} ns", "< 10 ns")
+    if report:
+        add(f"tw-report on {report['input_mb']:.0f} MB of CSV", f"{report['tw_report_mb_s_wall']:.0f} MB/s "
+            f"({report['tw_report_mb_s_cpu']:.0f} MB/s of CPU time); {report['speedup_vs_pandas']}x pandas",
+            "300 MB/s, 5x pandas")
+        add("tw-report memory, one file → all files", f"{report['max_rss_mb_one_file']:.0f} → "
+            f"{report['max_rss_mb_all_files']:.0f} MB", "flat")
+    mode = main_run["mode"] if main_run else "?"
+    print(f"Measured by `make bench` (BENCH={mode}) on {cpu_name()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}, torch {main_run['torch'] if main_run else '?'}:\n")
+    print("| what | measured | target |\n|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "build")

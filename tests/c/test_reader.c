@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+#include "tw_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Rows read back, flattened to text so that tests compare them whole. */
+typedef struct collected {
+    char text[16][512];
+    size_t count;
+    tw_file_kind_t kind;
+} collected_t;
+
+static int collect(void *ctx, const tw_row_t *r)
+{
+    collected_t *c = ctx;
+    if (c->count < 16) {
+        snprintf(c->text[c->count], sizeof c->text[0],
+                 "%llu|%.*s|%llu|%llu|%llu|%lld|%llu|%llu|%llu|%d|%.*s|%.*s|%.*s|%llu",
+                 (unsigned long long)r->call_id, (int)r->api.len, r->api.ptr, (unsigned long long)r->start_ns,
+                 (unsigned long long)r->cost_ns, (unsigned long long)r->self_ns, (long long)r->pid,
+                 (unsigned long long)r->tid, (unsigned long long)r->depth, (unsigned long long)r->parent_id, r->error,
+                 (int)r->args.len, r->args.ptr, (int)r->gpu_kind.len, r->gpu_kind.ptr, (int)r->name.len, r->name.ptr,
+                 (unsigned long long)r->end_ns);
+    }
+    c->count++;
+    c->kind = r->kind;
+    return 0;
+}
+
+static int read_text(const char *text, collected_t *c, tw_read_stats_t *stats, char *err)
+{
+    memset(c, 0, sizeof *c);
+    memset(stats, 0, sizeof *stats);
+    return tw_read_buffer("test.csv", text, strlen(text), collect, c, stats, err, 512);
+}
+
+#define HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
+
+static void csv_rows_with_quotes_commas_and_newlines_read_back_whole(void **state)
+{
+    collected_t c;
+    tw_read_stats_t st;
+    char err[512];
+    assert_int_equal(read_text(HEADER "1,torch.add,100,20,20,0,7,8,0,0,0,\"f32[2,3]@cpu, 1\"\n"
+                                      "2,torch.Tensor.__repr__,200,30,10,0,7,8,1,5,1,\"say \"\"hi\"\"\nthere\"\r\n"
+                                      "3,torch.view,300,5,5,0,7,8,0,0,0,\n",
+                               &c, &st, err),
+                     0);
+    assert_int_equal(c.count, 3);
+    assert_int_equal(c.kind, TW_FILE_CALLS);
+    assert_string_equal(c.text[0], "1|torch.add|100|20|20|7|8|0|0|0|f32[2,3]@cpu, 1|||0");
+    assert_string_equal(c.text[1], "2|torch.Tensor.__repr__|200|30|10|7|8|1|5|1|say \"hi\"\nthere|||0");
+    assert_string_equal(c.text[2], "3|torch.view|300|5|5|7|8|0|0|0||||0");
+    assert_int_equal(st.truncated + st.malformed, 0);
+}
+
+static void json_lines_with_escapes_and_unicode_read_back_whole(void **state)
+{
+    collected_t c;
+    tw_read_stats_t st;
+    char err[512];
+    const char *text =
+        "{\"call_id\":1,\"api\":\"torch.add\",\"start_ns\":100,\"cost_ns\":20,\"self_ns\":20,\"gpu_ns\":0,\"pid\":7,"
+        "\"tid\":8,\"depth\":0,\"parent_id\":0,\"error\":false,\"args\":\"a\\\"b\\\\c\\n\\u00e9\\ud83d\\ude00\\t\"}\n"
+        "{ \"call_id\" : 2 , \"api\":\"x\",\"start_ns\":-5,\"cost_ns\":1,\"self_ns\":1,\"gpu_ns\":0,\"pid\":7,"
+        "\"tid\":8,\"depth\":0,\"parent_id\":0,\"error\":true,\"args\":\"\"}\n";
+    assert_int_equal(read_text(text, &c, &st, err), 0);
+    assert_int_equal(c.count, 2);
+    assert_string_equal(c.text[0], "1|torch.add|100|20|20|7|8|0|0|0|a\"b\\c\n\xc3\xa9\xf0\x9f\x98\x80\t|||0");
+    /* A start before 1970 is written signed and read back as the same 64 bits. */
+    assert_string_equal(c.text[1], "2|x|18446744073709551611|1|1|7|8|0|0|1||||0");
+}
+
+static void columns_of_a_newer_version_are_ignored_in_any_order(void **state)
+{
+    collected_t c;
+    tw_read_stats_t st;
+    char err[512];
+    assert_int_equal(read_text("api,future,call_id,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,"
+                               "module\ntorch.add,\"x,y\",1,100,20,20,0,7,8,0,0,0,,encoder.0\n",
+                               &c, &st, err),
+                     0);
+    assert_int_equal(c.count, 1);
+    assert_string_equal(c.text[0], "1|torch.add|100|20|20|7|8|0|0|0||||0");
+    assert_int_equal(read_text("{\"call_id\":1,\"module\":{\"path\":\"a.b\",\"n\":[1,{\"x\":\"}\"}]},\"api\":\"y\","
+                               "\"start_ns\":1,\"cost_ns\":2,\"extra\":null,\"self_ns\":2,\"pid\":3,\"tid\":4}\n",
+                               &c, &st, err),
+                     0);
+    assert_int_equal(c.count, 1);
+    assert_string_equal(c.text[0], "1|y|1|2|2|3|4|0|0|0||||0");
+}
+
+static void a_torn_last_line_is_skipped_and_counted(void **state)
+{
+    collected_t c;
+    tw_read_stats_t st;
+    char err[512];
+    assert_int_equal(read_text(HEADER "1,a,1,2,2,0,7,8,0,0,0,\n2,b,1,2,2,0,7,8,0,0,0,\"cut in the mi", &c, &st, err),
+                     0);
+    assert_int_equal(c.count, 1);
+    assert_int_equal(st.truncated, 1);
+    assert_int_equal(read_text(HEADER "1,a,1,2,2,0,7,8,0,0,0,\n2,b,1,2", &c, &st, err), 0);
+    assert_int_equal(c.count, 1);
+    assert_int_equal(st.truncated, 1);
+    assert_int_equal(read_text("{\"call_id\":1,\"api\":\"a\",\"start_ns\":1,\"cost_ns\":2}\n{\"call_id\":2,\"ap", &c, &st,
+                               err),
+                     0);
+    assert_int_equal(c.count, 1);
+    assert_int_equal(st.truncated, 1);
+}
+
+static void corrupt_rows_cost_only_themselves(void **state)
+{
+    collected_t c;
+    tw_read_stats_t st;
+    char err[512];
+    assert_int_equal(read_text(HEADER "1,a,1,2,2,0,7,8,0,0,0,\nx,b,1,2,2,0,7,8,0,0,0,\n3,c,1,2\n4,d,1,\"2\"x,2,0,7,8,0,"
+                                      "0,0,\n5,e,1,2,2,0,7,8,0,0,0,\n",
+                               &c, &st, err),
+                     0);
+    assert_int_equal(c.count, 2);
+    assert_int_equal(st.malformed, 3);
+    assert_string_equal(c.text[1], "5|e|1|2|2|7|8|0|0|0||||0");
+}
+
+static void a_file_that_is_not_ours_is_named_in_the_error(void **state)
+{
+    collected_t c;
+    tw_read_stats_t st;
+    char err[512];
+    assert_int_equal(read_text("name,age\nbob,42\n", &c, &st, err), TW_EINVAL);
+    assert_non_null(strstr(err, "test.csv is not a TorchWrapper record file"));
+    assert_non_null(strstr(err, "'name,age'"));
+    assert_int_equal(read_text("{\"hello\": 1}\n", &c, &st, err), TW_EINVAL);
+    assert_non_null(strstr(err, "test.csv is not a TorchWrapper record file"));
+    assert_int_equal(read_text("\x7f" "ELF\x02\x01", &c, &st, err), TW_EINVAL);
+    /* An empty file is a process that died before writing: no rows, no error. */
+    assert_int_equal(read_text("", &c, &st, err), 0);
+    assert_int_equal(c.count, 0);
+}
+
+static void gpu_records_are_read_with_their_duration(void **state)
+{
+    collected_t c;
+    tw_read_stats_t st;
+    char err[512];
+    assert_int_equal(read_text("call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid\n"
+                               "12,torch.matmul,kernel,\"gemm<float, 128>\",1000,1750,0,7,99,42\n"
+                               "0,,memcpy,,2000,0,0,7,100,42\n",
+                               &c, &st, err),
+                     0);
+    assert_int_equal(c.kind, TW_FILE_GPU);
+    assert_int_equal(c.count, 2);
+    /* cost is end - start; a kernel still running at a forced flush (end 0) costs 0, not 2^64 - 2000. */
+    assert_string_equal(c.text[0], "12|torch.matmul|1000|750|0|42|0|0|0|0||kernel|gemm<float, 128>|1750");
+    assert_string_equal(c.text[1], "0||2000|0|0|42|0|0|0|0||memcpy||0");
+}
+
+static void csv_split_reports_incomplete_and_malformed_records(void **state)
+{
+    tw_str_t f[8];
+    size_t n;
+    char scratch[64];
+    assert_int_equal(tw_csv_split("a,\"b\"\"c\",d\n", 11, f, 8, &n, scratch, sizeof scratch), 11);
+    assert_int_equal(n, 3);
+    assert_int_equal(f[1].len, 3);
+    assert_memory_equal(f[1].ptr, "b\"c", 3);
+    assert_int_equal(tw_csv_split("a,\"b\n", 5, f, 8, &n, scratch, sizeof scratch), 0);   /* quote still open */
+    assert_int_equal(tw_csv_split("a,b", 3, f, 8, &n, scratch, sizeof scratch), 0);      /* no line end yet */
+    assert_int_equal(tw_csv_split("a,b\"c\n", 6, f, 8, &n, scratch, sizeof scratch), -1); /* quote in a field */
+    assert_int_equal(tw_csv_split("\"a\"b\n", 5, f, 8, &n, scratch, sizeof scratch), -1); /* text after a quote */
+    assert_int_equal(tw_csv_split("a,b,c\n", 6, f, 2, &n, scratch, sizeof scratch), -1);  /* too many fields */
+    assert_int_equal(tw_csv_split("\n", 1, f, 8, &n, scratch, sizeof scratch), 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(f[0].len, 0);
+}
+
+static void files_are_read_across_buffer_refills(void **state)
+{
+    /* 3 MiB of rows: more than the 1 MiB read block, with a row straddling each refill. */
+    char path[] = "/tmp/tw-test-reader-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(HEADER, f);
+    size_t rows = 0;
+    for (long bytes = 0; bytes < 3 << 20; rows++)
+        bytes += fprintf(f, "%zu,torch.add,%zu,%zu,1,0,7,8,0,0,0,\"f32[%zu]@cpu, %s\"\n", rows + 1, rows, rows % 1000,
+                         rows, rows % 7 ? "x" : "a \"\"quoted\"\" arg");
+    fclose(f);
+    collected_t c;
+    memset(&c, 0, sizeof c);
+    tw_read_stats_t st = {0};
+    char err[512];
+    assert_int_equal(tw_read_file(path, collect, &c, &st, err, sizeof err), 0);
+    assert_int_equal(c.count, rows);
+    assert_int_equal(st.rows, rows);
+    assert_int_equal(st.malformed + st.truncated, 0);
+    tw_file_kind_t kind;
+    assert_int_equal(tw_read_kind(path, &kind, err, sizeof err), 0);
+    assert_int_equal(kind, TW_FILE_CALLS);
+    unlink(path);
+    assert_int_equal(tw_read_file(path, collect, &c, &st, err, sizeof err), TW_EIO);
+    assert_non_null(strstr(err, path));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(csv_rows_with_quotes_commas_and_newlines_read_back_whole),
+        cmocka_unit_test(json_lines_with_escapes_and_unicode_read_back_whole),
+        cmocka_unit_test(columns_of_a_newer_version_are_ignored_in_any_order),
+        cmocka_unit_test(a_torn_last_line_is_skipped_and_counted),
+        cmocka_unit_test(corrupt_rows_cost_only_themselves),
+        cmocka_unit_test(a_file_that_is_not_ours_is_named_in_the_error),
+        cmocka_unit_test(gpu_records_are_read_with_their_duration),
+        cmocka_unit_test(csv_split_reports_incomplete_and_malformed_records),
+        cmocka_unit_test(files_are_read_across_buffer_refills),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: MIT
+"""GPU timing without a GPU: the message when it is unavailable, and the wrappers' part of GPU
+attribution (pushing each call's external correlation id) against the fake CUPTI that make check
+builds (tests/c/fake_cupti.c), loaded through TW_CUPTI_LIBRARY as the real one would be."""
+import csv
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+import torchwrapper as tw
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE = os.environ.get("FAKE_CUPTI") or os.path.join(HERE, "..", "c", ".libs", "fake_cupti.so")
+CUSTOM2 = 5  # CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, the kind torchwrapper pushes
+needs_fake = pytest.mark.skipif(not os.path.exists(FAKE), reason="the fake CUPTI is built by make check "
+                                                                  "(a build with CUPTI headers)")
+# On a GPU machine the real CUPTI may be loaded in this process first: tests/python/test_gpu.py is
+# the test there.
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the fake CUPTI is for machines without a GPU")
+
+TRAIN = """
+import sys, torch, torchwrapper as tw
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+
+def train(steps):
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+    return loss.item()
+
+out = sys.argv[1]
+for i in range(3):
+    with tw.profile(out_dir=out, format="csv") as prof:
+        train(5)
+    assert prof.stats()["gpu"] == "off", prof.stats()
+with tw.profile() as prof:  # records in memory
+    train(2)
+print(tw.TorchWrapper({"out_dir": out}).start(train, 5))
+print(prof.stats()["gpu_unavailable"])
+"""
+
+
+def run_program(tmp_path, program, env=None):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(program))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TW_CUPTI_LIBRARY=FAKE, **(env or {}))
+    result = subprocess.run([sys.executable, "prog.py", str(tmp_path / "out")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@cpu_only
+def test_gpu_timing_unavailable_is_said_exactly_once_and_cpu_profiling_goes_on(tmp_path):
+    result = run_program(tmp_path, TRAIN)
+    said = [line for line in result.stderr.splitlines() if "GPU timing unavailable" in line]
+    assert said == ["torchwrapper: GPU timing unavailable: no CUDA device (torch.cuda.is_available() is False); "
+                    "profiling CPU time only"]
+    assert result.stdout.splitlines()[-1] == "no CUDA device (torch.cuda.is_available() is False)"
+    names = os.listdir(tmp_path / "out")
+    assert not [n for n in names if ".gpu." in n]
+    with open(tmp_path / "out" / "manifest.json") as f:
+        manifest = json.load(f)
+    assert manifest["records_written"] > 0
+    assert {entry["kind"] for entry in manifest["files"]} == {"calls"}
+
+
+@cpu_only
+def test_gpu_off_says_nothing(tmp_path):
+    result = run_program(tmp_path, TRAIN.replace('tw.profile(out_dir=out, format="csv")',
+                                                 'tw.profile(out_dir=out, format="csv", gpu="off")')
+                         .replace("tw.profile()", 'tw.profile(gpu="off")'),
+                         env={"TORCHWRAPPER_GPU": "off"})
+    assert "GPU timing" not in result.stderr
+
+
+@cpu_only
+def test_gpu_on_without_a_gpu_is_an_error_that_says_why(tmp_path):
+    prof = tw.profile(out_dir=str(tmp_path), gpu="on")
+    original = torch.add
+    with pytest.raises(RuntimeError, match=r'gpu="on": GPU timing is unavailable: no CUDA device'):
+        prof.start()
+    assert torch.add is original  # nothing left installed
+    assert tw._core.active_session() is None
+    with pytest.raises(ValueError, match="gpu='yes' is not accepted"):
+        tw.profile(gpu="yes")
+
+
+# ---- the wrappers' part, against the fake ------------------------------------------------------
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The fake CUPTI, loaded by the profiler on its first GPU session in this process."""
+    monkeypatch.setenv("TW_CUPTI_LIBRARY", os.path.abspath(FAKE))
+    lib = ctypes.CDLL(os.path.abspath(FAKE))
+    lib.fake_cupti_launch.restype = ctypes.c_uint32
+    lib.fake_cupti_launch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64,
+                                      ctypes.c_uint32, ctypes.c_uint32]
+    lib.fake_cupti_now.restype = ctypes.c_uint64
+    lib.fake_cupti_depth.restype = ctypes.c_uint
+    lib.fake_cupti_set_busy.argtypes = [ctypes.c_int]
+    lib.fake_cupti_reset()
+    yield lib
+    lib.fake_cupti_reset()
+
+
+def gpu_session(out_dir, **options):
+    """A session with GPU timing on, as if torch had found a device."""
+    return tw.Session(out_dir=str(out_dir), format="csv", gpu="on", gpu_device=True, **options)
+
+
+def read_csv(out_dir, kind):
+    with open(os.path.join(out_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    rows = []
+    for entry in manifest["files"]:
+        if entry["kind"] == kind:
+            with open(os.path.join(out_dir, entry["name"]), newline="") as f:
+                rows.extend(csv.DictReader(f))
+    return rows
+
+
+@cpu_only
+@needs_fake
+def test_kernels_are_attributed_to_the_innermost_wrapped_call(fake, tmp_path):
+    def kernel(name, duration):
+        t = fake.fake_cupti_now()
+        return fake.fake_cupti_launch(0, name.encode(), 0, t, t + duration, 0, 7)
+
+    def inner():
+        return kernel("inner_kernel", 1000)
+
+    def outer():
+        before = kernel("outer_before", 10)
+        nested = inner_w()
+        return before, nested, kernel("outer_after", 20)
+
+    def failing():
+        kernel("failing_kernel", 5)
+        raise KeyError("boom")
+
+    inner_w, outer_w, failing_w = tw.wrap(inner, "my.inner"), tw.wrap(outer, "my.outer"), tw.wrap(failing, "my.fail")
+    session = gpu_session(tmp_path)
+    session.start()
+    correlations = [outer_w() for _ in range(3)]
+    with pytest.raises(KeyError):
+        failing_w()
+    assert fake.fake_cupti_depth(CUSTOM2) == 0  # every push popped, the exception's too
+    session.stop()
+    stats = session.stats()
+    assert stats["gpu"] == "on" and stats["gpu_kernels"] == 10 and stats["gpu_unattributed"] == 0
+    calls = {int(r["call_id"]): r for r in read_csv(tmp_path, "calls")}
+    gpu = {int(r["correlation_id"]): r for r in read_csv(tmp_path, "gpu")}
+    for before, nested, after in correlations:
+        outer_call = int(gpu[before]["call_id"])
+        assert calls[outer_call]["api"] == "my.outer"
+        assert int(gpu[after]["call_id"]) == outer_call
+        inner_call = int(gpu[nested]["call_id"])
+        assert calls[inner_call]["api"] == "my.inner" and int(calls[inner_call]["parent_id"]) == outer_call
+        assert gpu[nested]["api"] == "my.inner" and gpu[nested]["name"] == "inner_kernel"
+        # the kernel ran while its call ran (CUPTI's clock calibrated against ours)
+        start = int(calls[inner_call]["start_ns"])
+        assert start <= int(gpu[nested]["start_ns"]) <= start + int(calls[inner_call]["cost_ns"])
+    failed = [r for r in gpu.values() if r["name"] == "failing_kernel"]
+    assert len(failed) == 1 and calls[int(failed[0]["call_id"])]["error"] == "1"
+    with open(tmp_path / "summary.json") as f:
+        summary = {a["api"]: a for a in json.load(f)["apis"]}
+    assert summary["my.outer"]["gpu_ns"] == 3 * 30  # exclusive: inner's kernels are inner's
+    assert summary["my.inner"]["gpu_ns"] == 3 * 1000
+    # the readers join the GPU files to the calls
+    frame = tw.load(str(tmp_path))
+    by_api = frame.groupby(frame["api"].astype(str))["gpu_ns"]
+    assert by_api.sum()["my.outer"] == 90 and by_api.sum()["my.inner"] == 3000
+    assert (by_api.min()["my.inner"], by_api.max()["my.inner"]) == (1000, 1000)
+
+
+@cpu_only
+@needs_fake
+def test_threads_push_their_own_calls(fake, tmp_path):
+    def launch(tag):
+        t = fake.fake_cupti_now()
+        return fake.fake_cupti_launch(0, tag.encode(), 0, t, t + 1, 0, 0)
+
+    wrappers = {tag: tw.wrap(launch, f"my.launch_{tag}") for tag in ("a", "b", "c")}
+    results = {tag: [] for tag in wrappers}
+
+    def work(tag):
+        for _ in range(200):
+            results[tag].append(wrappers[tag](tag))
+
+    session = gpu_session(tmp_path)
+    session.start()
+    threads = [threading.Thread(target=work, args=(tag,)) for tag in wrappers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    session.stop()
+    gpu = {int(r["correlation_id"]): r for r in read_csv(tmp_path, "gpu")}
+    assert len(gpu) == 600
+    for tag, correlations in results.items():
+        assert {gpu[c]["api"] for c in correlations} == {f"my.launch_{tag}"}
+        assert {gpu[c]["name"] for c in correlations} == {tag}
+
+
+@cpu_only
+@needs_fake
+def test_a_forked_child_pushes_nothing(fake, tmp_path):
+    depth_inside = tw.wrap(lambda: fake.fake_cupti_depth(CUSTOM2), "my.depth")
+    session = gpu_session(tmp_path)
+    session.start()
+    assert depth_inside() == 1  # this call's id is pushed while it runs
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if depth_inside() == 0 else 1)  # no CUPTI call in a forked child
+    _, status = os.waitpid(pid, 0)
+    session.stop()
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@cpu_only
+@needs_fake
+def test_another_cupti_subscriber_is_named(fake, tmp_path):
+    fake.fake_cupti_set_busy(1)
+    session = gpu_session(tmp_path)
+    with pytest.raises(RuntimeError, match="another CUPTI client holds CUPTI"):
+        session.start()
+    fake.fake_cupti_set_busy(0)
+    session = tw.Session(out_dir=str(tmp_path / "again"), gpu="auto", gpu_device=True)
+    session.start()  # CUPTI free again: GPU timing on
+    session.stop()
+    assert session.stats()["gpu"] == "on"

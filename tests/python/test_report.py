@@ -1,0 +1,288 @@
+# SPDX-License-Identifier: MIT
+"""tw-report and torchwrapper.load against an independent reading of the same files."""
+import csv
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+import torch
+
+import torchwrapper as tw
+
+from models import MLP
+
+BUILD = os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", ".."))
+TW_REPORT = os.path.join(BUILD, "tw-report")
+
+
+def train(steps=15):
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for _ in range(steps):
+        loss = model(torch.randn(32, 32)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+@pytest.fixture(scope="module", params=["csv", "json"])
+def run_dir(request, tmp_path_factory):
+    """A real training loop profiled into small rotating files."""
+    out = tmp_path_factory.mktemp(f"report-{request.param}")
+    tw.TorchWrapper({"out_dir": str(out), "format": request.param, "file_max_size": "8KB"}).start(train)
+    return out
+
+
+def report(*args, check=True):
+    done = subprocess.run([TW_REPORT, *map(str, args)], capture_output=True, text=True)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def independent_rows(out_dir):
+    """The call records, read with the csv and json modules only."""
+    rows = []
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name)
+        if name.endswith(".csv"):
+            with open(path, newline="") as f:
+                rows += [dict(r) for r in csv.DictReader(f)]
+        elif name.endswith(".jsonl"):
+            with open(path) as f:
+                rows += [json.loads(line) for line in f]
+    return [{"api": r["api"], "cost": int(r["cost_ns"]), "self": int(r["self_ns"]), "pid": int(r["pid"]),
+             "tid": int(r["tid"]), "start": int(r["start_ns"]), "call_id": int(r["call_id"]),
+             "parent_id": int(r["parent_id"])} for r in rows]
+
+
+def nearest_rank(values, q):
+    values = sorted(values)
+    return values[max(1, math.ceil(q * len(values))) - 1]
+
+
+def test_totals_counts_and_percentiles_match_an_independent_computation(run_dir):
+    rows = independent_rows(run_dir)
+    assert sum(n.endswith((".csv", ".jsonl")) for n in os.listdir(run_dir)) > 3, "the run should have rotated"
+    by_api = defaultdict(list)
+    for r in rows:
+        by_api[r["api"]].append(r)
+    got = {g["key"]: g for g in json.loads(report("--format", "json", run_dir).stdout)["rows"]}
+    assert set(got) == set(by_api)
+    all_self = sum(r["self"] for r in rows)
+    for api, calls in by_api.items():
+        g = got[api]
+        costs = [r["cost"] for r in calls]
+        assert g["calls"] == len(calls)
+        assert g["total_ns"] == sum(costs)
+        assert g["self_ns"] == sum(r["self"] for r in calls)
+        assert g["min_ns"] == min(costs) and g["max_ns"] == max(costs)
+        assert g["mean_ns"] == sum(costs) // len(costs)
+        for q, key in ((0.5, "p50_ns"), (0.95, "p95_ns"), (0.99, "p99_ns")):
+            exact = nearest_rank(costs, q)
+            assert abs(g[key] - exact) <= 0.01 * exact + 1, (api, key, g[key], exact)
+        assert g["share"] == pytest.approx(100.0 * g["self_ns"] / all_self, abs=1e-3)
+
+
+def test_csv_output_sorts_filters_and_limits(run_dir):
+    lines = report("--format", "csv", "--sort", "calls", "--top", "3", "--api", "torch.nn.*", run_dir).stdout
+    table = list(csv.DictReader(lines.splitlines()))
+    assert len(table) == 3
+    assert all(r["api"].startswith("torch.nn.") for r in table)
+    calls = [int(r["calls"]) for r in table]
+    assert calls == sorted(calls, reverse=True)
+    expected = defaultdict(int)
+    for r in independent_rows(run_dir):
+        expected[r["api"]] += 1
+    assert calls[0] == max(n for api, n in expected.items() if api.startswith("torch.nn."))
+
+
+def test_grouping_by_thread_pid_and_parent(run_dir):
+    rows = independent_rows(run_dir)
+    by_pid = json.loads(report("--format", "json", "--by", "pid", run_dir).stdout)["rows"]
+    assert [(g["key"], g["calls"]) for g in by_pid] == [(str(rows[0]["pid"]), len(rows))]
+    by_thread = json.loads(report("--format", "json", "--by", "thread", run_dir).stdout)["rows"]
+    assert by_thread[0]["key"] == f"{rows[0]['pid']}/{rows[0]['tid']}"
+    # caller > callee pairs, from the parent ids
+    api_of = {r["call_id"]: r["api"] for r in rows}
+    pairs = defaultdict(int)
+    for r in rows:
+        pairs[f"{api_of[r['parent_id']]} > {r['api']}" if r["parent_id"] else r["api"]] += 1
+    by_parent = {g["key"]: g["calls"] for g in json.loads(report("--format", "json", "--by", "parent",
+                                                                  run_dir).stdout)["rows"]}
+    assert by_parent == dict(pairs)
+
+
+def test_window_keeps_the_calls_that_start_inside_it(run_dir):
+    rows = independent_rows(run_dir)
+    with open(os.path.join(run_dir, "manifest.json")) as f:
+        origin = json.load(f)["start_ns"]
+    starts = sorted(r["start"] for r in rows)
+    middle = (starts[len(starts) // 2] - origin) / 1e9
+    got = json.loads(report("--format", "json", "--by", "pid", "--window", f"{middle}:", run_dir).stdout)["rows"]
+    expected = sum(1 for r in rows if r["start"] >= origin + int(middle * 1e9))
+    assert abs(got[0]["calls"] - expected) <= 1  # the boundary call, within float rounding of the bound
+
+
+def test_processes_and_ranks_merge(tmp_path, run_dir):
+    """Two processes (here: a copy of one run's files with another pid) read together."""
+    other = tmp_path / "rank1"
+    other.mkdir()
+    for name in os.listdir(run_dir):
+        if name.endswith((".csv", ".jsonl")):
+            text = (run_dir / name).read_text()
+            pid = str(independent_rows(run_dir)[0]["pid"])
+            (other / name).write_text(text.replace(f",{pid},", ",999999,").replace(f'"pid":{pid},', '"pid":999999,'))
+    rows = independent_rows(run_dir)
+    merged = json.loads(report("--format", "json", "--by", "pid", run_dir, other).stdout)["rows"]
+    assert sorted((g["key"], g["calls"]) for g in merged) == sorted([(str(rows[0]["pid"]), len(rows)),
+                                                                    ("999999", len(rows))])
+    by_api = json.loads(report("--format", "json", run_dir, other).stdout)["rows"]
+    assert sum(g["calls"] for g in by_api) == 2 * len(rows)
+
+
+def test_trace_file_is_valid_and_nested_per_thread(run_dir, tmp_path):
+    trace_path = tmp_path / "trace.json.gz"
+    report("--trace", trace_path, run_dir)
+    with gzip.open(trace_path, "rt") as f:
+        trace = json.load(f)
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == len(independent_rows(run_dir))
+    for e in events:
+        assert {"ts", "dur", "pid", "tid", "name"} <= set(e)
+        assert e["dur"] >= 0 and e["ts"] >= 0
+    names = {(e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    threads = defaultdict(list)
+    for e in events:
+        threads[(e["pid"], e["tid"])].append(e)
+    assert set(threads) <= names
+    for track in threads.values():
+        # Complete events of one thread must nest: each starts after and ends before the one open around it.
+        track.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack = []
+        for e in track:
+            while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"]:
+                stack.pop()
+            if stack:
+                assert e["ts"] + e["dur"] <= stack[-1]["ts"] + stack[-1]["dur"] + 1e-9, (e, stack[-1])
+                assert e["args"]["parent_id"] != 0
+            stack.append(e)
+    limited = tmp_path / "limited.json"
+    out = report("--trace", limited, "--limit", "10", run_dir).stdout
+    assert "(--limit reached)" in out
+    assert sum(1 for e in json.loads(limited.read_text())["traceEvents"] if e["ph"] == "X") == 10
+
+
+def test_gpu_records_are_attributed_and_drawn_on_their_own_tracks(tmp_path):
+    (tmp_path / "tw-1-0001.csv").write_text(
+        "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
+        "2,torch.matmul,1000,500,500,0,42,42,1,1,0,\n"
+        "1,torch.nn.Linear.forward,900,800,300,0,42,42,0,0,0,\n")
+    (tmp_path / "tw-1-0001.gpu.csv").write_text(
+        "call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid\n"
+        "2,torch.matmul,kernel,gemm,1200,1450,0,7,5,42\n"
+        "2,torch.matmul,memcpy,,1460,1470,0,7,6,42\n"
+        "0,,kernel,stray,1500,1600,0,7,7,42\n")
+    got = {g["key"]: g for g in json.loads(report("--format", "json", tmp_path).stdout)["rows"]}
+    assert got["torch.matmul"]["gpu_ns"] == 260
+    assert got["torch.matmul"]["calls"] == 1
+    assert got["(not attributed)"]["gpu_ns"] == 100
+    frame = tw.load(tmp_path)
+    assert dict(zip(frame["api"].astype(str), frame["gpu_ns"])) == {"torch.matmul": 260,
+                                                                    "torch.nn.Linear.forward": 0}
+    trace = tmp_path / "t.json"
+    report("--trace", trace, tmp_path)
+    events = json.loads(trace.read_text())["traceEvents"]
+    gpu = [e for e in events if e.get("cat") == "gpu"]
+    assert len(gpu) == 3 and all(e["tid"] != 42 for e in gpu)
+    starts = [e for e in events if e["ph"] == "s"]
+    finishes = [e for e in events if e["ph"] == "f"]
+    assert [e["id"] for e in starts] == ["42.2"] and {e["id"] for e in finishes} == {"42.2"}
+    assert starts[0]["tid"] == 42
+
+
+def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
+    good = tmp_path / "run"
+    good.mkdir()
+    (good / "a.csv").write_text(
+        "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module\n"
+        "1,torch.add,10,5,5,0,1,1,0,0,0,\"x, y\",encoder.0\n"
+        "2,torch.add,20,7,7,0,1,1,0,0,0,,\n"
+        "3,torch.add,30,9,9,0,1,1,0,0,0,\"cut")
+    (good / "b.jsonl").write_text('{"call_id":4,"api":"torch.mul","start_ns":40,"cost_ns":3,"self_ns":3,"gpu_ns":0,'
+                                  '"pid":1,"tid":1,"depth":0,"parent_id":0,"error":true,"args":"","new":[1,2]}\n')
+    done = report("--format", "csv", good)
+    table = {r["api"]: r for r in csv.DictReader(done.stdout.splitlines())}
+    assert table["torch.add"]["calls"] == "2" and table["torch.add"]["total_ns"] == "12"
+    assert table["torch.mul"]["errors"] == "1"
+    assert "1 torn last line" in done.stderr
+    with pytest.warns(UserWarning, match="1 torn last line"):
+        frame = tw.load(good)
+    assert list(frame["call_id"]) == [1, 2, 4]
+    assert list(frame["error"]) == [False, False, True]
+    assert list(frame.columns) == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid",
+                                   "depth", "parent_id", "error", "args", "module"]
+
+    stray = tmp_path / "notes.csv"
+    stray.write_text("name,age\nbob,42\n")
+    done = report(stray, check=False)
+    assert done.returncode == 1
+    assert f"{stray} is not a TorchWrapper record file" in done.stderr
+    with pytest.raises(ValueError, match="notes.csv is not a TorchWrapper record file"):
+        tw.load(stray)
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = report(empty, check=False)
+    assert done.returncode == 1 and f"{empty} holds no record files" in done.stderr
+    with pytest.raises(ValueError, match="holds no record files"):
+        tw.load(empty)
+
+    done = report("--by", "module", good, check=False)
+    assert done.returncode == 2 and "--by 'module' is not accepted: give api, thread, pid or parent" in done.stderr
+    done = report("--window", "5:1", good, check=False)
+    assert done.returncode == 2 and "--window '5:1'" in done.stderr
+    assert report(check=False).returncode == 2
+
+
+def test_load_matches_the_files_and_the_original_columns(run_dir):
+    rows = independent_rows(run_dir)
+    frame = tw.load(run_dir)
+    assert len(frame) == len(rows)
+    assert frame["start_ns"].is_monotonic_increasing
+    assert sorted(frame["call_id"]) == sorted(r["call_id"] for r in rows)
+    assert frame["cost_ns"].sum() == sum(r["cost"] for r in rows)
+    assert str(frame["cost_ns"].dtype) == "int64" and str(frame["error"].dtype) == "bool"
+    original = tw.load(run_dir, original_names=True)
+    assert list(original.columns[:6]) == ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp",
+                                          "Cost Time (ms)", "Arguments"]
+    first = original[original["API Name"] == "torch.nn.functional.relu"]
+    assert list(first["Call Number"]) == list(range(1, len(first) + 1))
+
+
+def test_python_m_torchwrapper_report_is_the_same_report(run_dir):
+    plain = report("--format", "csv", "--by", "parent", run_dir).stdout
+    env = dict(os.environ)
+    done = subprocess.run([sys.executable, "-m", "torchwrapper", "report", "--format", "csv", "--by", "parent",
+                           str(run_dir)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == plain
+    done = subprocess.run([sys.executable, "-m", "torchwrapper", "report", "--top", "x", str(run_dir)],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and "--top 'x' is not a count" in done.stderr
+
+
+def test_table_and_markdown_are_aligned(run_dir):
+    table = report("--top", "5", run_dir).stdout.splitlines()
+    assert table[0].split()[0] == "api" and len(table[1:6]) == 5
+    assert len({len(line) for line in table[:6]}) == 1  # aligned columns
+    assert "records from" in table[-1]
+    markdown = report("--format", "markdown", "--top", "3", run_dir).stdout.splitlines()
+    assert markdown[0].startswith("| api") and set(markdown[1]) <= set("|-:")
+    assert len(markdown) == 5
