@@ -872,10 +872,10 @@ void tw_gpu_stop(tw_gpu_t *g)
 {
     if (g == NULL || g->stopped)
         return;
-    g->stopped = 1;
     if (g->pid != getpid()) {
         /* A forked child: no CUPTI, no flush thread, and the locks may be held by threads that are
          * not here. The parent's records are the parent's to write. */
+        g->stopped = 1;
         active = NULL;
         owner = NULL;
         return;
@@ -888,6 +888,7 @@ void tw_gpu_stop(tw_gpu_t *g)
         pthread_join(g->thread, NULL);
         g->thread_running = 0;
     }
+    g->stopped = 1; /* after the join: the flush thread reads it in tw_gpu_flush */
     /* Everything CUPTI holds, kernels still running included (end 0); then nothing new, and what
      * was recorded meanwhile. */
     lib.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
