@@ -170,8 +170,10 @@ fail:
     return -1;
 }
 
-static PyObject *traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args,
-                                   size_t nargsf, PyObject *kwnames)
+/* noinline: the common path stays small; flatten: its own copy of tw_call_end_args (see record_call_gpu) */
+static __attribute__((noinline, flatten)) PyObject *
+traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
+                  PyObject *kwnames)
 {
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     tw_clock_source_t source = tw_active.clock_source;
@@ -311,7 +313,7 @@ static PyObject *traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint
  */
 static inline __attribute__((always_inline)) PyObject *
 record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-            PyObject *kwnames, const tw_gpu_hooks_t *gpu)
+            PyObject *kwnames, const tw_gpu_hooks_t *gpu, uint32_t module_id)
 {
     tw_clock_source_t source = tw_active.clock_source;
     uint32_t args_len = 0;
@@ -322,6 +324,8 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         t->paused--;
     }
     tw_frame_t *frame = tw_call_begin(t);
+    if (module_id != TW_MODULE_NONE && frame != NULL) /* a constant TW_MODULE_NONE on the common path */
+        frame->module_id = module_id;
     int pushed = 0;
     if (gpu != NULL) {
         /* Kernels launched inside are attributed to this call (gpu.h). Past TW_MAX_DEPTH there is
@@ -350,7 +354,36 @@ static __attribute__((noinline, flatten)) PyObject *
 record_call_gpu(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
                 PyObject *kwnames, const tw_gpu_hooks_t *gpu)
 {
-    return record_call(self, t, gen, args, nargsf, kwnames, gpu);
+    return record_call(self, t, gen, args, nargsf, kwnames, gpu, TW_MODULE_NONE);
+}
+
+/*
+ * A module forward when module paths are all that tracing asks for: one probe of the instance
+ * table (a miss, the instance's first call, asks the tracer), then the plain recorded call.
+ */
+static __attribute__((noinline, flatten)) PyObject *
+record_module_forward(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
+                      PyObject *kwnames)
+{
+    uint32_t module_id = TW_MODULE_NONE;
+    if (PyVectorcall_NARGS(nargsf) > 0) {
+        tw_ptr_slot_t *slot = tw_ptr_find(&tw_modules, args[0]);
+        if (TW_UNLIKELY(slot == NULL) && tw_active.hooks.resolve != NULL) {
+            PyObject *subject = args[0];
+            Py_XDECREF(run_hook(t, tw_active.clock_source, tw_active.hooks.resolve, &subject, 1));
+            if (TW_UNLIKELY(tw_active.gen != gen))
+                return call_original(self, args, nargsf, kwnames);
+            slot = tw_ptr_find(&tw_modules, subject);
+        }
+        if (slot != NULL) {
+            module_id = slot->value;
+            slot->count++;
+        }
+    }
+    const tw_gpu_hooks_t *gpu = tw_active.gpu;
+    if (TW_UNLIKELY(gpu != NULL))
+        return record_call(self, t, gen, args, nargsf, kwnames, gpu, module_id);
+    return record_call(self, t, gen, args, nargsf, kwnames, NULL, module_id);
 }
 
 static PyObject *wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -363,12 +396,16 @@ static PyObject *wrapper_vectorcall(PyObject *callable, PyObject *const *args, s
     tw_thread_t *t = TW_LIKELY(thread_cache.gen == gen) ? thread_cache.thread : attach_thread(gen);
     if (TW_UNLIKELY(t == NULL || t->paused))
         return call_original(self, args, nargsf, kwnames);
-    if (TW_UNLIKELY(self->kind & tw_active.hooks.kinds))
+    uint32_t kind = self->kind & tw_active.hooks.kinds;
+    if (TW_UNLIKELY(kind != 0)) {
+        if (kind == TW_KIND_MODULE_FORWARD)
+            return record_module_forward(self, t, gen, args, nargsf, kwnames);
         return traced_vectorcall(self, t, gen, args, nargsf, kwnames);
+    }
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     if (TW_UNLIKELY(gpu != NULL))
         return record_call_gpu(self, t, gen, args, nargsf, kwnames, gpu);
-    return record_call(self, t, gen, args, nargsf, kwnames, NULL);
+    return record_call(self, t, gen, args, nargsf, kwnames, NULL, TW_MODULE_NONE);
 }
 
 static PyObject *method_wrapper_descr_get(PyObject *self, PyObject *obj, PyObject *type)
