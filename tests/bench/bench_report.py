@@ -13,7 +13,6 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,14 +77,21 @@ def make_file(path, header, rows, size):
 
 
 def run_report(paths):
-    """(wall s, cpu s, max RSS MB) of one tw-report run over paths."""
-    start = time.perf_counter()
-    proc = subprocess.Popen([TW_REPORT, "--format", "csv", *paths], stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    assert status == 0, f"tw-report failed with status {status}"
-    # The libtool wrapper script execs the real program: the rusage is the program's.
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    """(wall s, cpu s, max RSS MB or None) of one tw-report run over paths."""
+    # The maximum RSS comes from GNU time, whose child is forked from a small process: a child
+    # forked (or vforked) from this big Python process starts with its pages counted.
+    with tempfile.NamedTemporaryFile("r") as rss:
+        timer = ["/usr/bin/time", "-f", "%M", "-o", rss.name] if os.path.exists("/usr/bin/time") else []
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        argv = timer + [TW_REPORT, "--format", "csv", *paths]
+        start = time.perf_counter()
+        pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
+        _, status, usage = os.wait4(pid, 0)
+        wall = time.perf_counter() - start
+        os.close(devnull)
+        assert status == 0, f"tw-report failed with status {status}"
+        text = rss.read().strip()
+    return wall, usage.ru_utime + usage.ru_stime, int(text) / 1024 if timer and text else None
 
 
 def pandas_report(paths):
@@ -133,13 +139,14 @@ def main():
             "input_mb": round(total, 1), "files": len(paths), "reps": REPS,
             "tw_report_mb_s_wall": round(report_mbs, 1), "tw_report_mb_s_cpu": round(report_cpu_mbs, 1),
             "pandas_mb_s_wall": round(pandas_mbs, 1), "speedup_vs_pandas": round(report_mbs / pandas_mbs, 1),
-            "max_rss_mb_one_file": round(rss_small, 1), "max_rss_mb_all_files": round(rss_large, 1),
+            "max_rss_mb_one_file": rss_small and round(rss_small, 1),
+            "max_rss_mb_all_files": rss_large and round(rss_large, 1),
         }
     print(f"tw-report on {results['input_mb']:.0f} MB ({results['files']} files, median of {REPS}): "
           f"{results['tw_report_mb_s_wall']:.0f} MB/s wall, {results['tw_report_mb_s_cpu']:.0f} MB/s of CPU time; "
           f"pandas.read_csv + groupby: {results['pandas_mb_s_wall']:.0f} MB/s -> {results['speedup_vs_pandas']}x; "
-          f"max RSS {results['max_rss_mb_one_file']:.1f} MB on {FILE_MB} MB, "
-          f"{results['max_rss_mb_all_files']:.1f} MB on {results['input_mb']:.0f} MB")
+          f"max RSS {results['max_rss_mb_one_file']} MB on {FILE_MB} MB, "
+          f"{results['max_rss_mb_all_files']} MB on {results['input_mb']:.0f} MB (GNU time)")
     out = os.environ.get("BENCH_REPORT_JSON", os.path.join(BUILD, "build", "bench-report.json"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
