@@ -270,7 +270,7 @@ def bench_with_files(a, b):
                     diffs.append((q - p) / n)
                 figures[mode] = statistics.median(diffs)
             unprofiled = statistics.median(base)
-            per_call = records / n
+            per_call = records / (2 * n)  # the untimed block and the timed one
             print(f"  {name:34} {unprofiled:8.0f} ns {figures['none']:+8.0f} ns {figures['summary']:+11.0f} ns "
                   f"{per_call:13.1f}")
             rows.append({"call": name, "unprofiled_ns": round(unprofiled, 1), "args_none_ns": round(figures["none"], 1),
