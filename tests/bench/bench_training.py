@@ -9,7 +9,6 @@ exit is counted, as it grows with the number of calls. Run by `make bench`; BENC
 """
 from __future__ import annotations
 
-import functools
 import gc
 import json
 import os
@@ -24,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchwrapper as tw
+from run import python_decorator  # the same minimal decorator as the per-call comparison
 from torchwrapper._discover import MISSING
 
 MODE = os.environ.get("BENCH", "quick")
@@ -64,30 +64,26 @@ class LSTMLanguageModel(nn.Module):
         return self.out(hidden)
 
 
+def training_step(model, optimizer, inputs, targets):
+    """One step of cross-entropy training, as a closure over the model and its data."""
+    def step():
+        loss = F.cross_entropy(model(inputs), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return step
+
+
 def mlp_step_factory():
     model = MLP()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, y = torch.randn(128, 64), torch.randint(0, 10, (128,))
-
-    def step():
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return step
+    return training_step(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), torch.randn(128, 64),
+                         torch.randint(0, 10, (128,)))
 
 
 def cnn_step_factory():
     model = CNN()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
-
-    def step():
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return step
+    return training_step(model, torch.optim.Adam(model.parameters(), lr=1e-3), torch.randn(16, 3, 32, 32),
+                         torch.randint(0, 10, (16,)))
 
 
 def lstm_step_factory():
@@ -118,16 +114,7 @@ class Decorator:
         self.undo = []
 
     def wrap(self, fn, name):
-        log = self.log
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            t0 = time.perf_counter_ns()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                log.setdefault(name, []).append((t0, time.perf_counter_ns() - t0))
-        return wrapper
+        return python_decorator(fn, name, self.log)
 
     def start(self):
         self.log.clear()

@@ -87,23 +87,6 @@ typedef struct {
     uint32_t api[4]; /* "torch.matmul", "torch.nn.Linear.forward", "torch.conv2d", "api, \"quoted\"" */
 } fixture_t;
 
-static void rm_rf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static void open_writer(fixture_t *f, tw_format_t format)
 {
     memset(f, 0, sizeof *f);

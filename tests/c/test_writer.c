@@ -43,23 +43,6 @@ typedef struct {
     uint32_t ids[WEIRD_COUNT];
 } fixture_t;
 
-static void rm_rf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static void open_fixture(fixture_t *f, tw_writer_config_t config)
 {
     strcpy(f->dir, "/tmp/tw-test-writer-XXXXXX");
