@@ -127,6 +127,8 @@ struct tw_writer {
     tw_writer_stream_t *streams; /* added under lock, freed by tw_writer_destroy */
     /* counters, written by the writer thread under lock, read by anyone under lock */
     uint64_t wakeups; /* timed waits that returned: about one per flush interval when idle */
+    uint64_t names_skipped;  /* file names found taken (O_EXCL), symbolic links included */
+    uint64_t links_refused;  /* of which symbolic links */
     uint64_t truncated;
     int write_errno;
 
@@ -446,8 +448,20 @@ static int open_next_file(tw_writer_t *w, fileset_t *fs)
         if (next_name(w, fs, name, sizeof name) != 0 || path_join(path, sizeof path, w->out_dir, name) != 0)
             return ENAMETOOLONG;
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 && errno == EEXIST)
-            continue; /* a name in use (another process, same second): the next index */
+        if (fd < 0 && errno == EEXIST) {
+            /* A name in use (another process, same second): the next index. A symbolic link there
+             * is refused too (O_NOFOLLOW), never followed; it is counted and said once. */
+            struct stat st;
+            int planted = lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+            pthread_mutex_lock(&w->lock);
+            w->names_skipped++;
+            int first_link = planted && w->links_refused++ == 0;
+            pthread_mutex_unlock(&w->lock);
+            if (first_link)
+                fprintf(stderr, "torchwrapper: %s is a symbolic link: not followed, not written; records go to the "
+                                "next file name (counted in the manifest: file_names_skipped)\n", path);
+            continue;
+        }
         if (fd < 0)
             return errno;
         char *copy = strdup(name);
@@ -659,6 +673,11 @@ static void write_manifest(tw_writer_t *w)
     cJSON_AddItemToObject(root, "records_written", raw_int((int64_t)written));
     cJSON_AddItemToObject(root, "records_dropped", raw_int((int64_t)dropped));
     cJSON_AddItemToObject(root, "records_truncated", raw_int((int64_t)truncated));
+    pthread_mutex_lock(&w->lock);
+    int64_t skipped = (int64_t)w->names_skipped, links = (int64_t)w->links_refused;
+    pthread_mutex_unlock(&w->lock);
+    cJSON_AddItemToObject(root, "file_names_skipped", raw_int(skipped));
+    cJSON_AddItemToObject(root, "symlinks_refused", raw_int(links));
     cJSON_AddItemToObject(root, "bytes_written", raw_int((int64_t)bytes));
     if (streams != NULL)
         cJSON_AddItemToObject(root, "streams", streams);
@@ -1116,6 +1135,8 @@ void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
     stats->bytes_written = w->calls.bytes_total;
     stats->write_errno = w->write_errno;
     stats->wakeups = w->wakeups;
+    stats->file_names_skipped = w->names_skipped;
+    stats->symlinks_refused = w->links_refused;
     pthread_mutex_unlock(&w->lock);
 }
 

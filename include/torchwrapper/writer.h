@@ -53,6 +53,8 @@ typedef struct tw_writer_stats {
     uint64_t bytes_written;
     int write_errno;             /* the first write error, 0 if none */
     uint64_t wakeups;            /* times the idle writer thread woke up (about one per flush interval) */
+    uint64_t file_names_skipped; /* record file names found taken, so the next index was used */
+    uint64_t symlinks_refused;   /* of which symbolic links (never followed) */
 } tw_writer_stats_t;
 
 /*

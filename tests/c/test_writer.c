@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+
+#include <cJSON.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,6 +364,57 @@ static void an_existing_name_is_never_overwritten(void **state)
     tw_writer_stats_t ws;
     tw_writer_stats(f.writer, &ws);
     assert_int_equal(ws.records_written, 100);
+    assert_int_equal(ws.file_names_skipped, 2); /* the file and the link, counted */
+    assert_int_equal(ws.symlinks_refused, 1);
+    free_fixture(&f);
+}
+
+typedef struct manifest_reader {
+    const char *path;
+    volatile int stop;
+    int reads, complete, incomplete;
+} manifest_reader_t;
+
+static void *read_manifests(void *arg)
+{
+    manifest_reader_t *m = arg;
+    while (!m->stop) {
+        FILE *fp = fopen(m->path, "r");
+        if (fp == NULL)
+            continue;
+        /* The whole file, however long the list of files grows. */
+        static char text[4 << 20];
+        size_t n = fread(text, 1, sizeof text - 1, fp);
+        fclose(fp);
+        text[n] = '\0';
+        cJSON *root = cJSON_Parse(text);
+        m->reads++;
+        if (root != NULL && cJSON_GetObjectItemCaseSensitive(root, "files") != NULL)
+            m->complete++;
+        else
+            m->incomplete++;
+        cJSON_Delete(root);
+    }
+    return NULL;
+}
+
+static void a_manifest_read_during_rotation_is_always_complete(void **state)
+{
+    /* 4096-byte files: hundreds of rotations, each rewriting the manifest, while a reader polls it. */
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = TW_FORMAT_CSV, .file_max_size = 4096, .rank = -1});
+    char path[600];
+    snprintf(path, sizeof path, "%s/manifest.json", f.dir);
+    manifest_reader_t m = {.path = path};
+    pthread_t reader;
+    assert_int_equal(pthread_create(&reader, NULL, read_manifests, &m), 0);
+    for (int i = 0; i < 20; i++)
+        record_calls(f.rec, f.ids, 2000);
+    close_fixture(&f);
+    m.stop = 1;
+    pthread_join(reader, NULL);
+    assert_true(m.reads > 0);
+    assert_int_equal(m.incomplete, 0);
     free_fixture(&f);
 }
 
@@ -923,6 +976,7 @@ int main(void)
         cmocka_unit_test(a_forked_child_writes_its_own_files),
         cmocka_unit_test(ranks_sharing_out_dir_write_their_own_manifests_and_ranked_names),
         cmocka_unit_test(an_idle_writer_sleeps_between_flushes),
+        cmocka_unit_test(a_manifest_read_during_rotation_is_always_complete),
         cmocka_unit_test(a_world_writable_out_dir_draws_a_warning),
         cmocka_unit_test(bad_configs_name_the_problem),
         cmocka_unit_test(csv_stream_files_rotate_under_the_cap_with_their_header),
