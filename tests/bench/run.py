@@ -251,9 +251,11 @@ def bench_with_files(a, b):
                 base, diffs, records = [], [], 0
                 for rep in range(reps):
                     prof = tw.profile(out_dir=out_dir, format="csv", args=mode)
-                    # One untimed block after start: the session's first record chunks are
-                    # faulted in then (once per session, not per call), as in a long run.
+                    # Each timed block follows an untimed one in the same state: after start,
+                    # the session's first record chunks are faulted in (once per session, not per
+                    # call), and after stop, the unwrapped callables are warm again.
                     if rep % 2:
+                        block()
                         p = block()
                         prof.start()
                         block()
@@ -264,6 +266,7 @@ def bench_with_files(a, b):
                         block()
                         q = block()
                         prof.stop()
+                        block()
                         p = block()
                     records = prof.stats()["records"]
                     base.append(p / n)
