@@ -35,6 +35,7 @@ def main(directory):
     training = load(directory, "bench-training.json")
     report = load(directory, "bench-report.json")
     writer = load(directory, "bench-writer.txt")
+    trace = load(directory, "bench-trace.json")
     rows = []
 
     def add(what, measured, target="—"):
@@ -68,6 +69,10 @@ def main(directory):
             add(f"wrap everything ({w['distinct']:,} callables, {w['places']:,} places), first start",
                 f"{w['first_ms']['discover_s'] + w['first_ms']['install_s']:.0f} ms", "50 ms")
             add("unwrap", f"{w['first_ms']['restore_s']:.1f} ms", "10 ms")
+        whole = r.get("whole_run")
+        if whole:
+            add(f"whole run, examples/train_mlp.py ({whole['records']:,} calls), everything wrapped",
+                f"{whole['ratio']:.3f}x", "1.03x")
         m = r.get("memory")
         if m:
             add(f"peak memory, {m['calls']:,} calls to capped files", f"+{m['extra_mb']:.0f} MB", "< 64 MB")
@@ -77,6 +82,12 @@ def main(directory):
                 "Python decorator",
                 f"{loop['torchwrapper']:.3f}x / {loop['torch.profiler']:.3f}x / {loop['Python decorator']:.3f}x",
                 "1.03x")
+    if trace:
+        add("model tracing: module path per module forward", f"+{trace['probe_ns']:.1f} ns", "no measurable cost")
+        add(f"tensor statistics, CNN step ({trace['tensors_per_step']} tensors): extra / their own ops",
+            f"{trace['extra_over_ops']:.2f}x", "≤ 2x")
+        add("tensor statistics: the per-number .item() technique's extra / ours",
+            f"{trace['item_over_stats']:.1f}x", "≥ 5x")
     if writer:
         add("writer thread, CSV / JSON", f"{writer['csv_records_per_s'] / 1e6:.1f} / "
             f"{writer['json_records_per_s'] / 1e6:.1f} M records/s", "2 / 1 M/s")
