@@ -37,6 +37,7 @@ typedef enum {
     COL_DEVICE,
     COL_STREAM,
     COL_CORRELATION_ID,
+    COL_MODULE,
     COL_COUNT
 } column_t;
 
@@ -45,7 +46,7 @@ static const char *const column_names[COL_COUNT] = {
     [COL_SELF_NS] = "self_ns", [COL_GPU_NS] = "gpu_ns",   [COL_PID] = "pid",           [COL_TID] = "tid",
     [COL_DEPTH] = "depth",     [COL_PARENT_ID] = "parent_id", [COL_ERROR] = "error",   [COL_ARGS] = "args",
     [COL_KIND] = "kind",       [COL_NAME] = "name",       [COL_END_NS] = "end_ns",     [COL_DEVICE] = "device",
-    [COL_STREAM] = "stream",   [COL_CORRELATION_ID] = "correlation_id",
+    [COL_STREAM] = "stream",   [COL_CORRELATION_ID] = "correlation_id", [COL_MODULE] = "module",
 };
 
 static column_t column_of(const char *s, size_t len)
@@ -148,6 +149,7 @@ static int set_field(tw_row_t *row, column_t col, const char *s, size_t len)
     case COL_ARGS: row->args = (tw_str_t){s, len}; return 0;
     case COL_KIND: row->gpu_kind = (tw_str_t){s, len}; return 0;
     case COL_NAME: row->name = (tw_str_t){s, len}; return 0;
+    case COL_MODULE: row->module = (tw_str_t){s, len}; return 0;
     default: return 0; /* a column of a newer version */
     }
 }
@@ -411,7 +413,8 @@ static int json_row(const char *p, const char *end, tw_row_t *row, uint32_t *pre
                 return -1;
         } else {
             tw_str_t value;
-            if (*p == '"') {
+            int is_string = *p == '"';
+            if (is_string) {
                 if ((p = json_string(p + 1, end, &value, &scratch)) == NULL)
                     return -1;
             } else {
@@ -421,7 +424,9 @@ static int json_row(const char *p, const char *end, tw_row_t *row, uint32_t *pre
                 value = (tw_str_t){p, (size_t)(q - p)};
                 p = q;
             }
-            if (set_field(row, col, value.ptr, value.len) != 0)
+            /* null: the field is absent in this row (the root module's path, for one), not text. */
+            int null = !is_string && value.len == 4 && memcmp(value.ptr, "null", 4) == 0;
+            if (!null && set_field(row, col, value.ptr, value.len) != 0)
                 return -1;
             *present |= 1u << col;
         }

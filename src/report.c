@@ -32,6 +32,10 @@
     "  --format F        table (default), csv, json, markdown\n"                                                   \
     "  --trace FILE      also write a Chrome trace event file (Perfetto, chrome://tracing); .gz compresses\n"     \
     "  --limit N         at most N calls in the trace (default 1000000; 0 for no limit)\n"                         \
+    "  --tree STEP       instead of the table, the call tree of step STEP (0 is the first) of one thread\n"       \
+    "                    (--tid, or the first call's), a step ending with an outermost --boundary call\n"        \
+    "  --boundary GLOB   the call that ends a step (default 'torch.optim.*.step')\n"                               \
+    "  --max-depth N     --tree: N levels at most\n"                                                             \
     "  -h, --help        this text\n"
 
 #define MAX_FILTERS 32
@@ -235,6 +239,9 @@ typedef struct options {
     double window_from, window_to; /* seconds after the run's start; to < 0: open */
     const char *trace;
     uint64_t limit;
+    int64_t tree_step; /* -1: no tree */
+    const char *boundary;
+    uint64_t max_depth; /* 0: all levels */
     const char **inputs; /* the positional arguments: options may come before, between or after them */
     size_t ninputs;
 } options_t;
@@ -302,6 +309,8 @@ static int parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
     static const char *const formats[] = {"table", "csv", "json", "markdown"};
     memset(o, 0, sizeof *o);
     o->limit = 1000000;
+    o->tree_step = -1;
+    o->boundary = "torch.optim.*.step";
     if ((o->inputs = calloc((size_t)argc + 1, sizeof *o->inputs)) == NULL) {
         fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
         return 1;
@@ -327,7 +336,8 @@ static int parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
 #define IS(name) (name_len == strlen(name) && strncmp(a, name, name_len) == 0)
         if (!(IS("--sort") || IS("--top") || IS("--by") || IS("--api") || IS("--pid") || IS("--tid") ||
-              IS("--window") || IS("--format") || IS("--trace") || IS("--limit")))
+              IS("--window") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
+              IS("--boundary") || IS("--max-depth")))
             return usage_error(err, "unknown option '%.*s'", (int)name_len, a);
         if (value == NULL)
             return usage_error(err, "option %s needs a value", a);
@@ -346,13 +356,19 @@ static int parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             if ((k = pick(value, formats, 4)) < 0)
                 return usage_error(err, "--format '%s' is not accepted: give table, csv, json or markdown", value);
             o->format = (out_format_t)k;
-        } else if (IS("--top") || IS("--limit")) {
-            if (parse_count(value, &n) != 0)
+        } else if (IS("--top") || IS("--limit") || IS("--tree") || IS("--max-depth")) {
+            if (parse_count(value, &n) != 0 || (IS("--tree") && n > INT64_MAX))
                 return usage_error(err, "%.*s '%s' is not a count (a whole number >= 0)", (int)name_len, a, value);
             if (IS("--top"))
                 o->top = (size_t)n;
-            else
+            else if (IS("--limit"))
                 o->limit = n;
+            else if (IS("--tree"))
+                o->tree_step = (int64_t)n;
+            else
+                o->max_depth = n;
+        } else if (IS("--boundary")) {
+            o->boundary = value;
         } else if (IS("--api")) {
             if (o->napis == MAX_FILTERS)
                 return usage_error(err, "at most %d --api globs", MAX_FILTERS);
@@ -780,6 +796,107 @@ static void trace_event(trace_t *t, const tw_row_t *row, const inputs_t *in)
     }
 }
 
+/* ---- --tree: the calls of one step of one thread ----------------------------------------------- */
+
+typedef struct tree_call {
+    uint64_t call_id, start_ns, cost_ns, self_ns, depth;
+    char *api, *module;
+} tree_call_t;
+
+typedef struct tree_calls {
+    tree_call_t *items;
+    size_t count, capacity;
+} tree_calls_t;
+
+typedef struct tree {
+    int have_tid;
+    uint64_t tid;
+    int64_t pid;
+    int64_t boundaries; /* outermost boundary calls seen: the step the next outermost call is in */
+    tree_calls_t pending;  /* calls inside the outermost call not yet returned (rows come children first) */
+    tree_calls_t selected; /* the step's calls */
+} tree_t;
+
+static void tree_calls_clear(tree_calls_t *c)
+{
+    for (size_t i = 0; i < c->count; i++) {
+        free(c->items[i].api);
+        free(c->items[i].module);
+    }
+    c->count = 0;
+}
+
+static char *copy_str(tw_str_t s)
+{
+    char *copy = malloc(s.len + 1);
+    if (copy != NULL) {
+        memcpy(copy, s.ptr, s.len);
+        copy[s.len] = '\0';
+    }
+    return copy;
+}
+
+static int tree_calls_add(tree_calls_t *c, const tw_row_t *row)
+{
+    if (c->count == c->capacity) {
+        size_t capacity = c->capacity ? c->capacity * 2 : 256;
+        tree_call_t *items = realloc(c->items, capacity * sizeof *items);
+        if (items == NULL)
+            return TW_ENOMEM;
+        c->items = items;
+        c->capacity = capacity;
+    }
+    tree_call_t *t = &c->items[c->count];
+    *t = (tree_call_t){row->call_id, row->start_ns, row->cost_ns, row->self_ns, row->depth, copy_str(row->api),
+                       copy_str(row->module)};
+    if (t->api == NULL || t->module == NULL) {
+        free(t->api);
+        free(t->module);
+        return TW_ENOMEM;
+    }
+    c->count++;
+    return 0;
+}
+
+static int compare_tree_calls(const void *a, const void *b)
+{
+    const tree_call_t *x = a, *y = b;
+    /* Start order is the tree's pre-order on one thread; a child starting in the same nanosecond as
+     * its parent comes after it. */
+    if (x->start_ns != y->start_ns)
+        return x->start_ns < y->start_ns ? -1 : 1;
+    return x->depth < y->depth ? -1 : x->depth > y->depth;
+}
+
+static void print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
+{
+    tree_calls_t *c = &t->selected;
+    if (!t->have_tid || c->count == 0) {
+        fprintf(err, "tw-report: step %" PRId64 " is not in the records: %" PRId64 " step(s) of thread %" PRIu64
+                     ", each ending with an outermost call of '%s' (--boundary)\n",
+                o->tree_step, t->boundaries + (t->pending.count > 0), t->tid, o->boundary);
+        return;
+    }
+    qsort(c->items, c->count, sizeof *c->items, compare_tree_calls);
+    uint64_t total = 0;
+    size_t shown = 0;
+    for (size_t i = 0; i < c->count; i++) {
+        total += c->items[i].depth == 0 ? c->items[i].cost_ns : 0;
+        shown += o->max_depth == 0 || c->items[i].depth < o->max_depth;
+    }
+    fprintf(out, "step %" PRId64 " (pid %" PRId64 ", thread %" PRIu64 "): %zu calls shown, %.3f ms\n", o->tree_step,
+            t->pid, t->tid, shown, (double)total / 1e6);
+    for (size_t i = 0; i < c->count; i++) {
+        const tree_call_t *call = &c->items[i];
+        if (o->max_depth != 0 && call->depth >= o->max_depth)
+            continue;
+        fprintf(out, "%*s%s", (int)(2 * (call->depth + 1)), "", call->api);
+        if (call->module[0] != '\0')
+            fprintf(out, " [%s]", call->module);
+        fprintf(out, "  %.3f ms  (self %.3f ms)\n", (double)call->cost_ns / 1e6, (double)call->self_ns / 1e6);
+    }
+}
+
 /* ---- the pass over the rows ------------------------------------------------------------------ */
 
 typedef struct report {
@@ -796,7 +913,54 @@ typedef struct report {
     uint64_t kept, filtered;
     int oom;
     trace_t *trace;
+    tree_t tree;
 } report_t;
+
+/* --tree: rows of the chosen thread wait until their outermost call returns, then belong to the
+ * step that call is in: only that step's rows are kept. */
+static void tree_row(report_t *r, const tw_row_t *row)
+{
+    tree_t *t = &r->tree;
+    if (row->kind != TW_FILE_CALLS || t->boundaries > r->o->tree_step)
+        return;
+    if (!t->have_tid) {
+        t->have_tid = 1;
+        t->tid = r->o->ntids ? r->o->tids[0] : row->tid;
+        t->pid = row->pid;
+    }
+    if (row->tid != t->tid || row->pid != t->pid)
+        return;
+    if (tree_calls_add(&t->pending, row) != 0) {
+        r->oom = 1;
+        return;
+    }
+    if (row->depth != 0)
+        return;
+    if (t->boundaries == r->o->tree_step) {
+        for (size_t i = 0; i < t->pending.count; i++) {
+            if (t->selected.count == t->selected.capacity) {
+                size_t capacity = t->selected.capacity ? t->selected.capacity * 2 : 256;
+                tree_call_t *items = realloc(t->selected.items, capacity * sizeof *items);
+                if (items == NULL) {
+                    r->oom = 1;
+                    break;
+                }
+                t->selected.items = items;
+                t->selected.capacity = capacity;
+            }
+            t->selected.items[t->selected.count++] = t->pending.items[i]; /* ownership moves */
+        }
+        t->pending.count = 0;
+    } else {
+        tree_calls_clear(&t->pending);
+    }
+    char api[1024];
+    size_t len = row->api.len < sizeof api - 1 ? row->api.len : sizeof api - 1;
+    memcpy(api, row->api.ptr, len);
+    api[len] = '\0';
+    if (fnmatch(r->o->boundary, api, 0) == 0)
+        t->boundaries++;
+}
 
 static int keep_row(report_t *r, const tw_row_t *row)
 {
@@ -858,6 +1022,11 @@ static int on_row(void *ctx, const tw_row_t *row)
         r->min_start_ns = (int64_t)row->start_ns;
     if (r->prepass)
         return 0;
+    if (r->o->tree_step >= 0) {
+        if (keep_row(r, row))
+            tree_row(r, row);
+        return 0;
+    }
     if (!keep_row(r, row)) {
         r->filtered++;
         return 0;
@@ -1218,7 +1387,11 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
     }
     if (rc == 0 && r.oom)
         fprintf(err, "tw-report: out of memory: some calls are not counted\n");
-    if (rc == 0) {
+    if (rc == 0 && o.tree_step >= 0) {
+        print_tree(out, err, &o, &r.tree);
+        if (r.tree.selected.count == 0)
+            rc = 1;
+    } else if (rc == 0) {
         group_t **order = calloc(r.groups.count ? r.groups.count : 1, sizeof *order);
         size_t n = 0;
         uint64_t all_self = 0;
@@ -1264,6 +1437,10 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
         free(trace->launches);
         free(trace);
     }
+    tree_calls_clear(&r.tree.pending);
+    tree_calls_clear(&r.tree.selected);
+    free(r.tree.pending.items);
+    free(r.tree.selected.items);
     table_free(&r.groups);
     table_free(&r.api_names);
     for (size_t i = 0; i < r.pending.capacity; i++)

@@ -54,6 +54,7 @@ typedef struct tw_row {
     tw_str_t args;
     tw_str_t gpu_kind;  /* kernel, memcpy, memset */
     tw_str_t name;      /* the kernel's name */
+    tw_str_t module;    /* calls: the nn.Module instance's path (model tracing), or empty */
 } tw_row_t;
 
 /* Called for every row; a non-zero return stops the reading and is returned by tw_read_*. */

@@ -286,3 +286,22 @@ def test_table_and_markdown_are_aligned(run_dir):
     markdown = report("--format", "markdown", "--top", "3", run_dir).stdout.splitlines()
     assert markdown[0].startswith("| api") and set(markdown[1]) <= set("|-:")
     assert len(markdown) == 5
+
+
+def test_tree_prints_one_step_like_call_tree(run_dir):
+    """tw-report --tree STEP: the calls of one training step, nested, with module paths; the same
+    lines as torchwrapper.call_tree on the same files."""
+    done = report("--tree", "2", run_dir)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("step 2 (pid ")
+    expected = tw.call_tree(tw.load(run_dir, original_names=True), step=2).splitlines()
+    # tw-report shows a module path when there is one; call_tree also marks the root model "[]".
+    assert lines[1:] == [line.replace(" []  ", "  ") for line in expected[1:]]
+    assert lines[0].split(": ", 1)[1] == expected[0].split(": ", 1)[1]  # "N calls shown, T ms"
+    assert any(line.startswith("  torch.optim.SGD.step") for line in lines)
+    assert any("[fc1]" in line for line in lines)
+    depth_one = report("--tree", "2", "--max-depth", "1", run_dir).stdout.splitlines()
+    assert all(line.startswith("  ") and not line.startswith("   ") for line in depth_one[1:])
+    assert len(depth_one) < len(lines)
+    missing = report("--tree", "999", run_dir, check=False)
+    assert missing.returncode == 1 and "step 999 is not in the records: 15 step(s)" in missing.stderr
