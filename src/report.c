@@ -924,8 +924,10 @@ static void tree_row(report_t *r, const tw_row_t *row)
     if (row->kind != TW_FILE_CALLS || t->boundaries > r->o->tree_step)
         return;
     if (!t->have_tid) {
-        t->have_tid = 1;
-        t->tid = r->o->ntids ? r->o->tids[0] : row->tid;
+        if (r->o->ntids && row->tid != r->o->tids[0])
+            return;
+        t->have_tid = 1; /* the first call's thread, or the first --tid, in the process it is seen in */
+        t->tid = row->tid;
         t->pid = row->pid;
     }
     if (row->tid != t->tid || row->pid != t->pid)
