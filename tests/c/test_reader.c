@@ -38,6 +38,7 @@ static int read_text(const char *text, collected_t *c, tw_read_stats_t *stats, c
 }
 
 #define HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
+#define HEADER_MODULE "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module\n"
 
 static void csv_rows_with_quotes_commas_and_newlines_read_back_whole(void **state)
 {
@@ -80,12 +81,12 @@ static void columns_of_a_newer_version_are_ignored_in_any_order(void **state)
     tw_read_stats_t st;
     char err[512];
     assert_int_equal(read_text("api,future,call_id,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,"
-                               "module\ntorch.add,\"x,y\",1,100,20,20,0,7,8,0,0,0,,encoder.0\n",
+                               "later\ntorch.add,\"x,y\",1,100,20,20,0,7,8,0,0,0,,encoder.0\n",
                                &c, &st, err),
                      0);
     assert_int_equal(c.count, 1);
     assert_string_equal(c.text[0], "1|torch.add|100|20|20|7|8|0|0|0||||0");
-    assert_int_equal(read_text("{\"call_id\":1,\"module\":{\"path\":\"a.b\",\"n\":[1,{\"x\":\"}\"}]},\"api\":\"y\","
+    assert_int_equal(read_text("{\"call_id\":1,\"nested\":{\"path\":\"a.b\",\"n\":[1,{\"x\":\"}\"}]},\"api\":\"y\","
                                "\"start_ns\":1,\"cost_ns\":2,\"extra\":null,\"self_ns\":2,\"pid\":3,\"tid\":4}\n",
                                &c, &st, err),
                      0);
@@ -207,6 +208,26 @@ static void files_are_read_across_buffer_refills(void **state)
     assert_non_null(strstr(err, path));
 }
 
+static int collect_module(void *ctx, const tw_row_t *r)
+{
+    char *out = ctx;
+    snprintf(out + strlen(out), 64, "[%.*s]", (int)r->module.len, r->module.ptr);
+    return 0;
+}
+
+static void module_paths_are_read_and_null_is_no_path(void **state)
+{
+    char modules[256] = "", err[512];
+    const char *csv = HEADER_MODULE "1,a,1,2,2,0,7,8,1,3,0,,features.0\n2,b,1,2,2,0,7,8,0,0,0,,\n";
+    assert_int_equal(tw_read_buffer("m.csv", csv, strlen(csv), collect_module, modules, NULL, err, sizeof err), 0);
+    assert_string_equal(modules, "[features.0][]");
+    modules[0] = '\0';
+    const char *json = "{\"call_id\":1,\"api\":\"a\",\"start_ns\":1,\"cost_ns\":2,\"module\":\"encoder.layers.3\"}\n"
+                       "{\"call_id\":2,\"api\":\"b\",\"start_ns\":1,\"cost_ns\":2,\"module\":null}\n";
+    assert_int_equal(tw_read_buffer("m.jsonl", json, strlen(json), collect_module, modules, NULL, err, sizeof err), 0);
+    assert_string_equal(modules, "[encoder.layers.3][]");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -219,6 +240,7 @@ int main(void)
         cmocka_unit_test(gpu_records_are_read_with_their_duration),
         cmocka_unit_test(csv_split_reports_incomplete_and_malformed_records),
         cmocka_unit_test(files_are_read_across_buffer_refills),
+        cmocka_unit_test(module_paths_are_read_and_null_is_no_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
