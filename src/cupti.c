@@ -364,16 +364,6 @@ static void buffer_release(uint8_t *b)
 
 /* ---- rows ----------------------------------------------------------------------------------------- */
 
-/* Cuts n bytes of UTF-8 back to a character boundary at most max bytes long. */
-static size_t utf8_cut(const char *s, size_t n, size_t max)
-{
-    if (n <= max)
-        return n;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
-        max--;
-    return max;
-}
-
 /* __cxa_demangle, when the process has a C++ runtime (torch brings one): kernel names come mangled. */
 typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
 static demangle_fn find_demangler(void)
@@ -412,7 +402,7 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
     }
     if (name == NULL)
         name = kind_names[kind];
-    size_t name_len = utf8_cut(name, strlen(name), NAME_MAX_BYTES);
+    size_t name_len = tw_utf8_cut(name, strlen(name), NAME_MAX_BYTES);
     size_t api_len = strnlen(api, TW_API_NAME_MAX);
     int64_t start_ns = to_epoch(g, start), end_ns = end != 0 ? to_epoch(g, end) : 0;
     uint64_t duration = end > start && start != 0 ? end - start : 0;
@@ -465,7 +455,7 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
         *p++ = '\n';
         int rc = tw_writer_stream_write_gpu(g->stream, row, (size_t)(p - row), api_id, duration);
         if (rc == TW_EINVAL && attempt == 0 && name_len > 64) {
-            name_len = utf8_cut(name, name_len, 64); /* too long for a small file_max_size: shorter */
+            name_len = tw_utf8_cut(name, name_len, 64); /* too long for a small file_max_size: shorter */
             continue;
         }
         if (rc != 0) {

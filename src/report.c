@@ -17,6 +17,7 @@
 #include "torchwrapper/reader.h"
 #include "torchwrapper/report.h"
 #include "torchwrapper/stats.h"
+#include "torchwrapper/writer.h"
 
 #define USAGE                                                                                                     \
     "usage: tw-report [options] OUT_DIR|FILE...\n"                                                                \
@@ -130,6 +131,13 @@ static void table_free(group_table_t *t)
     memset(t, 0, sizeof *t);
 }
 
+/* The hash of a (process, call id) pair: call ids are unique per process only. */
+static uint64_t pid_id_hash(int64_t pid, uint64_t id)
+{
+    uint64_t h = id * 0x9E3779B97F4A7C15ull ^ (uint64_t)pid * 0xC2B2AE3D27D4EB4Full;
+    return h ^ (h >> 31);
+}
+
 /*
  * --by parent: a call's row is written when it returns, after the rows of the calls inside it, so
  * a child waits here, keyed by (pid, parent call id), until its parent's row names the parent's API.
@@ -155,8 +163,7 @@ typedef struct pending_table {
 
 static size_t pending_slot(const pending_table_t *t, int64_t pid, uint64_t parent_id)
 {
-    uint64_t h = (parent_id * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)pid * 0xC2B2AE3D27D4EB4Full);
-    size_t j = (h ^ (h >> 31)) & (t->capacity - 1);
+    size_t j = pid_id_hash(pid, parent_id) & (t->capacity - 1);
     while (t->slots[j].parent_id != 0 && !(t->slots[j].parent_id == parent_id && t->slots[j].pid == pid))
         j = (j + 1) & (t->capacity - 1);
     return j;
@@ -638,29 +645,19 @@ static void trace_printf(trace_t *t, const char *fmt, ...)
         trace_put(t, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
-/* A JSON string of s, escaped per RFC 8259 (bytes >= 0x80 are passed through: the files are UTF-8). */
+/* A JSON string of s, quotes included, escaped by the writer's tw_json_escape (6 bytes out per
+ * byte in at worst). */
 static void trace_string(trace_t *t, const char *s, size_t len)
 {
-    char out[256];
-    size_t n = 0;
-    out[n++] = '"';
-    for (size_t i = 0; i < len; i++) {
-        if (n + 8 > sizeof out) {
-            trace_put(t, out, n);
-            n = 0;
-        }
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            out[n++] = '\\';
-            out[n++] = (char)c;
-        } else if (c < 0x20) {
-            n += (size_t)snprintf(out + n, 8, "\\u%04x", c);
-        } else {
-            out[n++] = (char)c;
-        }
+    char small[6 * 256 + 2];
+    char *out = len <= 256 ? small : malloc(6 * len + 2);
+    if (out == NULL) {
+        t->failed = 1;
+        return;
     }
-    out[n++] = '"';
-    trace_put(t, out, n);
+    trace_put(t, out, (size_t)(tw_json_escape(out, s, len) - out));
+    if (out != small)
+        free(out);
 }
 
 /* Microseconds since the origin with three decimals: exact to the nanosecond as a double. */
@@ -694,8 +691,7 @@ static int trace_track_seen(trace_t *t, int64_t pid, uint64_t tid)
 
 static size_t launch_slot(const trace_t *t, int64_t pid, uint64_t call_id)
 {
-    uint64_t h = call_id * 0x9E3779B97F4A7C15ull ^ (uint64_t)pid * 0xC2B2AE3D27D4EB4Full;
-    size_t j = (h ^ (h >> 31)) & (t->launch_capacity - 1);
+    size_t j = pid_id_hash(pid, call_id) & (t->launch_capacity - 1);
     while (t->launches[j].call_id != 0 && !(t->launches[j].call_id == call_id && t->launches[j].pid == pid))
         j = (j + 1) & (t->launch_capacity - 1);
     return j;
@@ -1182,17 +1178,14 @@ static void csv_text(FILE *out, const char *s)
 
 static void json_text(FILE *out, const char *s)
 {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(out, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(out, "\\u%04x", c);
-        else
-            fputc(c, out);
+    size_t len = strlen(s); /* a group key: at most ~1200 bytes */
+    char *text = malloc(6 * len + 2);
+    if (text == NULL) {
+        fputs("\"\"", out); /* still valid JSON */
+        return;
     }
-    fputc('"', out);
+    fwrite(text, 1, (size_t)(tw_json_escape(text, s, len) - text), out);
+    free(text);
 }
 
 static const char *group_title(group_by_t by)

@@ -184,16 +184,6 @@ char *tw_csv_field(char *p, const char *s, size_t len)
     return p + len;
 }
 
-/* Cuts n bytes of UTF-8 back to a character boundary, so that a cut summary stays valid text. */
-static size_t utf8_cut(const char *s, size_t n, size_t max)
-{
-    if (n <= max)
-        return n;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
-        max--;
-    return max;
-}
-
 char *tw_json_escape(char *p, const char *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
@@ -229,7 +219,7 @@ static size_t format_record(const tw_writer_t *w, const tw_chunk_t *chunk, const
                             size_t args_max)
 {
     const char *args = chunk->text + r->args_offset;
-    size_t args_len = utf8_cut(args, r->args_len, args_max);
+    size_t args_len = tw_utf8_cut(args, r->args_len, args_max);
     const char *api = tw_api_name(r->api_id);
     if (api == NULL)
         api = "?";
