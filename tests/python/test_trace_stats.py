@@ -157,7 +157,7 @@ def test_statistics_equal_an_independent_computation_and_training_is_unchanged(s
             if math.isnan(want[metric]):
                 assert row[metric] is None or math.isnan(row[metric]), key
             else:
-                assert row[metric] == pytest.approx(want[metric], rel=1e-6, abs=1e-12), (key, metric)
+                assert row[metric] == pytest.approx(want[metric], rel=1e-12, abs=1e-15), (key, metric)
 
 
 def test_each_row_belongs_to_the_call_it_names(tmp_path):
@@ -326,4 +326,4 @@ def test_edge_values_and_dtypes_on_both_paths(numel, batch, monkeypatch):
             if math.isnan(w) or math.isinf(w):
                 assert g is None or g == w or (math.isnan(w) and math.isnan(g)), (key, metric, g, w)
             else:
-                assert g == pytest.approx(w, rel=1e-6, abs=1e-9), (key, metric, g, w)
+                assert g == pytest.approx(w, rel=1e-12, abs=1e-15), (key, metric, g, w)
