@@ -12,6 +12,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 from . import _core
 from ._files import ORIGINAL_COLUMNS, load, read_rows
 from ._patch import WRAPPER_TYPES
+from ._patch import generation as _patch_generation
+from ._patch import installed_originals as _installed_originals
 from ._profile import Profile
 
 ENV_PREFIX = "TORCHWRAPPER_"
@@ -235,28 +237,99 @@ class TorchWrapper:
 
 # ---- names -----------------------------------------------------------------------------------
 
-_names: Dict[int, Any] = {}
+_names: Dict[Any, Any] = {}
 
 
-def _name_index() -> Dict[int, Any]:
-    """id -> (object, API name) for everything under torch that has a public name (cached until a
-    module is imported)."""
+def _name_index() -> Dict[Any, Any]:
+    """id -> (object, API name) for everything under torch that has a public name.
+
+    Rebuilt when a module was imported or a session installed or removed wrappers (discovery
+    cannot see an original behind its wrapper: while a session runs, the originals are named by
+    the wrappers that stand in for them, whose names were given before they were installed)."""
     import sys
 
     from ._discover import discover
 
-    key = len(sys.modules)
+    key = (len(sys.modules), _patch_generation())
     if _names.get("key") != key:
         _names.clear()
         _names.update(discover(exclude=[]).names)
+        for original, name in _installed_originals():
+            _names[id(original)] = (original, name)
         _names["key"] = key
     return _names
+
+
+def _named(obj: Any) -> Optional[str]:
+    """The API name of obj if the index or a wrapper names it, else None."""
+    if isinstance(obj, WRAPPER_TYPES):
+        return obj.api_name
+    entry = _name_index().get(id(obj))
+    if entry is not None and entry[0] is obj:
+        return entry[1]
+    return None
+
+
+def _decorated(obj: Any) -> List[Any]:
+    """obj and what it decorates, outermost first: the ``__wrapped__`` chain that functools.wraps
+    leaves (bounded, and cut at a cycle)."""
+    chain = [obj]
+    while len(chain) < 16:
+        try:
+            inner = inspect_getattr(chain[-1], "__wrapped__")
+        except Exception:  # noqa: BLE001 - an object whose attributes raise is named by its qualname
+            break
+        if inner is None or any(inner is seen for seen in chain):
+            break
+        chain.append(inner)
+    return chain
+
+
+def inspect_getattr(obj: Any, attr: str) -> Any:
+    """getattr that reads instance and class dictionaries only (no __getattr__ hooks run: some
+    torch objects warn or import when unknown attributes are asked for)."""
+    import inspect
+
+    return inspect.getattr_static(obj, attr, None) if not isinstance(obj, WRAPPER_TYPES) else obj.__wrapped__
+
+
+def _by_home(obj: Any) -> Optional[str]:
+    """A function defined in a class body, named through its class: ``module.Class.attr`` resolved
+    from obj's __module__ and __qualname__ to the class, whose public name is stable, when that
+    class attribute is obj or decorates it. Torch replaces some class attributes at run time (the
+    first construction of an optimizer class wraps ``cls.step`` in a hook), so identity alone
+    would name the same method differently before and after."""
+    import sys
+
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<locals>" in qualname:
+        return None
+    *owner_path, attr = qualname.split(".")
+    if not owner_path:
+        return None
+    owner: Any = sys.modules.get(module)
+    for part in owner_path:
+        owner = inspect_getattr(owner, part) if owner is not None else None
+    if not isinstance(owner, type):
+        return None
+    raw = owner.__dict__.get(attr)
+    if isinstance(raw, (staticmethod, classmethod)):
+        raw = raw.__func__
+    if raw is None or not any(inner is obj for inner in _decorated(raw)):
+        return None
+    owner_name = _named(owner)
+    return f"{owner_name}.{attr}" if owner_name is not None else None
 
 
 def getAPIName(obj: Any) -> str:
     """The shortest public API name of a torch object: getAPIName(torch.optim.Adam) is
     "torch.optim.Adam" (not "Adam" or "torch.optim.adam.Adam"). Classes, functions, builtins,
-    methods, bound methods and modules; objects outside torch give "module.qualname"."""
+    methods, bound methods and modules; objects outside torch give "module.qualname".
+
+    The name depends on the object and torch's public module tree only: not on what was imported
+    first, nor on whether a profiling session ran or is running, nor on torch having decorated a
+    class attribute since (a decorator made with functools.wraps is named after what it wraps)."""
     if isinstance(obj, WRAPPER_TYPES):
         return obj.api_name
     if isinstance(obj, types.ModuleType):
@@ -265,9 +338,14 @@ def getAPIName(obj: Any) -> str:
         return getAPIName(obj.__func__)
     if isinstance(obj, (staticmethod, classmethod)):
         return getAPIName(obj.__func__)
-    entry = _name_index().get(id(obj))
-    if entry is not None and entry[0] is obj:
-        return entry[1]
+    for inner in _decorated(obj):
+        name = _named(inner)
+        if name is not None:
+            return name
+    if isinstance(obj, types.FunctionType):
+        name = _by_home(obj)
+        if name is not None:
+            return name
     owner = getattr(obj, "__self__", None)
     if isinstance(obj, types.BuiltinMethodType) and owner is not None and not isinstance(owner, types.ModuleType):
         # x.add: a C method bound to an instance

@@ -21,6 +21,30 @@ from ._discover import MISSING as _MISSING
 
 WRAPPER_TYPES = (_core.Wrapper, _core.MethodWrapper)
 
+# Patchers whose wrappers are installed now, and a counter of installs and restores: getAPIName's
+# name index is rebuilt when it changes (discovery cannot see an original behind its wrapper).
+_installed: List["Patcher"] = []
+_generation = 0
+
+
+def generation() -> int:
+    """Changes whenever wrappers are installed or restored."""
+    return _generation
+
+
+def installed_originals() -> List[Tuple[Any, str]]:
+    """(original, API name) of every wrapper installed now."""
+    return [(w.__wrapped__, w.api_name) for p in _installed for w in p.wrappers.values()]
+
+
+def _changed(patcher: "Patcher", installed: bool) -> None:
+    global _generation
+    _generation += 1
+    if installed and patcher not in _installed:
+        _installed.append(patcher)
+    elif not installed and patcher in _installed:
+        _installed.remove(patcher)
+
 
 class Placement(NamedTuple):
     owner: Any              # a module or a class
@@ -68,6 +92,7 @@ class Patcher:
         installed = self.installable(raw, api_name)
         setattr(owner, attr, installed)
         self.placements.append(Placement(owner, attr, before, installed))
+        _changed(self, True)
         return installed
 
     def install_plan(self, plan: "Plan", kinds: int = _core.KIND_MODULE_FORWARD) -> bool:
@@ -101,6 +126,7 @@ class Patcher:
             owner, attr = items[index][:2]
             self.failed.append((owner, attr, message))
         self.placements.extend(placements)  # (owner, attr, before, installed) tuples, as Placement
+        _changed(self, True)
         return not stale
 
     def restore(self) -> None:
@@ -114,6 +140,7 @@ class Patcher:
             self._rewire(p.owner.__dict__.get(p.attr), p.installed)
             self.replaced_by_others.append((p.owner, p.attr))
         self.placements.clear()
+        _changed(self, False)
 
     def _rewire(self, value: Any, installed: Any) -> None:
         wrapper = installed.__func__ if isinstance(installed, (staticmethod, classmethod)) else installed
