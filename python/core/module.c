@@ -86,6 +86,10 @@ static PyMethodDef core_methods[] = {
      "bind=True makes a wrapper that binds like a function when it is a class attribute;\n"
      "None (the default) decides from the original (functions and method descriptors bind).\n"
      "kind: KIND_* flags saying what tracing looks at around a call (0: nothing)."},
+    {"wrap_many", (PyCFunction)(void (*)(void))tw_wrap_many, METH_FASTCALL,
+     "wrap_many(specs, kind_mask) -> list\n--\n\n"
+     "wrap(original, api_name, bind=bind, kind=kind & kind_mask) for each (original, api_name, bind,\n"
+     "kind) of specs, in one call."},
     {"install", (PyCFunction)(void (*)(void))tw_install, METH_FASTCALL,
      "install(items, missing) -> (placements, failures, stale)\n--\n\n"
      "Sets owner.attr = new for each (owner, attr, new, expected); returns the placements\n"

@@ -114,6 +114,7 @@ extern tw_active_t tw_active;
 int tw_wrapper_add_types(PyObject *module, tw_module_state *state);
 int tw_session_add_type(PyObject *module, tw_module_state *state);
 PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *tw_wrap_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tw_restore(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

@@ -160,6 +160,7 @@ class Plan:
     excluded: List[Tuple[str, str]]      # (name, glob): left alone by the exclude list
     modules: List[str]                   # the modules walked
     names: Dict[int, Tuple[Any, str]] = field(default_factory=dict)  # id -> (object, API name), all named
+    prepared: Any = field(default=None, repr=False, compare=False)  # _patch's per-plan install data
 
     def counts(self) -> Dict[str, int]:
         out: Dict[str, int] = {}
