@@ -7,4 +7,13 @@ if ! "$PYTHON" -c "import pytest, torch" 2>/dev/null; then
     exit 77
 fi
 cd "$top_srcdir"
-PYTHONPATH="$PY_STAGE${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m pytest -q -p no:cacheprovider tests/python
+# With pytest-randomly (./quickstart installs it) the tests run in a new random order each time, so
+# that no test can come to rely on another having run first; the seed is printed at the top of the
+# log, and TW_TEST_SEED=N replays that order.
+order=""
+if "$PYTHON" -c "import pytest_randomly" 2>/dev/null; then
+    seed=${TW_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+    echo "pytest order: --randomly-seed=$seed (TW_TEST_SEED=$seed replays it)"
+    order="-p randomly --randomly-seed=$seed"
+fi
+PYTHONPATH="$PY_STAGE${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m pytest -q -p no:cacheprovider $order tests/python

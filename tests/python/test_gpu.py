@@ -1,22 +1,20 @@
 # SPDX-License-Identifier: MIT
 """GPU timing on a real GPU (skipped without one): each call's GPU time is present and agrees with
-torch.profiler's CUDA time for the same work within 5%, and what GPU timing costs per call.
+torch.profiler's CUDA time for the same work within 5%. (What GPU timing costs per call is measured by
+tests/bench/bench_gpu.py, in make bench.)
 
 Figures are printed (pytest -s) and, with TW_GPU_BENCH_JSON=path, written there as JSON."""
 import csv
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from collections import defaultdict
 
 import pytest
 import torch
 
 import torchwrapper as tw
-from torchwrapper._profile import cupti_candidates
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -145,52 +143,4 @@ def test_a_training_loop_gets_its_gpu_time(tmp_path):
     FIGURES["training_unattributed_fraction"] = unattributed / ours_total
     print(f"training: {unattributed / ours_total:.1%} of the GPU time is unattributed (autograd's threads), "
           f"{stats['gpu_kernels']} kernels, {stats['gpu_memcpys']} copies, {stats['gpu_memsets']} memsets")
-    save_figures()
-
-
-def test_what_gpu_timing_costs_per_call(tmp_path):
-    """Per-call overhead of a wrapped torch.add on small CUDA tensors (a launch-bound call): GPU
-    timing off and on, against the unwrapped call. Median over interleaved blocks; printed, not
-    asserted."""
-    a = torch.ones(10, device="cuda")
-    b = torch.ones(10, device="cuda")
-    wrapped = tw.wrap(torch.add, "torch.add")
-    n, reps = 1000, 41
-    for _ in range(n):  # warm up
-        torch.add(a, b)
-    paths = cupti_candidates()
-
-    def block(fn):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            fn(a, b)
-        elapsed = time.perf_counter_ns() - t0
-        torch.cuda.synchronize()
-        return elapsed / n
-
-    times = {"plain": [], "off": [], "on": []}
-    for rep in range(reps):
-        order = ["plain", "off", "on"]
-        order = order[rep % 3:] + order[:rep % 3]
-        for mode in order:
-            if mode == "plain":
-                times[mode].append(block(torch.add))
-                continue
-            session = tw.Session(out_dir=str(tmp_path / f"{mode}-{rep}"), gpu=mode, gpu_device=True,
-                                 cupti_paths=paths)
-            session.start()
-            try:
-                times[mode].append(block(wrapped))
-            finally:
-                session.stop()
-            if mode == "on":
-                assert session.stats()["gpu"] == "on"
-    plain = statistics.median(times["plain"])
-    off = statistics.median(times["off"]) - plain
-    on = statistics.median(times["on"]) - plain
-    FIGURES["overhead_per_call_ns"] = {"torch.add_cuda_unprofiled": plain, "gpu_off": off, "gpu_on": on,
-                                       "gpu_timing_extra": on - off}
-    print(f"torch.add on CUDA: {plain:.0f} ns unprofiled; profiled +{off:.0f} ns (GPU timing off), "
-          f"+{on:.0f} ns (on): GPU timing adds {on - off:.0f} ns per call")
     save_figures()

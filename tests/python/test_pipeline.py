@@ -63,8 +63,11 @@ def test_a_million_calls_fill_capped_files_with_exactly_one_row_each(tmp_path, f
                                        "depth", "parent_id", "error", "args", "module"]
 
 
+MADE = 50_000   # the loops below say "made" after this many calls
+
 LOOP = """
     import os, sys, torch, torchwrapper as tw
+    MADE = %d
     x = torch.ones(2)
     prof = tw.profile(out_dir=sys.argv[1], format="csv", file_max_size="1MB", flush_interval=0.05,
                       on_full=sys.argv[2])
@@ -74,8 +77,10 @@ LOOP = """
     while True:
         x.dim()
         i += 1
+        if i == MADE:
+            print("made", i, flush=True)
         {body}
-"""
+""" % MADE
 
 
 def contiguous_calls(out_dir):
@@ -91,12 +96,13 @@ def test_a_signal_mid_run_loses_nothing(tmp_path, sig):
     child = subprocess.Popen(argv + [str(tmp_path), "wait"], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "started"
-    time.sleep(1.0)
+    # the signal lands mid-loop, after MADE calls whatever the machine's speed
+    assert child.stdout.readline().split() == ["made", str(MADE)]
     child.send_signal(sig)
     _, err = child.communicate(timeout=60)
     assert child.returncode == -sig, err  # as without the profiler (Python re-raises SIGINT at exit)
     calls = contiguous_calls(str(tmp_path))
-    assert calls > 10_000
+    assert calls >= MADE
     with open(tmp_path / "manifest.json") as f:
         manifest = json.load(f)
     assert manifest["records_written"] == calls and manifest["records_dropped"] == 0
@@ -127,13 +133,32 @@ def test_when_the_writer_falls_behind_drops_are_counted(tmp_path):
     assert len(set(ids)) == len(ids)
 
 
+def csv_lines_on_disk(out_dir):
+    """Complete record lines in out_dir's CSV files now (headers not counted)."""
+    total = 0
+    for path in out_dir.iterdir():
+        if path.suffix == ".csv":
+            with open(path, "rb") as f:
+                total += max(f.read().count(b"\n") - 1, 0)
+    return total
+
+
 def test_kill_9_leaves_files_that_parse_and_at_most_a_flush_interval_at_risk(tmp_path):
     argv, env = script(LOOP.format(body="pass"))
     child = subprocess.Popen(argv + [str(tmp_path), "wait"], env=env, stdout=subprocess.PIPE, text=True)
-    assert child.stdout.readline().strip() == "started"
-    time.sleep(1.5)
-    child.kill()
-    child.wait(timeout=60)
+    try:
+        assert child.stdout.readline().strip() == "started"
+        assert child.stdout.readline().split() == ["made", str(MADE)]
+        # Records reach the disk every flush_interval (0.05 s) while the program runs, without a
+        # stop: the first MADE calls appear while the loop goes on making more. (The deadline is
+        # only a margin for a loaded machine; a writer that waits for stop never gets there.)
+        deadline = time.monotonic() + 60
+        while csv_lines_on_disk(tmp_path) < MADE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert csv_lines_on_disk(tmp_path) >= MADE
+    finally:
+        child.kill()   # mid-write: the writer is busy with the calls still being made
+        child.wait(timeout=60)
     # "timestamp" names sort in creation order (modification times can tie)
     files = sorted(p for p in tmp_path.iterdir() if p.suffix == ".csv")
     assert files
@@ -149,9 +174,7 @@ def test_kill_9_leaves_files_that_parse_and_at_most_a_flush_interval_at_risk(tmp
             assert len(line.split(",")) == 13, line  # no torn record inside a file
         assert torn_tail == "" or path == files[-1]
         total += len(body) - 1
-    # Records reach the disk within ~flush_interval (0.05 s) of being made: after 1.5 s of a loop
-    # making millions of calls per second, most of them are there.
-    assert total > 100_000
+    assert total >= MADE
     with open(tmp_path / "manifest.json") as f:
         json.load(f)  # replaced atomically: complete JSON even after kill -9
 

@@ -20,15 +20,22 @@ from conftest import stop_and_read
 
 def test_sleep_is_timed_plausibly(session):
     sleep = tw.wrap(time.sleep, "time.sleep")
+    outer = []   # each call's interval as the test itself sees it, around the wrapper
     for _ in range(3):
+        before = time.time_ns()
+        t0 = time.perf_counter_ns()
         sleep(0.01)
+        outer.append((before, time.perf_counter_ns() - t0, time.time_ns()))
     records = stop_and_read(session)
     assert [r.api for r in records] == ["time.sleep"] * 3
-    for r in records:
-        assert 10_000_000 <= r.cost_ns <= 30_000_000, r
+    for r, (before, elapsed, after) in zip(records, outer):
+        # a sleep is never shorter than asked; the record never longer than the call around it
+        # (a loaded machine stretches both alike: no fixed upper bound)
+        assert 10_000_000 <= r.cost_ns <= elapsed + 100_000, (r, elapsed)
         assert r.self_ns == r.cost_ns
-    # start timestamps are epoch ns, increasing, and a sleep apart
-    assert abs(records[0].start_ns - time.time_ns()) < 10_000_000_000
+        # start timestamps are epoch ns, inside the call as time.time_ns() saw it (1 ms for the
+        # two clocks' calibration)
+        assert before - 1_000_000 <= r.start_ns <= after + 1_000_000, (r, before, after)
     assert records[1].start_ns - records[0].start_ns >= 10_000_000
     assert records[2].start_ns > records[1].start_ns
 
