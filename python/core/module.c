@@ -91,8 +91,9 @@ static PyMethodDef core_methods[] = {
      "wrap(original, api_name, bind=bind, kind=kind & kind_mask) for each (original, api_name, bind,\n"
      "kind) of specs, in one call."},
     {"install", (PyCFunction)(void (*)(void))tw_install, METH_FASTCALL,
-     "install(items, missing) -> (placements, failures, stale)\n--\n\n"
-     "Sets owner.attr = new for each (owner, attr, new, expected); returns the placements\n"
+     "install(items, missing[, installed]) -> (placements, failures, stale)\n--\n\n"
+     "Sets owner.attr = new for each (owner, attr, new, expected), or with installed (a list), for\n"
+     "each (index, owner, attr, expected) with new = installed[index]; returns the placements\n"
      "(owner, attr, before, new) for restore(), (index, message) for each place that refused, and\n"
      "the indexes whose previous value was not `expected`."},
     {"restore", (PyCFunction)(void (*)(void))tw_restore, METH_FASTCALL,

@@ -62,6 +62,7 @@ class Patcher:
         self._originals: List[Any] = []      # keeps the ids above valid
         self.replaced_by_others: List[Tuple[Any, str]] = []
         self.failed: List[Tuple[Any, str, str]] = []
+        self.plan_wrappers: Optional[List[Any]] = None  # install_plan's wrappers, in the plan's target order
 
     def wrapper_for(self, original: Callable, api_name: str, bind: Optional[bool] = None) -> Any:
         wrapper = self.wrappers.get(id(original))
@@ -106,15 +107,14 @@ class Patcher:
             return self._install_plan_one_by_one(plan, kinds)
         prepared = _prepared(plan)
         # The per-start work, in three bulk steps (a start is inside the user's code): ~4,000
-        # wrappers in one C call, one list of places, one C install loop.
-        wrappers = _core.wrap_many(prepared.specs, kinds)
+        # wrappers in one C call, one C install loop over the places prepared with the plan.
+        wrappers = self.plan_wrappers = _core.wrap_many(prepared.specs, kinds)
         installed = list(wrappers)
         for index, kind in prepared.bound_kinds:
             installed[index] = staticmethod(wrappers[index]) if kind == "staticmethod" else classmethod(wrappers[index])
-        items = [(owner, attr, installed[index], raw) for index, owner, attr, raw in prepared.places]
         self.wrappers.update(zip(prepared.ids, wrappers))
         self._originals.extend(prepared.originals)
-        return self._install_items(items)
+        return self._install_items(prepared.places, installed)
 
     def _install_plan_one_by_one(self, plan: "Plan", kinds: int) -> bool:
         items = []
@@ -135,10 +135,15 @@ class Patcher:
             items.extend((owner, attr, installed, raw) for owner, attr, raw in target.places)
         return self._install_items(items)
 
-    def _install_items(self, items: List[Tuple[Any, str, Any, Any]]) -> bool:
-        placements, failures, stale = _core.install(items, _MISSING)
+    def _install_items(self, items: List[tuple], installed: Optional[List[Any]] = None) -> bool:
+        """Installs items: (owner, attr, new, expected), or with installed, (index, owner, attr,
+        expected) standing for (owner, attr, installed[index], expected)."""
+        if installed is None:
+            placements, failures, stale = _core.install(items, _MISSING)
+        else:
+            placements, failures, stale = _core.install(items, _MISSING, installed)
         for index, message in failures:
-            owner, attr = items[index][:2]
+            owner, attr = items[index][:2] if installed is None else items[index][1:3]
             self.failed.append((owner, attr, message))
         self.placements.extend(placements)  # (owner, attr, before, installed) tuples, as Placement
         _changed(self, True)
