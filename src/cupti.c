@@ -31,7 +31,7 @@
 #include "torchwrapper/api.h"
 #include "torchwrapper/gpu.h"
 #include "format.h"
-#include "writer_internal.h"
+#include "torchwrapper/queue.h"
 
 const char *tw_gpu_library_path(void);
 

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The writer: its thread (takes chunks and stream rows, formats them, appends them to the file sets,
- * keeps the per-API totals), create and close, and fork. Formatting is in format.c, the files in
- * fileset.c, the manifest and summary in manifest.c. See writer.h. Lock order (also followed by the
- * fork handlers in recorder.c): recorder registry -> recorder -> writer -> chunk pool.
+ * The writer: its thread (drains the recorder's queue and the extra streams, formats the records,
+ * appends them to the file sets, keeps the per-API totals), create and close, and fork. Formatting is
+ * in format.c, the files in fileset.c, the manifest and summary in manifest.c, the queue in queue.c.
+ * See writer.h. Lock order: recorder registry -> queue -> writer -> stream -> chunk pool; the writer
+ * never calls the queue with its own lock held.
  */
 #include "config.h"
 
@@ -22,12 +23,12 @@
 
 #include "torchwrapper/api.h"
 #include "torchwrapper/config.h"
+#include "torchwrapper/queue.h"
 #include "torchwrapper/stats.h"
 #include "torchwrapper/writer.h"
 #include "fileset.h"
 #include "format.h"
 #include "manifest.h"
-#include "writer_internal.h"
 
 #define DEFAULT_BUFFER_BYTES (32ull << 20)
 #define STREAM_MIN_QUEUE (1u << 20) /* bytes a stream may queue, at least */
@@ -64,31 +65,22 @@ struct tw_writer {
     char *spec;
     char *manifest_extra;
     uint64_t flush_interval_ns;
-    uint64_t max_chunks;
     uint64_t buffer_bytes;
-    int block_when_full;
     tw_clock_t clock;
-    tw_recorder_t *rec;
+    tw_queue_t *queue;     /* the recorder's: drained by the thread */
     int64_t start_ns;
     int64_t end_ns;
     char manifest_path[PATH_MAX];
     char summary_path[PATH_MAX];
 
-    /* the queue, guarded by lock */
+    /* guarded by lock */
     pthread_mutex_t lock;
-    pthread_cond_t work;
-    pthread_cond_t room;
-    tw_chunk_t *head;
-    tw_chunk_t *tail;
-    uint64_t queued;
-    int stopping;
     int thread_running;
+    int attached;          /* to the queue, until closed */
     int closed;
-    int streams_kicked;    /* a stream's queue is filling up: drain it now */
     pthread_t thread;
     tw_writer_stream_t *streams; /* added under lock, freed by tw_writer_destroy */
     /* counters, written by the writer thread under lock, read by anyone under lock */
-    uint64_t wakeups; /* timed waits that returned: about one per flush interval when idle */
     uint64_t truncated;
     /* the files: names, counters and first error (env.lock is &lock) */
     tw_fileset_env_t env;
@@ -99,17 +91,6 @@ struct tw_writer {
 };
 
 static tw_writer_stream_t *streams_head(tw_writer_t *w);
-
-/* Threads that wait with deadlines on CLOCK_MONOTONIC need condition variables on that clock (the
- * default, CLOCK_REALTIME, makes every such wait return at once: the thread spins). */
-void tw_cond_init_monotonic(pthread_cond_t *cond)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(cond, &attr);
-    pthread_condattr_destroy(&attr);
-}
 
 static uint64_t monotonic_ns(void)
 {
@@ -123,8 +104,6 @@ static uint64_t monotonic_ns(void)
 /* The manifest as it stands: rewritten at every new file and at close. */
 static void write_manifest(tw_writer_t *w)
 {
-    tw_recorder_stats_t rs;
-    tw_recorder_stats(w->rec, &rs);
     size_t count = 0;
     tw_writer_stream_t *head = streams_head(w); /* links never change once added */
     for (tw_writer_stream_t *s = head; s != NULL; s = s->next)
@@ -139,7 +118,7 @@ static void write_manifest(tw_writer_t *w)
     pthread_mutex_lock(&w->lock);
     uint64_t truncated = w->truncated;
     pthread_mutex_unlock(&w->lock);
-    tw_manifest_t m = {w->manifest_extra, w->clock.source, w->start_ns, w->end_ns, rs.dropped, truncated,
+    tw_manifest_t m = {w->manifest_extra, w->clock.source, w->start_ns, w->end_ns, tw_queue_dropped(w->queue), truncated,
                        &w->calls, streams, count};
     tw_manifest_write(&w->env, w->manifest_path, &m);
     free(streams);
@@ -205,45 +184,15 @@ static void write_stream(tw_writer_t *w, tw_writer_stream_t *s)
 
 /* ---- the thread -------------------------------------------------------------------------------- */
 
-/* The lock and the condition variables. The writer's timed wait computes its deadline on
- * CLOCK_MONOTONIC (immune to clock changes), so `work` must wait on that clock too: with the default
- * (CLOCK_REALTIME) every deadline lies decades in the past and the thread spins. */
-static void init_sync(tw_writer_t *w)
-{
-    pthread_mutex_init(&w->lock, NULL);
-    tw_cond_init_monotonic(&w->work);
-    pthread_cond_init(&w->room, NULL);
-}
-
 static void *writer_main(void *arg)
 {
     tw_writer_t *w = arg;
     uint64_t next_flush = monotonic_ns() + w->flush_interval_ns;
-    pthread_mutex_lock(&w->lock);
     for (;;) {
-        while (w->head == NULL && !w->stopping && !w->streams_kicked) {
-            uint64_t now = monotonic_ns();
-            if (now >= next_flush)
-                break;
-            struct timespec deadline;
-            clock_gettime(CLOCK_MONOTONIC, &deadline);
-            uint64_t wait = next_flush - now;
-            deadline.tv_sec += (time_t)(wait / 1000000000u);
-            deadline.tv_nsec += (long)(wait % 1000000000u);
-            if (deadline.tv_nsec >= 1000000000) {
-                deadline.tv_sec++;
-                deadline.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&w->work, &w->lock, &deadline);
-            w->wakeups++;
-        }
-        tw_chunk_t *list = w->head;
-        w->head = w->tail = NULL;
-        w->queued = 0;
-        w->streams_kicked = 0;
-        int stop = w->stopping && list == NULL;
+        int stop;
+        tw_chunk_t *list = tw_queue_wait(w->queue, next_flush, &stop);
+        pthread_mutex_lock(&w->lock);
         tw_writer_stream_t *streams = w->streams;
-        pthread_cond_broadcast(&w->room);
         pthread_mutex_unlock(&w->lock);
 
         while (list != NULL) {
@@ -261,13 +210,13 @@ static void *writer_main(void *arg)
                 tw_fileset_flush(&w->env, &s->files);
             /* Ask recording threads for their partial chunks, so that nothing older than about
              * one interval waits in memory (their next call hands the chunk over). */
-            tw_recorder_request_flush(w->rec);
+            tw_queue_request_flush(w->queue);
             next_flush = now + w->flush_interval_ns;
         }
-        pthread_mutex_lock(&w->lock);
         if (stop)
             break;
     }
+    pthread_mutex_lock(&w->lock);
     tw_writer_stream_t *streams = w->streams;
     pthread_mutex_unlock(&w->lock);
     tw_fileset_close(&w->env, &w->calls);
@@ -276,45 +225,56 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-/* Starts the thread with every signal blocked, so that SIGINT and SIGTERM reach the program's own
- * threads. Lock held. */
-static int start_thread(tw_writer_t *w)
+/* Starts the thread, unless it runs, with every signal blocked, so that SIGINT and SIGTERM reach the
+ * program's own threads. Returns 0 or an errno value. (The queue calls it at the first chunk after a
+ * fork, with its lock held.) */
+static int ensure_thread(void *arg)
 {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&w->thread, NULL, writer_main, w);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err == 0)
-        w->thread_running = 1;
+    tw_writer_t *w = arg;
+    int err = 0;
+    pthread_mutex_lock(&w->lock);
+    if (!w->thread_running) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        err = pthread_create(&w->thread, NULL, writer_main, w);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (err == 0)
+            w->thread_running = 1;
+    }
+    pthread_mutex_unlock(&w->lock);
     return err;
 }
 
-/* ---- fork (driven by the recorder's atfork handlers) ------------------------------------------ */
+/* ---- fork (driven by the queue's atfork handlers, with the queue's lock held) ------------------- */
 
 /* Lock order: the writer's lock, then each stream's (a stream's writer never holds its lock while
  * taking the writer's). */
-void tw_writer_fork_prepare(tw_writer_t *w)
+static void fork_prepare(void *arg)
 {
+    tw_writer_t *w = arg;
     pthread_mutex_lock(&w->lock);
     for (tw_writer_stream_t *s = w->streams; s != NULL; s = s->next)
         pthread_mutex_lock(&s->lock);
 }
 
-void tw_writer_fork_parent(tw_writer_t *w)
+static void fork_parent(void *arg)
 {
+    tw_writer_t *w = arg;
     for (tw_writer_stream_t *s = w->streams; s != NULL; s = s->next)
         pthread_mutex_unlock(&s->lock);
     pthread_mutex_unlock(&w->lock);
 }
 
 /*
- * In the child of a fork: the writer thread does not exist there, the queued chunks and rows and
- * the buffered output are the parent's (the parent writes them), and so are the open files. The
- * child starts afresh, with its own files and manifest, and a thread started at its first chunk.
+ * In the child of a fork: the writer thread does not exist there, the queued chunks (the queue drops
+ * them) and rows and the buffered output are the parent's (the parent writes them), and so are the
+ * open files. The child starts afresh, with its own files and manifest, and a thread started at its
+ * first chunk.
  */
-void tw_writer_fork_child(tw_writer_t *w)
+static void fork_child(void *arg)
 {
+    tw_writer_t *w = arg;
     for (tw_writer_stream_t *s = w->streams; s != NULL; s = s->next) {
         pthread_mutex_unlock(&s->lock);
         pthread_mutex_init(&s->lock, NULL);
@@ -325,15 +285,8 @@ void tw_writer_fork_child(tw_writer_t *w)
         tw_fileset_fork_child(&s->files);
     }
     pthread_mutex_unlock(&w->lock);
-    init_sync(w);
-    for (tw_chunk_t *c = w->head, *next; c != NULL; c = next) {
-        next = c->next;
-        tw_chunk_release(c);
-    }
-    w->head = w->tail = NULL;
-    w->queued = 0;
+    pthread_mutex_init(&w->lock, NULL);
     w->thread_running = 0;
-    w->streams_kicked = 0;
     tw_fileset_fork_child(&w->calls);
     w->truncated = 0;
     w->env.write_errno = 0;
@@ -344,6 +297,8 @@ void tw_writer_fork_child(tw_writer_t *w)
     snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest-%lld.json", w->out_dir, (long long)w->env.pid);
     snprintf(w->summary_path, sizeof w->summary_path, "%s/summary-%lld.json", w->out_dir, (long long)w->env.pid);
 }
+
+static const tw_queue_consumer_t consumer_ops = {ensure_thread, fork_prepare, fork_parent, fork_child};
 
 /* ---- public API ---------------------------------------------------------------------------------- */
 
@@ -410,13 +365,12 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
     w->flush_interval_ns = config->flush_interval_ns ? config->flush_interval_ns : 1000000000u;
     uint64_t buffer_bytes = config->buffer_bytes ? config->buffer_bytes : DEFAULT_BUFFER_BYTES;
     w->buffer_bytes = buffer_bytes;
-    w->max_chunks = buffer_bytes / (sizeof(tw_chunk_t) + TW_CHUNK_RECORDS * sizeof(tw_record_t));
-    if (w->max_chunks < 2)
-        w->max_chunks = 2;
-    w->block_when_full = config->block_when_full;
+    uint64_t max_chunks = buffer_bytes / (sizeof(tw_chunk_t) + TW_CHUNK_RECORDS * sizeof(tw_record_t));
+    if (max_chunks < 2)
+        max_chunks = 2;
     w->env.rank = config->rank;
     w->clock = *clock;
-    w->rec = rec;
+    w->queue = tw_recorder_queue(rec);
     w->calls.kind = "calls";
     w->calls.fd = -1;
     if (w->env.format == TW_FORMAT_CSV) {
@@ -428,7 +382,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
     if (gethostname(w->env.host, sizeof w->env.host - 1) != 0)
         strcpy(w->env.host, "localhost");
     tw_stats_init(&w->stats);
-    init_sync(w);
+    pthread_mutex_init(&w->lock, NULL);
     char suffix[32] = "";
     if (config->per_process_names)
         snprintf(suffix, sizeof suffix, "-%lld", (long long)w->env.pid);
@@ -440,48 +394,31 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
         tw_writer_destroy(w);
         return TW_EINVAL;
     }
-    pthread_mutex_lock(&w->lock);
-    int thread_err = start_thread(w);
-    pthread_mutex_unlock(&w->lock);
+    if (tw_queue_attach(w->queue, max_chunks, config->block_when_full, &consumer_ops, w, 0) != 0) {
+        snprintf(err, err_size, "the recorder has a writer already");
+        tw_writer_destroy(w);
+        return TW_EBUSY;
+    }
+    w->attached = 1;
+    int thread_err = ensure_thread(w);
     if (thread_err != 0) {
         snprintf(err, err_size, "cannot start the writer thread: %s", strerror(thread_err));
         tw_writer_destroy(w);
         return TW_EIO;
     }
-    tw_recorder_set_writer(rec, w);
+    tw_queue_set_running(w->queue, 1);
     *out = w;
     return 0;
 }
 
 void tw_writer_enqueue(tw_writer_t *w, tw_chunk_t *chunk)
 {
-    pthread_mutex_lock(&w->lock);
-    if (!w->thread_running && !w->closed && start_thread(w) != 0) {
-        w->calls.dropped += chunk->count;
-        pthread_mutex_unlock(&w->lock);
-        tw_chunk_release(chunk);
-        return;
-    }
-    tw_chunk_append(&w->head, &w->tail, chunk);
-    w->queued++;
-    pthread_cond_signal(&w->work);
-    pthread_mutex_unlock(&w->lock);
+    tw_queue_push(w->queue, chunk);
 }
 
 int tw_writer_admit(tw_writer_t *w)
 {
-    int ok = 1;
-    pthread_mutex_lock(&w->lock);
-    if (w->queued >= w->max_chunks) {
-        if (w->block_when_full && w->thread_running) {
-            while (w->queued >= w->max_chunks && !w->stopping)
-                pthread_cond_wait(&w->room, &w->lock);
-        } else {
-            ok = 0;
-        }
-    }
-    pthread_mutex_unlock(&w->lock);
-    return ok;
+    return tw_queue_admit(w->queue);
 }
 
 int tw_writer_close(tw_writer_t *w)
@@ -493,28 +430,26 @@ int tw_writer_close(tw_writer_t *w)
         pthread_mutex_unlock(&s->lock);
     }
     pthread_mutex_lock(&w->lock);
-    if (w->closed) {
-        pthread_mutex_unlock(&w->lock);
+    int closed = w->closed;
+    pthread_mutex_unlock(&w->lock);
+    if (closed)
         return w->env.write_errno ? TW_EIO : 0;
-    }
-    if (!w->thread_running && start_thread(w) != 0) {
+    if (ensure_thread(w) != 0) {
         /* cannot happen in practice; write on this thread instead */
-        w->stopping = 1;
-        pthread_mutex_unlock(&w->lock);
+        tw_queue_stop(w->queue);
         writer_main(w);
-        pthread_mutex_lock(&w->lock);
     } else {
-        w->stopping = 1;
-        pthread_cond_broadcast(&w->work);
-        pthread_cond_broadcast(&w->room);
-        pthread_mutex_unlock(&w->lock);
+        tw_queue_stop(w->queue);
         pthread_join(w->thread, NULL);
         pthread_mutex_lock(&w->lock);
         w->thread_running = 0;
+        pthread_mutex_unlock(&w->lock);
     }
+    pthread_mutex_lock(&w->lock);
     w->closed = 1;
     pthread_mutex_unlock(&w->lock);
-    tw_recorder_set_writer(w->rec, NULL);
+    /* Chunks pushed from now on stay in the queue, in memory, as when no writer was attached. */
+    tw_queue_detach(w->queue);
     w->end_ns = tw_realtime_ns();
     tw_summary_write(&w->env, w->summary_path, &w->stats);
     write_manifest(w);
@@ -527,10 +462,8 @@ void tw_writer_destroy(tw_writer_t *w)
         return;
     if (w->thread_running)
         tw_writer_close(w);
-    for (tw_chunk_t *c = w->head, *next; c != NULL; c = next) {
-        next = c->next;
-        tw_chunk_release(c);
-    }
+    else if (w->attached && !w->closed)
+        tw_queue_detach(w->queue); /* never closed (a forked child that wrote nothing) */
     for (tw_writer_stream_t *s = w->streams, *next; s != NULL; s = next) {
         next = s->next;
         tw_fileset_free(&s->files);
@@ -543,8 +476,6 @@ void tw_writer_destroy(tw_writer_t *w)
     tw_fileset_free(&w->calls);
     tw_stats_free(&w->stats);
     pthread_mutex_destroy(&w->lock);
-    pthread_cond_destroy(&w->work);
-    pthread_cond_destroy(&w->room);
     free(w->out_dir);
     free(w->spec);
     free(w->manifest_extra);
@@ -559,10 +490,10 @@ void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
     stats->records_truncated = w->truncated;
     stats->bytes_written = w->calls.bytes_total;
     stats->write_errno = w->env.write_errno;
-    stats->wakeups = w->wakeups;
     stats->file_names_skipped = w->env.names_skipped;
     stats->symlinks_refused = w->env.links_refused;
     pthread_mutex_unlock(&w->lock);
+    stats->wakeups = tw_queue_wakeups(w->queue);
 }
 
 const char *tw_writer_manifest_path(tw_writer_t *w)
@@ -709,12 +640,8 @@ int tw_writer_stream_write_gpu(tw_writer_stream_t *s, const char *row, size_t le
         atomic_fetch_add(&s->dropped_full, 1);
         return rc;
     }
-    if (kick) {
-        pthread_mutex_lock(&s->w->lock);
-        s->w->streams_kicked = 1;
-        pthread_cond_signal(&s->w->work);
-        pthread_mutex_unlock(&s->w->lock);
-    }
+    if (kick)
+        tw_queue_kick(s->w->queue);
     return 0;
 }
 
