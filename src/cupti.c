@@ -30,7 +30,8 @@
 
 #include "torchwrapper/api.h"
 #include "torchwrapper/gpu.h"
-#include "writer_internal.h"
+#include "format.h"
+#include "torchwrapper/queue.h"
 
 const char *tw_gpu_library_path(void);
 
@@ -830,7 +831,7 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (err != 0) {
             snprintf(reason, reason_size, "cannot start the GPU flush thread: %s", strerror(err));
-            rc = TW_ENOMEM;
+            rc = -err; /* the real reason (EAGAIN, EPERM, ...), not ENOMEM: codes are -errno values */
         } else {
             g->thread_running = 1;
         }

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Recorder bookkeeping: thread attachment, chunk hand-off, collection. The per-call work is inline in
- * recorder.h; everything here runs once per thread, per chunk or per session.
+ * Recorder bookkeeping: thread attachment, chunk hand-off to the queue, collection. The per-call work
+ * is inline in recorder.h; everything here runs once per thread, per chunk or per session. Finished
+ * chunks go to the recorder's queue (queue.h), and nowhere else: whoever drains the queue (a writer)
+ * is no business of the recorder's.
  *
  * Lifetime of a tw_thread_t: it is referenced by its recorder and by its OS thread (through a
  * pthread key, whose destructor hands the partial chunk over when the thread exits). It is freed when
@@ -17,90 +19,36 @@
 #include <unistd.h>
 
 #include "torchwrapper/api.h"
+#include "torchwrapper/queue.h"
 #include "torchwrapper/recorder.h"
-#include "writer_internal.h"
 
 struct tw_recorder {
-    pthread_mutex_t lock; /* guards the list of finished chunks */
-    tw_chunk_t *head;
-    tw_chunk_t *tail;
-    uint64_t chunks;
-    uint64_t records;
+    tw_queue_t *queue;    /* where finished chunks go; in memory while nobody drains it */
     _Atomic uint64_t next_id_block;
     tw_thread_t *threads; /* guarded by registry_lock */
     uint64_t thread_count;
-    tw_writer_t *writer;  /* where finished chunks go; NULL: kept in the list above */
-    uint32_t flush_epoch; /* bumped (atomically) to ask threads for their partial chunks */
     struct tw_recorder *next_recorder; /* all recorders, guarded by registry_lock (fork handling) */
 };
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/*
- * Chunks are recycled through a process-wide pool rather than returned to malloc: a fresh 64 KiB
- * chunk costs 16 page faults on first touch, which measured ~60 ns per record here (more than the
- * rest of the hot path), while a recycled chunk is already resident. The pool keeps at most
- * TW_CHUNK_POOL_MAX chunks (32 MiB with their text); it only holds memory a session already used.
- */
-#define TW_CHUNK_POOL_MAX 256
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static tw_chunk_t *pool_head;
-static unsigned pool_count;
-
-static tw_chunk_t *chunk_alloc(uint64_t tid)
-{
-    pthread_mutex_lock(&pool_lock);
-    tw_chunk_t *chunk = pool_head;
-    if (chunk != NULL) {
-        pool_head = chunk->next;
-        pool_count--;
-    }
-    pthread_mutex_unlock(&pool_lock);
-    if (chunk == NULL &&
-        (chunk = malloc(sizeof *chunk + TW_CHUNK_RECORDS * sizeof(tw_record_t) + TW_CHUNK_TEXT)) == NULL)
-        return NULL;
-    chunk->next = NULL;
-    chunk->tid = tid;
-    chunk->count = 0;
-    chunk->capacity = TW_CHUNK_RECORDS;
-    chunk->text = (char *)(chunk->records + TW_CHUNK_RECORDS);
-    chunk->text_used = 0;
-    chunk->text_capacity = TW_CHUNK_TEXT;
-    return chunk;
-}
-
-void tw_chunk_release(tw_chunk_t *chunk)
-{
-    if (chunk == NULL)
-        return;
-    pthread_mutex_lock(&pool_lock);
-    if (pool_count < TW_CHUNK_POOL_MAX) {
-        chunk->next = pool_head;
-        pool_head = chunk;
-        pool_count++;
-        chunk = NULL;
-    }
-    pthread_mutex_unlock(&pool_lock);
-    free(chunk);
-}
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t thread_key;
 static int thread_key_ok;
 
-static void push_chunk(tw_recorder_t *rec, tw_chunk_t *chunk)
+/* Counts t's records lost since the last report in the queue's drop counter. The hot path counts
+ * them in t->dropped, on the thread and without a lock; they are reported here, off it. */
+static void report_dropped(tw_thread_t *t, tw_queue_t *q)
 {
-    pthread_mutex_lock(&rec->lock);
-    if (rec->writer != NULL) {
-        rec->chunks++;
-        rec->records += chunk->count;
-        tw_writer_enqueue(rec->writer, chunk);
-        pthread_mutex_unlock(&rec->lock);
-        return;
-    }
-    tw_chunk_append(&rec->head, &rec->tail, chunk);
-    rec->chunks++;
-    rec->records += chunk->count;
-    pthread_mutex_unlock(&rec->lock);
+    uint64_t dropped = t->dropped;
+    tw_queue_add_dropped(q, dropped - t->dropped_reported);
+    t->dropped_reported = dropped;
+}
+
+static void push_chunk(tw_thread_t *t, tw_chunk_t *chunk)
+{
+    report_dropped(t, t->recorder->queue);
+    tw_queue_push(t->recorder->queue, chunk);
 }
 
 /* Drops one reference to t; registry_lock held. */
@@ -116,12 +64,13 @@ static void on_thread_exit(void *arg)
 {
     tw_thread_t *t = arg;
     pthread_mutex_lock(&registry_lock);
-    if (t->recorder != NULL && t->chunk != NULL) {
-        if (t->chunk->count > 0)
-            push_chunk(t->recorder, t->chunk);
+    if (t->recorder != NULL) {
+        if (t->chunk != NULL && t->chunk->count > 0)
+            push_chunk(t, t->chunk);
         else
             tw_chunk_release(t->chunk);
         t->chunk = NULL;
+        report_dropped(t, t->recorder->queue);
     }
     thread_release(t);
     pthread_mutex_unlock(&registry_lock);
@@ -130,52 +79,35 @@ static void on_thread_exit(void *arg)
 static tw_recorder_t *all_recorders; /* guarded by registry_lock */
 
 /*
- * fork(): every lock is taken before, so that none is held by a thread that does not exist in the
- * child, in the order of the rest of the library (registry, recorder, writer, pool).
+ * fork(): the registry's lock is taken before (the queues take theirs and their writers' in their
+ * own handlers, which run after this one: registry -> queue -> writer -> pool).
  */
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&registry_lock);
-    for (tw_recorder_t *rec = all_recorders; rec != NULL; rec = rec->next_recorder) {
-        pthread_mutex_lock(&rec->lock);
-        if (rec->writer != NULL)
-            tw_writer_fork_prepare(rec->writer);
-    }
-    pthread_mutex_lock(&pool_lock);
 }
 
 static void fork_parent(void)
 {
-    pthread_mutex_unlock(&pool_lock);
-    for (tw_recorder_t *rec = all_recorders; rec != NULL; rec = rec->next_recorder) {
-        if (rec->writer != NULL)
-            tw_writer_fork_parent(rec->writer);
-        pthread_mutex_unlock(&rec->lock);
-    }
     pthread_mutex_unlock(&registry_lock);
 }
 
 /*
  * In the child, only the forking thread exists. Records that were waiting in memory are the
- * parent's (which writes them); a recorder with a writer drops its copies, and its writer starts
- * afresh with the child's own files.
+ * parent's (which writes them): a recorder whose queue is drained drops the threads' partial chunks
+ * (the queue has dropped its own, in its handler, which ran before this one).
  */
 static void fork_child(void)
 {
-    pthread_mutex_unlock(&pool_lock);
     for (tw_recorder_t *rec = all_recorders; rec != NULL; rec = rec->next_recorder) {
-        if (rec->writer == NULL) {
-            pthread_mutex_unlock(&rec->lock);
+        if (!tw_queue_attached(rec->queue))
             continue;
-        }
-        tw_writer_fork_child(rec->writer);
-        pthread_mutex_unlock(&rec->lock);
         for (tw_thread_t *t = rec->threads; t != NULL; t = t->next_in_recorder) {
             tw_chunk_release(t->chunk);
             t->chunk = NULL;
             t->dropped = 0;
+            t->dropped_reported = 0;
         }
-        rec->records = rec->chunks = 0;
     }
     pthread_mutex_unlock(&registry_lock);
 }
@@ -191,7 +123,8 @@ int tw_recorder_create(tw_recorder_t **out)
     tw_recorder_t *rec = calloc(1, sizeof *rec);
     if (rec == NULL)
         return TW_ENOMEM;
-    if (pthread_mutex_init(&rec->lock, NULL) != 0) {
+    /* The queue first: its fork handlers must be registered before the recorder's (see fork_prepare). */
+    if (tw_queue_create(&rec->queue) != 0) {
         free(rec);
         return TW_ENOMEM;
     }
@@ -224,11 +157,7 @@ void tw_recorder_destroy(tw_recorder_t *rec)
         thread_release(t);
     }
     pthread_mutex_unlock(&registry_lock);
-    for (tw_chunk_t *c = rec->head, *next; c != NULL; c = next) {
-        next = c->next;
-        tw_chunk_release(c);
-    }
-    pthread_mutex_destroy(&rec->lock);
+    tw_queue_destroy(rec->queue);
     free(rec);
 }
 
@@ -252,8 +181,8 @@ tw_thread_t *tw_recorder_attach(tw_recorder_t *rec)
         return NULL;
     }
     t->recorder = rec;
-    t->flush_epoch = &rec->flush_epoch;
-    t->seen_epoch = __atomic_load_n(&rec->flush_epoch, __ATOMIC_RELAXED);
+    t->flush_epoch = tw_queue_flush_epoch(rec->queue);
+    t->seen_epoch = __atomic_load_n(t->flush_epoch, __ATOMIC_RELAXED);
     t->tid = (uint64_t)syscall(SYS_gettid);
     t->refs = 2;
     t->next_in_recorder = rec->threads;
@@ -275,14 +204,15 @@ void tw_thread_refill_ids(tw_thread_t *t)
 tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t)
 {
     if (t->chunk != NULL) {
-        push_chunk(t->recorder, t->chunk);
+        push_chunk(t, t->chunk);
         t->chunk = NULL;
+    } else {
+        report_dropped(t, t->recorder->queue);
     }
-    /* Bounded memory: the writer says whether there is room (or waits for it, if asked to). */
-    tw_writer_t *writer = __atomic_load_n(&t->recorder->writer, __ATOMIC_ACQUIRE);
-    if (writer != NULL && !tw_writer_admit(writer))
+    /* Bounded memory: the queue says whether there is room (or waits for it, if its writer asks). */
+    if (!tw_queue_admit(t->recorder->queue))
         return NULL;
-    tw_chunk_t *chunk = chunk_alloc(t->tid);
+    tw_chunk_t *chunk = tw_chunk_alloc(t->tid);
     if (chunk == NULL)
         return NULL;
     t->chunk = chunk;
@@ -293,21 +223,14 @@ void tw_thread_flush(tw_thread_t *t)
 {
     t->seen_epoch = __atomic_load_n(t->flush_epoch, __ATOMIC_RELAXED);
     if (t->chunk != NULL && t->chunk->count > 0) {
-        push_chunk(t->recorder, t->chunk);
+        push_chunk(t, t->chunk);
         t->chunk = NULL;
     }
 }
 
-void tw_recorder_set_writer(tw_recorder_t *rec, tw_writer_t *writer)
+tw_queue_t *tw_recorder_queue(tw_recorder_t *rec)
 {
-    pthread_mutex_lock(&rec->lock);
-    __atomic_store_n(&rec->writer, writer, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&rec->lock);
-}
-
-void tw_recorder_request_flush(tw_recorder_t *rec)
-{
-    __atomic_add_fetch(&rec->flush_epoch, 1, __ATOMIC_RELAXED);
+    return rec->queue;
 }
 
 void tw_recorder_collect(tw_recorder_t *rec)
@@ -315,8 +238,10 @@ void tw_recorder_collect(tw_recorder_t *rec)
     pthread_mutex_lock(&registry_lock);
     for (tw_thread_t *t = rec->threads; t != NULL; t = t->next_in_recorder) {
         if (t->chunk != NULL && t->chunk->count > 0) {
-            push_chunk(rec, t->chunk);
+            push_chunk(t, t->chunk);
             t->chunk = NULL;
+        } else {
+            report_dropped(t, rec->queue);
         }
     }
     pthread_mutex_unlock(&registry_lock);
@@ -324,12 +249,7 @@ void tw_recorder_collect(tw_recorder_t *rec)
 
 int tw_recorder_foreach_chunk(tw_recorder_t *rec, int (*fn)(const tw_chunk_t *chunk, void *arg), void *arg)
 {
-    int result = 0;
-    pthread_mutex_lock(&rec->lock);
-    for (const tw_chunk_t *c = rec->head; c != NULL && result == 0; c = c->next)
-        result = fn(c, arg);
-    pthread_mutex_unlock(&rec->lock);
-    return result;
+    return tw_queue_foreach(rec->queue, fn, arg);
 }
 
 void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats)
@@ -340,10 +260,7 @@ void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats)
         stats->dropped += t->dropped;
     stats->threads = rec->thread_count;
     pthread_mutex_unlock(&registry_lock);
-    pthread_mutex_lock(&rec->lock);
-    stats->records = rec->records;
-    stats->chunks = rec->chunks;
-    pthread_mutex_unlock(&rec->lock);
+    tw_queue_counts(rec->queue, &stats->chunks, &stats->records);
 }
 
 const char *tw_module_path(uint32_t module_id)

@@ -3,6 +3,7 @@
 #ifndef TORCHWRAPPER_COMMON_H
 #define TORCHWRAPPER_COMMON_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,16 +49,18 @@ static inline char *tw_format_i64(char *out, int64_t v)
     return tw_format_u64(out, (uint64_t)v);
 }
 
-/* Errors are returned as negative ints; 0 is success. There is no global error state. */
+/* Errors are returned as negative ints; 0 is success. There is no global error state. Like libuv's
+ * UV_E* codes, each is a negative errno value (TW_ENOMEM == -ENOMEM), so a code never collides with a
+ * -errno passed through from the system, and tw_strerror() names the system's reason for either. */
 #define TW_ERRNO_MAP(XX)                                                  \
-    XX(NOMEM, -1, "out of memory")                                        \
-    XX(INVAL, -2, "invalid argument")                                     \
-    XX(BUSY, -3, "a profiling session is already active")                 \
-    XX(NOTACTIVE, -4, "no profiling session is active")                   \
-    XX(FULL, -5, "table full")                                            \
-    XX(IO, -6, "input/output error")                                      \
-    XX(RANGE, -7, "value out of range") \
-    XX(UNAVAIL, -8, "not available on this machine")
+    XX(NOMEM, -ENOMEM, "out of memory")                                   \
+    XX(INVAL, -EINVAL, "invalid argument")                                \
+    XX(BUSY, -EBUSY, "a profiling session is already active")            \
+    XX(NOTACTIVE, -ESRCH, "no profiling session is active")               \
+    XX(FULL, -ENOBUFS, "table full")                                      \
+    XX(IO, -EIO, "input/output error")                                    \
+    XX(RANGE, -ERANGE, "value out of range")                              \
+    XX(UNAVAIL, -ENOTSUP, "not available on this machine")
 
 typedef enum {
 #define TW_ERRNO_ENUM(name, value, text) TW_E##name = (value),
@@ -65,7 +68,8 @@ typedef enum {
 #undef TW_ERRNO_ENUM
 } tw_errno_t;
 
-/* A static, human-readable text for any int: an error code above, 0, or an unknown value. */
+/* A static, human-readable text for any int: an error code above, any other negative errno value
+ * (the system's text), 0, or an unknown value. */
 TW_API const char *tw_strerror(int err);
 
 /* The library's version, "MAJOR.MINOR.PATCH". */

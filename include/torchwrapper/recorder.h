@@ -93,7 +93,8 @@ typedef struct tw_thread {
     uint64_t id_end;     /* end of the reserved block */
     uint32_t depth;      /* calls in progress on this thread */
     uint32_t paused;     /* > 0 while the profiler runs its own code here: calls are not recorded */
-    uint64_t dropped;    /* records lost on this thread (no memory, too deep) */
+    uint64_t dropped;    /* records lost on this thread (no memory, no room, too deep) */
+    uint64_t dropped_reported; /* of which counted in the queue's drop counter (off the hot path) */
     /* Ticks the profiler spent on its own work on this thread (statistics, path lookups) while
      * calls were in progress: not counted in the cost of the calls around that work. */
     uint64_t excluded_ticks;
@@ -137,6 +138,10 @@ TW_API int tw_recorder_foreach_chunk(tw_recorder_t *rec, int (*fn)(const tw_chun
                                      void *arg);
 
 TW_API void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats);
+
+/* The queue (queue.h) rec's finished chunks go to: held in memory, or drained by a writer attached
+ * to it. Owned by rec. */
+TW_API struct tw_queue *tw_recorder_queue(tw_recorder_t *rec);
 
 /* Slow paths of the inline functions below; not for other callers. */
 TW_API void tw_thread_refill_ids(tw_thread_t *t);

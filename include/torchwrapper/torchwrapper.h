@@ -6,6 +6,7 @@
 #include "torchwrapper/clock.h"
 #include "torchwrapper/api.h"
 #include "torchwrapper/recorder.h"
+#include "torchwrapper/queue.h"
 #include "torchwrapper/config.h"
 #include "torchwrapper/stats.h"
 #include "torchwrapper/writer.h"

@@ -142,8 +142,8 @@ TW_API char *tw_csv_field(char *out, const char *s, size_t len);
  * (room for 6 * len + 2 bytes); returns the end. */
 TW_API char *tw_json_escape(char *out, const char *s, size_t len);
 
-/* Internal, for the recorder: hands over a finished chunk (the writer owns it afterwards); says
- * whether there is room for another (1) or not (0), waiting for room when asked to. */
+/* Kept for C users: tw_queue_push() and tw_queue_admit() on the queue the writer drains (its
+ * recorder's, see queue.h). */
 TW_API void tw_writer_enqueue(tw_writer_t *writer, tw_chunk_t *chunk);
 TW_API int tw_writer_admit(tw_writer_t *writer);
 

@@ -208,8 +208,8 @@ uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t
     text_t t = {buf, buf + size - 3, 0};
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     /* An exception being handled by the caller's code stays as it is. */
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
+    tw_saved_exc_t saved;
+    tw_exc_save(&saved);
     puts_(&t, "((");
     for (Py_ssize_t i = 0; i < nargs; i++) {
         if (i)
@@ -232,8 +232,7 @@ uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t
             put_value(&t, args[nargs + i], 0);
     }
     puts_(&t, "})");
-    PyErr_Clear();
-    PyErr_Restore(type, value, traceback);
+    tw_exc_restore(&saved);
     if (t.full) {
         memcpy(t.p, "...", 3);
         t.p += 3;

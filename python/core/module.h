@@ -20,6 +20,38 @@ typedef struct {
  * to find it. Guarded by the GIL: it changes only in Session.start/stop, and the hot path reads it with
  * the GIL held (before and after calling through), so a session cannot vanish under a recording call.
  */
+/*
+ * The exception in flight, kept aside around profiler work and put back untouched (the caller's code
+ * may be handling it). 3.12+ holds one object; 3.11 the (type, value, traceback) triple.
+ */
+typedef struct {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc;
+#else
+    PyObject *type, *value, *traceback;
+#endif
+} tw_saved_exc_t;
+
+static inline void tw_exc_save(tw_saved_exc_t *saved)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    saved->exc = PyErr_GetRaisedException();
+#else
+    PyErr_Fetch(&saved->type, &saved->value, &saved->traceback);
+#endif
+}
+
+/* Puts the saved exception back (steals it); any exception raised since is dropped first. */
+static inline void tw_exc_restore(tw_saved_exc_t *saved)
+{
+    PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(saved->exc);
+#else
+    PyErr_Restore(saved->type, saved->value, saved->traceback);
+#endif
+}
+
 typedef enum { TW_ARGS_NONE = 0, TW_ARGS_SUMMARY = 1, TW_ARGS_REPR = 2 } tw_args_mode_t;
 
 /*
@@ -49,6 +81,7 @@ typedef struct {
     PyObject *update;          /* update(tensor_or_list, api_id, call_id, outer_call_id) */
     PyObject *boundary_enter;  /* boundary_enter(instance, api_id) -> token */
     PyObject *boundary_exit;   /* boundary_exit(token, api_id, call_id, outer_call_id) */
+    int error_reported;        /* a hook's error was reported (once per session: reset at start) */
 } tw_hooks_t;
 
 /*

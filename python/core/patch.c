@@ -100,12 +100,19 @@ PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(before);
             if (!PyErr_ExceptionMatches(PyExc_AttributeError) && !PyErr_ExceptionMatches(PyExc_TypeError))
                 goto fail;
+            /* The reason, as text, for the caller's report; the exception itself is dropped. */
+#if PY_VERSION_HEX >= 0x030C0000
+            PyObject *value = PyErr_GetRaisedException();
+            PyObject *message = value != NULL ? PyObject_Str(value) : PyUnicode_FromString("");
+            Py_XDECREF(value);
+#else
             PyObject *type, *value, *traceback;
             PyErr_Fetch(&type, &value, &traceback);
             PyObject *message = value != NULL ? PyObject_Str(value) : PyUnicode_FromString("");
             Py_XDECREF(type);
             Py_XDECREF(value);
             Py_XDECREF(traceback);
+#endif
             PyObject *failure = message != NULL ? Py_BuildValue("(nN)", i, message) : NULL;
             if (failure == NULL || PyList_Append(failures, failure) < 0) {
                 Py_XDECREF(failure);

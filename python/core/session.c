@@ -202,6 +202,7 @@ static void clear_hooks(tw_hooks_t *hooks)
     Py_CLEAR(hooks->boundary_enter);
     Py_CLEAR(hooks->boundary_exit);
     hooks->kinds = 0;
+    hooks->error_reported = 0; /* each session reports its own first hook error */
 }
 
 /* tracer.name, or NULL (without an error) when it is None or missing. */

@@ -90,31 +90,26 @@ static inline PyObject *call_original(tw_wrapper_object *self, PyObject *const *
 
 /* ---- tracing: the path of wrappers whose kind a session hooks (never taken otherwise) ---------- */
 
-static int hook_error_reported;
-
 /*
  * Calls a tracer hook with this thread's recording paused and the time it takes left out of the
  * calls in progress. Never raises: the exception in flight (the original's) is kept, and a hook's
- * own error is reported once as unraisable (the tracer catches its errors itself; this is the
- * backstop). Returns a new reference, or NULL when the hook failed.
+ * own error is reported once per session as unraisable (the tracer catches its errors itself; this
+ * is the backstop). Returns a new reference, or NULL when the hook failed.
  */
 static PyObject *run_hook(tw_thread_t *t, tw_clock_source_t source, PyObject *hook, PyObject *const *args,
                           size_t nargs)
 {
     uint64_t h0 = tw_clock_ticks(source);
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
+    tw_saved_exc_t saved;
+    tw_exc_save(&saved);
     t->paused++;
     PyObject *out = PyObject_Vectorcall(hook, args, nargs, NULL);
     t->paused--;
-    if (out == NULL) {
-        if (!hook_error_reported) {
-            hook_error_reported = 1;
-            PyErr_WriteUnraisable(hook);
-        }
-        PyErr_Clear();
+    if (out == NULL && !tw_active.hooks.error_reported) {
+        tw_active.hooks.error_reported = 1;
+        PyErr_WriteUnraisable(hook);
     }
-    PyErr_Restore(type, value, traceback);
+    tw_exc_restore(&saved);
     tw_thread_exclude(t, tw_clock_ticks(source) - h0);
     return out;
 }

@@ -8,36 +8,19 @@ Underneath: the C wrapper type (``wrap``), recording sessions (``Session``), dis
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterable, Iterator, List, NamedTuple, Optional
+from typing import Iterable, Iterator, List
 
 from . import _core
 from ._core import MethodWrapper, Session, Wrapper, wrap
 from ._api import TorchWrapper, getAPIName, getAttributes, load_config
-from ._files import load
+from ._files import STATS_COLUMNS, UPDATES_COLUMNS, Record, load, load_modules, load_stats, load_updates
 from ._discover import DEFAULT_EXCLUDE, SKIP_ATTRIBUTES, SKIP_MODULES, Plan, discover
 from ._patch import Patcher, resolve
 from ._profile import Profile, profile
-from ._trace import BUILTIN_METRICS, STATS_COLUMNS, UPDATES_COLUMNS, load_modules, load_stats, load_updates
+from ._stats import BUILTIN_METRICS
 from ._tree import call_tree
 
 __version__ = _core.version
-
-
-class Record(NamedTuple):
-    """One call, as read back from a session (times in nanoseconds)."""
-
-    call_id: int
-    api: str
-    start_ns: int
-    cost_ns: int
-    self_ns: int
-    gpu_ns: int
-    tid: int
-    depth: int
-    parent_id: int
-    error: bool
-    args: str = ""
-    module: Optional[str] = None  # instance path of an nn.Module forward ("" for the model itself)
 
 
 def records(session: Session) -> List[Record]:

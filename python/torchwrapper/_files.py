@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""Reading record files back (CSV or JSON lines), as written by the C writer."""
+"""Reading record files back (CSV or JSON lines), as written by the C writer: call records, GPU
+records, the streams of tracing (stats, updates) and the module tree; and Record, one call."""
 from __future__ import annotations
 
 import csv
@@ -7,9 +8,15 @@ import io
 import json
 import os
 import warnings
-from typing import Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 RECORD_EXTENSIONS = (".csv", ".jsonl")
+MODULES_FILE = "modules.json"   # the module tree (modules-PID.json in a forked child)
+
+# Columns of the "stats" and "updates" streams (tensor statistics and parameter updates).
+STATS_COLUMNS = ["call_id", "step", "module", "class", "tensor", "index", "name", "shape", "dtype", "device", "numel",
+                 "mean", "std", "min", "max", "zeros", "nan", "inf", "custom"]
+UPDATES_COLUMNS = ["call_id", "api", "outer_call_id", "parameter", "tensor", "version", "attribute"]
 
 # Column types of call records and GPU records, as the C writer writes them.
 CALL_DTYPES = {"call_id": "int64", "api": "str", "start_ns": "int64", "cost_ns": "int64", "self_ns": "int64",
@@ -17,6 +24,23 @@ CALL_DTYPES = {"call_id": "int64", "api": "str", "start_ns": "int64", "cost_ns":
                "error": "bool", "args": "str", "module": "str"}
 GPU_DTYPES = {"call_id": "int64", "api": "str", "kind": "str", "name": "str", "start_ns": "int64",
               "end_ns": "int64", "device": "int64", "stream": "int64", "correlation_id": "int64", "pid": "int64"}
+
+
+class Record(NamedTuple):
+    """One call, as read back from a session (times in nanoseconds)."""
+
+    call_id: int
+    api: str
+    start_ns: int
+    cost_ns: int
+    self_ns: int
+    gpu_ns: int
+    tid: int
+    depth: int
+    parent_id: int
+    error: bool
+    args: str = ""
+    module: Optional[str] = None  # instance path of an nn.Module forward ("" for the model itself)
 
 
 def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -> List[str]:
@@ -248,5 +272,66 @@ def iter_stream_rows(path: str) -> Iterator[dict]:
                     continue
 
 
-__all__ = ["ORIGINAL_COLUMNS", "RECORD_EXTENSIONS", "iter_rows", "iter_stream_rows", "load", "original_frame",
-           "read_rows", "record_files"]
+# ---- the streams of tracing: stats, updates, the module tree --------------------------------------
+
+_TEXT_COLUMNS = frozenset(["module", "class", "tensor", "name", "dtype", "device", "api", "parameter", "attribute"])
+
+
+def _decode(text: Optional[str], column: str) -> Any:
+    """A CSV field of a stats or updates row as its value."""
+    if text is None or column in ("module", "name"):   # "": the model itself, an output that is one tensor
+        return text
+    if text == "":
+        return None
+    if column in _TEXT_COLUMNS:
+        return text
+    if text[0] in "[{":
+        return json.loads(text)
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def read_stream(out_dir: str, kind: str, columns: Sequence[str], pid: Optional[int] = None) -> List[tuple]:
+    """The rows of a stream ("stats", "updates") of out_dir's files (of one process if pid is given),
+    as tuples of values in the order of columns; JSON nulls and empty CSV fields are None."""
+    rows = []
+    for path in record_files(out_dir, pid, kind=kind):
+        csv_file = path.endswith(".csv")
+        for row in iter_stream_rows(path):
+            rows.append(tuple(_decode(row.get(c), c) if csv_file else row.get(c) for c in columns))
+    return rows
+
+
+def load_stats(out_dir: str, pid: Optional[int] = None) -> Any:
+    """The tensor statistics written in out_dir (all processes, or one) as a DataFrame (columns:
+    STATS_COLUMNS; shape as a tuple)."""
+    import pandas
+
+    frame = pandas.DataFrame(read_stream(out_dir, "stats", STATS_COLUMNS, pid), columns=STATS_COLUMNS)
+    frame["shape"] = frame["shape"].map(lambda s: tuple(s) if isinstance(s, list) else s)
+    return frame
+
+
+def load_updates(out_dir: str, pid: Optional[int] = None) -> Any:
+    """The parameter updates written in out_dir (all processes, or one) as a DataFrame (columns:
+    UPDATES_COLUMNS)."""
+    import pandas
+
+    return pandas.DataFrame(read_stream(out_dir, "updates", UPDATES_COLUMNS, pid), columns=UPDATES_COLUMNS)
+
+
+def load_modules(out_dir: str, pid: Optional[int] = None) -> Dict[str, Any]:
+    """The module tree in out_dir/modules.json (modules-PID.json for a forked child's pid)."""
+    name = MODULES_FILE if pid is None else f"modules-{pid}.json"
+    path = os.path.join(out_dir, name)
+    if pid is not None and not os.path.exists(path):
+        path = os.path.join(out_dir, MODULES_FILE)
+    with open(path) as f:
+        return json.load(f)
+
+
+__all__ = ["iter_rows", "iter_stream_rows", "load", "load_modules", "load_stats", "load_updates", "MODULES_FILE",
+           "ORIGINAL_COLUMNS", "original_frame", "read_rows", "read_stream", "Record", "RECORD_EXTENSIONS",
+           "record_files", "STATS_COLUMNS", "UPDATES_COLUMNS"]

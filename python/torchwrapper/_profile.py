@@ -16,9 +16,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 from ._discover import Plan, discover
-from ._files import read_rows, record_files
+from ._files import read_rows, read_stream, record_files
 from ._patch import WRAPPER_TYPES, Patcher
-from ._trace import StatsOptions, Tracer, read_stream
+from ._stats import StatsOptions
+from ._trace import Tracer
 
 # Discovery plans by (modules, include, exclude), with the set of modules imported when each was
 # made. A later start reuses a plan when no module was imported since; the install then checks
@@ -309,7 +310,8 @@ class Profile:
 
     def records(self) -> list:
         """Every record, in the order the calls started (from the files when out_dir was given)."""
-        from . import Record, records
+        from . import records
+        from ._files import Record
 
         if self.out_dir is None:
             return records(self.session)
@@ -333,7 +335,7 @@ class Profile:
 
     def updates_rows(self) -> Tuple[List[str], List[tuple]]:
         """(columns, rows) of the parameter updates (from the files when out_dir was given)."""
-        from ._trace import UPDATES_COLUMNS
+        from ._files import UPDATES_COLUMNS
 
         if self.tracer.tracker is None:
             raise RuntimeError("no parameter updates: profile with track=[\"parameters\"] (or [\"parameters\", "
@@ -344,7 +346,7 @@ class Profile:
 
     def stats_rows(self) -> Tuple[List[str], List[tuple]]:
         """(columns, rows) of the tensor statistics (from the files when out_dir was given)."""
-        from ._trace import STATS_COLUMNS
+        from ._files import STATS_COLUMNS
 
         if self.tracer.stats is None:
             raise RuntimeError("no tensor statistics: profile with tensor_stats=True (or a dict of options)")

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence
 def _records(source: Any) -> List[Any]:
     """Record-like rows (attributes call_id, api, start_ns, cost_ns, self_ns, tid, depth, parent_id,
     module) from a Profile, a TorchWrapper, a list of Records, or a dataframe() DataFrame."""
-    from . import Record
+    from ._files import Record
 
     if hasattr(source, "_profile") and hasattr(source, "callRecords"):   # TorchWrapper
         source = source._need_profile()

@@ -172,7 +172,7 @@ def ops_alone(engine, calls, grads) -> None:
     """The tensor ops tensor_stats runs for one step of these tensors (its own functions, without
     its bookkeeping of rows), STEPS times: on a GPU, small tensors copied per call and reduced
     together; large ones (and every CPU tensor) reduced at once; one host copy per step."""
-    from torchwrapper import _trace
+    from torchwrapper import _stats
 
     seg = torch.segment_reduce
     empty = torch.empty(0)
@@ -181,7 +181,7 @@ def ops_alone(engine, calls, grads) -> None:
         for group in calls + grads:
             small = []
             for t in group:
-                if t.numel() >= _trace.DIRECT_NUMEL or (t.device.type == "cpu" and not _trace.BATCH_SMALL_ON_CPU):
+                if t.numel() >= _stats.DIRECT_NUMEL or (t.device.type == "cpu" and not _stats.BATCH_SMALL_ON_CPU):
                     direct.append(engine._reduce_one(t))
                 else:
                     small.append(t)

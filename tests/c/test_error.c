@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "tw_test.h"
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,29 @@ static void every_error_code_has_its_own_text(void **state)
         for (size_t j = i + 1; j < n; j++)
             assert_string_not_equal(tw_strerror(codes[i]), tw_strerror(codes[j]));
     }
+}
+
+static void error_codes_are_negative_errno_values(void **state)
+{
+    assert_int_equal(TW_ENOMEM, -ENOMEM);
+    assert_int_equal(TW_EINVAL, -EINVAL);
+    assert_int_equal(TW_EBUSY, -EBUSY);
+    assert_int_equal(TW_EIO, -EIO);
+    assert_int_equal(TW_ERANGE, -ERANGE);
+    /* the ones with a text of their own still are errno values */
+    assert_int_equal(TW_ENOTACTIVE, -ESRCH);
+    assert_int_equal(TW_EFULL, -ENOBUFS);
+    assert_int_equal(TW_EUNAVAIL, -ENOTSUP);
+}
+
+static void strerror_names_a_system_error_passed_through(void **state)
+{
+#ifdef HAVE_STRERRORDESC_NP
+    assert_string_equal(tw_strerror(-EACCES), strerror(EACCES));
+    assert_string_equal(tw_strerror(-ENOENT), strerror(ENOENT));
+#else
+    skip();
+#endif
 }
 
 static void strerror_accepts_any_int(void **state)
@@ -34,6 +58,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_error_code_has_its_own_text),
+        cmocka_unit_test(error_codes_are_negative_errno_values),
+        cmocka_unit_test(strerror_names_a_system_error_passed_through),
         cmocka_unit_test(strerror_accepts_any_int),
         cmocka_unit_test(version_is_major_minor_patch),
     };

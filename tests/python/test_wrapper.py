@@ -4,6 +4,7 @@ import copy
 import gc
 import inspect
 import pickle
+import sys
 import threading
 import time
 import weakref
@@ -349,3 +350,25 @@ def test_recursion_deeper_than_the_stack_is_counted(session):
     stats = session.stats()
     assert stats["records"] == _core.MAX_DEPTH
     assert stats["dropped"] == depth + 1 - _core.MAX_DEPTH
+
+
+def test_each_session_reports_its_own_hook_error(monkeypatch):
+    """A failing tracer hook is reported once per session, not once per process: the second session's
+    error is not silenced by the first's."""
+
+    class FailingTracer:
+        kinds = tw._core.KIND_BOUNDARY
+
+        def boundary_enter(self, subject, api_id):
+            raise RuntimeError("hook failed")
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+    step = tw.wrap(lambda: 7, "step", kind=tw._core.KIND_BOUNDARY)
+    for n in (1, 2):
+        s = tw.Session(tracer=FailingTracer())
+        s.start()
+        assert step() == 7 and step() == 7  # the hook's error never reaches the caller
+        s.stop()
+        assert len(reported) == n, reported  # once per session
+        assert isinstance(reported[-1], RuntimeError) and "hook failed" in str(reported[-1])

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Rotating file sets (not public API): the files of one kind of record in out_dir, each at most
+ * max_size bytes, named by file_name_spec, opened O_EXCL | O_NOFOLLOW (never an existing file, never
+ * through a symbolic link), the oldest removed past max_files. Knows nothing of records, queues or
+ * threads: the writer thread appends formatted lines.
+ */
+#ifndef TW_FILESET_H
+#define TW_FILESET_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "torchwrapper/writer.h"
+
+#define TW_MIN_FILE_SIZE 4096          /* room for a header and any record */
+#define TW_BUFFER_FLUSH (256 * 1024)   /* bytes of output gathered before a write() */
+
+/*
+ * What every file set of one writer shares: where and how files are named, and the counters and
+ * first error of them all. The configuration is set before any file is opened (and again in a forked
+ * child); the counters are guarded by *lock (the writer's).
+ */
+typedef struct {
+    const char *out_dir;
+    const char *spec;      /* file_name_spec */
+    tw_format_t format;    /* the extension: .csv or .jsonl */
+    uint64_t max_size;
+    unsigned max_files;    /* 0: no limit */
+    int64_t pid;
+    int64_t rank;
+    char host[256];
+    pthread_mutex_t *lock;
+    uint64_t names_skipped;  /* file names found taken (O_EXCL), symbolic links included */
+    uint64_t links_refused;  /* of which symbolic links */
+    int write_errno;         /* the first error, said once on stderr */
+} tw_fileset_env_t;
+
+typedef struct {
+    char *name;
+    uint64_t records;
+    uint64_t bytes;
+    int removed; /* by max_files */
+} tw_file_entry_t;
+
+/*
+ * One rotating set of files: the call records, or one extra record stream. Written by the writer
+ * thread only, except the counters (written, dropped, bytes) and the file list, which others read
+ * under env->lock.
+ */
+typedef struct {
+    const char *kind;      /* "calls", or the stream's kind (also in the file names) */
+    const char *header;    /* CSV header line, '\n' included; NULL for JSON */
+    size_t header_len;
+    int fd;
+    uint64_t file_bytes;   /* bytes of the current file, written or buffered */
+    uint64_t index;
+    tw_file_entry_t *files;
+    size_t file_count;
+    size_t file_capacity;
+    size_t kept;           /* files not removed by max_files */
+    char *buf;             /* TW_BUFFER_FLUSH + one line */
+    size_t buf_len;
+    uint64_t buf_records;
+    uint64_t written;      /* under env->lock */
+    uint64_t dropped;
+    uint64_t bytes_total;
+} tw_fileset_t;
+
+static inline int64_t tw_realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Records err (an errno value) as the writer's first error and says it once on stderr. */
+void tw_fileset_warn(tw_fileset_env_t *env, const char *what, const char *path, int err);
+
+/* write() all of data, through EINTR; 0 or an errno value. */
+int tw_write_all(int fd, const char *data, size_t len);
+
+/* dir/name into out; 0 or TW_ERANGE. */
+int tw_path_join(char *out, size_t size, const char *dir, const char *name);
+
+/* Appends one formatted line (at most TW_LINE_MAX bytes) to fs, rotating first when it would take
+ * the file past max_size. Returns 1 when it opened a new file (the manifest is due), else 0; a line
+ * that cannot be written is counted as dropped. */
+int tw_fileset_append(tw_fileset_env_t *env, tw_fileset_t *fs, const char *line, size_t len);
+
+/* Writes the buffered output of fs's current file. */
+void tw_fileset_flush(tw_fileset_env_t *env, tw_fileset_t *fs);
+
+/* Flushes and closes fs's current file. */
+void tw_fileset_close(tw_fileset_env_t *env, tw_fileset_t *fs);
+
+/* In a forked child: the parent's open file and buffered output stay the parent's. */
+void tw_fileset_fork_child(tw_fileset_t *fs);
+
+/* Frees fs's file list and buffer (not the header). */
+void tw_fileset_free(tw_fileset_t *fs);
+
+#endif

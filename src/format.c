@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Record formatting: call records as CSV or JSON lines (exact int64 values), and the CSV quoting and
+ * JSON escaping under them (tw_csv_field, tw_json_escape, also used by the GPU rows and tw-report).
+ * Pure functions: no files, no threads, no allocation.
+ */
+#include "config.h"
+
+#include <csv.h>
+#include <string.h>
+
+#include "format.h"
+#include "torchwrapper/common.h"
+
+/* CSV text field: as is when nothing needs quoting, else through libcsv's quoting. */
+static char *put_csv_text(char *p, const char *s, size_t len)
+{
+    return tw_csv_field(p, s, len);
+}
+
+char *tw_csv_field(char *p, const char *s, size_t len)
+{
+    int plain = len > 0 && s[0] != ' ' && s[len - 1] != ' ';
+    for (size_t i = 0; plain && i < len; i++)
+        plain = s[i] != ',' && s[i] != '"' && s[i] != '\r' && s[i] != '\n';
+    if (!plain && len > 0)
+        return p + csv_write(p, 2 * len + 2, s, len);
+    memcpy(p, s, len);
+    return p + len;
+}
+
+char *tw_json_escape(char *p, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    *p++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': *p++ = '\\'; *p++ = '"'; break;
+        case '\\': *p++ = '\\'; *p++ = '\\'; break;
+        case '\n': *p++ = '\\'; *p++ = 'n'; break;
+        case '\r': *p++ = '\\'; *p++ = 'r'; break;
+        case '\t': *p++ = '\\'; *p++ = 't'; break;
+        case '\b': *p++ = '\\'; *p++ = 'b'; break;
+        case '\f': *p++ = '\\'; *p++ = 'f'; break;
+        default:
+            if (c < 0x20 || c == 0x7f) {
+                memcpy(p, "\\u00", 4);
+                p[4] = hex[c >> 4];
+                p[5] = hex[c & 15];
+                p += 6;
+            } else {
+                *p++ = (char)c;
+            }
+        }
+    }
+    *p++ = '"';
+    return p;
+}
+
+size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock, int64_t pid, const tw_chunk_t *chunk,
+                        const tw_record_t *r, size_t args_max)
+{
+    const char *args = chunk->text + r->args_offset;
+    size_t args_len = tw_utf8_cut(args, r->args_len, args_max);
+    const char *api = tw_api_name(r->api_id);
+    if (api == NULL)
+        api = "?";
+    size_t api_len = strnlen(api, TW_API_NAME_MAX);
+    const char *module = tw_module_path(r->module_id); /* NULL: not a module call */
+    size_t module_len = module != NULL ? strnlen(module, TW_API_NAME_MAX) : 0;
+    char *p = line;
+    int64_t start = tw_clock_epoch_ns(clock, r->start);
+    uint64_t cost = tw_clock_duration_ns(clock, r->cost);
+    uint64_t self = tw_clock_duration_ns(clock, r->self);
+    if (format == TW_FORMAT_CSV) {
+        p = tw_format_u64(p, r->call_id);
+        *p++ = ',';
+        p = put_csv_text(p, api, api_len);
+        *p++ = ',';
+        p = tw_format_i64(p, start);
+        *p++ = ',';
+        p = tw_format_u64(p, cost);
+        *p++ = ',';
+        p = tw_format_u64(p, self);
+        *p++ = ',';
+        p = tw_format_u64(p, r->gpu_ns);
+        *p++ = ',';
+        p = tw_format_i64(p, pid);
+        *p++ = ',';
+        p = tw_format_u64(p, chunk->tid);
+        *p++ = ',';
+        p = tw_format_u64(p, r->depth);
+        *p++ = ',';
+        p = tw_format_u64(p, r->parent_id);
+        *p++ = ',';
+        *p++ = (r->flags & TW_RECORD_ERROR) ? '1' : '0';
+        *p++ = ',';
+        p = put_csv_text(p, args, args_len);
+        *p++ = ',';
+        if (module != NULL && module_len == 0) { /* the root module: "" tells it from no module */
+            *p++ = '"';
+            *p++ = '"';
+        } else if (module != NULL) {
+            p = put_csv_text(p, module, module_len);
+        }
+        *p++ = '\n';
+    } else {
+        memcpy(p, "{\"call_id\":", 11);
+        p = tw_format_u64(p + 11, r->call_id);
+        memcpy(p, ",\"api\":", 7);
+        p = tw_json_escape(p + 7, api, api_len);
+        memcpy(p, ",\"start_ns\":", 12);
+        p = tw_format_i64(p + 12, start);
+        memcpy(p, ",\"cost_ns\":", 11);
+        p = tw_format_u64(p + 11, cost);
+        memcpy(p, ",\"self_ns\":", 11);
+        p = tw_format_u64(p + 11, self);
+        memcpy(p, ",\"gpu_ns\":", 10);
+        p = tw_format_u64(p + 10, r->gpu_ns);
+        memcpy(p, ",\"pid\":", 7);
+        p = tw_format_i64(p + 7, pid);
+        memcpy(p, ",\"tid\":", 7);
+        p = tw_format_u64(p + 7, chunk->tid);
+        memcpy(p, ",\"depth\":", 9);
+        p = tw_format_u64(p + 9, r->depth);
+        memcpy(p, ",\"parent_id\":", 13);
+        p = tw_format_u64(p + 13, r->parent_id);
+        if (r->flags & TW_RECORD_ERROR) {
+            memcpy(p, ",\"error\":true", 13);
+            p += 13;
+        } else {
+            memcpy(p, ",\"error\":false", 14);
+            p += 14;
+        }
+        memcpy(p, ",\"args\":", 8);
+        p = tw_json_escape(p + 8, args, args_len);
+        memcpy(p, ",\"module\":", 10);
+        p += 10;
+        if (module != NULL) {
+            p = tw_json_escape(p, module, module_len);
+        } else {
+            memcpy(p, "null", 4);
+            p += 4;
+        }
+        *p++ = '}';
+        *p++ = '\n';
+    }
+    return (size_t)(p - line);
+}
+

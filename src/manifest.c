@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * manifest.json and summary.json: built with cJSON (int64 values written exactly, as raw numbers)
+ * and replaced atomically. See manifest.h.
+ */
+#include "config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "manifest.h"
+#include "torchwrapper/api.h"
+#include "torchwrapper/common.h"
+
+static cJSON *raw_int(int64_t v)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%lld", (long long)v);
+    return cJSON_CreateRaw(text);
+}
+
+static int write_json_atomically(const tw_fileset_env_t *env, const char *path, cJSON *root)
+{
+    char *text = cJSON_Print(root);
+    if (text == NULL)
+        return ENOMEM;
+    char tmp[PATH_MAX];
+    int err = 0;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%lld", path, (long long)env->pid) >= (int)sizeof tmp) {
+        free(text);
+        return ENAMETOOLONG;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        err = errno;
+    } else {
+        err = tw_write_all(fd, text, strlen(text));
+        if (err == 0)
+            err = tw_write_all(fd, "\n", 1);
+        if (close(fd) != 0 && err == 0)
+            err = errno;
+        if (err == 0 && rename(tmp, path) != 0)
+            err = errno;
+        if (err != 0)
+            unlink(tmp);
+    }
+    free(text);
+    return err;
+}
+
+/* Lists fs's files in the manifest's array; env->lock held. */
+static void add_files(cJSON *files, const tw_fileset_t *fs)
+{
+    for (size_t i = 0; files != NULL && i < fs->file_count; i++) {
+        cJSON *f = cJSON_CreateObject();
+        if (f == NULL)
+            return;
+        cJSON_AddStringToObject(f, "name", fs->files[i].name);
+        cJSON_AddStringToObject(f, "kind", fs->kind);
+        cJSON_AddItemToObject(f, "records", raw_int((int64_t)fs->files[i].records));
+        cJSON_AddItemToObject(f, "bytes", raw_int((int64_t)fs->files[i].bytes));
+        if (fs->files[i].removed)
+            cJSON_AddTrueToObject(f, "removed_by_max_files");
+        cJSON_AddItemToArray(files, f);
+    }
+}
+
+void tw_manifest_write(tw_fileset_env_t *env, const char *path, const tw_manifest_t *m)
+{
+    cJSON *root = NULL;
+    if (m->extra_json != NULL)
+        root = cJSON_Parse(m->extra_json);
+    if (root == NULL || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        root = cJSON_CreateObject();
+    }
+    if (root == NULL)
+        return;
+    cJSON_AddItemToObject(root, "manifest_version", raw_int(1));
+    cJSON_AddStringToObject(root, "torchwrapper", tw_version());
+    cJSON_AddStringToObject(root, "format", env->format == TW_FORMAT_CSV ? "csv" : "json");
+    cJSON_AddStringToObject(root, "host", env->host);
+    cJSON_AddItemToObject(root, "pid", raw_int(env->pid));
+    if (env->rank >= 0)
+        cJSON_AddItemToObject(root, "rank", raw_int(env->rank));
+    cJSON_AddItemToObject(root, "start_ns", raw_int(m->start_ns));
+    cJSON_AddItemToObject(root, "end_ns", m->end_ns ? raw_int(m->end_ns) : cJSON_CreateNull());
+    cJSON_AddItemToObject(root, "file_max_size", raw_int((int64_t)env->max_size));
+    cJSON_AddStringToObject(root, "clock", m->clock == TW_CLOCK_TSC ? "tsc" : "monotonic");
+    /* Every file of every kind, oldest first per kind: call records ("calls") first, then each
+     * stream's ("gpu", ...). */
+    cJSON *files = cJSON_AddArrayToObject(root, "files");
+    cJSON *streams = cJSON_CreateObject();
+    pthread_mutex_lock(env->lock);
+    uint64_t written = m->calls->written, dropped = m->calls->dropped + m->dropped_upstream;
+    uint64_t truncated = m->truncated;
+    uint64_t bytes = m->calls->bytes_total;
+    int write_errno = env->write_errno;
+    add_files(files, m->calls);
+    for (size_t i = 0; i < m->stream_count; i++) {
+        const tw_manifest_stream_t *s = &m->streams[i];
+        add_files(files, s->files);
+        cJSON *o = streams != NULL ? cJSON_CreateObject() : NULL;
+        if (o == NULL)
+            continue;
+        cJSON_AddItemToObject(o, "records_written", raw_int((int64_t)s->files->written));
+        cJSON_AddItemToObject(o, "records_dropped",
+                              raw_int((int64_t)(s->files->dropped + s->dropped_full + s->lost_upstream)));
+        cJSON_AddItemToObject(o, "records_lost_upstream", raw_int((int64_t)s->lost_upstream));
+        cJSON_AddItemToObject(o, "bytes_written", raw_int((int64_t)s->files->bytes_total));
+        cJSON_AddItemToObject(streams, s->kind, o);
+    }
+    int64_t skipped = (int64_t)env->names_skipped, links = (int64_t)env->links_refused;
+    pthread_mutex_unlock(env->lock);
+    cJSON_AddItemToObject(root, "records_written", raw_int((int64_t)written));
+    cJSON_AddItemToObject(root, "records_dropped", raw_int((int64_t)dropped));
+    cJSON_AddItemToObject(root, "records_truncated", raw_int((int64_t)truncated));
+    cJSON_AddItemToObject(root, "file_names_skipped", raw_int(skipped));
+    cJSON_AddItemToObject(root, "symlinks_refused", raw_int(links));
+    cJSON_AddItemToObject(root, "bytes_written", raw_int((int64_t)bytes));
+    if (streams != NULL)
+        cJSON_AddItemToObject(root, "streams", streams);
+    if (write_errno != 0)
+        cJSON_AddStringToObject(root, "write_error", strerror(write_errno));
+    else
+        cJSON_AddNullToObject(root, "write_error");
+    int err = write_json_atomically(env, path, root);
+    cJSON_Delete(root);
+    if (err != 0)
+        tw_fileset_warn(env, "writing", path, err);
+}
+
+static int compare_total_desc(const void *a, const void *b, void *arg)
+{
+    (void)arg;
+    const tw_api_stats_t *x = *(tw_api_stats_t *const *)a, *y = *(tw_api_stats_t *const *)b;
+    return x->total_ns < y->total_ns ? 1 : x->total_ns > y->total_ns ? -1 : 0;
+}
+
+void tw_summary_write(tw_fileset_env_t *env, const char *path, const tw_stats_t *stats)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *apis = root ? cJSON_AddArrayToObject(root, "apis") : NULL;
+    tw_api_stats_t **order = calloc(stats->capacity ? stats->capacity : 1, sizeof *order);
+    if (apis == NULL || order == NULL) {
+        cJSON_Delete(root);
+        free(order);
+        return;
+    }
+    size_t n = 0;
+    for (uint32_t id = 0; id < stats->capacity; id++)
+        /* GPU time of a call whose record was lost counts */
+        if (stats->apis[id].calls > 0 || stats->apis[id].gpu_ns > 0)
+            order[n++] = &stats->apis[id];
+    qsort_r(order, n, sizeof *order, compare_total_desc, NULL);
+    for (size_t i = 0; i < n; i++) {
+        const tw_api_stats_t *a = order[i];
+        cJSON *o = cJSON_CreateObject();
+        if (o == NULL)
+            break;
+        const char *name = tw_api_name((uint32_t)(a - stats->apis));
+        cJSON_AddStringToObject(o, "api", name ? name : "?");
+        cJSON_AddItemToObject(o, "calls", raw_int((int64_t)a->calls));
+        cJSON_AddItemToObject(o, "errors", raw_int((int64_t)a->errors));
+        cJSON_AddItemToObject(o, "total_ns", raw_int((int64_t)a->total_ns));
+        cJSON_AddItemToObject(o, "self_ns", raw_int((int64_t)a->self_ns));
+        cJSON_AddItemToObject(o, "gpu_ns", raw_int((int64_t)a->gpu_ns));
+        cJSON_AddItemToObject(o, "min_ns", raw_int((int64_t)a->min_ns));
+        cJSON_AddItemToObject(o, "max_ns", raw_int((int64_t)a->max_ns));
+        cJSON_AddItemToObject(o, "mean_ns", raw_int(a->calls ? (int64_t)(a->total_ns / a->calls) : 0));
+        cJSON_AddItemToObject(o, "p50_ns", raw_int((int64_t)tw_stats_percentile(a, 0.50)));
+        cJSON_AddItemToObject(o, "p95_ns", raw_int((int64_t)tw_stats_percentile(a, 0.95)));
+        cJSON_AddItemToObject(o, "p99_ns", raw_int((int64_t)tw_stats_percentile(a, 0.99)));
+        cJSON_AddItemToArray(apis, o);
+    }
+    free(order);
+    int err = write_json_atomically(env, path, root);
+    cJSON_Delete(root);
+    if (err != 0)
+        tw_fileset_warn(env, "writing", path, err);
+}
+

@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tw-report, the inputs: record files and directories, their kinds, and what their manifests say
+ * (origin, ranks).
+ */
+#include "config.h"
+
+#include <cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "report_internal.h"
+
+static int add_file(inputs_t *in, const char *path)
+{
+    if (in->count == in->capacity) {
+        size_t capacity = in->capacity ? in->capacity * 2 : 64;
+        input_file_t *files = realloc(in->files, capacity * sizeof *files);
+        if (files == NULL)
+            return TW_ENOMEM;
+        in->files = files;
+        in->capacity = capacity;
+    }
+    if ((in->files[in->count].path = strdup(path)) == NULL)
+        return TW_ENOMEM;
+    in->files[in->count++].kind = 0;
+    return 0;
+}
+
+int report_has_suffix(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Notes a manifest's start time and rank; a manifest that does not parse is simply not used. */
+static void read_manifest(inputs_t *in, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return;
+    char buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    cJSON *root = cJSON_Parse(buf);
+    const cJSON *start = cJSON_GetObjectItemCaseSensitive(root, "start_ns");
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(root, "pid");
+    const cJSON *rank = cJSON_GetObjectItemCaseSensitive(root, "rank");
+    /* start_ns is an epoch time in ns: as a double it is exact to 256 ns, plenty for an origin. */
+    if (cJSON_IsNumber(start) && start->valuedouble > 0 && (int64_t)start->valuedouble < in->origin_ns)
+        in->origin_ns = (int64_t)start->valuedouble;
+    if (cJSON_IsNumber(pid) && cJSON_IsNumber(rank) && in->nranks < 256) {
+        in->rank_pids[in->nranks][0] = (int64_t)pid->valuedouble;
+        in->rank_pids[in->nranks++][1] = (int64_t)rank->valuedouble;
+    }
+    cJSON_Delete(root);
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strverscmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Lists the record files of a directory (*.csv, *.jsonl) in name order, which is time order for
+ * the writer's names, and reads its manifests. */
+static int add_directory(inputs_t *in, const char *dir, FILE *err)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        fprintf(err, "tw-report: cannot read the directory %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    char **names = NULL;
+    size_t count = 0, capacity = 0;
+    int rc = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *name = e->d_name;
+        int manifest = strncmp(name, "manifest", 8) == 0 && report_has_suffix(name, ".json");
+        if (!manifest && !report_has_suffix(name, ".csv") && !report_has_suffix(name, ".jsonl"))
+            continue;
+        if (count == capacity) {
+            capacity = capacity ? capacity * 2 : 64;
+            char **bigger = realloc(names, capacity * sizeof *names);
+            if (bigger == NULL) {
+                rc = TW_ENOMEM;
+                break;
+            }
+            names = bigger;
+        }
+        size_t len = strlen(dir) + strlen(name) + 2;
+        if ((names[count] = malloc(len)) == NULL) {
+            rc = TW_ENOMEM;
+            break;
+        }
+        snprintf(names[count++], len, "%s/%s", dir, name);
+    }
+    closedir(d);
+    if (rc == 0)
+        qsort(names, count, sizeof *names, compare_names);
+    size_t before = in->count;
+    for (size_t i = 0; i < count; i++) {
+        if (rc == 0) {
+            const char *base = strrchr(names[i], '/') + 1;
+            if (strncmp(base, "manifest", 8) == 0 && report_has_suffix(base, ".json"))
+                read_manifest(in, names[i]);
+            else
+                rc = add_file(in, names[i]);
+        }
+        free(names[i]);
+    }
+    free(names);
+    if (rc != 0) {
+        fprintf(err, "tw-report: %s\n", tw_strerror(rc));
+        return 1;
+    }
+    if (in->count == before) {
+        fprintf(err, "tw-report: %s holds no record files (*.csv or *.jsonl written by TorchWrapper)\n", dir);
+        return 1;
+    }
+    return 0;
+}
+
+int report_collect_inputs(const options_t *o, inputs_t *in, FILE *err)
+{
+    in->origin_ns = INT64_MAX;
+    for (size_t i = 0; i < o->ninputs; i++) {
+        const char *path = o->inputs[i];
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            fprintf(err, "tw-report: %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            if (add_directory(in, path, err) != 0)
+                return 1;
+            continue;
+        }
+        if (add_file(in, path) != 0) {
+            fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
+            return 1;
+        }
+        /* The manifest beside a file given alone gives the run's start. */
+        char dir[4096];
+        const char *slash = strrchr(path, '/');
+        int n = slash ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path) : snprintf(dir, sizeof dir, ".");
+        DIR *d = n > 0 && (size_t)n < sizeof dir ? opendir(dir) : NULL;
+        for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+            if (strncmp(e->d_name, "manifest", 8) == 0 && report_has_suffix(e->d_name, ".json")) {
+                char manifest[8192];
+                snprintf(manifest, sizeof manifest, "%s/%s", dir, e->d_name);
+                read_manifest(in, manifest);
+            }
+        }
+        if (d != NULL)
+            closedir(d);
+    }
+    for (size_t i = 0; i < in->count; i++) {
+        char message[512];
+        if (tw_read_kind(in->files[i].path, &in->files[i].kind, message, sizeof message) != 0) {
+            fprintf(err, "tw-report: %s\n", message);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void report_free_inputs(inputs_t *in)
+{
+    for (size_t i = 0; i < in->count; i++)
+        free(in->files[i].path);
+    free(in->files);
+}

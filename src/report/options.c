@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/* tw-report, the command line: tw-report's options, parsed and checked, and its usage text. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report_internal.h"
+
+#define USAGE                                                                                                     \
+    "usage: tw-report [options] OUT_DIR|FILE...\n"                                                                \
+    "Per-API totals and percentiles from TorchWrapper record files (CSV or JSON lines, any number of\n"           \
+    "processes and ranks), read in one streaming pass.\n\n"                                                       \
+    "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"               \
+    "  --top N           the first N rows only\n"                                                                  \
+    "  --by GROUP        api (default), thread, pid, parent (caller > callee)\n"                                   \
+    "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
+    "  --pid N           only process N (repeatable)\n"                                                            \
+    "  --tid N           only thread N (repeatable)\n"                                                             \
+    "  --window A:B      only calls starting between A and B seconds after the run's start (A or B may be empty)\n" \
+    "  --format F        table (default), csv, json, markdown\n"                                                   \
+    "  --trace FILE      also write a Chrome trace event file (Perfetto, chrome://tracing); .gz compresses\n"     \
+    "  --limit N         at most N calls in the trace (default 1000000; 0 for no limit)\n"                         \
+    "  --tree STEP       instead of the table, the call tree of step STEP (0 is the first) of one thread\n"       \
+    "                    (--tid, or the first call's), a step ending with an outermost --boundary call\n"        \
+    "  --boundary GLOB   the call that ends a step (default 'torch.optim.*.step')\n"                               \
+    "  --max-depth N     --tree: N levels at most\n"                                                             \
+    "  -h, --help        this text\n"
+
+/* ---- options ----------------------------------------------------------------------------------- */
+
+static int pick(const char *value, const char *const *names, int count)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int parse_count(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s < '0' || *s > '9')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_window(const char *s, options_t *o)
+{
+    const char *colon = strchr(s, ':');
+    if (colon == NULL)
+        return -1;
+    char *end;
+    o->window_from = 0;
+    o->window_to = -1;
+    if (colon != s) {
+        o->window_from = strtod(s, &end);
+        if (end != colon || o->window_from < 0)
+            return -1;
+    }
+    if (colon[1] != '\0') {
+        o->window_to = strtod(colon + 1, &end);
+        if (*end != '\0' || o->window_to < o->window_from)
+            return -1;
+    }
+    o->has_window = 1;
+    return 0;
+}
+
+static int usage_error(FILE *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tw-report: ", err);
+    vfprintf(err, fmt, ap);
+    fputs("\n(tw-report --help lists the options)\n", err);
+    va_end(ap);
+    return 2;
+}
+
+/* Fills o from argv; returns -1 when help was printed, 0, or 2 after a usage error. */
+int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, FILE *err)
+{
+    static const char *const sorts[] = {"total", "self", "gpu", "calls", "mean", "min", "max", "p50", "p95", "p99",
+                                        "name"};
+    static const char *const bys[] = {"api", "thread", "pid", "parent"};
+    static const char *const formats[] = {"table", "csv", "json", "markdown"};
+    memset(o, 0, sizeof *o);
+    o->limit = 1000000;
+    o->tree_step = -1;
+    o->boundary = "torch.optim.*.step";
+    if ((o->inputs = calloc((size_t)argc + 1, sizeof *o->inputs)) == NULL) {
+        fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
+        return 1;
+    }
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0') {
+            o->inputs[o->ninputs++] = a;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(USAGE, out);
+            return -1;
+        }
+        /* Every other option takes a value: --opt VALUE or --opt=VALUE. */
+        const char *eq = strchr(a, '=');
+        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+#define IS(name) (name_len == strlen(name) && strncmp(a, name, name_len) == 0)
+        if (!(IS("--sort") || IS("--top") || IS("--by") || IS("--api") || IS("--pid") || IS("--tid") ||
+              IS("--window") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
+              IS("--boundary") || IS("--max-depth")))
+            return usage_error(err, "unknown option '%.*s'", (int)name_len, a);
+        if (value == NULL)
+            return usage_error(err, "option %s needs a value", a);
+        uint64_t n;
+        int k;
+        if (IS("--sort")) {
+            if ((k = pick(value, sorts, 11)) < 0)
+                return usage_error(err, "--sort '%s' is not accepted: give total, self, gpu, calls, mean, min, max, "
+                                        "p50, p95, p99 or name", value);
+            o->sort = (sort_key_t)k;
+        } else if (IS("--by")) {
+            if ((k = pick(value, bys, 4)) < 0)
+                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid or parent", value);
+            o->by = (group_by_t)k;
+        } else if (IS("--format")) {
+            if ((k = pick(value, formats, 4)) < 0)
+                return usage_error(err, "--format '%s' is not accepted: give table, csv, json or markdown", value);
+            o->format = (out_format_t)k;
+        } else if (IS("--top") || IS("--limit") || IS("--tree") || IS("--max-depth")) {
+            if (parse_count(value, &n) != 0 || (IS("--tree") && n > INT64_MAX))
+                return usage_error(err, "%.*s '%s' is not a count (a whole number >= 0)", (int)name_len, a, value);
+            if (IS("--top"))
+                o->top = (size_t)n;
+            else if (IS("--limit"))
+                o->limit = n;
+            else if (IS("--tree"))
+                o->tree_step = (int64_t)n;
+            else
+                o->max_depth = n;
+        } else if (IS("--boundary")) {
+            o->boundary = value;
+        } else if (IS("--api")) {
+            if (o->napis == MAX_FILTERS)
+                return usage_error(err, "at most %d --api globs", MAX_FILTERS);
+            o->apis[o->napis++] = value;
+        } else if (IS("--pid") || IS("--tid")) {
+            int64_t v;
+            char *end;
+            errno = 0;
+            v = strtoll(value, &end, 10);
+            if (errno != 0 || end == value || *end != '\0')
+                return usage_error(err, "%.*s '%s' is not a process or thread id (a whole number)", (int)name_len, a,
+                                   value);
+            if ((IS("--pid") ? o->npids : o->ntids) == MAX_FILTERS)
+                return usage_error(err, "at most %d %.*s filters", MAX_FILTERS, (int)name_len, a);
+            if (IS("--pid"))
+                o->pids[o->npids++] = v;
+            else
+                o->tids[o->ntids++] = (uint64_t)v;
+        } else if (IS("--window")) {
+            if (parse_window(value, o) != 0)
+                return usage_error(err, "--window '%s' is not accepted: give START:END in seconds after the run's "
+                                        "start, START <= END, either may be empty (e.g. 10:20, 5:, :1.5)", value);
+        } else if (IS("--trace")) {
+            o->trace = value;
+        }
+#undef IS
+    }
+    while (i < argc)
+        o->inputs[o->ninputs++] = argv[i++];
+    if (o->ninputs == 0)
+        return usage_error(err, "no input: give an output directory or record files");
+    return 0;
+}

@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/* tw-report, the table: groups sorted by --sort, as text, CSV, JSON or Markdown, and its footer. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report_internal.h"
+
+static uint64_t sort_value(const group_t *g, sort_key_t key)
+{
+    const tw_api_stats_t *s = &g->stats;
+    switch (key) {
+    case SORT_SELF: return s->self_ns;
+    case SORT_GPU: return s->gpu_ns;
+    case SORT_CALLS: return s->calls;
+    case SORT_MEAN: return s->calls ? s->total_ns / s->calls : 0;
+    case SORT_MIN: return s->min_ns;
+    case SORT_MAX: return s->max_ns;
+    case SORT_P50: return tw_stats_percentile(s, 0.50);
+    case SORT_P95: return tw_stats_percentile(s, 0.95);
+    case SORT_P99: return tw_stats_percentile(s, 0.99);
+    default: return s->total_ns;
+    }
+}
+
+static int compare_groups(const void *a, const void *b, void *arg)
+{
+    sort_key_t key = *(const sort_key_t *)arg;
+    const group_t *x = *(group_t *const *)a, *y = *(group_t *const *)b;
+    if (key != SORT_NAME) {
+        uint64_t u = sort_value(x, key), v = sort_value(y, key);
+        if (u != v)
+            return u < v ? 1 : -1;
+    }
+    return strcmp(x->key, y->key);
+}
+
+typedef struct row_values {
+    const char *key;
+    uint64_t calls, errors, total, self, gpu, mean, min, p50, p95, p99, max;
+    double share;
+} row_values_t;
+
+static row_values_t values_of(const group_t *g, uint64_t all_self)
+{
+    const tw_api_stats_t *s = &g->stats;
+    return (row_values_t){g->key, s->calls, s->errors, s->total_ns, s->self_ns, s->gpu_ns,
+                          s->calls ? s->total_ns / s->calls : 0, s->min_ns, tw_stats_percentile(s, 0.50),
+                          tw_stats_percentile(s, 0.95), tw_stats_percentile(s, 0.99), s->max_ns,
+                          all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0};
+}
+
+static void csv_text(FILE *out, const char *s)
+{
+    if (strpbrk(s, ",\"\n\r") == NULL) {
+        fputs(s, out);
+        return;
+    }
+    fputc('"', out);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', out);
+        fputc(*s, out);
+    }
+    fputc('"', out);
+}
+
+static void json_text(FILE *out, const char *s)
+{
+    size_t len = strlen(s); /* a group key: at most ~1200 bytes */
+    char *text = malloc(6 * len + 2);
+    if (text == NULL) {
+        fputs("\"\"", out); /* still valid JSON */
+        return;
+    }
+    fwrite(text, 1, (size_t)(tw_json_escape(text, s, len) - text), out);
+    free(text);
+}
+
+static const char *group_title(group_by_t by)
+{
+    return by == BY_THREAD ? "pid/thread" : by == BY_PID ? "pid" : by == BY_PARENT ? "caller > api" : "api";
+}
+
+static void print_ms(char *buf, size_t size, uint64_t ns)
+{
+    snprintf(buf, size, "%.3f", (double)ns / 1e6);
+}
+
+static void print_us(char *buf, size_t size, uint64_t ns)
+{
+    snprintf(buf, size, "%.2f", (double)ns / 1e3);
+}
+
+static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n, uint64_t all_self, int any_gpu)
+{
+    static const char *const heads[] = {"calls", "total ms", "self ms", "gpu ms", "mean us", "min us",
+                                        "p50 us", "p95 us", "p99 us", "max us", "share %"};
+    enum { NCOLS = 11 };
+    if (o->format == OUT_CSV) {
+        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share\n",
+                group_title(o->by));
+        for (size_t i = 0; i < n; i++) {
+            row_values_t v = values_of(order[i], all_self);
+            csv_text(out, v.key);
+            fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
+                         ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f\n",
+                    v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
+        }
+        return;
+    }
+    if (o->format == OUT_JSON) {
+        fprintf(out, "{\"group_by\":\"%s\",\"rows\":[", o->by == BY_API ? "api" : o->by == BY_THREAD ? "thread"
+                                                       : o->by == BY_PID ? "pid" : "parent");
+        for (size_t i = 0; i < n; i++) {
+            row_values_t v = values_of(order[i], all_self);
+            fputs(i ? ",\n{\"key\":" : "\n{\"key\":", out);
+            json_text(out, v.key);
+            fprintf(out, ",\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"total_ns\":%" PRIu64 ",\"self_ns\":%" PRIu64
+                         ",\"gpu_ns\":%" PRIu64 ",\"mean_ns\":%" PRIu64 ",\"min_ns\":%" PRIu64 ",\"p50_ns\":%" PRIu64
+                         ",\"p95_ns\":%" PRIu64 ",\"p99_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 ",\"share\":%.4f}",
+                    v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
+        }
+        fputs("\n]}\n", out);
+        return;
+    }
+    /* Table and Markdown: the same cells, aligned; the GPU column only when there is GPU time. */
+    char (*cells)[NCOLS][24] = calloc(n ? n : 1, sizeof *cells);
+    if (cells == NULL)
+        return;
+    size_t width[NCOLS + 1] = {strlen(group_title(o->by))};
+    for (int c = 0; c < NCOLS; c++)
+        width[c + 1] = strlen(heads[c]);
+    for (size_t i = 0; i < n; i++) {
+        row_values_t v = values_of(order[i], all_self);
+        snprintf(cells[i][0], 24, "%" PRIu64, v.calls);
+        print_ms(cells[i][1], 24, v.total);
+        print_ms(cells[i][2], 24, v.self);
+        print_ms(cells[i][3], 24, v.gpu);
+        print_us(cells[i][4], 24, v.mean);
+        print_us(cells[i][5], 24, v.min);
+        print_us(cells[i][6], 24, v.p50);
+        print_us(cells[i][7], 24, v.p95);
+        print_us(cells[i][8], 24, v.p99);
+        print_us(cells[i][9], 24, v.max);
+        snprintf(cells[i][10], 24, "%.1f", v.share);
+        if (strlen(v.key) > width[0])
+            width[0] = strlen(v.key) > 100 ? 100 : strlen(v.key);
+        for (int c = 0; c < NCOLS; c++)
+            if (strlen(cells[i][c]) > width[c + 1])
+                width[c + 1] = strlen(cells[i][c]);
+    }
+    int md = o->format == OUT_MARKDOWN;
+    const char *sep = md ? " | " : "  ";
+    fprintf(out, "%s%-*s", md ? "| " : "", (int)width[0], group_title(o->by));
+    for (int c = 0; c < NCOLS; c++)
+        if (c != 3 || any_gpu)
+            fprintf(out, "%s%*s", sep, (int)width[c + 1], heads[c]);
+    fputs(md ? " |\n" : "\n", out);
+    if (md) {
+        fprintf(out, "|%.*s", (int)width[0] + 2, "------------------------------------------------------------"
+                                                  "--------------------------------------------------------------");
+        for (int c = 0; c < NCOLS; c++)
+            if (c != 3 || any_gpu)
+                fprintf(out, "|%.*s:", (int)width[c + 1] + 1, "--------------------------------");
+        fputs("|\n", out);
+    }
+    for (size_t i = 0; i < n; i++) {
+        fprintf(out, "%s%-*.*s", md ? "| " : "", (int)width[0], (int)width[0], order[i]->key);
+        for (int c = 0; c < NCOLS; c++)
+            if (c != 3 || any_gpu)
+                fprintf(out, "%s%*s", sep, (int)width[c + 1], cells[i][c]);
+        fputs(md ? " |\n" : "\n", out);
+    }
+    free(cells);
+}
+
+/* The table of groups, the first by --sort on top, and its footer. */
+void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_stats_t *stats, double seconds)
+{
+    const options_t *o = r->o;
+    const inputs_t *in = r->in;
+    group_t **order = calloc(r->groups.count ? r->groups.count : 1, sizeof *order);
+    size_t n = 0;
+    uint64_t all_self = 0;
+    int any_gpu = 0;
+    for (size_t i = 0; order != NULL && i < r->groups.capacity; i++) {
+        if (r->groups.slots[i] != NULL) {
+            order[n++] = r->groups.slots[i];
+            all_self += r->groups.slots[i]->stats.self_ns;
+            any_gpu |= r->groups.slots[i]->stats.gpu_ns != 0;
+        }
+    }
+    qsort_r(order, n, sizeof *order, compare_groups, (void *)&o->sort);
+    size_t shown = o->top && o->top < n ? o->top : n;
+    if (stats->rows == 0 && in->count > 0)
+        fprintf(err, "tw-report: the record files hold no records yet (%zu file%s)\n", in->count,
+                in->count == 1 ? "" : "s");
+    print_rows(out, o, order, shown, all_self, any_gpu || r->have_gpu_files);
+    free(order);
+    /* The footer goes under the terminal table; with CSV, JSON or Markdown it goes to err, and only
+     * when something was skipped, so that the output stays clean. */
+    int table = o->format == OUT_TABLE;
+    FILE *note = table ? out : err;
+    if (table || stats->truncated || stats->malformed) {
+        fprintf(note, "%s%" PRIu64 " records from %zu file%s (%.1f MB) in %.2f s (%.0f MB/s)", table ? "\n"
+                : "tw-report: ", stats->rows, in->count, in->count == 1 ? "" : "s", (double)stats->bytes / 1e6,
+                seconds, seconds > 0 ? (double)stats->bytes / 1e6 / seconds : 0.0);
+        if (shown < n)
+            fprintf(note, "; %zu more row%s (--top)", n - shown, n - shown == 1 ? "" : "s");
+        if (stats->truncated || stats->malformed)
+            fprintf(note, "; skipped: %" PRIu64 " torn last line%s (a killed process), %" PRIu64
+                          " malformed row%s", stats->truncated, stats->truncated == 1 ? "" : "s", stats->malformed,
+                    stats->malformed == 1 ? "" : "s");
+        if (r->filtered)
+            fprintf(note, "; %" PRIu64 " filtered out", r->filtered);
+        if (r->trace != NULL)
+            fprintf(note, "; trace: %" PRIu64 " calls in %s%s", r->trace->events, o->trace,
+                    r->trace->skipped ? " (--limit reached)" : "");
+        fputc('\n', note);
+    }
+}

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Between the files of tw-report (not public API): the options, the inputs, the report being
+ * gathered (groups, --by parent's pending children, --tree's calls, the trace), and the functions
+ * one file offers the others. Every file of src/report/ includes this header and no other's.
+ */
+#ifndef TW_REPORT_INTERNAL_H
+#define TW_REPORT_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <zlib.h>
+
+#include "torchwrapper/reader.h"
+#include "torchwrapper/stats.h"
+#include "torchwrapper/writer.h"
+
+#define MAX_FILTERS 32
+
+typedef struct group {
+    char *key;
+    size_t key_len;
+    uint64_t hash;
+    tw_api_stats_t stats;
+} group_t;
+
+typedef struct group_table {
+    group_t **slots;
+    size_t capacity; /* a power of two */
+    size_t count;
+} group_table_t;
+
+/*
+ * --by parent: a call's row is written when it returns, after the rows of the calls inside it, so
+ * a child waits here, keyed by (pid, parent call id), until its parent's row names the parent's API.
+ * Memory is what the calls still open at that point of the files have below them.
+ */
+typedef struct pending_child {
+    group_t *api;   /* the child's own API (a group of the api table: its interned name) */
+    uint64_t cost_ns, self_ns;
+    int error;
+} pending_child_t;
+
+typedef struct pending {
+    int64_t pid;
+    uint64_t parent_id; /* 0: an empty slot */
+    pending_child_t *children;
+    size_t count, capacity;
+} pending_t;
+
+typedef struct pending_table {
+    pending_t *slots;
+    size_t capacity, count;
+} pending_table_t;
+
+typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT } group_by_t;
+typedef enum { OUT_TABLE, OUT_CSV, OUT_JSON, OUT_MARKDOWN } out_format_t;
+typedef enum { SORT_TOTAL, SORT_SELF, SORT_GPU, SORT_CALLS, SORT_MEAN, SORT_MIN, SORT_MAX, SORT_P50, SORT_P95,
+               SORT_P99, SORT_NAME } sort_key_t;
+
+typedef struct options {
+    sort_key_t sort;
+    size_t top;
+    group_by_t by;
+    out_format_t format;
+    const char *apis[MAX_FILTERS];
+    size_t napis;
+    int64_t pids[MAX_FILTERS];
+    size_t npids;
+    uint64_t tids[MAX_FILTERS];
+    size_t ntids;
+    int has_window;
+    double window_from, window_to; /* seconds after the run's start; to < 0: open */
+    const char *trace;
+    uint64_t limit;
+    int64_t tree_step; /* -1: no tree */
+    const char *boundary;
+    uint64_t max_depth; /* 0: all levels */
+    const char **inputs; /* the positional arguments: options may come before, between or after them */
+    size_t ninputs;
+} options_t;
+
+typedef struct input_file {
+    char *path;
+    tw_file_kind_t kind;
+} input_file_t;
+
+typedef struct inputs {
+    input_file_t *files;
+    size_t count, capacity;
+    int64_t origin_ns;   /* the earliest start_ns of the manifests found; INT64_MAX when none */
+    int64_t rank_pids[256][2]; /* (pid, rank) from the manifests, for the trace's process names */
+    size_t nranks;
+} inputs_t;
+
+struct launch {
+    int64_t pid;
+    uint64_t call_id; /* 0: an empty slot */
+};
+
+typedef struct trace {
+    FILE *file;
+    gzFile gz;
+    char buf[1 << 16];
+    size_t used;
+    int failed;
+    uint64_t events;  /* calls written */
+    uint64_t skipped; /* calls beyond --limit */
+    int64_t origin_ns;
+    /* Tracks named so far: (pid, tid) pairs; bounded by the threads and streams of the run. */
+    struct { int64_t pid; uint64_t tid; } *tracks;
+    size_t ntracks, track_capacity;
+    /* (pid, call id) of the calls that launched GPU work, for the flow arrows. */
+    struct launch *launches;
+    size_t launch_capacity, nlaunches;
+} trace_t;
+
+typedef struct tree_call {
+    uint64_t call_id, start_ns, cost_ns, self_ns, depth;
+    char *api, *module;
+} tree_call_t;
+
+typedef struct tree_calls {
+    tree_call_t *items;
+    size_t count, capacity;
+} tree_calls_t;
+
+typedef struct tree {
+    int have_tid;
+    uint64_t tid;
+    int64_t pid;
+    int64_t boundaries; /* outermost boundary calls seen: the step the next outermost call is in */
+    tree_calls_t pending;  /* calls inside the outermost call not yet returned (rows come children first) */
+    tree_calls_t selected; /* the step's calls */
+} tree_t;
+
+typedef struct report {
+    const options_t *o;
+    const inputs_t *in;
+    group_table_t groups;
+    group_table_t api_names; /* --by parent: the child's API, interned */
+    pending_table_t pending;
+    int64_t window_from_ns, window_to_ns; /* absolute; to = INT64_MAX when open */
+    int64_t min_start_ns;                 /* for the origin when no manifest gave one */
+    int gpu_pass;                         /* reading GPU files (first) */
+    int prepass;                          /* only finding the run's first call */
+    int have_gpu_files;
+    uint64_t kept, filtered;
+    int oom;
+    trace_t *trace;
+    tree_t tree;
+} report_t;
+
+/* aggregate.c */
+uint64_t report_pid_id_hash(int64_t pid, uint64_t id);
+int report_on_row(void *ctx, const tw_row_t *row);
+void report_settle_pending(report_t *r);
+void report_free(report_t *r);
+
+/* inputs.c */
+int report_has_suffix(const char *s, const char *suffix);
+int report_collect_inputs(const options_t *o, inputs_t *in, FILE *err);
+void report_free_inputs(inputs_t *in);
+
+/* options.c */
+int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, FILE *err);
+
+/* tree.c */
+void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t);
+void report_tree_row(report_t *r, const tw_row_t *row);
+void report_tree_free(tree_t *t);
+
+/* trace.c */
+void report_launch_add(trace_t *t, int64_t pid, uint64_t call_id);
+void report_trace_event(trace_t *t, const tw_row_t *row, const inputs_t *in);
+trace_t *report_trace_open(const char *path, int64_t origin_ns, FILE *err);
+int report_trace_close(trace_t *trace);
+void report_trace_free(trace_t *trace);
+
+/* print.c */
+void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_stats_t *stats, double seconds);
+
+#endif

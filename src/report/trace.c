@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tw-report, --trace: the Chrome trace event file (Perfetto, chrome://tracing), gzip or plain, with
+ * GPU rows and flow arrows.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "report_internal.h"
+
+static void trace_flush(trace_t *t)
+{
+    if (t->used == 0 || t->failed)
+        return;
+    size_t wrote = t->gz ? (size_t)gzwrite(t->gz, t->buf, (unsigned)t->used) : fwrite(t->buf, 1, t->used, t->file);
+    t->failed = wrote != t->used;
+    t->used = 0;
+}
+
+static void trace_put(trace_t *t, const char *s, size_t len)
+{
+    if (t->used + len > sizeof t->buf)
+        trace_flush(t);
+    if (len > sizeof t->buf) {
+        size_t wrote = t->gz ? (size_t)gzwrite(t->gz, s, (unsigned)len) : fwrite(s, 1, len, t->file);
+        t->failed |= wrote != len;
+        return;
+    }
+    memcpy(t->buf + t->used, s, len);
+    t->used += len;
+}
+
+#define TRACE_LIT(t, text) trace_put((t), text, sizeof text - 1)
+
+static void trace_printf(trace_t *t, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        trace_put(t, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+/* A JSON string of s, quotes included, escaped by the writer's tw_json_escape (6 bytes out per
+ * byte in at worst). */
+static void trace_string(trace_t *t, const char *s, size_t len)
+{
+    char small[6 * 256 + 2];
+    char *out = len <= 256 ? small : malloc(6 * len + 2);
+    if (out == NULL) {
+        t->failed = 1;
+        return;
+    }
+    trace_put(t, out, (size_t)(tw_json_escape(out, s, len) - out));
+    if (out != small)
+        free(out);
+}
+
+/* Microseconds since the origin with three decimals: exact to the nanosecond as a double. */
+static void trace_time(trace_t *t, const char *key, int64_t ns)
+{
+    int64_t us = ns / 1000, frac = ns % 1000;
+    if (frac < 0) {
+        us -= 1;
+        frac += 1000;
+    }
+    trace_printf(t, ",\"%s\":%" PRId64 ".%03" PRId64, key, us, frac);
+}
+
+static int trace_track_seen(trace_t *t, int64_t pid, uint64_t tid)
+{
+    for (size_t i = 0; i < t->ntracks; i++)
+        if (t->tracks[i].pid == pid && t->tracks[i].tid == tid)
+            return 1;
+    if (t->ntracks == t->track_capacity) {
+        size_t capacity = t->track_capacity ? t->track_capacity * 2 : 64;
+        void *bigger = realloc(t->tracks, capacity * sizeof *t->tracks);
+        if (bigger == NULL)
+            return 1; /* the track is just not named */
+        t->tracks = bigger;
+        t->track_capacity = capacity;
+    }
+    t->tracks[t->ntracks].pid = pid;
+    t->tracks[t->ntracks++].tid = tid;
+    return 0;
+}
+
+static size_t launch_slot(const trace_t *t, int64_t pid, uint64_t call_id)
+{
+    size_t j = report_pid_id_hash(pid, call_id) & (t->launch_capacity - 1);
+    while (t->launches[j].call_id != 0 && !(t->launches[j].call_id == call_id && t->launches[j].pid == pid))
+        j = (j + 1) & (t->launch_capacity - 1);
+    return j;
+}
+
+void report_launch_add(trace_t *t, int64_t pid, uint64_t call_id)
+{
+    if ((t->nlaunches + 1) * 2 > t->launch_capacity) {
+        size_t capacity = t->launch_capacity ? t->launch_capacity * 2 : 1024;
+        struct launch *old = t->launches;
+        size_t old_capacity = t->launch_capacity;
+        struct launch *slots = calloc(capacity, sizeof *slots);
+        if (slots == NULL)
+            return; /* that arrow is not drawn */
+        t->launches = slots;
+        t->launch_capacity = capacity;
+        for (size_t i = 0; i < old_capacity; i++)
+            if (old[i].call_id != 0)
+                t->launches[launch_slot(t, old[i].pid, old[i].call_id)] = old[i];
+        free(old);
+    }
+    size_t j = launch_slot(t, pid, call_id);
+    if (t->launches[j].call_id == 0) {
+        t->launches[j].pid = pid;
+        t->launches[j].call_id = call_id;
+        t->nlaunches++;
+    }
+}
+
+static int launch_has(const trace_t *t, int64_t pid, uint64_t call_id)
+{
+    return t->launch_capacity != 0 && t->launches[launch_slot(t, pid, call_id)].call_id != 0;
+}
+
+/* GPU activity goes on tracks of its own: tid 2^32 + device * 2^16 + stream, named after both. */
+static uint64_t gpu_track(const tw_row_t *row)
+{
+    return (1ull << 32) + ((uint64_t)(row->device & 0xFFFF) << 16) + (uint64_t)(row->stream & 0xFFFF);
+}
+
+void report_trace_event(trace_t *t, const tw_row_t *row, const inputs_t *in)
+{
+    int gpu = row->kind == TW_FILE_GPU;
+    uint64_t tid = gpu ? gpu_track(row) : row->tid;
+    if (!trace_track_seen(t, row->pid, 0)) {
+        int64_t rank = -1;
+        for (size_t i = 0; i < in->nranks; i++)
+            if (in->rank_pids[i][0] == row->pid)
+                rank = in->rank_pids[i][1];
+        if (rank >= 0)
+            trace_printf(t, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%" PRId64 ",\"tid\":0,\"args\":{\"name\":"
+                            "\"rank %" PRId64 " (pid %" PRId64 ")\"}},\n", row->pid, rank, row->pid);
+        else
+            trace_printf(t, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%" PRId64 ",\"tid\":0,\"args\":{\"name\":"
+                            "\"pid %" PRId64 "\"}},\n", row->pid, row->pid);
+    }
+    if (!trace_track_seen(t, row->pid, tid)) {
+        if (gpu)
+            trace_printf(t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%" PRId64 ",\"tid\":%" PRIu64 ",\"args\":"
+                            "{\"name\":\"GPU %" PRId64 " stream %" PRId64 "\"}},\n", row->pid, tid, row->device,
+                         row->stream);
+        else
+            trace_printf(t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%" PRId64 ",\"tid\":%" PRIu64 ",\"args\":"
+                            "{\"name\":\"thread %" PRIu64 "\"}},\n", row->pid, tid, tid);
+    }
+    int64_t ts = (int64_t)(row->start_ns - (uint64_t)t->origin_ns);
+    TRACE_LIT(t, "{\"ph\":\"X\",\"name\":");
+    if (gpu)
+        trace_string(t, row->name.len ? row->name.ptr : row->gpu_kind.ptr, row->name.len ? row->name.len
+                                                                                         : row->gpu_kind.len);
+    else
+        trace_string(t, row->api.ptr, row->api.len);
+    trace_printf(t, ",\"cat\":\"%s\",\"pid\":%" PRId64 ",\"tid\":%" PRIu64, gpu ? "gpu" : "cpu", row->pid, tid);
+    trace_time(t, "ts", ts);
+    trace_time(t, "dur", (int64_t)row->cost_ns);
+    trace_printf(t, ",\"args\":{\"call_id\":%" PRIu64, row->call_id);
+    if (gpu) {
+        TRACE_LIT(t, ",\"kind\":");
+        trace_string(t, row->gpu_kind.ptr, row->gpu_kind.len);
+        TRACE_LIT(t, ",\"api\":");
+        trace_string(t, row->api.ptr, row->api.len);
+        trace_printf(t, ",\"correlation_id\":%" PRIu64 "}}", row->correlation_id);
+    } else {
+        trace_printf(t, ",\"parent_id\":%" PRIu64 ",\"depth\":%" PRIu64 ",\"self_ns\":%" PRIu64 ",\"gpu_ns\":%" PRIu64
+                        "%s,\"args\":", row->parent_id, row->depth, row->self_ns, row->gpu_ns,
+                     row->error ? ",\"error\":true" : "");
+        trace_string(t, row->args.ptr, row->args.len);
+        TRACE_LIT(t, "}}");
+    }
+    TRACE_LIT(t, ",\n");
+    /* A flow arrow from the call that launched GPU work to each piece of it. */
+    if (row->call_id != 0 && (gpu || launch_has(t, row->pid, row->call_id))) {
+        trace_printf(t, "{\"ph\":\"%s\",\"name\":\"launch\",\"cat\":\"gpu_launch\",\"id\":\"%" PRId64 ".%" PRIu64
+                        "\",\"pid\":%" PRId64 ",\"tid\":%" PRIu64 "%s", gpu ? "f" : "s", row->pid, row->call_id,
+                     row->pid, tid, gpu ? ",\"bp\":\"e\"" : "");
+        trace_time(t, "ts", ts);
+        TRACE_LIT(t, "},\n");
+    }
+}
+
+/* ---- opening and closing ----------------------------------------------------------------------- */
+
+/* Opens path (gzip when it ends in .gz) and writes the trace's head; NULL with a message on err. */
+trace_t *report_trace_open(const char *path, int64_t origin_ns, FILE *err)
+{
+    trace_t *trace = calloc(1, sizeof *trace);
+    if (trace == NULL) {
+        fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
+        return NULL;
+    }
+    trace->origin_ns = origin_ns;
+    if (report_has_suffix(path, ".gz"))
+        trace->gz = gzopen(path, "wb6");
+    else
+        trace->file = fopen(path, "wb");
+    if (trace->gz == NULL && trace->file == NULL) {
+        fprintf(err, "tw-report: cannot write the trace %s: %s\n", path, strerror(errno));
+        free(trace);
+        return NULL;
+    }
+    trace_printf(trace, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"origin_ns\":%" PRId64
+                        ",\"generator\":\"tw-report %s\"},\n\"traceEvents\":[\n", origin_ns, tw_version());
+    return trace;
+}
+
+/* Writes the trace's tail and closes its file; 0, or -1 when a write failed (disk full?). */
+int report_trace_close(trace_t *trace)
+{
+    /* The last event is an empty metadata record so that every event above can end with a comma. */
+    TRACE_LIT(trace, "{\"ph\":\"M\",\"name\":\"trace_end\",\"pid\":0,\"tid\":0,\"args\":{}}\n]}\n");
+    trace_flush(trace);
+    int closed = trace->gz ? gzclose(trace->gz) == Z_OK : fclose(trace->file) == 0;
+    trace->gz = NULL;
+    trace->file = NULL;
+    return trace->failed || !closed ? -1 : 0;
+}
+
+void report_trace_free(trace_t *trace)
+{
+    if (trace == NULL)
+        return;
+    free(trace->tracks);
+    free(trace->launches);
+    free(trace);
+}

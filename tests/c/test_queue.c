@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/* The chunk queue on its own: no recorder, no writer. */
+#include "tw_test.h"
+#include <stdlib.h>
+
+static tw_chunk_t *chunk_of(uint32_t count)
+{
+    tw_chunk_t *c = tw_chunk_alloc(7);
+    assert_non_null(c);
+    c->count = count;
+    return c;
+}
+
+static int note_count(const tw_chunk_t *chunk, void *arg)
+{
+    uint32_t **at = arg;
+    *(*at)++ = chunk->count;
+    return 0;
+}
+
+static void a_queue_nobody_drains_holds_every_chunk_in_order(void **state)
+{
+    tw_queue_t *q;
+    assert_int_equal(tw_queue_create(&q), 0);
+    for (uint32_t i = 1; i <= 300; i++) {
+        assert_int_equal(tw_queue_admit(q), 1); /* unbounded: no consumer */
+        tw_queue_push(q, chunk_of(i));
+    }
+    uint64_t chunks, records;
+    tw_queue_counts(q, &chunks, &records);
+    assert_int_equal(chunks, 300);
+    assert_int_equal(records, 300 * 301 / 2);
+    uint32_t seen[300], *at = seen;
+    assert_int_equal(tw_queue_foreach(q, note_count, &at), 0);
+    assert_int_equal(at - seen, 300);
+    for (uint32_t i = 0; i < 300; i++)
+        assert_int_equal(seen[i], i + 1);
+    tw_queue_destroy(q); /* frees what it holds */
+}
+
+static void an_attached_consumer_bounds_the_queue_and_drains_it(void **state)
+{
+    tw_queue_t *q;
+    assert_int_equal(tw_queue_create(&q), 0);
+    static const tw_queue_consumer_t none = {NULL, NULL, NULL, NULL};
+    assert_int_equal(tw_queue_attach(q, 2, 0, &none, NULL, 1), 0);
+    assert_int_equal(tw_queue_attach(q, 2, 0, &none, NULL, 1), TW_EBUSY);
+    assert_true(tw_queue_attached(q));
+    tw_queue_push(q, chunk_of(1));
+    assert_int_equal(tw_queue_admit(q), 1);
+    tw_queue_push(q, chunk_of(2));
+    assert_int_equal(tw_queue_admit(q), 0); /* full, and not asked to wait */
+    int stop = 1;
+    tw_chunk_t *list = tw_queue_wait(q, 0, &stop);
+    assert_false(stop);
+    assert_non_null(list);
+    assert_int_equal(list->count, 1);
+    assert_non_null(list->next);
+    assert_int_equal(list->next->count, 2);
+    assert_null(list->next->next);
+    tw_chunk_release(list->next);
+    tw_chunk_release(list);
+    assert_int_equal(tw_queue_admit(q), 1);
+    tw_queue_stop(q);
+    assert_null(tw_queue_wait(q, UINT64_MAX, &stop));
+    assert_true(stop);
+    tw_queue_detach(q);
+    assert_false(tw_queue_attached(q));
+    tw_queue_destroy(q);
+}
+
+static void drops_are_counted_and_the_flush_epoch_moves(void **state)
+{
+    tw_queue_t *q;
+    assert_int_equal(tw_queue_create(&q), 0);
+    tw_queue_add_dropped(q, 3);
+    tw_queue_add_dropped(q, 4);
+    assert_int_equal(tw_queue_dropped(q), 7);
+    const uint32_t *epoch = tw_queue_flush_epoch(q);
+    uint32_t before = *epoch;
+    tw_queue_request_flush(q);
+    assert_int_equal(*epoch, before + 1);
+    tw_queue_destroy(q);
+}
+
+static void a_recorder_pushes_to_its_queue_only(void **state)
+{
+    tw_recorder_t *rec;
+    assert_int_equal(tw_recorder_create(&rec), 0);
+    tw_thread_t *t = tw_recorder_attach(rec);
+    assert_non_null(t);
+    for (int i = 0; i < 2 * TW_CHUNK_RECORDS + 5; i++)
+        tw_call_end(t, tw_call_begin(t), 1, (uint64_t)i, (uint64_t)i + 1, 0);
+    tw_recorder_collect(rec);
+    uint64_t chunks, records;
+    tw_queue_counts(tw_recorder_queue(rec), &chunks, &records);
+    assert_int_equal(chunks, 3);
+    assert_int_equal(records, 2 * TW_CHUNK_RECORDS + 5);
+    tw_recorder_destroy(rec);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_queue_nobody_drains_holds_every_chunk_in_order),
+        cmocka_unit_test(an_attached_consumer_bounds_the_queue_and_drains_it),
+        cmocka_unit_test(drops_are_counted_and_the_flush_epoch_moves),
+        cmocka_unit_test(a_recorder_pushes_to_its_queue_only),
+    };
+    return cmocka_run_group_tests_name("queue", tests, NULL, NULL);
+}
