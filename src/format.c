@@ -6,7 +6,6 @@
  */
 #include "config.h"
 
-#include <csv.h>
 #include <string.h>
 
 #include "format.h"
@@ -18,15 +17,41 @@ static char *put_csv_text(char *p, const char *s, size_t len)
     return tw_csv_field(p, s, len);
 }
 
+/* Bytes that make a CSV field need quotes (RFC 4180), besides a leading or trailing space. */
+static const unsigned char csv_special[256] = {[','] = 1, ['"'] = 1, ['\r'] = 1, ['\n'] = 1};
+
+/*
+ * A field as libcsv's csv_write() quotes it (the whole field in quotes, each quote doubled), by
+ * memchr over the quotes instead of a byte at a time: argument summaries hold commas, so most of
+ * them are quoted (callgrind: csv_write was ~540 instructions per record of the writer's ~2,000).
+ * The reader tests and the CSV fuzzer read our fields back with libcsv.
+ */
 char *tw_csv_field(char *p, const char *s, size_t len)
 {
-    int plain = len > 0 && s[0] != ' ' && s[len - 1] != ' ';
+    if (len == 0)
+        return p;
+    int plain = s[0] != ' ' && s[len - 1] != ' ';
     for (size_t i = 0; plain && i < len; i++)
-        plain = s[i] != ',' && s[i] != '"' && s[i] != '\r' && s[i] != '\n';
-    if (!plain && len > 0)
-        return p + csv_write(p, 2 * len + 2, s, len);
-    memcpy(p, s, len);
-    return p + len;
+        plain = !csv_special[(unsigned char)s[i]];
+    if (plain) {
+        memcpy(p, s, len);
+        return p + len;
+    }
+    *p++ = '"';
+    const char *end = s + len;
+    for (;;) {
+        const char *quote = memchr(s, '"', (size_t)(end - s));
+        if (quote == NULL)
+            break;
+        memcpy(p, s, (size_t)(quote - s + 1));
+        p += quote - s + 1;
+        *p++ = '"';
+        s = quote + 1;
+    }
+    memcpy(p, s, (size_t)(end - s));
+    p += end - s;
+    *p++ = '"';
+    return p;
 }
 
 char *tw_json_escape(char *p, const char *s, size_t len)

@@ -25,18 +25,57 @@
 extern "C" {
 #endif
 
-/* Writes v in decimal at out (room for 20 bytes), no NUL; returns the end. Faster than snprintf. */
+/* Decimal digits of v (1 for 0). */
+static inline int tw_decimal_digits(uint64_t v)
+{
+    int n = 1;
+    for (;;) {
+        if (v < 10)
+            return n;
+        if (v < 100)
+            return n + 1;
+        if (v < 1000)
+            return n + 2;
+        if (v < 10000)
+            return n + 3;
+        v /= 10000u;
+        n += 4;
+    }
+}
+
+/*
+ * Writes v in decimal at out (room for 20 bytes), no NUL; returns the end. The writer formats ~10
+ * numbers per record, a nanosecond timestamp among them (19 digits): two digits per division from
+ * a table, written in place from the end, is ~3x fewer instructions than one digit per division
+ * into a buffer that is then reversed (callgrind: the formatting was most of the writer's work).
+ */
 static inline char *tw_format_u64(char *out, uint64_t v)
 {
-    char tmp[20];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n)
-        *out++ = tmp[--n];
-    return out;
+    static const char pairs[201] = "00010203040506070809"
+                                   "10111213141516171819"
+                                   "20212223242526272829"
+                                   "30313233343536373839"
+                                   "40414243444546474849"
+                                   "50515253545556575859"
+                                   "60616263646566676869"
+                                   "70717273747576777879"
+                                   "80818283848586878889"
+                                   "90919293949596979899";
+    int n = tw_decimal_digits(v);
+    char *p = out + n;
+    while (v >= 100) {
+        unsigned i = (unsigned)(v % 100u) * 2u;
+        v /= 100u;
+        *--p = pairs[i + 1];
+        *--p = pairs[i];
+    }
+    if (v >= 10) {
+        *--p = pairs[v * 2 + 1];
+        *--p = pairs[v * 2];
+    } else {
+        *--p = (char)('0' + v);
+    }
+    return out + n;
 }
 
 /* The same for a signed value (room for 20 bytes). */

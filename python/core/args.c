@@ -104,12 +104,74 @@ static const char *dtype_name(PyObject *dtype)
     return "?"; /* more than 32 dtypes seen: not named */
 }
 
+/*
+ * "%.6g" of v. The floats passed to torch calls are mostly the same few hyperparameters, again and
+ * again (an optimizer step passes lr, betas, eps and weight decay to every parameter's update), and
+ * snprintf was ~15% of a summarized call: the text of recent values is kept, keyed by their bits.
+ * Only called with the GIL held (the summary runs on the calling thread before the call).
+ */
+static const char *float_text(double v)
+{
+    static struct {
+        uint64_t bits;
+        int used;
+        char text[32];
+    } recent[64];
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    unsigned slot = (unsigned)((bits * 0x9E3779B97F4A7C15ull) >> 58); /* 6 bits: 64 slots */
+    if (!recent[slot].used || recent[slot].bits != bits) {
+        snprintf(recent[slot].text, sizeof recent[slot].text, "%.6g", v);
+        recent[slot].bits = bits;
+        recent[slot].used = 1;
+    }
+    return recent[slot].text;
+}
+
+/* The getset descriptors of torch._C.TensorBase for dtype, shape and is_cpu (strong references),
+ * looked up again whenever the session's tensor type changes. */
+static PyTypeObject *descr_owner;
+static PyObject *descr_dtype, *descr_shape, *descr_is_cpu;
+
+static PyObject *getset_of(PyTypeObject *type, PyObject *name)
+{
+    PyObject *descr = _PyType_Lookup(type, name); /* borrowed; never raises */
+    return descr != NULL && Py_IS_TYPE(descr, &PyGetSetDescr_Type) ? Py_NewRef(descr) : NULL;
+}
+
+static void refresh_descriptors(void)
+{
+    if (descr_owner == tw_active.tensor_type)
+        return;
+    descr_owner = tw_active.tensor_type;
+    Py_XSETREF(descr_dtype, descr_owner ? getset_of(descr_owner, name_dtype) : NULL);
+    Py_XSETREF(descr_shape, descr_owner ? getset_of(descr_owner, name_shape) : NULL);
+    Py_XSETREF(descr_is_cpu, descr_owner ? getset_of(descr_owner, name_is_cpu) : NULL);
+}
+
+/*
+ * obj.name (a new reference, or NULL with an exception) for a tensor. When obj's type resolves name
+ * to TensorBase's own getset (torch.Tensor, nn.Parameter: data descriptors win over any instance
+ * dict), that getter is called directly, skipping the generic attribute lookup; a subclass that
+ * overrides the attribute goes through getattr as usual.
+ */
+static PyObject *tensor_attr(PyObject *obj, PyObject *name, PyObject *base)
+{
+    if (base != NULL && _PyType_Lookup(Py_TYPE(obj), name) == base) {
+        PyGetSetDef *def = ((PyGetSetDescrObject *)base)->d_getset;
+        if (def->get != NULL)
+            return def->get(obj, def->closure);
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
 static void put_tensor(text_t *t, PyObject *obj)
 {
-    PyObject *dtype = PyObject_GetAttr(obj, name_dtype);
+    refresh_descriptors();
+    PyObject *dtype = tensor_attr(obj, name_dtype, descr_dtype);
     puts_(t, dtype != NULL ? dtype_name(dtype) : "tensor");
     Py_XDECREF(dtype);
-    PyObject *shape = PyObject_GetAttr(obj, name_shape);
+    PyObject *shape = tensor_attr(obj, name_shape, descr_shape);
     puts_(t, "[");
     if (shape != NULL && PyTuple_Check(shape)) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
@@ -120,7 +182,7 @@ static void put_tensor(text_t *t, PyObject *obj)
     }
     Py_XDECREF(shape);
     puts_(t, "]");
-    PyObject *is_cpu = PyObject_GetAttr(obj, name_is_cpu);
+    PyObject *is_cpu = tensor_attr(obj, name_is_cpu, descr_is_cpu);
     if (is_cpu == Py_True) {
         puts_(t, "@cpu");
     } else {
@@ -138,7 +200,6 @@ static void put_tensor(text_t *t, PyObject *obj)
 
 static void put_value(text_t *t, PyObject *obj, int depth)
 {
-    char buf[64];
     if (tw_active.tensor_type != NULL && PyObject_TypeCheck(obj, tw_active.tensor_type)) {
         put_tensor(t, obj);
     } else if (obj == Py_None) {
@@ -153,8 +214,7 @@ static void put_value(text_t *t, PyObject *obj, int depth)
         else
             put_i64(t, v);
     } else if (PyFloat_CheckExact(obj)) {
-        snprintf(buf, sizeof buf, "%.6g", PyFloat_AS_DOUBLE(obj));
-        puts_(t, buf);
+        puts_(t, float_text(PyFloat_AS_DOUBLE(obj)));
     } else if (PyUnicode_CheckExact(obj)) {
         Py_ssize_t n;
         const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
