@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import gc
+import inspect
 import re
 import sys
 import types
@@ -123,7 +124,12 @@ DEFAULT_EXCLUDE: Dict[str, str] = {
     "torch.nn.Module.__getstate__": "pickling",
     "torch.utils.weak.*": "weak-reference bookkeeping of torch's caches",
     "*.has_torch_function*": "__torch_function__ checks at the top of torch's Python functions",
+    # Not a name: every generator function (nn.Module.parameters, named_modules, ...).
+    "<generator functions>": "a call only creates the generator: the work runs as the caller iterates, "
+                             "outside the call, so its time would mislead (and optimizers and hooks "
+                             "call them hundreds of times a step)",
 }
+GENERATOR_FUNCTIONS = "<generator functions>"
 
 # Tensor methods reached through these C-level names are reported under torch.Tensor.
 _TENSOR_BASE_NAMES = ("torch._C.TensorBase", "torch._C._TensorBase")
@@ -240,6 +246,11 @@ class _Globs:
         return None
 
 
+def _is_generator_function(obj: Any) -> bool:
+    code = getattr(obj, "__code__", None) if isinstance(obj, types.FunctionType) else None
+    return code is not None and bool(code.co_flags & (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR))
+
+
 def discover(roots: Sequence[str] = ("torch",), include: Sequence[str] = (),
              exclude: Optional[Sequence[str]] = None) -> Plan:
     """Plans the wrapping of every callable under the root modules that are imported now."""
@@ -349,8 +360,11 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
     # Exclusion by API name.
     chosen: List[Target] = []
     excluded: List[Tuple[str, str]] = []
+    generators = GENERATOR_FUNCTIONS in exclude
     for target in targets.values():
         glob = exclude_globs.match(target.name)
+        if glob is None and generators and _is_generator_function(target.obj):
+            glob = GENERATOR_FUNCTIONS
         if glob is not None and include_globs.match(target.name) is None:
             excluded.append((target.name, glob))
             continue

@@ -110,6 +110,27 @@ def test_default_exclude_leaves_bookkeeping_unwrapped():
     assert [r.api for r in prof.records()] == ["torch.ones", "torch.Tensor.__hash__"]
 
 
+def test_generator_functions_are_left_out_unless_included():
+    # model.parameters() only creates a generator: the call's time is not the work, and optimizers
+    # and hooks call such functions hundreds of times a step.
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    with tw.profile() as prof:
+        params = list(model.parameters())
+        model(torch.ones(1, 2))
+    excluded = dict(prof.excluded)
+    for name in ("torch.nn.Module.parameters", "torch.nn.Module.named_modules", "torch.nn.Module.children"):
+        assert excluded[name] == "<generator functions>" and name not in prof.wrapped
+    assert "torch.nn.Module.parameters" not in {r.api for r in prof.records()}
+    assert "torch.nn.Linear.forward" in {r.api for r in prof.records()}   # ordinary methods stay
+    with tw.profile(include=["torch.nn.Module.parameters"]) as prof:
+        assert list(model.parameters()) == params
+    assert [r.api for r in prof.records()] == ["torch.nn.Module.parameters"]
+    # an explicit exclude list replaces the defaults, generator functions included
+    with tw.profile(exclude=[]) as prof:
+        list(model.parameters())
+    assert "torch.nn.Module.parameters" in {r.api for r in prof.records()}
+
+
 @pytest.mark.parametrize("setup", sorted(SETUPS))
 def test_training_results_are_bit_identical(setup):
     steps = 60
