@@ -1,4 +1,9 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The configuration: sizes ("128MB"), file name specs and their expansion, and the one validator of
+ * every config key, which owns each key's accepted values, messages and defaults (config_keys below:
+ * the only place a default is written).
+ */
 #include "config.h"
 
 #include <ctype.h>
@@ -227,28 +232,51 @@ typedef enum {
     KEY_TENSOR_STATS, /* false/null (off), true (the defaults), or an object (see tensor_stats_keys) */
 } key_kind_t;
 
+/*
+ * Every key, its kind, its accepted values and its defaults (JSON text), one column per entry point
+ * (tw_config_defaults_t): [0] is TorchWrapper's, the original TorchWrapper's defaults; a NULL in the
+ * other columns means the same. The defaults that differ do so on purpose: profile() keeps records
+ * in memory unless given out_dir, and records no argument summaries unless asked (they cost ~1 us a
+ * call); a bare Session, which knows no GPU by itself, times none unless asked.
+ */
 static const struct config_key {
     const char *name;
     key_kind_t kind;
-    const char *fallback; /* JSON text of the default */
+    const char *fallback[TW_CONFIG_DEFAULTS_COUNT]; /* TORCHWRAPPER, PROFILE, SESSION */
     const char *choices;  /* KEY_CHOICE: accepted values, space-separated */
 } config_keys[] = {
-    {"out_dir", KEY_STRING, "\"./output\"", NULL},
-    {"format", KEY_CHOICE, "\"json\"", "json csv"},
-    {"file_max_size", KEY_SIZE, "128000000", NULL},
-    {"file_name_spec", KEY_SPEC, "\"timestamp\"", NULL},
-    {"modules", KEY_LIST, "[\"torch\"]", NULL},
-    {"include", KEY_LIST, "[]", NULL},
-    {"exclude", KEY_LIST_OR_NULL, "null", NULL},
-    {"args", KEY_CHOICE, "\"summary\"", "summary none repr"},
-    {"gpu", KEY_CHOICE, "\"auto\"", "auto on off"},
-    {"max_files", KEY_COUNT, "0", NULL},
-    {"flush_interval", KEY_SECONDS, "1.0", NULL},
-    {"buffer_size", KEY_SIZE, "33554432", NULL},
-    {"on_full", KEY_CHOICE, "\"drop\"", "drop wait"},
-    {"tensor_stats", KEY_TENSOR_STATS, "null", NULL},
-    {"track", KEY_CHOICE_LIST, "[]", "parameters grads"},
+    {"out_dir", KEY_STRING, {"\"./output\"", "null", "null"}, NULL},
+    {"format", KEY_CHOICE, {"\"json\""}, "json csv"},
+    {"file_max_size", KEY_SIZE, {"128000000"}, NULL}, /* "128MB" */
+    {"file_name_spec", KEY_SPEC, {"\"timestamp\""}, NULL},
+    {"modules", KEY_LIST, {"[\"torch\"]"}, NULL},
+    {"include", KEY_LIST, {"[]"}, NULL},
+    {"exclude", KEY_LIST_OR_NULL, {"null"}, NULL},
+    {"args", KEY_CHOICE, {"\"summary\"", "\"none\"", "\"none\""}, "summary none repr"},
+    {"gpu", KEY_CHOICE, {"\"auto\"", NULL, "\"off\""}, "auto on off"},
+    {"max_files", KEY_COUNT, {"0"}, NULL},
+    {"flush_interval", KEY_SECONDS, {"1.0"}, NULL},
+    {"buffer_size", KEY_SIZE, {"33554432"}, NULL}, /* "32MiB" */
+    {"on_full", KEY_CHOICE, {"\"drop\""}, "drop wait"},
+    {"tensor_stats", KEY_TENSOR_STATS, {"null"}, NULL},
+    {"track", KEY_CHOICE_LIST, {"[]"}, "parameters grads"},
 };
+
+/* The default of key for an entry point (JSON text). */
+static const char *fallback_of(const struct config_key *key, tw_config_defaults_t defaults)
+{
+    return key->fallback[defaults] != NULL ? key->fallback[defaults] : key->fallback[0];
+}
+
+const char *tw_config_default(const char *key, tw_config_defaults_t defaults)
+{
+    if (key == NULL || (unsigned)defaults >= TW_CONFIG_DEFAULTS_COUNT)
+        return NULL;
+    for (size_t i = 0; i < sizeof config_keys / sizeof config_keys[0]; i++)
+        if (strcmp(config_keys[i].name, key) == 0)
+            return fallback_of(&config_keys[i], defaults);
+    return NULL;
+}
 #define CONFIG_KEY_COUNT (sizeof config_keys / sizeof config_keys[0])
 
 static size_t edit_distance(const char *a, const char *b)
@@ -520,7 +548,8 @@ done:
 }
 
 /* Checks one value; returns the normalized value (new) or NULL with err written. */
-static cJSON *check_value(const struct config_key *key, const cJSON *value, int from_strings, char *err, size_t err_size)
+static cJSON *check_value(const struct config_key *key, const cJSON *value, int from_strings,
+                          tw_config_defaults_t defaults, char *err, size_t err_size)
 {
     char given[160];
     describe(value, given, sizeof given);
@@ -533,11 +562,17 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
     }
     case KEY_TENSOR_STATS:
         return check_tensor_stats(value, from_strings, err, err_size);
-    case KEY_STRING:
+    case KEY_STRING: {
+        /* null where it is the default: records in memory (profile(), Session). */
+        int null_ok = strcmp(fallback_of(key, defaults), "null") == 0;
         if (text != NULL && text[0] != '\0')
             return cJSON_CreateString(text);
-        snprintf(err, err_size, "config key '%s': %s is not accepted: give a non-empty path string", key->name, given);
+        if (null_ok && cJSON_IsNull(value))
+            return cJSON_CreateNull();
+        snprintf(err, err_size, "config key '%s': %s is not accepted: give a non-empty path string%s", key->name, given,
+                 null_ok ? ", or null to keep the records in memory" : "");
         return NULL;
+    }
     case KEY_SPEC: {
         if (text != NULL && tw_name_spec_check(text, err, err_size) == 0)
             return cJSON_CreateString(text);
@@ -631,7 +666,17 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
 
 int tw_config_normalize(const char *json_in, int from_strings, char **json_out, char *err, size_t err_size)
 {
+    return tw_config_normalize_for(TW_CONFIG_DEFAULTS_TORCHWRAPPER, json_in, from_strings, json_out, err, err_size);
+}
+
+int tw_config_normalize_for(tw_config_defaults_t defaults, const char *json_in, int from_strings, char **json_out,
+                            char *err, size_t err_size)
+{
     *json_out = NULL;
+    if ((unsigned)defaults >= TW_CONFIG_DEFAULTS_COUNT) {
+        snprintf(err, err_size, "unknown set of defaults %d", (int)defaults);
+        return TW_EINVAL;
+    }
     cJSON *in = cJSON_Parse(json_in ? json_in : "{}");
     if (in == NULL || !cJSON_IsObject(in)) {
         snprintf(err, err_size, "the configuration must be a JSON object (a dict), not %s",
@@ -678,9 +723,9 @@ int tw_config_normalize(const char *json_in, int from_strings, char **json_out, 
         const cJSON *given = cJSON_GetObjectItemCaseSensitive(in, config_keys[i].name);
         cJSON *value;
         if (given != NULL) {
-            value = check_value(&config_keys[i], given, from_strings, err, err_size);
+            value = check_value(&config_keys[i], given, from_strings, defaults, err, err_size);
         } else {
-            value = cJSON_Parse(config_keys[i].fallback);
+            value = cJSON_Parse(fallback_of(&config_keys[i], defaults));
             if (value != NULL && config_keys[i].kind == KEY_SIZE) { /* keep sizes as exact raw integers */
                 char *text = cJSON_PrintUnformatted(value);
                 cJSON_Delete(value);

@@ -30,7 +30,6 @@
 #include "format.h"
 #include "manifest.h"
 
-#define DEFAULT_BUFFER_BYTES (32ull << 20)
 #define STREAM_MIN_QUEUE (1u << 20) /* bytes a stream may queue, at least */
 
 /* A row queued by tw_writer_stream_write(): this header, then len bytes of text ending in '\n'. */
@@ -97,6 +96,15 @@ static uint64_t monotonic_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A string default of the config (config.c) without its JSON quotes, into buf. */
+static const char *config_default_text(const char *key, char *buf, size_t size)
+{
+    const char *json = tw_config_default(key, TW_CONFIG_DEFAULTS_TORCHWRAPPER);
+    size_t n = strlen(json);
+    snprintf(buf, size, "%.*s", n >= 2 ? (int)(n - 2) : 0, json + 1);
+    return buf;
 }
 
 /* ---- the records' way to the files ------------------------------------------------------------- */
@@ -319,7 +327,8 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
                                 "header and any record", (unsigned long long)config->file_max_size, TW_MIN_FILE_SIZE);
         return TW_EINVAL;
     }
-    const char *spec = config->file_name_spec ? config->file_name_spec : "timestamp";
+    char default_spec[64];
+    const char *spec = config->file_name_spec ? config->file_name_spec : config_default_text("file_name_spec", default_spec, sizeof default_spec);
     if (tw_name_spec_check(spec, err, err_size) != 0)
         return TW_EINVAL;
     if (mkdir(config->out_dir, 0755) != 0 && errno != EEXIST) {
@@ -362,8 +371,14 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
     w->env.max_size = config->file_max_size;
     w->env.max_files = config->max_files;
     w->env.lock = &w->lock;
-    w->flush_interval_ns = config->flush_interval_ns ? config->flush_interval_ns : 1000000000u;
-    uint64_t buffer_bytes = config->buffer_bytes ? config->buffer_bytes : DEFAULT_BUFFER_BYTES;
+    /* Zero fields take the config's defaults (config.c, the one table of them). */
+    w->flush_interval_ns = config->flush_interval_ns
+                               ? config->flush_interval_ns
+                               : (uint64_t)(strtod(tw_config_default("flush_interval", TW_CONFIG_DEFAULTS_TORCHWRAPPER),
+                                                   NULL) * 1e9);
+    uint64_t buffer_bytes = config->buffer_bytes
+                                ? config->buffer_bytes
+                                : strtoull(tw_config_default("buffer_size", TW_CONFIG_DEFAULTS_TORCHWRAPPER), NULL, 10);
     w->buffer_bytes = buffer_bytes;
     uint64_t max_chunks = buffer_bytes / (sizeof(tw_chunk_t) + TW_CHUNK_RECORDS * sizeof(tw_record_t));
     if (max_chunks < 2)

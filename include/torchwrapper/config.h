@@ -48,14 +48,15 @@ TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, cons
 
 /*
  * The profiler's configuration, validated in one place for every source (a Python dict, a JSON
- * config file, environment variables). json_in is a JSON object; keys and accepted values:
- *   out_dir "./output" | format "json"|"csv" | file_max_size "128MB" (size, >= 4096 bytes)
- *   file_name_spec "timestamp" | modules ["torch"] | include [] | exclude null (the default list) or
- *   [globs] | args "summary"|"none"|"repr" | gpu "auto"|"on"|"off" | max_files 0 | flush_interval 1.0
- *   (seconds, (0, 3600]) | buffer_size "32MiB" (size) | on_full "drop"|"wait" | tensor_stats null (off),
- *   true or {"tensors": ["input", "output"] (of input output weight grad), "metrics": [shape dtype mean
- *   std min max zeros nan inf, or registered names], "modules": ["*"] (globs), "every": 1 | "sample":
- *   p} (normalized to null or the complete object) | track [] (of "parameters", "grads")
+ * config file, environment variables, profile()'s and Session's arguments). json_in is a JSON
+ * object; its keys and what each accepts (the defaults are in one table, config_keys in config.c):
+ *   out_dir a path | format "json"|"csv" | file_max_size a size (>= 4096 bytes) | file_name_spec
+ *   "timestamp", "serial" or a template | modules, include: lists of names | exclude null (the
+ *   default list) or [globs] | args "summary"|"none"|"repr" | gpu "auto"|"on"|"off" | max_files a
+ *   count (0: all) | flush_interval seconds, (0, 3600] | buffer_size a size | on_full "drop"|"wait" |
+ *   tensor_stats null (off), true or {"tensors": [of input output weight grad], "metrics": [of shape
+ *   dtype mean std min max zeros nan inf, or registered names], "modules": [globs], "every": n |
+ *   "sample": p} (normalized to null or the complete object) | track [of "parameters", "grads"]
  * With from_strings, values may also be strings to convert (environment variables): numbers, and
  * lists as comma-separated text. On success *json_out (free() it) is the complete configuration with
  * every default filled in and sizes in bytes. On error returns TW_EINVAL and writes to err a message
@@ -63,6 +64,28 @@ TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, cons
  * known one).
  */
 TW_API int tw_config_normalize(const char *json_in, int from_strings, char **json_out, char *err, size_t err_size);
+
+/*
+ * Whose defaults fill in the keys not given. TorchWrapper's are the original TorchWrapper's (records
+ * in "./output", argument summaries); profile()'s keep records in memory (out_dir null) and record no
+ * argument text (args "none"); a bare Session's are profile()'s with gpu "off". The table of
+ * defaults is in config.c, the only place they are written.
+ */
+typedef enum {
+    TW_CONFIG_DEFAULTS_TORCHWRAPPER = 0,
+    TW_CONFIG_DEFAULTS_PROFILE = 1,
+    TW_CONFIG_DEFAULTS_SESSION = 2,
+    TW_CONFIG_DEFAULTS_COUNT
+} tw_config_defaults_t;
+
+/* tw_config_normalize() with the defaults of an entry point; out_dir may be null (in memory) where its
+ * default is null. tw_config_normalize() is this with TW_CONFIG_DEFAULTS_TORCHWRAPPER. */
+TW_API int tw_config_normalize_for(tw_config_defaults_t defaults, const char *json_in, int from_strings,
+                                   char **json_out, char *err, size_t err_size);
+
+/* The default of a config key for an entry point, as JSON text ("128000000", "\"timestamp\""), or
+ * NULL for an unknown key. Static text. */
+TW_API const char *tw_config_default(const char *key, tw_config_defaults_t defaults);
 
 #ifdef __cplusplus
 }

@@ -33,10 +33,10 @@ typedef struct tw_writer_config {
     const char *out_dir;          /* created if missing (one level) */
     tw_format_t format;
     uint64_t file_max_size;       /* bytes; a file never exceeds it */
-    const char *file_name_spec;   /* see tw_name_spec_check() */
+    const char *file_name_spec;   /* see tw_name_spec_check(); NULL: the config's default */
     unsigned max_files;           /* keep only the newest N record files; 0 keeps all */
-    uint64_t flush_interval_ns;   /* records reach the disk at least this often; 0 means 1 s */
-    uint64_t buffer_bytes;        /* bound on records queued for the writer; 0 means 32 MiB */
+    uint64_t flush_interval_ns;   /* records reach the disk at least this often; 0: the config's default */
+    uint64_t buffer_bytes;        /* bound on records queued for the writer; 0: the config's default */
     int block_when_full;          /* 1: a recording thread waits for the writer; 0: records are dropped */
     int64_t rank;                 /* < 0 when not set */
     const char *manifest_json;    /* optional JSON object text merged into the manifest (config, versions) */

@@ -3,6 +3,7 @@
 #include "module.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 tw_active_t tw_active;
 
@@ -24,14 +25,24 @@ static PyObject *core_api_name(PyObject *module, PyObject *arg)
     return PyUnicode_FromString(name);
 }
 
-static PyObject *core_normalize_config(PyObject *module, PyObject *args)
+static PyObject *core_normalize_config(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    const char *json_in;
+    static char *keywords[] = {"json_text", "from_strings", "defaults", NULL};
+    static const char *const names[TW_CONFIG_DEFAULTS_COUNT] = {"torchwrapper", "profile", "session"};
+    const char *json_in, *defaults = "torchwrapper";
     int from_strings = 0;
-    if (!PyArg_ParseTuple(args, "s|p:normalize_config", &json_in, &from_strings))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|p$s:normalize_config", keywords, &json_in, &from_strings,
+                                     &defaults))
         return NULL;
+    int which = 0;
+    while (which < TW_CONFIG_DEFAULTS_COUNT && strcmp(names[which], defaults) != 0)
+        which++;
+    if (which == TW_CONFIG_DEFAULTS_COUNT) {
+        PyErr_Format(PyExc_ValueError, "defaults='%s': give \"torchwrapper\", \"profile\" or \"session\"", defaults);
+        return NULL;
+    }
     char *json_out = NULL, err[1024] = "";
-    int rc = tw_config_normalize(json_in, from_strings, &json_out, err, sizeof err);
+    int rc = tw_config_normalize_for((tw_config_defaults_t)which, json_in, from_strings, &json_out, err, sizeof err);
     if (rc != 0) {
         PyErr_SetString(rc == TW_ENOMEM ? PyExc_MemoryError : PyExc_ValueError, err);
         return NULL;
@@ -100,10 +111,12 @@ static PyMethodDef core_methods[] = {
      "restore(placements, missing) -> indexes left alone\n--\n\n"
      "Undoes install(), newest first, for (owner, attr, before, installed) placements; a place that\n"
      "no longer holds `installed` is left alone and its index returned."},
-    {"normalize_config", core_normalize_config, METH_VARARGS,
-     "normalize_config(json_text, from_strings=False) -> json_text\n--\n\n"
-     "Validates a configuration (a JSON object) and fills in the defaults; raises ValueError naming\n"
-     "the key, the value and what is accepted. from_strings accepts text for every value."},
+    {"normalize_config", (PyCFunction)(void (*)(void))core_normalize_config, METH_VARARGS | METH_KEYWORDS,
+     "normalize_config(json_text, from_strings=False, *, defaults='torchwrapper') -> json_text\n--\n\n"
+     "Validates a configuration (a JSON object) and fills in the defaults of an entry point\n"
+     "('torchwrapper', 'profile' or 'session'; the table is in the C library's config.c); raises\n"
+     "ValueError naming the key, the value and what is accepted. from_strings accepts text for every\n"
+     "value."},
     {"scan_modules", (PyCFunction)(void (*)(void))tw_scan_modules, METH_FASTCALL,
      "scan_modules(modules, roots) -> (function_places, classes, best_name)\n--\n\n"
      "Discovery's first pass (see torchwrapper._discover)."},

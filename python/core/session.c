@@ -58,34 +58,6 @@ static char *dup_utf8(PyObject *text)
     return s != NULL ? dup_cstr(s) : NULL;
 }
 
-/* file_max_size / buffer_size: an int of bytes or a str such as "10MB" (see tw_parse_size). */
-static int parse_size_arg(const char *key, PyObject *value, uint64_t *out)
-{
-    if (PyLong_Check(value) && !PyBool_Check(value)) {
-        long long v = PyLong_AsLongLong(value);
-        if (v == -1 && PyErr_Occurred())
-            return -1;
-        if (v < 1) {
-            PyErr_Format(PyExc_ValueError, "%s=%R: a size must be at least 1 byte", key, value);
-            return -1;
-        }
-        *out = (uint64_t)v;
-        return 0;
-    }
-    if (PyUnicode_Check(value)) {
-        const char *text = PyUnicode_AsUTF8(value);
-        if (text == NULL)
-            return -1;
-        if (tw_parse_size(text, out) == 0)
-            return 0;
-    }
-    PyErr_Format(PyExc_ValueError,
-                 "%s=%R is not a size: give a number of bytes or a number with a unit, e.g. 1048576, \"10MB\", "
-                 "\"1.5GB\", \"512KiB\", \"2GiB\" (B, KB, MB, GB, TB are powers of 1000; KiB, MiB, GiB, TiB of 1024)",
-                 key, value);
-    return -1;
-}
-
 static uint64_t last_gen;
 
 static void free_paths(char **paths)
@@ -244,121 +216,126 @@ static int take_hooks(PyObject *tracer, tw_hooks_t *hooks)
     return 0;
 }
 
+/* The config keys Session takes as keyword arguments (the rest of its arguments are not config). */
+static const char *const config_keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
+                                              "flush_interval", "buffer_size", "on_full", "args", "gpu"};
+#define CONFIG_KEYWORDS (sizeof config_keywords / sizeof config_keywords[0])
+
+/*
+ * The given config arguments (values[i] for config_keywords[i], NULL when not given) through the
+ * library's validator (config.c, with a bare Session's defaults): a new dict of every key, or NULL
+ * with ValueError naming the key, the value and what is accepted.
+ */
+static PyObject *normalize_arguments(PyObject *const *values)
+{
+    PyObject *given = PyDict_New(), *json = PyImport_ImportModule("json"), *text = NULL, *result = NULL;
+    for (size_t i = 0; given != NULL && json != NULL && i < CONFIG_KEYWORDS; i++)
+        if (values[i] != NULL && PyDict_SetItemString(given, config_keywords[i], values[i]) < 0)
+            goto done;
+    if (given == NULL || json == NULL || (text = PyObject_CallMethod(json, "dumps", "O", given)) == NULL)
+        goto done;
+    const char *json_in = PyUnicode_AsUTF8(text);
+    if (json_in == NULL)
+        goto done;
+    char *json_out = NULL, err[1024] = "";
+    int rc = tw_config_normalize_for(TW_CONFIG_DEFAULTS_SESSION, json_in, 0, &json_out, err, sizeof err);
+    if (rc != 0) {
+        PyErr_SetString(rc == TW_ENOMEM ? PyExc_MemoryError : PyExc_ValueError, err);
+        goto done;
+    }
+    result = PyObject_CallMethod(json, "loads", "s", json_out);
+    free(json_out);
+done:
+    Py_XDECREF(text);
+    Py_XDECREF(json);
+    Py_XDECREF(given);
+    return result;
+}
+
+/* config[key] as UTF-8 (borrowed from the dict), or NULL for None. */
+static const char *config_str(PyObject *config, const char *key)
+{
+    PyObject *value = PyDict_GetItemString(config, key);
+    return value != NULL && PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : NULL;
+}
+
+static unsigned long long config_uint(PyObject *config, const char *key)
+{
+    PyObject *value = PyDict_GetItemString(config, key);
+    return value != NULL ? PyLong_AsUnsignedLongLong(value) : 0;
+}
+
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
                                "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args",
                                "per_process_names", "gpu", "gpu_device", "cupti_paths", "tracer", NULL};
-    PyObject *out_dir = Py_None, *file_max_size = NULL, *buffer_size = NULL, *manifest = Py_None;
-    PyObject *cupti_paths = Py_None, *tracer = Py_None;
-    const char *format = "json", *spec = "timestamp", *on_full = "drop", *args_mode = "none", *gpu = "off";
-    long long max_files = 0, rank = -1;
-    double flush_interval = 1.0;
+    /* values[i]: config_keywords[i], NULL when not given (the validator's default applies) */
+    PyObject *values[CONFIG_KEYWORDS] = {NULL};
+    PyObject *manifest = Py_None, *cupti_paths = Py_None, *tracer = Py_None;
+    long long rank = -1;
     int per_process_names = 0, gpu_device = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OsOsLdOsLOspspOO:Session", keywords, &out_dir, &format,
-                                     &file_max_size, &spec, &max_files, &flush_interval, &buffer_size, &on_full,
-                                     &rank, &manifest, &args_mode, &per_process_names, &gpu, &gpu_device,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOO:Session", keywords, &values[0], &values[1],
+                                     &values[2], &values[3], &values[4], &values[5], &values[6], &values[7], &rank,
+                                     &manifest, &values[8], &per_process_names, &values[9], &gpu_device,
                                      &cupti_paths, &tracer))
         return NULL;
-    gpu_mode_t gpu_mode;
-    if (strcmp(gpu, "off") == 0)
-        gpu_mode = GPU_OFF;
-    else if (strcmp(gpu, "auto") == 0)
-        gpu_mode = GPU_AUTO;
-    else if (strcmp(gpu, "on") == 0)
-        gpu_mode = GPU_ON;
-    else {
-        PyErr_Format(PyExc_ValueError, "gpu='%s' is not accepted: \"auto\" (GPU times when CUPTI and a GPU are "
-                                       "there, else say why once), \"on\" (an error if they are not) or \"off\"",
-                     gpu);
+    if (manifest != Py_None && !PyUnicode_Check(manifest)) {
+        PyErr_Format(PyExc_TypeError, "manifest must be JSON object text, not '%.200s'", Py_TYPE(manifest)->tp_name);
         return NULL;
     }
-    tw_args_mode_t mode;
-    if (strcmp(args_mode, "none") == 0)
-        mode = TW_ARGS_NONE;
-    else if (strcmp(args_mode, "summary") == 0)
-        mode = TW_ARGS_SUMMARY;
-    else if (strcmp(args_mode, "repr") == 0)
-        mode = TW_ARGS_REPR;
-    else {
-        PyErr_Format(PyExc_ValueError, "args='%s' is not accepted: \"none\", \"summary\" (dtype, shape and device of "
-                                       "tensors, values of numbers) or \"repr\" (bounded repr(), may write data values)",
-                     args_mode);
+    PyObject *config = normalize_arguments(values);
+    if (config == NULL)
         return NULL;
-    }
+    const char *gpu = config_str(config, "gpu"), *args_mode = config_str(config, "args");
+    const char *out_dir = config_str(config, "out_dir");
     tw_session_object *self = (tw_session_object *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
+    if (self == NULL || gpu == NULL || args_mode == NULL)
+        goto fail;
     self->state = SESSION_NEW;
-    self->args_mode = mode;
+    self->args_mode = strcmp(args_mode, "summary") == 0 ? TW_ARGS_SUMMARY
+                      : strcmp(args_mode, "repr") == 0  ? TW_ARGS_REPR
+                                                        : TW_ARGS_NONE;
     self->tracer = Py_NewRef(tracer);
-    self->gpu_mode = gpu_mode;
+    self->gpu_mode = strcmp(gpu, "on") == 0 ? GPU_ON : strcmp(gpu, "auto") == 0 ? GPU_AUTO : GPU_OFF;
     self->gpu_device = gpu_device;
     if (cupti_paths != Py_None && set_cupti_paths(self, cupti_paths) < 0)
         goto fail;
     if (tw_recorder_create(&self->recorder) != 0) {
-        Py_DECREF(self);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        goto fail;
     }
-    if (out_dir == Py_None)
+    if (out_dir == NULL) { /* records in memory */
+        Py_DECREF(config);
         return (PyObject *)self;
-
+    }
+    const char *format = config_str(config, "format"), *spec = config_str(config, "file_name_spec");
+    const char *on_full = config_str(config, "on_full");
+    PyObject *flush_interval = PyDict_GetItemString(config, "flush_interval");
+    if (format == NULL || spec == NULL || on_full == NULL || flush_interval == NULL)
+        goto fail;
     tw_writer_config_t *c = &self->config;
-    char err[512];
-    if (!PyUnicode_Check(out_dir)) {
-        PyErr_Format(PyExc_TypeError, "out_dir must be a str path, not '%.200s'", Py_TYPE(out_dir)->tp_name);
-        goto fail;
-    }
-    if (strcmp(format, "csv") == 0)
-        c->format = TW_FORMAT_CSV;
-    else if (strcmp(format, "json") == 0)
-        c->format = TW_FORMAT_JSON;
-    else {
-        PyErr_Format(PyExc_ValueError, "format='%s' is not accepted: use \"csv\" or \"json\"", format);
-        goto fail;
-    }
-    c->file_max_size = 128000000; /* "128MB", the original TorchWrapper's default */
-    if (file_max_size != NULL && parse_size_arg("file_max_size", file_max_size, &c->file_max_size) < 0)
-        goto fail;
-    if (buffer_size != NULL && parse_size_arg("buffer_size", buffer_size, &c->buffer_bytes) < 0)
-        goto fail;
-    if (tw_name_spec_check(spec, err, sizeof err) != 0) {
-        PyErr_SetString(PyExc_ValueError, err);
-        goto fail;
-    }
-    if (max_files < 0 || max_files > UINT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "max_files=%lld: give 0 (keep every file) or a positive count", max_files);
-        goto fail;
-    }
-    if (!(flush_interval > 0 && flush_interval <= 3600)) {
-        char text[64];
-        snprintf(text, sizeof text, "%g", flush_interval);
-        PyErr_Format(PyExc_ValueError, "flush_interval=%s: give seconds, more than 0 and at most 3600", text);
-        goto fail;
-    }
-    if (strcmp(on_full, "drop") != 0 && strcmp(on_full, "wait") != 0) {
-        PyErr_Format(PyExc_ValueError, "on_full='%s' is not accepted: \"drop\" (count and drop records when the "
-                                       "writer falls behind) or \"wait\" (the program waits for it)", on_full);
-        goto fail;
-    }
-    if (manifest != Py_None && !PyUnicode_Check(manifest)) {
-        PyErr_Format(PyExc_TypeError, "manifest must be JSON object text, not '%.200s'", Py_TYPE(manifest)->tp_name);
-        goto fail;
-    }
-    if ((self->out_dir = dup_utf8(out_dir)) == NULL || (self->file_name_spec = dup_cstr(spec)) == NULL ||
+    if ((self->out_dir = dup_cstr(out_dir)) == NULL || (self->file_name_spec = dup_cstr(spec)) == NULL ||
         (manifest != Py_None && (self->manifest_json = dup_utf8(manifest)) == NULL))
         goto fail;
     c->out_dir = self->out_dir;
     c->file_name_spec = self->file_name_spec;
     c->manifest_json = self->manifest_json;
-    c->max_files = (unsigned)max_files;
-    c->flush_interval_ns = (uint64_t)(flush_interval * 1e9);
+    c->format = strcmp(format, "csv") == 0 ? TW_FORMAT_CSV : TW_FORMAT_JSON;
+    c->file_max_size = config_uint(config, "file_max_size");
+    c->buffer_bytes = config_uint(config, "buffer_size");
+    c->max_files = (unsigned)config_uint(config, "max_files");
+    c->flush_interval_ns = (uint64_t)(PyFloat_AsDouble(flush_interval) * 1e9);
     c->block_when_full = strcmp(on_full, "wait") == 0;
     c->rank = rank;
     c->per_process_names = per_process_names;
+    if (PyErr_Occurred())
+        goto fail;
+    Py_DECREF(config);
     return (PyObject *)self;
 fail:
-    Py_DECREF(self);
+    Py_XDECREF(self);
+    Py_DECREF(config);
     return NULL;
 }
 

@@ -144,11 +144,15 @@ def _resume() -> None:
 class Profile:
     """Wraps every callable under the given modules, records calls, and restores everything.
 
-    ``modules``: root module names (default ``["torch"]``); ``include`` and ``exclude``: API-name
+    ``modules``: root module names (torch's unless given); ``include`` and ``exclude``: API-name
     globs (``exclude`` defaults to ``DEFAULT_EXCLUDE``; ``include`` wins over it).
 
-    ``args``: "none" (the default here), "summary" (dtype, shape and device of tensors, values of
+    ``args``: "none" (profile()'s default), "summary" (dtype, shape and device of tensors, values of
     numbers, type names of the rest) or "repr" (bounded repr(), may write data values into files).
+
+    Every config argument left out (None) takes profile()'s default, and every value is checked, by
+    the one validator in the C library (config.c holds the table of defaults; ``TorchWrapper``'s
+    differ in out_dir and args).
 
     Model tracing: every module forward's record carries its instance's path (``features.0``), and
     ``module_tree()`` (modules.json in out_dir) the modules that ran. ``tensor_stats`` (True, or a
@@ -169,25 +173,33 @@ class Profile:
     RuntimeError when GPU timing is unavailable) or "off".
     """
 
-    def __init__(self, modules: Sequence[str] = ("torch",), include: Sequence[str] = (),
+    def __init__(self, modules: Optional[Sequence[str]] = None, include: Optional[Sequence[str]] = None,
                  exclude: Optional[Sequence[str]] = None, *, out_dir: Optional[str] = None,
-                 format: str = "json", file_max_size: Any = "128MB", file_name_spec: str = "timestamp",
-                 max_files: int = 0, flush_interval: float = 1.0, buffer_size: Any = "32MiB",
-                 on_full: str = "drop", rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None,
-                 args: str = "none", per_process_names: Optional[bool] = None, gpu: str = "auto",
-                 tensor_stats: Any = None, track: Sequence[str] = (),
+                 format: Optional[str] = None, file_max_size: Any = None, file_name_spec: Optional[str] = None,
+                 max_files: Optional[int] = None, flush_interval: Optional[float] = None, buffer_size: Any = None,
+                 on_full: Optional[str] = None, rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None,
+                 args: Optional[str] = None, per_process_names: Optional[bool] = None, gpu: Optional[str] = None,
+                 tensor_stats: Any = None, track: Optional[Sequence[str]] = None,
                  metrics: Optional[Dict[str, Any]] = None) -> None:
-        checked = json.loads(_core.normalize_config(json.dumps({"tensor_stats": tensor_stats, "track": list(track)})))
-        stats = StatsOptions(checked["tensor_stats"], metrics) if checked["tensor_stats"] is not None else None
+        given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
+                 "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
+                 "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
+                 "gpu": gpu, "tensor_stats": tensor_stats, "track": track}
+        given = {key: list(value) if isinstance(value, (tuple, list)) else value
+                 for key, value in given.items() if value is not None}
+        c = json.loads(_core.normalize_config(json.dumps(given, default=_unjsonable), defaults="profile"))
+        self.config: Dict[str, Any] = c
+        stats = StatsOptions(c["tensor_stats"], metrics) if c["tensor_stats"] is not None else None
         if metrics and stats is None:
             raise ValueError("metrics= names functions for tensor_stats, which is off: set tensor_stats too")
-        self.modules = list(modules)
-        self.include = list(include)
+        self.modules = c["modules"]
+        self.include = c["include"]
+        exclude = c["exclude"]
         if stats is not None and "torch.nn.Module.__call__" not in self.include:
             # Statistics are taken around every module call (user modules included) and hooks.
             self.include.append("torch.nn.Module.__call__")
         self.exclude = exclude
-        self.out_dir = os.path.abspath(out_dir) if out_dir is not None else None
+        self.out_dir = os.path.abspath(c["out_dir"]) if c["out_dir"] is not None else None
         if rank is None and os.environ.get("RANK", "").isdigit():
             rank = int(os.environ["RANK"])
         if per_process_names is None:
@@ -195,28 +207,20 @@ class Profile:
             # program under `python -m torchwrapper run`) write manifest-PID.json and
             # summary-PID.json; manifest.json stays the first process's.
             per_process_names = rank is not None or bool(os.environ.get("TORCHWRAPPER_AUTOSTART"))
-        output: Dict[str, Any] = {}
-        if out_dir is not None:
-            extra = {"config": {"out_dir": self.out_dir, "format": format, "file_max_size": file_max_size,
-                                "file_name_spec": file_name_spec, "max_files": max_files,
-                                "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full,
-                                "modules": self.modules, "include": self.include, "gpu": gpu,
-                                "exclude": list(exclude) if exclude is not None else "default",
-                                "tensor_stats": checked["tensor_stats"], "track": checked["track"]},
+        # The session takes the normalized values (the validator passes them through unchanged).
+        output: Dict[str, Any] = {key: c[key] for key in _SESSION_KEYS}
+        if self.out_dir is not None:
+            extra = {"config": dict(c, out_dir=self.out_dir,
+                                    exclude=list(exclude) if exclude is not None else "default"),
                      "python": sys.version.split()[0], "torch": _torch_version(),
                      "argv": list(getattr(sys, "argv", []))}
             extra.update(manifest or {})
-            output = dict(out_dir=self.out_dir, format=format, file_max_size=file_max_size,
-                          file_name_spec=file_name_spec, max_files=max_files, flush_interval=flush_interval,
-                          buffer_size=buffer_size, on_full=on_full, rank=-1 if rank is None else rank,
+            output.update(out_dir=self.out_dir, rank=-1 if rank is None else rank,
                           manifest=json.dumps(extra, default=str), per_process_names=per_process_names)
-        if gpu not in ("auto", "on", "off"):
-            raise ValueError(f"gpu={gpu!r} is not accepted: 'auto' (GPU times when CUPTI and a GPU are there, else "
-                             f"say why once), 'on' (an error if they are not) or 'off'")
-        if gpu != "off":
+        if c["gpu"] != "off":
             output.update(gpu_device=_cuda_available(), cupti_paths=cupti_candidates())
-        self.tracer = Tracer(self.out_dir, stats=stats, track=checked["track"], format=format)
-        self.session = _core.Session(args=args, gpu=gpu, tracer=self.tracer, **output)
+        self.tracer = Tracer(self.out_dir, stats=stats, track=c["track"], format=c["format"])
+        self.session = _core.Session(tracer=self.tracer, **output)
         self.plan: Optional[Plan] = None
         self.patcher = Patcher()
         self._registries = _TorchRegistries()
@@ -386,10 +390,20 @@ class Profile:
         return list(self.plan.excluded) if self.plan else []
 
 
-def profile(modules: Sequence[str] = ("torch",), include: Sequence[str] = (),
+def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[str]] = None,
             exclude: Optional[Sequence[str]] = None, **output: Any) -> Profile:
     """``with torchwrapper.profile() as prof: ...`` then ``prof.records()``; see Profile."""
     return Profile(modules, include, exclude, **output)
+
+
+# Config keys the Session takes (the others are Profile's: modules, include, exclude, tensor_stats, track).
+_SESSION_KEYS = ("out_dir", "format", "file_max_size", "file_name_spec", "max_files", "flush_interval", "buffer_size",
+                 "on_full", "args", "gpu")
+
+
+def _unjsonable(value: Any) -> str:
+    raise ValueError(f"config value {value!r} of type {type(value).__name__!r} is not accepted: give strings, "
+                     f"numbers, lists or null")
 
 
 def _cuda_available() -> bool:

@@ -53,9 +53,9 @@ class Tracer:
     """Hooks called by the C wrappers of a session (see python/core/module.h, tw_hooks_t)."""
 
     def __init__(self, out_dir: Optional[str] = None, stats: Optional[StatsOptions] = None, track: Sequence[str] = (),
-                 format: str = "json") -> None:
+                 format: Optional[str] = None) -> None:
         self.out_dir = out_dir
-        self.format = format
+        self.format = format  # the normalized config's "format" (rows are JSON unless "csv"), used with out_dir
         self.kinds = _core.KIND_MODULE_FORWARD
         self.names: Dict[int, Tuple[Any, str]] = {}   # id -> (object, public API name): a discovery plan's
         self._class_names: Dict[type, str] = {}

@@ -187,6 +187,46 @@ static void configs_the_fuzzer_found_are_refused_with_a_reason(void **state)
     assert_null(out);
 }
 
+/* The entry points' defaults differ on purpose, in out_dir, args and gpu only, and come from one table. */
+static void each_entry_point_fills_in_its_own_defaults(void **state)
+{
+    char *tw = NULL, *prof = NULL, *session = NULL, err[512] = "";
+    assert_int_equal(tw_config_normalize_for(TW_CONFIG_DEFAULTS_TORCHWRAPPER, "{}", 0, &tw, err, sizeof err), 0);
+    assert_int_equal(tw_config_normalize_for(TW_CONFIG_DEFAULTS_PROFILE, "{}", 0, &prof, err, sizeof err), 0);
+    assert_int_equal(tw_config_normalize_for(TW_CONFIG_DEFAULTS_SESSION, "{}", 0, &session, err, sizeof err), 0);
+    assert_non_null(strstr(tw, "\"out_dir\":\"./output\""));
+    assert_non_null(strstr(tw, "\"args\":\"summary\",\"gpu\":\"auto\""));
+    assert_non_null(strstr(prof, "\"out_dir\":null"));
+    assert_non_null(strstr(prof, "\"args\":\"none\",\"gpu\":\"auto\""));
+    assert_non_null(strstr(session, "\"out_dir\":null"));
+    assert_non_null(strstr(session, "\"args\":\"none\",\"gpu\":\"off\""));
+    /* everything else is the same */
+    assert_string_equal(strstr(tw, "\"max_files\""), strstr(prof, "\"max_files\""));
+    assert_string_equal(strstr(tw, "\"max_files\""), strstr(session, "\"max_files\""));
+    assert_memory_equal(strstr(tw, "\"format\""), strstr(prof, "\"format\""),
+                        (size_t)(strstr(tw, "\"args\"") - strstr(tw, "\"format\"")));
+    free(tw);
+    free(prof);
+    free(session);
+    /* out_dir null (in memory) is accepted only where it is the default */
+    char *out = NULL;
+    assert_int_equal(tw_config_normalize_for(TW_CONFIG_DEFAULTS_PROFILE, "{\"out_dir\": null}", 0, &out, err, sizeof err),
+                     0);
+    free(out);
+    out = NULL;
+    assert_int_equal(tw_config_normalize("{\"out_dir\": null}", 0, &out, err, sizeof err), TW_EINVAL);
+    assert_null(out);
+    assert_int_equal(tw_config_normalize_for(TW_CONFIG_DEFAULTS_COUNT, "{}", 0, &out, err, sizeof err), TW_EINVAL);
+}
+
+static void the_default_of_a_key_is_its_json_text(void **state)
+{
+    assert_string_equal(tw_config_default("file_max_size", TW_CONFIG_DEFAULTS_TORCHWRAPPER), "128000000");
+    assert_string_equal(tw_config_default("file_name_spec", TW_CONFIG_DEFAULTS_PROFILE), "\"timestamp\"");
+    assert_string_equal(tw_config_default("args", TW_CONFIG_DEFAULTS_PROFILE), "\"none\"");
+    assert_null(tw_config_default("no_such_key", TW_CONFIG_DEFAULTS_TORCHWRAPPER));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -198,6 +238,8 @@ int main(void)
         cmocka_unit_test(tensor_stats_and_track_are_validated_and_completed),
         cmocka_unit_test(normalized_configs_read_back_unchanged),
         cmocka_unit_test(configs_the_fuzzer_found_are_refused_with_a_reason),
+        cmocka_unit_test(each_entry_point_fills_in_its_own_defaults),
+        cmocka_unit_test(the_default_of_a_key_is_its_json_text),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

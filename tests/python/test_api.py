@@ -242,3 +242,19 @@ def test_defaults_are_the_original_tools():
     config = tw.load_config({}, environ={})
     assert (config["out_dir"], config["format"], config["file_max_size"], config["file_name_spec"]) == \
         ("./output", "json", 128_000_000, "timestamp")
+
+
+def test_profile_and_torchwrapper_take_their_defaults_from_the_one_validator():
+    """The defaults that differ on purpose (records in memory, no argument text for profile()) come
+    from the C validator's table, as does every other; a bad value gets the validator's message."""
+    prof = tw.profile()
+    expected = json.loads(tw._core.normalize_config("{}", defaults="profile"))
+    assert prof.config == expected
+    assert prof.config["out_dir"] is None and prof.config["args"] == "none" and prof.out_dir is None
+    wrapper = json.loads(tw._core.normalize_config("{}"))
+    assert wrapper["out_dir"] == "./output" and wrapper["args"] == "summary"
+    assert {k for k in expected if expected[k] != wrapper[k]} == {"out_dir", "args"}
+    with pytest.raises(ValueError, match="config key 'on_full': \"block\" is not accepted: give one of: drop wait"):
+        tw.profile(on_full="block")
+    with pytest.raises(ValueError, match="config key 'flush_interval': 0 is not accepted"):
+        tw.Session(flush_interval=0)

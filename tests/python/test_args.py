@@ -75,5 +75,5 @@ def test_text_with_commas_quotes_newlines_and_unicode_reads_back_identical(tmp_p
 
 
 def test_bad_args_mode_is_refused():
-    with pytest.raises(ValueError, match="args='all' is not accepted"):
+    with pytest.raises(ValueError, match="config key 'args': \"all\" is not accepted: give one of: summary none repr"):
         tw.profile(args="all")

@@ -93,7 +93,7 @@ def test_gpu_on_without_a_gpu_is_an_error_that_says_why(tmp_path):
         prof.start()
     assert torch.add is original  # nothing left installed
     assert tw._core.active_session() is None
-    with pytest.raises(ValueError, match="gpu='yes' is not accepted"):
+    with pytest.raises(ValueError, match="config key 'gpu': \"yes\" is not accepted: give one of: auto on off"):
         tw.profile(gpu="yes")
 
 

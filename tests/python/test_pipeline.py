@@ -238,15 +238,15 @@ def test_bad_output_settings_name_the_value(tmp_path):
     with pytest.raises(OSError, match=f"out_dir '{blocker}/sub' cannot be created: Not a directory"):
         tw.profile(out_dir=str(blocker / "sub")).start()
     assert not isinstance(torch.add, tw.Wrapper)  # nothing left installed
-    with pytest.raises(ValueError, match="file_max_size='10XB' is not a size.*\"512KiB\""):
+    with pytest.raises(ValueError, match="config key 'file_max_size': \"10XB\" is not a size.*\"512KiB\""):
         tw.profile(out_dir=str(tmp_path), file_max_size="10XB")
-    with pytest.raises(ValueError, match="file_max_size 100 bytes is too small"):
+    with pytest.raises(ValueError, match="config key 'file_max_size': 100 is too small"):
         tw.profile(out_dir=str(tmp_path), file_max_size=100).start()
-    with pytest.raises(ValueError, match=r"format='xml' is not accepted: use \"csv\" or \"json\""):
+    with pytest.raises(ValueError, match=r"config key 'format': \"xml\" is not accepted: give one of: json csv"):
         tw.profile(out_dir=str(tmp_path), format="xml")
     with pytest.raises(ValueError, match=r"unknown field \{epoch\}"):
         tw.profile(out_dir=str(tmp_path), file_name_spec="run-{epoch}")
     with pytest.raises(ValueError, match="would leave out_dir"):
         tw.profile(out_dir=str(tmp_path), file_name_spec="../x-{index}")
-    with pytest.raises(ValueError, match="on_full='never'"):
+    with pytest.raises(ValueError, match="config key 'on_full': \"never\" is not accepted"):
         tw.profile(out_dir=str(tmp_path), on_full="never")
