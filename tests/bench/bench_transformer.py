@@ -12,7 +12,10 @@ REPS repetitions, each as a ratio to the unprofiled block of the same repetition
     program itself measures it (steady blocks; the session is started before the program runs)
 
 and the cost per record in each ((profiled - plain) / records), next to the micro figure of
-run.py (build/bench.json) when it was run before. Run by `make bench`; BENCH=full for more.
+run.py (build/bench.json) when it was run before. Beside each wall-clock ratio, the ratio of the
+training thread's own CPU time (time.thread_time_ns): it leaves out the writer thread and the time
+the thread waited for a core, so it holds still on a shared VM where wall time does not.
+Run by `make bench`; BENCH=full for more.
 """
 from __future__ import annotations
 
@@ -42,11 +45,17 @@ THREADS = 1      # torch on one core, the other left to the writer thread (as be
 BUILD = os.environ.get("top_builddir", ".")
 
 
-def timed(step, steps=STEPS):
-    t0 = time.perf_counter_ns()
+CPU = {}   # the training thread's CPU time of the last timed() block, by mode (see in_process)
+
+
+def timed(step, steps=STEPS, cpu_key=None):
+    c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
     for _ in range(steps):
         step()
-    return time.perf_counter_ns() - t0
+    elapsed = time.perf_counter_ns() - t0
+    if cpu_key is not None:
+        CPU[cpu_key] = time.thread_time_ns() - c0
+    return elapsed
 
 
 def in_process(name, tmp):
@@ -62,15 +71,16 @@ def in_process(name, tmp):
                 shutil.rmtree(out, ignore_errors=True)
             prof = tw.profile(**options)
             if first:   # the session's start and its first block, inside the timed code
-                t0 = time.perf_counter_ns()
+                c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
                 prof.start()
                 for _ in range(STEPS):
                     step()
                 elapsed = time.perf_counter_ns() - t0
+                CPU["profiled"] = time.thread_time_ns() - c0
             else:
                 prof.start()
                 timed(step)          # warm-up block in the session: first calls, first chunks
-                elapsed = timed(step)
+                elapsed = timed(step, cpu_key="profiled")
             prof.stop()
             records[key] = prof.stats()["records"] / (1 if first else 2)
             return elapsed
@@ -78,11 +88,13 @@ def in_process(name, tmp):
 
     def profiler():
         import torch.profiler as tp
-        t0 = time.perf_counter_ns()
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         with tp.profile(activities=[tp.ProfilerActivity.CPU]):
             for _ in range(STEPS):
                 step()
-        return time.perf_counter_ns() - t0
+        elapsed = time.perf_counter_ns() - t0
+        CPU["profiled"] = time.thread_time_ns() - c0
+        return elapsed
 
     files = os.path.join(tmp, "files")
     modes = [("files, args none", session("files, args none", out_dir=files, format="csv", args="none")),
@@ -92,6 +104,7 @@ def in_process(name, tmp):
                                                     format="csv", args="none")),
              ("torch.profiler", profiler)]
     ratios = {m: [] for m, _ in modes}
+    cpu_ratios = {m: [] for m, _ in modes}
     extra = {m: [] for m, _ in modes}
     plains = []
     for rep in range(REPS):
@@ -100,15 +113,17 @@ def in_process(name, tmp):
         for mode, fn in order:
             # each mode against its own plain block, adjacent, which one first alternating
             if rep % 2:
-                plain, profiled = timed(step), fn()
+                plain, profiled = timed(step, cpu_key="plain"), fn()
             else:
-                profiled, plain = fn(), timed(step)
+                profiled, plain = fn(), timed(step, cpu_key="plain")
             plains.append(plain)
             ratios[mode].append(profiled / plain)
+            cpu_ratios[mode].append(CPU["profiled"] / CPU["plain"])
             extra[mode].append(profiled - plain)
     out = {"plain_ms_per_step": round(statistics.median(plains) / STEPS / 1e6, 3)}
     for mode in ratios:
         row = {"ratio": round(statistics.median(ratios[mode]), 4),
+               "cpu_ratio": round(statistics.median(cpu_ratios[mode]), 4),
                "extra_ms_per_block": round(statistics.median(extra[mode]) / 1e6, 3)}
         if mode in records:
             row["records_per_step"] = round(records[mode] / STEPS, 1)
@@ -170,7 +185,7 @@ def main():
                 if isinstance(v, dict) and "ratio" in v:
                     per = f", {v['ns_per_record']:.0f} ns/record ({v['records_per_step']:.0f} records/step)" \
                         if "ns_per_record" in v else ""
-                    print(f"    {mode:28} {v['ratio']:.3f}x{per}")
+                    print(f"    {mode:28} {v['ratio']:.3f}x (thread CPU {v['cpu_ratio']:.3f}x){per}")
             for mode, ratio in row["process"].items():
                 print(f"    python -m torchwrapper {mode:11} {ratio:.3f}x (loop time, separate processes)")
     out = os.environ.get("BENCH_TRANSFORMER_JSON", os.path.join(BUILD, "build", "bench-transformer.json"))
