@@ -32,6 +32,7 @@
 #include "torchwrapper/gpu.h"
 #include "format.h"
 #include "torchwrapper/queue.h"
+#include "cupti_lib.h"
 
 const char *tw_gpu_library_path(void);
 
@@ -76,157 +77,15 @@ const char *tw_gpu_library_path(void)
 
 #else /* TW_HAVE_CUPTI */
 
-#include <cupti.h>
 
-#define BUFFER_SIZE (1u << 20)  /* bytes per activity buffer */
-#define BUFFERS_AHEAD 8         /* allocated at start, so that CUPTI's first requests cost no malloc */
-#define BUFFERS_MAX 64          /* beyond that, requests are declined and CUPTI counts drops */
 #define RING_SIZE (1u << 16)    /* external correlations remembered: the last 65,536 CUDA API calls */
 #define PENDING_MAX (1u << 16)  /* records waiting for their correlation */
 #define NAME_MAX_BYTES 512      /* of a kernel name in a row */
-#define CORRELATION_KIND CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 /* torch.profiler (Kineto) uses CUSTOM0/1 */
 
-/* ---- the library, loaded once per process ---------------------------------------------------------- */
+/* ---- the library (cupti_load.c) --------------------------------------------------------------------- */
 
-typedef struct {
-    void *handle;
-    char path[PATH_MAX];
-    pid_t pid; /* of the process that loaded it */
-    uint32_t version;
-    CUptiResult (*get_version)(uint32_t *);
-    CUptiResult (*get_result_string)(CUptiResult, const char **);
-    CUptiResult (*subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
-    CUptiResult (*unsubscribe)(CUpti_SubscriberHandle);
-    CUptiResult (*enable)(CUpti_ActivityKind);
-    CUptiResult (*disable)(CUpti_ActivityKind);
-    CUptiResult (*register_callbacks)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc);
-    CUptiResult (*flush_all)(uint32_t);
-    CUptiResult (*next_record)(uint8_t *, size_t, CUpti_Activity **);
-    CUptiResult (*dropped_records)(CUcontext, uint32_t, size_t *);
-    CUptiResult (*push)(CUpti_ExternalCorrelationKind, uint64_t);
-    CUptiResult (*pop)(CUpti_ExternalCorrelationKind, uint64_t *);
-    CUptiResult (*timestamp)(uint64_t *);
-} cupti_lib_t;
-
+/* Guards loading the library, and owner below. */
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-static cupti_lib_t lib;
-static tw_gpu_hooks_t hooks;
-
-const char *tw_gpu_library_path(void)
-{
-    return lib.path;
-}
-
-static const char *result_text(CUptiResult r)
-{
-    const char *text = NULL;
-    if (lib.get_result_string == NULL || lib.get_result_string(r, &text) != CUPTI_SUCCESS || text == NULL)
-        return "unknown CUPTI error";
-    return text;
-}
-
-/* Appends printf-style text to buf (at most size bytes, always terminated). */
-static void append(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void append(char *buf, size_t size, const char *fmt, ...)
-{
-    size_t used = strnlen(buf, size);
-    if (used + 1 >= size)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, size - used, fmt, ap);
-    va_end(ap);
-}
-
-/* dlopen()s path and finds every entry point; on failure says why in tried and returns -1. */
-static int try_load(const char *path, char *tried, size_t tried_size)
-{
-    dlerror();
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (h == NULL) {
-        const char *e = dlerror();
-        append(tried, tried_size, "%s%s (%s)", tried[0] ? ", " : "", path, e ? e : "cannot be loaded");
-        return -1;
-    }
-    cupti_lib_t l = {.handle = h};
-    struct {
-        const char *name;
-        void **slot;
-    } symbols[] = {
-        {"cuptiGetVersion", (void **)&l.get_version},
-        {"cuptiGetResultString", (void **)&l.get_result_string},
-        {"cuptiSubscribe", (void **)&l.subscribe},
-        {"cuptiUnsubscribe", (void **)&l.unsubscribe},
-        {"cuptiActivityEnable", (void **)&l.enable},
-        {"cuptiActivityDisable", (void **)&l.disable},
-        {"cuptiActivityRegisterCallbacks", (void **)&l.register_callbacks},
-        {"cuptiActivityFlushAll", (void **)&l.flush_all},
-        {"cuptiActivityGetNextRecord", (void **)&l.next_record},
-        {"cuptiActivityGetNumDroppedRecords", (void **)&l.dropped_records},
-        {"cuptiActivityPushExternalCorrelationId", (void **)&l.push},
-        {"cuptiActivityPopExternalCorrelationId", (void **)&l.pop},
-        {"cuptiGetTimestamp", (void **)&l.timestamp},
-    };
-    for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
-        /* POSIX: a function pointer and a void * convert through dlsym's result. */
-        *symbols[i].slot = dlsym(h, symbols[i].name);
-        if (*symbols[i].slot == NULL) {
-            append(tried, tried_size, "%s%s (no %s: not a CUPTI library)", tried[0] ? ", " : "", path,
-                   symbols[i].name);
-            dlclose(h);
-            return -1;
-        }
-    }
-    if (l.get_version(&l.version) != CUPTI_SUCCESS)
-        l.version = 0;
-    snprintf(l.path, sizeof l.path, "%s", path);
-    l.pid = getpid();
-    lib = l;
-    /* CUPTI's enums are unsigned ints (see gpu.h): the hooks call CUPTI's functions directly. */
-    hooks.push = (unsigned (*)(unsigned, uint64_t))(void (*)(void))l.push;
-    hooks.pop = (unsigned (*)(unsigned, uint64_t *))(void (*)(void))l.pop;
-    hooks.kind = CORRELATION_KIND;
-    return 0;
-}
-
-/* Loads CUPTI from the first place that has it (see tw_gpu_config_t). Lock held. */
-static int load_library(const tw_gpu_config_t *config, char *reason, size_t reason_size)
-{
-    if (lib.handle != NULL)
-        return 0;
-    char tried[1536] = "";
-    const char *env = getenv("TW_CUPTI_LIBRARY");
-    if (env != NULL && env[0] != '\0') {
-        if (try_load(env, tried, sizeof tried) == 0)
-            return 0;
-        snprintf(reason, reason_size, "TW_CUPTI_LIBRARY=%s cannot be used: %s", env, tried);
-        return TW_EUNAVAIL;
-    }
-    for (const char *const *c = config->candidates; c != NULL && *c != NULL; c++)
-        if (try_load(*c, tried, sizeof tried) == 0)
-            return 0;
-    static const char *const names[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12", "libcupti.so.11"};
-    static const char *const subdirs[] = {"extras/CUPTI/lib64", "lib64", "lib"};
-    const char *roots[] = {getenv("CUDA_HOME"), "/usr/local/cuda"};
-    for (size_t r = 0; r < 2; r++) {
-        if (roots[r] == NULL || roots[r][0] == '\0')
-            continue;
-        for (size_t d = 0; d < 3; d++) {
-            for (size_t n = 0; n < 4; n++) {
-                char path[PATH_MAX];
-                snprintf(path, sizeof path, "%s/%s/%s", roots[r], subdirs[d], names[n]);
-                if (access(path, F_OK) == 0 && try_load(path, tried, sizeof tried) == 0)
-                    return 0;
-            }
-        }
-    }
-    for (size_t n = 0; n < 4; n++) /* the loader's own search: LD_LIBRARY_PATH, ld.so.cache */
-        if (try_load(names[n], tried, sizeof tried) == 0)
-            return 0;
-    snprintf(reason, reason_size, "no CUPTI library could be loaded (set TW_CUPTI_LIBRARY to the path of "
-                                  "libcupti.so, or install nvidia-cuda-cupti); tried: %s", tried);
-    return TW_EUNAVAIL;
-}
 
 /* ---- the session ------------------------------------------------------------------------------------ */
 
@@ -295,73 +154,6 @@ static pthread_mutex_t deliver_lock = PTHREAD_MUTEX_INITIALIZER;
 static tw_gpu_t *active;
 /* The session started and not yet stopped, under load_lock: one at a time. */
 static tw_gpu_t *owner;
-
-/* ---- buffers ----------------------------------------------------------------------------------------
- * One pool for the process, under its own lock, so that CUPTI's callbacks never wait for a lock
- * held around a CUPTI call. Buffers are made ahead at start; while a session runs, a request finds
- * one ready (or, past BUFFERS_AHEAD in use, a new one, up to BUFFERS_MAX: then the request is
- * declined and CUPTI counts the records it drops). At stop the pool is emptied.
- */
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint8_t *pool[BUFFERS_MAX];
-static unsigned pool_free;     /* buffers in pool[] */
-static unsigned pool_out;      /* buffers held by CUPTI */
-static int pool_open;          /* a session runs */
-
-/* Makes BUFFERS_AHEAD buffers ready; 0, or -1 when out of memory. */
-static int pool_fill(void)
-{
-    pthread_mutex_lock(&pool_lock);
-    pool_open = 1;
-    while (pool_free < BUFFERS_AHEAD) {
-        uint8_t *b = malloc(BUFFER_SIZE); /* CUPTI wants 8-byte alignment; malloc gives 16 */
-        if (b == NULL)
-            break;
-        pool[pool_free++] = b;
-    }
-    int ok = pool_free >= BUFFERS_AHEAD;
-    pthread_mutex_unlock(&pool_lock);
-    return ok ? 0 : -1;
-}
-
-static void pool_close(void)
-{
-    pthread_mutex_lock(&pool_lock);
-    pool_open = 0;
-    while (pool_free > 0)
-        free(pool[--pool_free]);
-    pthread_mutex_unlock(&pool_lock);
-}
-
-static void CUPTIAPI on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
-{
-    uint8_t *b = NULL;
-    pthread_mutex_lock(&pool_lock);
-    if (pool_open) {
-        if (pool_free > 0)
-            b = pool[--pool_free];
-        else if (pool_free + pool_out < BUFFERS_MAX)
-            b = malloc(BUFFER_SIZE);
-        pool_out += b != NULL;
-    }
-    pthread_mutex_unlock(&pool_lock);
-    *buffer = b;
-    *size = b != NULL ? BUFFER_SIZE : 0;
-    *max_records = 0;
-}
-
-static void buffer_release(uint8_t *b)
-{
-    pthread_mutex_lock(&pool_lock);
-    if (pool_out > 0)
-        pool_out--;
-    if (pool_open && pool_free < BUFFERS_MAX) {
-        pool[pool_free++] = b;
-        b = NULL;
-    }
-    pthread_mutex_unlock(&pool_lock);
-    free(b);
-}
 
 /* ---- rows ----------------------------------------------------------------------------------------- */
 
@@ -585,7 +377,7 @@ static void process_buffer(tw_gpu_t *g, uint8_t *buffer, size_t valid)
      * record. */
     CUpti_Activity *record = NULL;
     int correlations = 0;
-    while (lib.next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
+    while (tw_cupti.next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
         if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
             const CUpti_ActivityExternalCorrelation *c = (const CUpti_ActivityExternalCorrelation *)record;
             if (c->externalKind != CORRELATION_KIND)
@@ -604,7 +396,7 @@ static void process_buffer(tw_gpu_t *g, uint8_t *buffer, size_t valid)
     if (correlations > 0 && g->pending_count > 0)
         resolve_pending(g, 0);
     record = NULL;
-    while (lib.next_record(buffer, valid, &record) == CUPTI_SUCCESS)
+    while (tw_cupti.next_record(buffer, valid, &record) == CUPTI_SUCCESS)
         handle_record(g, record);
     g->stats.buffers++;
 }
@@ -613,7 +405,7 @@ static void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, 
                                          size_t valid)
 {
     size_t dropped = 0;
-    if (lib.dropped_records != NULL && lib.dropped_records(context, stream_id, &dropped) != CUPTI_SUCCESS)
+    if (tw_cupti.dropped_records != NULL && tw_cupti.dropped_records(context, stream_id, &dropped) != CUPTI_SUCCESS)
         dropped = 0;
     pthread_mutex_lock(&deliver_lock);
     tw_gpu_t *g = active;
@@ -626,7 +418,7 @@ static void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, 
         }
     }
     pthread_mutex_unlock(&deliver_lock);
-    buffer_release(buffer);
+    tw_cupti_buffer_release(buffer);
 }
 
 /* ---- flushing ------------------------------------------------------------------------------------- */
@@ -635,7 +427,7 @@ int tw_gpu_flush(tw_gpu_t *g, int forced)
 {
     if (g == NULL || g->stopped || g->pid != getpid())
         return TW_EINVAL;
-    CUptiResult r = lib.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+    CUptiResult r = tw_cupti.flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
     pthread_mutex_lock(&deliver_lock);
     /* A record parked before the previous flush ended has seen a whole flush (this one) go by
      * without its correlation or its API record (usually the API record says, sooner; this is for
@@ -687,7 +479,7 @@ static int calibrate(const tw_clock_t *clock, int64_t *offset)
     for (int i = 0; i < 16; i++) {
         uint64_t t;
         int64_t before = epoch_now(clock);
-        if (lib.timestamp(&t) != CUPTI_SUCCESS)
+        if (tw_cupti.timestamp(&t) != CUPTI_SUCCESS)
             return -1;
         int64_t after = epoch_now(clock);
         if (after - before < best) {
@@ -718,10 +510,10 @@ static void cupti_undo(tw_gpu_t *g)
 {
     for (size_t i = KIND_COUNT; i-- > 0;)
         if (g->enabled & (1u << i))
-            lib.disable(kinds[i]);
+            tw_cupti.disable(kinds[i]);
     g->enabled = 0;
     if (g->subscriber != NULL)
-        lib.unsubscribe(g->subscriber);
+        tw_cupti.unsubscribe(g->subscriber);
     g->subscriber = NULL;
 }
 
@@ -744,12 +536,12 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
     if (owner != NULL) {
         snprintf(reason, reason_size, "another profiling session of this process is timing the GPU");
         rc = TW_EBUSY;
-    } else if (lib.handle != NULL && lib.pid != getpid()) {
+    } else if (tw_cupti.handle != NULL && tw_cupti.pid != getpid()) {
         snprintf(reason, reason_size, "this is a forked child of a process that used CUPTI (CUDA and CUPTI "
                                       "cannot be used after fork; use the spawn start method)");
         rc = TW_EUNAVAIL;
     } else {
-        rc = load_library(config, reason, reason_size);
+        rc = tw_cupti_load(config, reason, reason_size);
     }
     if (rc == 0 && !config->device_available) {
         snprintf(reason, reason_size, "no CUDA device (torch.cuda.is_available() is False)");
@@ -764,8 +556,8 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
             pthread_mutex_init(&g->thread_lock, NULL);
             tw_cond_init_monotonic(&g->thread_cond);
         }
-        if (g == NULL || g->ring == NULL || g->pending == NULL || pool_fill() != 0) {
-            pool_close();
+        if (g == NULL || g->ring == NULL || g->pending == NULL || tw_cupti_pool_fill() != 0) {
+            tw_cupti_pool_close();
             if (g != NULL)
                 free_session(g);
             g = NULL;
@@ -776,9 +568,9 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
     if (rc == 0) {
         g->pid = getpid();
         g->format = tw_writer_format(writer);
-        g->stats.cupti_version = lib.version;
+        g->stats.cupti_version = tw_cupti.version;
         g->flush_interval_ns = config->flush_interval_ns ? config->flush_interval_ns : 1000000000u;
-        CUptiResult r = lib.subscribe(&g->subscriber, on_callback, NULL);
+        CUptiResult r = tw_cupti.subscribe(&g->subscriber, on_callback, NULL);
         if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
             g->subscriber = NULL;
             snprintf(reason, reason_size, "another CUPTI client holds CUPTI (torch.profiler, Nsight Systems or "
@@ -786,7 +578,7 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
             rc = TW_EBUSY;
         } else if (r != CUPTI_SUCCESS) {
             g->subscriber = NULL;
-            snprintf(reason, reason_size, "cuptiSubscribe failed: %s%s", result_text(r),
+            snprintf(reason, reason_size, "cuptiSubscribe failed: %s%s", tw_cupti_result_text(r),
                      r == CUPTI_ERROR_NOT_INITIALIZED || r == CUPTI_ERROR_UNKNOWN ? " (no usable GPU or driver)" : "");
             rc = TW_EUNAVAIL;
         }
@@ -796,18 +588,18 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
         rc = TW_EUNAVAIL;
     }
     if (rc == 0) {
-        CUptiResult r = lib.register_callbacks(on_buffer_requested, on_buffer_completed);
+        CUptiResult r = tw_cupti.register_callbacks(tw_cupti_buffer_requested, on_buffer_completed);
         if (r != CUPTI_SUCCESS) {
-            snprintf(reason, reason_size, "cuptiActivityRegisterCallbacks failed: %s", result_text(r));
+            snprintf(reason, reason_size, "cuptiActivityRegisterCallbacks failed: %s", tw_cupti_result_text(r));
             rc = TW_EUNAVAIL;
         }
     }
     for (size_t i = 0; rc == 0 && i < KIND_COUNT; i++) {
-        CUptiResult r = lib.enable(kinds[i]);
+        CUptiResult r = tw_cupti.enable(kinds[i]);
         if (r == CUPTI_SUCCESS) {
             g->enabled |= 1u << i;
         } else if (kinds[i] != CUPTI_ACTIVITY_KIND_DRIVER) { /* the driver API's records are a bonus */
-            snprintf(reason, reason_size, "cuptiActivityEnable(%s) failed: %s%s", kind_labels[i], result_text(r),
+            snprintf(reason, reason_size, "cuptiActivityEnable(%s) failed: %s%s", kind_labels[i], tw_cupti_result_text(r),
                      r == CUPTI_ERROR_NOT_INITIALIZED || r == CUPTI_ERROR_UNKNOWN
                          ? " (no usable GPU or driver)" : "");
             rc = TW_EUNAVAIL;
@@ -840,7 +632,7 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
         if (g != NULL) {
             cupti_undo(g);
             free_session(g);
-            pool_close();
+            tw_cupti_pool_close();
         }
         pthread_mutex_unlock(&load_lock);
         return rc;
@@ -856,7 +648,7 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
 
 const tw_gpu_hooks_t *tw_gpu_hooks(const tw_gpu_t *g)
 {
-    return g != NULL ? &hooks : NULL;
+    return g != NULL ? &tw_cupti_hooks : NULL;
 }
 
 void tw_gpu_stop(tw_gpu_t *g)
@@ -882,14 +674,14 @@ void tw_gpu_stop(tw_gpu_t *g)
     g->stopped = 1; /* after the join: the flush thread reads it in tw_gpu_flush */
     /* Everything CUPTI holds, kernels still running included (end 0); then nothing new, and what
      * was recorded meanwhile. */
-    lib.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    tw_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     cupti_undo(g);
-    lib.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    tw_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     pthread_mutex_lock(&deliver_lock);
     resolve_pending(g, UINT64_MAX); /* what waits for a correlation gets none now */
     active = NULL;
     pthread_mutex_unlock(&deliver_lock);
-    pool_close();
+    tw_cupti_pool_close();
     pthread_mutex_lock(&load_lock);
     owner = NULL;
     pthread_mutex_unlock(&load_lock);

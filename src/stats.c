@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+/* Per-API totals (calls, errors, total, self and GPU time, min, max) and percentiles from a log-linear
+ * histogram of 64 buckets per power of two, in bounded memory. See stats.h. */
 #include "config.h"
 
 #include <stdlib.h>

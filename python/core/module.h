@@ -52,6 +52,30 @@ static inline void tw_exc_restore(tw_saved_exc_t *saved)
 #endif
 }
 
+/* ---- Session's arguments (options.c) ---- */
+
+/* The config keys Session takes as keyword arguments, in its keyword order. */
+#define TW_SESSION_CONFIG_KEYWORDS 10
+extern const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS];
+
+/* The given config arguments (values[i] for tw_session_config_keywords[i], NULL when not given)
+ * through the library's validator with a bare Session's defaults: a new dict of every key, or NULL
+ * with ValueError naming the key, the value and what is accepted. */
+PyObject *tw_session_config(PyObject *const *values);
+
+/* config[key] as UTF-8 (borrowed from the dict), or NULL when not a str (None); as an integer. */
+const char *tw_config_str(PyObject *config, const char *key);
+unsigned long long tw_config_uint(PyObject *config, const char *key);
+
+/* Copies that outlive the Python objects (PyMem_Raw; NULL with MemoryError). */
+char *tw_dup_cstr(const char *s);
+char *tw_dup_utf8(PyObject *text);
+
+/* cupti_paths (a sequence of str) as a NULL-terminated array (PyMem_Raw), or NULL with an exception;
+ * freed by tw_free_paths. */
+char **tw_cupti_paths_of(PyObject *paths);
+void tw_free_paths(char **paths);
+
 typedef enum { TW_ARGS_NONE = 0, TW_ARGS_SUMMARY = 1, TW_ARGS_REPR = 2 } tw_args_mode_t;
 
 /*

@@ -41,63 +41,7 @@ typedef struct {
     char gpu_reason[1024]; /* why GPU timing is off, "" when on or not asked for */
 } tw_session_object;
 
-/* A copy that outlives the Python objects (the writer thread reads it without the GIL). */
-static char *dup_cstr(const char *s)
-{
-    char *copy = PyMem_RawMalloc(strlen(s) + 1);
-    if (copy == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    return strcpy(copy, s);
-}
-
-static char *dup_utf8(PyObject *text)
-{
-    const char *s = PyUnicode_AsUTF8(text);
-    return s != NULL ? dup_cstr(s) : NULL;
-}
-
 static uint64_t last_gen;
-
-static void free_paths(char **paths)
-{
-    for (char **p = paths; p != NULL && *p != NULL; p++)
-        PyMem_RawFree(*p);
-    PyMem_RawFree(paths);
-}
-
-/* cupti_paths: a sequence of str (file system paths) to try for the CUPTI library. */
-static int set_cupti_paths(tw_session_object *self, PyObject *paths)
-{
-    PyObject *seq = PySequence_Fast(paths, "cupti_paths must be a sequence of paths (str)");
-    if (seq == NULL)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    char **out = PyMem_RawCalloc((size_t)n + 1, sizeof *out);
-    if (out == NULL) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyUnicode_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "cupti_paths[%zd] must be a str path, not '%.200s'", i,
-                         Py_TYPE(item)->tp_name);
-            break;
-        }
-        if ((out[i] = dup_utf8(item)) == NULL)
-            break;
-    }
-    Py_DECREF(seq);
-    if (PyErr_Occurred()) {
-        free_paths(out);
-        return -1;
-    }
-    self->cupti_paths = out;
-    return 0;
-}
 
 /* A forked child must not call CUPTI (gpu.h): the wrappers stop pushing correlation ids there. */
 static void gpu_after_fork_in_child(void)
@@ -216,62 +160,13 @@ static int take_hooks(PyObject *tracer, tw_hooks_t *hooks)
     return 0;
 }
 
-/* The config keys Session takes as keyword arguments (the rest of its arguments are not config). */
-static const char *const config_keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
-                                              "flush_interval", "buffer_size", "on_full", "args", "gpu"};
-#define CONFIG_KEYWORDS (sizeof config_keywords / sizeof config_keywords[0])
-
-/*
- * The given config arguments (values[i] for config_keywords[i], NULL when not given) through the
- * library's validator (config.c, with a bare Session's defaults): a new dict of every key, or NULL
- * with ValueError naming the key, the value and what is accepted.
- */
-static PyObject *normalize_arguments(PyObject *const *values)
-{
-    PyObject *given = PyDict_New(), *json = PyImport_ImportModule("json"), *text = NULL, *result = NULL;
-    for (size_t i = 0; given != NULL && json != NULL && i < CONFIG_KEYWORDS; i++)
-        if (values[i] != NULL && PyDict_SetItemString(given, config_keywords[i], values[i]) < 0)
-            goto done;
-    if (given == NULL || json == NULL || (text = PyObject_CallMethod(json, "dumps", "O", given)) == NULL)
-        goto done;
-    const char *json_in = PyUnicode_AsUTF8(text);
-    if (json_in == NULL)
-        goto done;
-    char *json_out = NULL, err[1024] = "";
-    int rc = tw_config_normalize_for(TW_CONFIG_DEFAULTS_SESSION, json_in, 0, &json_out, err, sizeof err);
-    if (rc != 0) {
-        PyErr_SetString(rc == TW_ENOMEM ? PyExc_MemoryError : PyExc_ValueError, err);
-        goto done;
-    }
-    result = PyObject_CallMethod(json, "loads", "s", json_out);
-    free(json_out);
-done:
-    Py_XDECREF(text);
-    Py_XDECREF(json);
-    Py_XDECREF(given);
-    return result;
-}
-
-/* config[key] as UTF-8 (borrowed from the dict), or NULL for None. */
-static const char *config_str(PyObject *config, const char *key)
-{
-    PyObject *value = PyDict_GetItemString(config, key);
-    return value != NULL && PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : NULL;
-}
-
-static unsigned long long config_uint(PyObject *config, const char *key)
-{
-    PyObject *value = PyDict_GetItemString(config, key);
-    return value != NULL ? PyLong_AsUnsignedLongLong(value) : 0;
-}
-
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
                                "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args",
                                "per_process_names", "gpu", "gpu_device", "cupti_paths", "tracer", NULL};
-    /* values[i]: config_keywords[i], NULL when not given (the validator's default applies) */
-    PyObject *values[CONFIG_KEYWORDS] = {NULL};
+    /* values[i]: tw_session_config_keywords[i], NULL when not given (the validator's default applies) */
+    PyObject *values[TW_SESSION_CONFIG_KEYWORDS] = {NULL};
     PyObject *manifest = Py_None, *cupti_paths = Py_None, *tracer = Py_None;
     long long rank = -1;
     int per_process_names = 0, gpu_device = 0;
@@ -284,11 +179,11 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         PyErr_Format(PyExc_TypeError, "manifest must be JSON object text, not '%.200s'", Py_TYPE(manifest)->tp_name);
         return NULL;
     }
-    PyObject *config = normalize_arguments(values);
+    PyObject *config = tw_session_config(values);
     if (config == NULL)
         return NULL;
-    const char *gpu = config_str(config, "gpu"), *args_mode = config_str(config, "args");
-    const char *out_dir = config_str(config, "out_dir");
+    const char *gpu = tw_config_str(config, "gpu"), *args_mode = tw_config_str(config, "args");
+    const char *out_dir = tw_config_str(config, "out_dir");
     tw_session_object *self = (tw_session_object *)type->tp_alloc(type, 0);
     if (self == NULL || gpu == NULL || args_mode == NULL)
         goto fail;
@@ -299,7 +194,7 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     self->tracer = Py_NewRef(tracer);
     self->gpu_mode = strcmp(gpu, "on") == 0 ? GPU_ON : strcmp(gpu, "auto") == 0 ? GPU_AUTO : GPU_OFF;
     self->gpu_device = gpu_device;
-    if (cupti_paths != Py_None && set_cupti_paths(self, cupti_paths) < 0)
+    if (cupti_paths != Py_None && (self->cupti_paths = tw_cupti_paths_of(cupti_paths)) == NULL)
         goto fail;
     if (tw_recorder_create(&self->recorder) != 0) {
         PyErr_NoMemory();
@@ -309,22 +204,22 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         Py_DECREF(config);
         return (PyObject *)self;
     }
-    const char *format = config_str(config, "format"), *spec = config_str(config, "file_name_spec");
-    const char *on_full = config_str(config, "on_full");
+    const char *format = tw_config_str(config, "format"), *spec = tw_config_str(config, "file_name_spec");
+    const char *on_full = tw_config_str(config, "on_full");
     PyObject *flush_interval = PyDict_GetItemString(config, "flush_interval");
     if (format == NULL || spec == NULL || on_full == NULL || flush_interval == NULL)
         goto fail;
     tw_writer_config_t *c = &self->config;
-    if ((self->out_dir = dup_cstr(out_dir)) == NULL || (self->file_name_spec = dup_cstr(spec)) == NULL ||
-        (manifest != Py_None && (self->manifest_json = dup_utf8(manifest)) == NULL))
+    if ((self->out_dir = tw_dup_cstr(out_dir)) == NULL || (self->file_name_spec = tw_dup_cstr(spec)) == NULL ||
+        (manifest != Py_None && (self->manifest_json = tw_dup_utf8(manifest)) == NULL))
         goto fail;
     c->out_dir = self->out_dir;
     c->file_name_spec = self->file_name_spec;
     c->manifest_json = self->manifest_json;
     c->format = strcmp(format, "csv") == 0 ? TW_FORMAT_CSV : TW_FORMAT_JSON;
-    c->file_max_size = config_uint(config, "file_max_size");
-    c->buffer_bytes = config_uint(config, "buffer_size");
-    c->max_files = (unsigned)config_uint(config, "max_files");
+    c->file_max_size = tw_config_uint(config, "file_max_size");
+    c->buffer_bytes = tw_config_uint(config, "buffer_size");
+    c->max_files = (unsigned)tw_config_uint(config, "max_files");
     c->flush_interval_ns = (uint64_t)(PyFloat_AsDouble(flush_interval) * 1e9);
     c->block_when_full = strcmp(on_full, "wait") == 0;
     c->rank = rank;
@@ -376,7 +271,7 @@ static void session_dealloc(PyObject *op)
     if (self->writer != NULL)
         tw_writer_destroy(self->writer);
     tw_recorder_destroy(self->recorder);
-    free_paths(self->cupti_paths);
+    tw_free_paths(self->cupti_paths);
     Py_XDECREF(self->tensor_type);
     clear_hooks(&self->hooks);
     Py_XDECREF(self->tracer);
