@@ -36,6 +36,7 @@ def main(directory):
     report = load(directory, "bench-report.json")
     writer = load(directory, "bench-writer.txt")
     trace = load(directory, "bench-trace.json")
+    transformer = load(directory, "bench-transformer.json")
     rows = []
 
     def add(what, measured, target="—"):
@@ -69,6 +70,10 @@ def main(directory):
             add(f"wrap everything ({w['distinct']:,} callables, {w['places']:,} places), first start",
                 f"{w['first_ms']['discover_s'] + w['first_ms']['install_s']:.0f} ms", "50 ms")
             add("unwrap", f"{w['first_ms']['restore_s']:.1f} ms", "10 ms")
+            later = w.get("later_ms")
+            if later:
+                add("later starts (the plan reused): wrap / unwrap",
+                    f"{later['discover_s'] + later['install_s']:.1f} / {later['restore_s']:.1f} ms", "2 ms")
         whole = r.get("whole_run")
         if whole:
             add(f"whole run, examples/train_mlp.py ({whole['records']:,} calls), everything wrapped",
@@ -82,6 +87,20 @@ def main(directory):
                 "Python decorator",
                 f"{loop['torchwrapper']:.3f}x / {loop['torch.profiler']:.3f}x / {loop['Python decorator']:.3f}x",
                 "1.03x")
+    if transformer:
+        for name, row in transformer["models"].items():
+            what = {"gpt": "GPT-2-class LM", "bert": "BERT-class classifier"}.get(name, name)
+            files, summary = row["files, args none"], row["files, args summary"]
+            add(f"transformer training, {what} ({files['records_per_step']:.0f} records/step, "
+                f"{row['plain_ms_per_step']:.1f} ms/step): files + args none / args summary",
+                f"{files['ratio']:.3f}x / {summary['ratio']:.3f}x", "1.03x / 1.10x")
+            add(f"the same: records in memory / first block with the start inside / torch.profiler",
+                f"{row['memory, args none']['ratio']:.3f}x / {row['first block (start inside)']['ratio']:.3f}x / "
+                f"{row['torch.profiler']['ratio']:.3f}x", "— / — / —")
+            process = row.get("process", {})
+            if process:
+                add("the same under `python -m torchwrapper run` (separate processes): args none / default",
+                    f"{process['run, args none']:.3f}x / {process['run, default args']:.3f}x", "1.03x / 1.10x")
     if trace:
         add("model tracing: module path per module forward", f"+{trace['probe_ns']:.1f} ns", "no measurable cost")
         add(f"tensor statistics, CNN step ({trace['tensors_per_step']} tensors): extra / their own ops",
