@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The writer: its thread (drains the recorder's queue and the extra streams, formats the records,
+ * The writer: its thread (drains a chunk queue and the extra streams, formats the records,
  * appends them to the file sets, keeps the per-API totals), create and close, and fork. Formatting is
  * in format.c, the files in fileset.c, the manifest and summary in manifest.c, the queue in queue.c.
  * See writer.h. Lock order: recorder registry -> queue -> writer -> stream -> chunk pool; the writer
@@ -66,7 +66,7 @@ struct tw_writer {
     uint64_t flush_interval_ns;
     uint64_t buffer_bytes;
     tw_clock_t clock;
-    tw_queue_t *queue;     /* the recorder's: drained by the thread */
+    tw_queue_t *queue;     /* the chunk queue the thread drains (the recorder pushes to it) */
     int64_t start_ns;
     int64_t end_ns;
     char manifest_path[PATH_MAX];
@@ -310,10 +310,10 @@ static const tw_queue_consumer_t consumer_ops = {ensure_thread, fork_prepare, fo
 
 /* ---- public API ---------------------------------------------------------------------------------- */
 
-int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const tw_clock_t *clock,
+int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const tw_clock_t *clock,
                      tw_writer_t **out, char *err, size_t err_size)
 {
-    if (config == NULL || rec == NULL || clock == NULL || out == NULL || config->out_dir == NULL ||
+    if (config == NULL || queue == NULL || clock == NULL || out == NULL || config->out_dir == NULL ||
         config->out_dir[0] == '\0') {
         snprintf(err, err_size, "out_dir is missing");
         return TW_EINVAL;
@@ -385,7 +385,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
         max_chunks = 2;
     w->env.rank = config->rank;
     w->clock = *clock;
-    w->queue = tw_recorder_queue(rec);
+    w->queue = queue;
     w->calls.kind = "calls";
     w->calls.fd = -1;
     if (w->env.format == TW_FORMAT_CSV) {
@@ -410,7 +410,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const
         return TW_EINVAL;
     }
     if (tw_queue_attach(w->queue, max_chunks, config->block_when_full, &consumer_ops, w, 0) != 0) {
-        snprintf(err, err_size, "the recorder has a writer already");
+        snprintf(err, err_size, "the queue has a consumer already");
         tw_writer_destroy(w);
         return TW_EBUSY;
     }

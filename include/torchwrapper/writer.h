@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The writer: a thread that takes finished record chunks from a recorder and writes them to a
+ * The writer: a thread that takes finished record chunks from a chunk queue and writes them to a
  * rotating set of CSV or JSON-lines files, each at most file_max_size bytes and readable on its
  * own, keeps per-API totals, and writes a manifest and a summary. It never touches Python.
  *
@@ -58,16 +58,17 @@ typedef struct tw_writer_stats {
 } tw_writer_stats_t;
 
 /*
- * Creates out_dir if needed, checks it is writable, and starts the writer thread for rec: from then
- * on rec's finished chunks go to the writer. clock converts ticks. On error returns TW_EINVAL or
- * TW_EIO with a message naming the value or path and the reason in err.
+ * Creates out_dir if needed, checks it is writable, and starts the writer thread as the consumer of
+ * queue (a recorder's: tw_recorder_queue()): from then on the chunks pushed to it go to the files.
+ * The writer knows the queue only, never the recorder. clock converts ticks. On error returns
+ * TW_EINVAL or TW_EIO with a message naming the value or path and the reason in err.
  */
-TW_API int tw_writer_create(const tw_writer_config_t *config, tw_recorder_t *rec, const tw_clock_t *clock,
+TW_API int tw_writer_create(const tw_writer_config_t *config, struct tw_queue *queue, const tw_clock_t *clock,
                             tw_writer_t **out, char *err, size_t err_size);
 
 /*
  * Writes everything queued, closes the last file, writes the summary and the final manifest, stops
- * the thread and detaches from the recorder. Call after tw_recorder_collect(). Returns 0, or
+ * the thread and detaches from the queue. Call after tw_recorder_collect(). Returns 0, or
  * TW_EIO when a write failed (the records concerned are counted as dropped).
  */
 TW_API int tw_writer_close(tw_writer_t *writer);

@@ -305,7 +305,7 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     tw_clock_calibrate(&self->clock);
     if (self->out_dir != NULL) {
         char err[1024];
-        int rc = tw_writer_create(&self->config, self->recorder, &self->clock, &self->writer, err, sizeof err);
+        int rc = tw_writer_create(&self->config, tw_recorder_queue(self->recorder), &self->clock, &self->writer, err, sizeof err);
         if (rc != 0) {
             PyErr_SetString(rc == TW_EIO ? PyExc_OSError : PyExc_ValueError, err);
             return NULL;

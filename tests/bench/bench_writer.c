@@ -90,7 +90,7 @@ static double writer_throughput(tw_format_t format, uint64_t n, uint32_t *ids, i
     tw_writer_t *w;
     char err[256];
     /* Records were made before the writer started: only handing them over and writing is timed. */
-    if (tw_writer_create(&config, rec, &clock, &w, err, sizeof err) != 0) {
+    if (tw_writer_create(&config, tw_recorder_queue(rec), &clock, &w, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         return 0;
     }

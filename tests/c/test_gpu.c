@@ -101,7 +101,7 @@ static void open_writer(fixture_t *f, tw_format_t format)
     tw_writer_config_t config = {.out_dir = f->dir, .format = format, .file_max_size = 1 << 20,
                                  .file_name_spec = "serial", .rank = -1};
     char err[512];
-    assert_int_equal(tw_writer_create(&config, f->rec, &f->clock, &f->writer, err, sizeof err), 0);
+    assert_int_equal(tw_writer_create(&config, tw_recorder_queue(f->rec), &f->clock, &f->writer, err, sizeof err), 0);
     f->t = tw_recorder_attach(f->rec);
     assert_non_null(f->t);
 }

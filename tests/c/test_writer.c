@@ -55,7 +55,7 @@ static void open_fixture(fixture_t *f, tw_writer_config_t config)
     assert_int_equal(tw_recorder_create(&f->rec), 0);
     tw_clock_init_manual(&f->clock, TW_CLOCK_MONOTONIC, 0, 1700000000000000000LL, 1.0);
     char err[512] = "";
-    assert_int_equal(tw_writer_create(&config, f->rec, &f->clock, &f->writer, err, sizeof err), 0);
+    assert_int_equal(tw_writer_create(&config, tw_recorder_queue(f->rec), &f->clock, &f->writer, err, sizeof err), 0);
 }
 
 static void record_calls(tw_recorder_t *rec, const uint32_t *ids, uint64_t n)
@@ -604,7 +604,7 @@ static void a_world_writable_out_dir_draws_a_warning(void **state)
     assert_int_equal(tw_recorder_create(&rec), 0);
     tw_clock_init_manual(&clock, TW_CLOCK_MONOTONIC, 0, 0, 1.0);
     tw_writer_config_t c = {.out_dir = dir, .file_max_size = 1 << 20, .rank = -1};
-    int rc = tw_writer_create(&c, rec, &clock, &w, err, sizeof err);
+    int rc = tw_writer_create(&c, tw_recorder_queue(rec), &clock, &w, err, sizeof err);
     dup2(saved, 2);
     close(saved);
     close(pipefd[1]);
@@ -629,16 +629,16 @@ static void bad_configs_name_the_problem(void **state)
     assert_int_equal(tw_recorder_create(&rec), 0);
     tw_clock_init_manual(&clock, TW_CLOCK_MONOTONIC, 0, 0, 1.0);
     tw_writer_config_t c = {.out_dir = "/proc/no/such/dir", .file_max_size = 1 << 20, .rank = -1};
-    assert_int_equal(tw_writer_create(&c, rec, &clock, &w, err, sizeof err), TW_EIO);
+    assert_int_equal(tw_writer_create(&c, tw_recorder_queue(rec), &clock, &w, err, sizeof err), TW_EIO);
     assert_non_null(strstr(err, "/proc/no/such/dir"));
     assert_non_null(strstr(err, "cannot be created"));
     c.out_dir = "/tmp";
     c.file_max_size = 100;
-    assert_int_equal(tw_writer_create(&c, rec, &clock, &w, err, sizeof err), TW_EINVAL);
+    assert_int_equal(tw_writer_create(&c, tw_recorder_queue(rec), &clock, &w, err, sizeof err), TW_EINVAL);
     assert_non_null(strstr(err, "file_max_size 100 bytes is too small"));
     c.file_max_size = 1 << 20;
     c.file_name_spec = "{nope}";
-    assert_int_equal(tw_writer_create(&c, rec, &clock, &w, err, sizeof err), TW_EINVAL);
+    assert_int_equal(tw_writer_create(&c, tw_recorder_queue(rec), &clock, &w, err, sizeof err), TW_EINVAL);
     assert_non_null(strstr(err, "unknown field {nope}"));
     assert_null(w);
     tw_recorder_destroy(rec);

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The wrapper object, shared by the two files of the wrapper: wrapper.c (the types and the hot
+ * path) and wrap.c (making wrappers). Private to the extension module.
+ */
+#ifndef TW_CORE_WRAPPER_H
+#define TW_CORE_WRAPPER_H
+
+#include "module.h"
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *wrapped;   /* the original callable (strong) */
+    vectorcallfunc call; /* wrapped's own vectorcall entry, where it can never change; else NULL */
+    PyObject *dict;      /* instance __dict__, created on demand */
+    PyObject *weakrefs;
+    uint32_t api_id;
+    uint32_t kind;       /* TW_KIND_*: what tracing looks at around a call (module.h) */
+} tw_wrapper_object;
+
+/* The wrappers' vectorcall entry: the profiled call (wrapper.c). */
+PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+#endif
