@@ -106,16 +106,10 @@ def gpt_step_factory(seed: int = 0):
     opt, sched = _optimizer(model)
     data = torch.randint(0, VOCAB, (BATCH, SEQ + 1))
 
-    def step():
+    def loss():
         logits = model(data[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), data[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        return loss
-    return step
+        return F.cross_entropy(logits.reshape(-1, VOCAB), data[:, 1:].reshape(-1))
+    return _training_step(model, opt, sched, loss)
 
 
 def bert_step_factory(seed: int = 0):
@@ -126,8 +120,15 @@ def bert_step_factory(seed: int = 0):
     lengths = torch.tensor([SEQ, SEQ - 5, SEQ - 11, 9])
     labels = torch.randint(0, 4, (BATCH,))
 
+    def loss():
+        return F.cross_entropy(model(data, lengths), labels)
+    return _training_step(model, opt, sched, loss)
+
+
+def _training_step(model, opt, sched, compute_loss):
+    """One training step: the loss, backward, clip_grad_norm_, the optimizer and scheduler steps."""
     def step():
-        loss = F.cross_entropy(model(data, lengths), labels)
+        loss = compute_loss()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
