@@ -189,7 +189,7 @@ static void describe(const cJSON *value, char *out, size_t size)
     free(text);
 }
 
-/* A string list from a comma-separated string (from_strings). New reference or NULL. */
+/* A string list from a comma-separated string ("a" is ["a"]). New reference or NULL. */
 static cJSON *split_list(const char *text)
 {
     cJSON *list = cJSON_CreateArray();
@@ -227,14 +227,14 @@ static int is_choice(const char *choices, const char *word, size_t len)
     return 0;
 }
 
-/* A list of words among choices, from a JSON list or (from_strings) comma-separated text. */
-static cJSON *check_choice_list(const char *what, const char *choices, const cJSON *value, int from_strings,
-                                int allow_empty, char *err, size_t err_size)
+/* A list of words among choices, from a JSON list or comma-separated text. */
+static cJSON *check_choice_list(const char *what, const char *choices, const cJSON *value, int allow_empty, char *err,
+                                size_t err_size)
 {
     char given[160];
     describe(value, given, sizeof given);
     const char *text = cJSON_IsString(value) ? value->valuestring : NULL;
-    cJSON *list = from_strings && text != NULL ? split_list(text) : cJSON_IsArray(value) ? cJSON_Duplicate(value, 1) : NULL;
+    cJSON *list = text != NULL ? split_list(text) : cJSON_IsArray(value) ? cJSON_Duplicate(value, 1) : NULL;
     const cJSON *item;
     const char *bad = NULL;
     int ok = list != NULL && (allow_empty || cJSON_GetArraySize(list) > 0);
@@ -344,7 +344,7 @@ static cJSON *check_tensor_stats(const cJSON *value, int from_strings, char *err
         sample = NULL;
     out = cJSON_CreateObject();
     cJSON *item = tensors != NULL ? check_choice_list("config key 'tensor_stats', key 'tensors'", STATS_TENSORS,
-                                                      tensors, 0, 0, err, err_size)
+                                                      tensors, 0, err, err_size)
                                   : cJSON_Parse("[\"input\", \"output\"]");
     if (item == NULL)
         goto fail;
@@ -427,7 +427,7 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
     case KEY_CHOICE_LIST: {
         char what[64];
         snprintf(what, sizeof what, "config key '%s'", key->name);
-        return check_choice_list(what, key->choices, value, from_strings, 1, err, err_size);
+        return check_choice_list(what, key->choices, value, 1, err, err_size);
     }
     case KEY_TENSOR_STATS:
         return check_tensor_stats(value, from_strings, err, err_size);
@@ -491,18 +491,38 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
     case KEY_LIST_OR_NULL: {
         if (key->kind == KEY_LIST_OR_NULL && cJSON_IsNull(value))
             return cJSON_CreateNull();
-        cJSON *list = from_strings && text != NULL ? split_list(text) : cJSON_IsArray(value) ? cJSON_Duplicate(value, 1) : NULL;
+        /* A string is a list from every entry point, as in environment variables: "a" is ["a"],
+         * "a, b" is ["a", "b"] (--set exclude=torch.Tensor.* was refused: "give a list"). */
+        cJSON *list = text != NULL ? split_list(text) : cJSON_IsArray(value) ? cJSON_Duplicate(value, 1) : NULL;
         const cJSON *item;
-        int ok = list != NULL;
-        cJSON_ArrayForEach(item, list) ok = ok && cJSON_IsString(item) && item->valuestring[0] != '\0';
+        int ok = list != NULL, added = 0, plain = 0;
+        cJSON_ArrayForEach(item, list)
+        {
+            ok = ok && cJSON_IsString(item) && item->valuestring[0] != '\0';
+            if (ok && item->valuestring[0] == '+')
+                added++;
+            else if (ok)
+                plain++;
+            if (ok && strcmp(item->valuestring, "+") == 0 && strcmp(key->name, "exclude") == 0)
+                ok = 0; /* "+" and no glob */
+        }
         if (ok && strcmp(key->name, "modules") == 0 && cJSON_GetArraySize(list) == 0)
             ok = 0;
+        /* exclude: "+glob" entries are added to the default list, plain ones replace it; a list of
+         * both would leave it unclear whether the defaults stay. */
+        if (ok && added && plain && strcmp(key->name, "exclude") == 0) {
+            cJSON_Delete(list);
+            snprintf(err, err_size, "config key 'exclude': %s is not accepted: give globs that all start with '+' "
+                     "(added to the default list) or none that does (replacing it), not both", given);
+            return NULL;
+        }
         if (ok)
             return list;
         cJSON_Delete(list);
         snprintf(err, err_size, "config key '%s': %s is not accepted: give a list of non-empty strings%s%s", key->name,
                  given, strcmp(key->name, "modules") == 0 ? " (at least one module name, e.g. [\"torch\"])" : "",
-                 key->kind == KEY_LIST_OR_NULL ? " (API-name globs), or null for the default list" : "");
+                 key->kind == KEY_LIST_OR_NULL ? " (API-name globs; \"+glob\" adds to the default list), or null for "
+                                                 "the default list" : "");
         return NULL;
     }
     case KEY_COUNT:

@@ -52,13 +52,13 @@ TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, cons
  * object; its keys and what each accepts (the defaults are in one table, config_keys in config.c):
  *   out_dir a path | format "json"|"csv" | file_max_size a size (>= 4096 bytes) | file_name_spec
  *   "timestamp", "serial" or a template | modules, include: lists of names | exclude null (the
- *   default list) or [globs] | args "summary"|"none"|"repr" | gpu "auto"|"on"|"off" | max_files a
+ *   default list), [globs] (replacing it) or ["+glob", ...] (added to it; not both kinds) | args "summary"|"none"|"repr" | gpu "auto"|"on"|"off" | max_files a
  *   count (0: all) | flush_interval seconds, (0, 3600] | buffer_size a size | on_full "drop"|"wait" |
  *   tensor_stats null (off), true or {"tensors": [of input output weight grad], "metrics": [of shape
  *   dtype mean std min max zeros nan inf, or registered names], "modules": [globs], "every": n |
  *   "sample": p} (normalized to null or the complete object) | track [of "parameters", "grads"]
- * With from_strings, values may also be strings to convert (environment variables): numbers, and
- * lists as comma-separated text. On success *json_out (free() it) is the complete configuration with
+ * A string given for a list key is a comma-separated list ("a" is ["a"]), from every source. With
+ * from_strings, values may also be strings to convert (environment variables): numbers, booleans. On success *json_out (free() it) is the complete configuration with
  * every default filled in and sizes in bytes. On error returns TW_EINVAL and writes to err a message
  * that names the key, the value given and what is accepted (and, for an unknown key, the nearest
  * known one).

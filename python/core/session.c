@@ -49,21 +49,23 @@ static void gpu_after_fork_in_child(void)
     tw_active.gpu = NULL;
 }
 
-/* "GPU timing unavailable" is said once per process, whatever the number of sessions. */
+/* "GPU timing unavailable" is said once per process, whatever the number of sessions, and only where
+ * there is a GPU to time: on a machine without a CUDA device it is what a user expects, and the
+ * reason stays in stats()["gpu_unavailable"] and the manifest. */
 static int gpu_unavailable_said;
 
 /*
  * Starts GPU timing for a session that is starting, as its gpu mode says. Returns 0 (on, or off
- * with the reason said once under "auto"), or -1 with an exception under "on".
+ * with the reason kept, and said once under "auto" when there is a CUDA device), or -1 with an
+ * exception under "on".
  */
 static int start_gpu(tw_session_object *self)
 {
-    self->gpu_reason[0] = '\0';
     if (self->gpu_mode == GPU_OFF)
         return 0;
     int rc = TW_EUNAVAIL;
     if (!self->gpu_device) {
-        snprintf(self->gpu_reason, sizeof self->gpu_reason, "no CUDA device (torch.cuda.is_available() is False)");
+        /* the reason is in gpu_reason already (gpu_reason_known) */
     } else if (self->writer == NULL) {
         snprintf(self->gpu_reason, sizeof self->gpu_reason,
                  "GPU records are written to files, and this session keeps its records in memory (give out_dir)");
@@ -84,10 +86,49 @@ static int start_gpu(tw_session_object *self)
                                          "time instead)", self->gpu_reason);
         return -1;
     }
-    if (!gpu_unavailable_said) {
+    if (!gpu_unavailable_said && self->gpu_device) {
         gpu_unavailable_said = 1;
         PySys_FormatStderr("torchwrapper: GPU timing unavailable: %s; profiling CPU time only\n", self->gpu_reason);
     }
+    return 0;
+}
+
+/*
+ * Why GPU timing will be off, where that is known before the writer starts (no CUDA device), into
+ * gpu_reason and the manifest ("gpu_unavailable"), which the writer copies when it is created: on a
+ * machine without a GPU nothing is said on stderr, and the manifest keeps the reason. 0, or -1 with
+ * an exception (out of memory).
+ */
+static int gpu_reason_known(tw_session_object *self)
+{
+    self->gpu_reason[0] = '\0';
+    if (self->gpu_mode == GPU_OFF || self->gpu_device)
+        return 0;
+    snprintf(self->gpu_reason, sizeof self->gpu_reason, "no CUDA device (torch.cuda.is_available() is False)");
+    if (self->manifest_json == NULL || self->out_dir == NULL)
+        return 0;
+    size_t len = strlen(self->manifest_json);
+    while (len > 0 && (self->manifest_json[len - 1] == ' ' || self->manifest_json[len - 1] == '\n'))
+        len--;
+    if (len < 2 || self->manifest_json[len - 1] != '}')
+        return 0; /* not an object: the writer says so */
+    size_t reason_len = strlen(self->gpu_reason);
+    char *text = PyMem_RawMalloc(len + 6 * reason_len + 32);
+    if (text == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(text, self->manifest_json, len - 1); /* without its '}' */
+    char *p = text + len - 1;
+    const char *body = text + 1;
+    while (body < p && (*body == ' ' || *body == '\n'))
+        body++;
+    p += sprintf(p, "%s\"gpu_unavailable\":", body < p ? "," : "");
+    p = tw_json_escape(p, self->gpu_reason, reason_len);
+    strcpy(p, "}");
+    PyMem_RawFree(self->manifest_json);
+    self->manifest_json = text;
+    self->config.manifest_json = text;
     return 0;
 }
 
@@ -303,6 +344,8 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
         tw_ptr_table_clear(&tw_tracked);
     }
     tw_clock_calibrate(&self->clock);
+    if (gpu_reason_known(self) < 0)
+        return NULL;
     if (self->out_dir != NULL) {
         char err[1024];
         int rc = tw_writer_create(&self->config, tw_recorder_queue(self->recorder), &self->clock, &self->writer, err, sizeof err);

@@ -27,7 +27,8 @@ def _parse_run(argv: List[str]) -> argparse.Namespace:
                                      description="Profile an unmodified program with torchwrapper.")
     parser.add_argument("--config", metavar="FILE", help="a JSON configuration file")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                        help="a configuration value (repeatable), e.g. --set format=csv --set file_max_size=10MB")
+                        help="a configuration value (repeatable), e.g. --set format=csv --set file_max_size=10MB; "
+                             "lists comma-separated or JSON: --set exclude=+torch.Tensor.*,+torch.is_*")
     parser.add_argument("-o", "--out-dir", metavar="OUT_DIR", help="where the files go (config key out_dir)")
     parser.add_argument("--no-report", action="store_true", help="do not print the top-10 report at the end")
     parser.add_argument("--top", type=int, default=10, help="rows of the report (default 10)")
@@ -104,6 +105,25 @@ def _run_summaries(wrapper: Any) -> List[Tuple[Dict[str, Any], List[Dict[str, An
             if is_own or ((m.get("start_ns") or 0) >= start and (rank is None or m.get("rank") == rank))]
 
 
+NAME_CAP = 80  # the widest API column of the report; longer names are elided in the middle
+
+
+def _fit_names(names: List[str], cap: int = NAME_CAP) -> Tuple[List[str], int]:
+    """The names as shown and the column's width: the widest name, up to cap; a longer one keeps
+    both ends (``torch.nn.functional.scal…attention``: the end tells methods apart) unless that
+    would show two names the same, in which case all are shown whole."""
+    def elide(name: str) -> str:
+        if len(name) <= cap:
+            return name
+        head = (cap - 1) // 2
+        return name[:head] + "\u2026" + name[len(name) - (cap - 1 - head):]
+
+    shown = [elide(name) for name in names]
+    if len(set(shown)) < len(set(names)):
+        shown = list(names)
+    return shown, max([len("API")] + [len(name) for name in shown])
+
+
 def _report(wrapper: Any, top: int) -> None:
     out_dir = os.path.abspath(wrapper.config["out_dir"])
     processes = _run_summaries(wrapper)
@@ -112,10 +132,11 @@ def _report(wrapper: Any, top: int) -> None:
         apis = processes[0][1] if processes else []
         if not apis:
             return
-        print(f"{'API':44} {'calls':>9} {'total ms':>10} {'self ms':>10} {'p50 us':>9} {'p99 us':>9}",
+        names, width = _fit_names([a["api"] for a in apis[:top]])
+        print(f"{'API':{width}} {'calls':>9} {'total ms':>10} {'self ms':>10} {'p50 us':>9} {'p99 us':>9}",
               file=sys.stderr)
-        for a in apis[:top]:
-            print(f"{a['api'][:44]:44} {a['calls']:9d} {a['total_ns'] / 1e6:10.2f} {a['self_ns'] / 1e6:10.2f} "
+        for name, a in zip(names, apis[:top]):
+            print(f"{name:{width}} {a['calls']:9d} {a['total_ns'] / 1e6:10.2f} {a['self_ns'] / 1e6:10.2f} "
                   f"{a['p50_ns'] / 1e3:9.1f} {a['p99_ns'] / 1e3:9.1f}", file=sys.stderr)
         return
     # Several processes: sums, means and maxima merge exactly, percentiles do not (each process's
@@ -134,10 +155,12 @@ def _report(wrapper: Any, top: int) -> None:
             m["procs"] += 1
     if not merged:
         return
-    print(f"{'API':44} {'calls':>9} {'total ms':>10} {'self ms':>10} {'mean us':>9} {'max us':>9} {'procs':>5}",
+    rows = sorted(merged.items(), key=lambda item: -item[1]["total_ns"])[:top]
+    names, width = _fit_names([api for api, _ in rows])
+    print(f"{'API':{width}} {'calls':>9} {'total ms':>10} {'self ms':>10} {'mean us':>9} {'max us':>9} {'procs':>5}",
           file=sys.stderr)
-    for api, m in sorted(merged.items(), key=lambda item: -item[1]["total_ns"])[:top]:
-        print(f"{api[:44]:44} {m['calls']:9d} {m['total_ns'] / 1e6:10.2f} {m['self_ns'] / 1e6:10.2f} "
+    for name, (api, m) in zip(names, rows):
+        print(f"{name:{width}} {m['calls']:9d} {m['total_ns'] / 1e6:10.2f} {m['self_ns'] / 1e6:10.2f} "
               f"{m['total_ns'] / m['calls'] / 1e3:9.1f} {m['max_ns'] / 1e3:9.1f} {m['procs']:5d}", file=sys.stderr)
 
 

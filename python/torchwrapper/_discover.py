@@ -107,7 +107,8 @@ __enter__ __exit__ __array__ __array_wrap__ __dlpack__ __dlpack_device__
 """.split())
 
 # API-name globs not wrapped by default: bookkeeping calls torch makes itself, which would drown the
-# report. Overridable through ``include`` (wins over exclude) and ``exclude``.
+# report. Overridable through ``include`` (wins over exclude) and ``exclude`` (a list replaces this
+# one; ``["+glob", ...]`` adds to it).
 DEFAULT_EXCLUDE: Dict[str, str] = {
     "torch.Tensor.__hash__": "dict and set lookups of tensors (~11 per optimizer step)",
     "torch.Tensor.__format__": "string formatting of tensors in torch's own messages",
@@ -265,8 +266,22 @@ def discover(roots: Sequence[str] = ("torch",), include: Sequence[str] = (),
             gc.enable()
 
 
+def resolve_exclude(exclude: Optional[Sequence[str]]) -> List[str]:
+    """The exclude globs in effect: the default list for None; ``["+glob", ...]`` adds to the
+    default list; a list of plain globs replaces it (config.c refuses a list of both kinds)."""
+    if exclude is None:
+        return list(DEFAULT_EXCLUDE)
+    added = [glob[1:] for glob in exclude if glob.startswith("+")]
+    if not added:
+        return list(exclude)
+    if len(added) != len(exclude):
+        raise ValueError(f"exclude {list(exclude)!r}: give globs that all start with '+' (added to the default "
+                         f"list) or none that does (replacing it), not both")
+    return list(DEFAULT_EXCLUDE) + [glob for glob in added if glob not in DEFAULT_EXCLUDE]
+
+
 def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Sequence[str]]) -> Plan:
-    exclude = list(DEFAULT_EXCLUDE) if exclude is None else list(exclude)
+    exclude = resolve_exclude(exclude)
     under = _Roots(roots)
     include_globs, exclude_globs = _Globs(include), _Globs(exclude)
     skipped: List[Tuple[str, str]] = []
@@ -390,4 +405,5 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
     return Plan(chosen, skipped, excluded, [m for m, _ in modules], names)
 
 
-__all__ = ["DEFAULT_EXCLUDE", "MISSING", "Plan", "SKIP_ATTRIBUTES", "SKIP_MODULES", "Target", "discover"]
+__all__ = ["DEFAULT_EXCLUDE", "MISSING", "Plan", "SKIP_ATTRIBUTES", "SKIP_MODULES", "Target", "discover",
+           "resolve_exclude"]

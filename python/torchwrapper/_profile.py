@@ -145,7 +145,8 @@ class Profile:
     """Wraps every callable under the given modules, records calls, and restores everything.
 
     ``modules``: root module names (torch's unless given); ``include`` and ``exclude``: API-name
-    globs (``exclude`` defaults to ``DEFAULT_EXCLUDE``; ``include`` wins over it).
+    globs (``exclude`` defaults to ``DEFAULT_EXCLUDE``: a list of globs replaces it, a list of
+    ``"+glob"`` entries adds to it; ``include`` wins over it).
 
     ``args``: "none" (profile()'s default), "summary" (dtype, shape and device of tensors, values of
     numbers, type names of the rest) or "repr" (bounded repr(), may write data values into files).

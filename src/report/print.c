@@ -95,6 +95,90 @@ static void print_us(char *buf, size_t size, uint64_t ns)
     snprintf(buf, size, "%.2f", (double)ns / 1e3);
 }
 
+/* Columns a UTF-8 string takes (code points: API names hold no wide or combining characters). */
+static size_t text_columns(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+/* The byte offset of code point i of s (its length when s is shorter). */
+static size_t code_point_offset(const char *s, size_t i)
+{
+    size_t at = 0;
+    for (; s[at] && i > 0; i--)
+        for (at++; ((unsigned char)s[at] & 0xC0) == 0x80; at++)
+            ;
+    return at;
+}
+
+#define ELLIPSIS "\xe2\x80\xa6" /* U+2026, one column */
+
+/* key with its middle elided to fit cap columns (cap >= 3): "torch.nn.functional.scal…attention"; a
+ * new string, or NULL (out of memory). The end of a name tells methods apart, so both ends stay. */
+static char *elide_middle(const char *key, size_t cap)
+{
+    size_t cols = text_columns(key), len = strlen(key);
+    if (cols <= cap)
+        return strdup(key);
+    size_t head = (cap - 1) / 2, tail = cap - 1 - head;
+    size_t head_bytes = code_point_offset(key, head), tail_at = code_point_offset(key, cols - tail);
+    char *out = malloc(head_bytes + sizeof ELLIPSIS + (len - tail_at));
+    if (out != NULL)
+        sprintf(out, "%.*s" ELLIPSIS "%s", (int)head_bytes, key, key + tail_at);
+    return out;
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * The names shown for the first n groups: whole, or elided in the middle to cap columns where that
+ * keeps every shown name distinct (otherwise all whole: a wide column rather than two rows that read
+ * the same). Sets *width to the widest. Each is a new string; NULL when out of memory.
+ */
+static char **shown_names(group_t **order, size_t n, size_t cap, size_t *width)
+{
+    char **names = calloc(n ? n : 1, sizeof *names), **sorted = NULL;
+    int elided = 0, whole = 0;
+    for (size_t i = 0; names != NULL && i < n; i++) {
+        if ((names[i] = elide_middle(order[i]->key, cap)) == NULL)
+            goto fail;
+        elided |= strcmp(names[i], order[i]->key) != 0;
+    }
+    if (names != NULL && elided && !whole) {
+        if ((sorted = malloc(n * sizeof *sorted)) == NULL)
+            goto fail;
+        memcpy(sorted, names, n * sizeof *sorted);
+        qsort(sorted, n, sizeof *sorted, compare_strings);
+        for (size_t i = 1; i < n && !whole; i++)
+            whole = strcmp(sorted[i - 1], sorted[i]) == 0;
+        free(sorted);
+        for (size_t i = 0; whole && i < n; i++) {
+            free(names[i]);
+            if ((names[i] = strdup(order[i]->key)) == NULL)
+                goto fail;
+        }
+    }
+    for (size_t i = 0; names != NULL && i < n; i++)
+        if (text_columns(names[i]) > *width)
+            *width = text_columns(names[i]);
+    return names;
+fail:
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return NULL;
+}
+
+/* Name column: the widest shown name, up to this many columns in the terminal table (Markdown shows
+ * names whole). */
+#define NAME_CAP 100
+
 static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n, uint64_t all_self, int any_gpu)
 {
     static const char *const heads[] = {"calls", "total ms", "self ms", "gpu ms", "mean us", "min us",
@@ -128,10 +212,14 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         return;
     }
     /* Table and Markdown: the same cells, aligned; the GPU column only when there is GPU time. */
+    int md = o->format == OUT_MARKDOWN;
     char (*cells)[NCOLS][24] = calloc(n ? n : 1, sizeof *cells);
-    if (cells == NULL)
-        return;
     size_t width[NCOLS + 1] = {strlen(group_title(o->by))};
+    char **names = cells != NULL ? shown_names(order, n, md ? (size_t)-1 : NAME_CAP, &width[0]) : NULL;
+    if (names == NULL) {
+        free(cells);
+        return;
+    }
     for (int c = 0; c < NCOLS; c++)
         width[c + 1] = strlen(heads[c]);
     for (size_t i = 0; i < n; i++) {
@@ -147,13 +235,10 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         print_us(cells[i][8], 24, v.p99);
         print_us(cells[i][9], 24, v.max);
         snprintf(cells[i][10], 24, "%.1f", v.share);
-        if (strlen(v.key) > width[0])
-            width[0] = strlen(v.key) > 100 ? 100 : strlen(v.key);
         for (int c = 0; c < NCOLS; c++)
             if (strlen(cells[i][c]) > width[c + 1])
                 width[c + 1] = strlen(cells[i][c]);
     }
-    int md = o->format == OUT_MARKDOWN;
     const char *sep = md ? " | " : "  ";
     fprintf(out, "%s%-*s", md ? "| " : "", (int)width[0], group_title(o->by));
     for (int c = 0; c < NCOLS; c++)
@@ -161,20 +246,23 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
             fprintf(out, "%s%*s", sep, (int)width[c + 1], heads[c]);
     fputs(md ? " |\n" : "\n", out);
     if (md) {
-        fprintf(out, "|%.*s", (int)width[0] + 2, "------------------------------------------------------------"
-                                                  "--------------------------------------------------------------");
+        fputc('|', out);
+        for (size_t i = 0; i < width[0] + 2; i++)
+            fputc('-', out);
         for (int c = 0; c < NCOLS; c++)
             if (c != 3 || any_gpu)
                 fprintf(out, "|%.*s:", (int)width[c + 1] + 1, "--------------------------------");
         fputs("|\n", out);
     }
     for (size_t i = 0; i < n; i++) {
-        fprintf(out, "%s%-*.*s", md ? "| " : "", (int)width[0], (int)width[0], order[i]->key);
+        fprintf(out, "%s%s%*s", md ? "| " : "", names[i], (int)(width[0] - text_columns(names[i])), "");
+        free(names[i]);
         for (int c = 0; c < NCOLS; c++)
             if (c != 3 || any_gpu)
                 fprintf(out, "%s%*s", sep, (int)width[c + 1], cells[i][c]);
         fputs(md ? " |\n" : "\n", out);
     }
+    free(names);
     free(cells);
 }
 

@@ -219,6 +219,32 @@ static void each_entry_point_fills_in_its_own_defaults(void **state)
     assert_int_equal(tw_config_normalize_for(TW_CONFIG_DEFAULTS_COUNT, "{}", 0, &out, err, sizeof err), TW_EINVAL);
 }
 
+/* #26: --set exclude=torch.Tensor.* was refused ("give a list"); environment variables split at commas. */
+static void a_string_for_a_list_key_is_a_comma_separated_list_from_every_source(void **state)
+{
+    char *out = NULL, err[512] = "";
+    assert_int_equal(tw_config_normalize("{\"exclude\": \"torch.Tensor.*\", \"modules\": \"torch, torchvision\", "
+                                         "\"track\": \"grads\"}", 0, &out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"modules\":[\"torch\",\"torchvision\"]"));
+    assert_non_null(strstr(out, "\"exclude\":[\"torch.Tensor.*\"]"));
+    assert_non_null(strstr(out, "\"track\":[\"grads\"]"));
+    free(out);
+    expect_config_error("{\"modules\": \" , \"}", 0, "at least one module name");
+}
+
+static void plus_globs_add_to_the_default_exclude_list_and_may_not_mix_with_plain_ones(void **state)
+{
+    char *out = NULL, err[512] = "";
+    assert_int_equal(tw_config_normalize("{\"exclude\": \"+torch.add,+torch.mul\"}", 1, &out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"exclude\":[\"+torch.add\",\"+torch.mul\"]"));
+    free(out);
+    expect_config_error("{\"exclude\": [\"+torch.add\", \"torch.mul\"]}", 0, "not both");
+    expect_config_error("{\"exclude\": [\"+\"]}", 0, "\"+glob\" adds to the default list");
+    /* include knows no "+": it has no default list to add to, and "+x" is just a glob there */
+    assert_int_equal(tw_config_normalize("{\"include\": [\"+x\", \"y\"]}", 0, &out, err, sizeof err), 0);
+    free(out);
+}
+
 static void the_default_of_a_key_is_its_json_text(void **state)
 {
     assert_string_equal(tw_config_default("file_max_size", TW_CONFIG_DEFAULTS_TORCHWRAPPER), "128000000");
@@ -238,6 +264,8 @@ int main(void)
         cmocka_unit_test(tensor_stats_and_track_are_validated_and_completed),
         cmocka_unit_test(normalized_configs_read_back_unchanged),
         cmocka_unit_test(configs_the_fuzzer_found_are_refused_with_a_reason),
+        cmocka_unit_test(a_string_for_a_list_key_is_a_comma_separated_list_from_every_source),
+        cmocka_unit_test(plus_globs_add_to_the_default_exclude_list_and_may_not_mix_with_plain_ones),
         cmocka_unit_test(each_entry_point_fills_in_its_own_defaults),
         cmocka_unit_test(the_default_of_a_key_is_its_json_text),
     };
