@@ -199,9 +199,15 @@ def _paths(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]) -
     return paths
 
 
-def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, original_names: bool = False):
+def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, original_names: bool = False,
+         engine: str = "pandas", connection: Any = None):
     """Every call record in source (an out_dir, a record file, or a list of them; all processes and
     ranks) as one pandas DataFrame, in the order the calls started.
+
+    engine="polars" gives a Polars LazyFrame instead (scan_csv / scan_ndjson with the schema's types),
+    engine="duckdb" a DuckDB relation (read_csv / read_json with explicit columns; in ``connection``
+    if given): the same columns and rows, read lazily, for runs larger than memory; api is a plain
+    string there, and module is null for calls that are not module forwards.
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
     module (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
@@ -211,6 +217,14 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     GPU time of the kernels, copies and memsets each call launched itself. A torn last line (a killed
     process) is skipped, with one warning giving the count. original_names=True gives the original
     TorchWrapper's columns instead (API Name, Total Time (ms), Call Number, ...)."""
+    if engine != "pandas":
+        if engine not in ("polars", "duckdb"):
+            raise ValueError(f"engine={engine!r} is not accepted: give 'pandas', 'polars' or 'duckdb'")
+        if original_names:
+            raise ValueError("original_names=True is for engine='pandas'")
+        from . import _engines
+
+        return _engines.load_polars(source) if engine == "polars" else _engines.load_duckdb(source, connection)
     import pandas
 
     calls, gpus, torn = [], [], 0

@@ -150,6 +150,32 @@ def pandas_dtypes(kind: str) -> Dict[str, str]:
     return {c["name"]: _PANDAS[c["type"]] for c in _KINDS[kind]["columns"]}
 
 
+_POLARS = {"int64": "Int64", "float64": "Float64", "bool": "Boolean", "string": "String"}
+_DUCKDB = {"int64": "BIGINT", "float64": "DOUBLE", "bool": "BOOLEAN", "string": "VARCHAR", "list<int64>": "BIGINT[]",
+           "object": "JSON"}
+
+
+def polars_schema(kind: str, csv: bool = False) -> Dict[str, Any]:
+    """{column: polars dtype} of a kind (needs polars). In CSV a bool is 0/1: read as Int64."""
+    import polars as pl
+
+    def dtype(type_: str) -> Any:
+        if type_ == "bool" and csv:
+            return pl.Int64
+        if type_ == "list<int64>":
+            return pl.String if csv else pl.List(pl.Int64)
+        if type_ == "object":
+            return pl.String
+        return getattr(pl, _POLARS[type_])
+
+    return {c["name"]: dtype(c["type"]) for c in _KINDS[kind]["columns"]}
+
+
+def duckdb_columns(kind: str) -> Dict[str, str]:
+    """{column: DuckDB type} of a kind, for read_csv / read_json's columns."""
+    return {c["name"]: _DUCKDB[c["type"]] for c in _KINDS[kind]["columns"]}
+
+
 def missing_value(kind: str, column: str) -> Any:
     """What a reader gives for a column an older file lacks."""
     for c in _KINDS[kind]["columns"]:
@@ -158,4 +184,4 @@ def missing_value(kind: str, column: str) -> Any:
     raise KeyError(column)
 
 
-__all__ = ["SCHEMA_VERSION", "columns", "missing_value", "pandas_dtypes", "schema"]
+__all__ = ["SCHEMA_VERSION", "columns", "duckdb_columns", "missing_value", "pandas_dtypes", "polars_schema", "schema"]
