@@ -10,20 +10,17 @@ import os
 import warnings
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
+from . import _schema
+
 RECORD_EXTENSIONS = (".csv", ".jsonl")
 MODULES_FILE = "modules.json"   # the module tree (modules-PID.json in a forked child)
 
-# Columns of the "stats" and "updates" streams (tensor statistics and parameter updates).
-STATS_COLUMNS = ["call_id", "step", "module", "class", "tensor", "index", "name", "shape", "dtype", "device", "numel",
-                 "mean", "std", "min", "max", "zeros", "nan", "inf", "custom"]
-UPDATES_COLUMNS = ["call_id", "api", "outer_call_id", "parameter", "tensor", "version", "attribute"]
-
-# Column types of call records and GPU records, as the C writer writes them.
-CALL_DTYPES = {"call_id": "int64", "api": "str", "start_ns": "int64", "cost_ns": "int64", "self_ns": "int64",
-               "gpu_ns": "int64", "pid": "int64", "tid": "int64", "depth": "int64", "parent_id": "int64",
-               "error": "bool", "args": "str", "module": "str"}
-GPU_DTYPES = {"call_id": "int64", "api": "str", "kind": "str", "name": "str", "start_ns": "int64",
-              "end_ns": "int64", "device": "int64", "stream": "int64", "correlation_id": "int64", "pid": "int64"}
+# Columns and types of every kind, from the one schema (_schema.py; torchwrapper.schema()): the
+# Python writers of the "stats" and "updates" streams take their columns from here too.
+STATS_COLUMNS = _schema.columns("stats")
+UPDATES_COLUMNS = _schema.columns("updates")
+CALL_DTYPES = _schema.pandas_dtypes("calls")
+GPU_DTYPES = _schema.pandas_dtypes("gpu")
 
 
 class Record(NamedTuple):
@@ -77,14 +74,21 @@ def iter_rows(path: str) -> Iterator[tuple]:
 
             reader = csv.reader(lines())
             header = next(reader, None) or []
-            has_module = len(header) > 12 and header[12] == "module"
+            at = {name: i for i, name in enumerate(header)}   # by name: other versions add columns
+            try:
+                c = [at[name] for name in _ROW_COLUMNS[:12]]
+            except KeyError as missing:
+                raise ValueError(f"{path}: no column {missing} in its header {header!r}") from None
+            m = at.get("module")
             for row in reader:
                 try:
                     module = None
-                    if has_module:
-                        module = row[12] if row[12] else ("" if last[0].rstrip("\r\n").endswith('""') else None)
-                    yield (int(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]), int(row[5]), int(row[6]),
-                           int(row[7]), int(row[8]), int(row[9]), row[10] == "1", row[11], module)
+                    if m is not None:
+                        # the module is the last column as written: a quoted "" ends the line
+                        module = row[m] if row[m] else ("" if last[0].rstrip("\r\n").endswith('""') else None)
+                    yield (int(row[c[0]]), row[c[1]], int(row[c[2]]), int(row[c[3]]), int(row[c[4]]),
+                           int(row[c[5]]), int(row[c[6]]), int(row[c[7]]), int(row[c[8]]), int(row[c[9]]),
+                           row[c[10]] == "1", row[c[11]], module)
                 except (IndexError, ValueError):
                     continue  # a line torn by a killed process
     else:
@@ -96,6 +100,11 @@ def iter_rows(path: str) -> Iterator[tuple]:
                     continue  # a line torn by a killed process
                 yield (o["call_id"], o["api"], o["start_ns"], o["cost_ns"], o["self_ns"], o["gpu_ns"], o["pid"],
                        o["tid"], o["depth"], o["parent_id"], o["error"], o["args"], o.get("module"))
+
+
+# The tuple iter_rows gives: the call record columns of version 1, in their order.
+_ROW_COLUMNS = ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid", "depth", "parent_id",
+                "error", "args", "module"]
 
 
 def read_rows(paths: List[str]) -> List[tuple]:
@@ -140,9 +149,10 @@ def _whole_lines(path: str) -> Tuple[bytes, int]:
     return data[:cut], int(bool(data[cut:].strip()))
 
 
-def _frame(path: str, kind: str, dtypes: dict):
+def _frame(path: str, kind: str):
     import pandas
 
+    dtypes = _schema.pandas_dtypes(kind)
     data, torn = _whole_lines(path)
     columns = list(dtypes)
     try:
@@ -152,9 +162,9 @@ def _frame(path: str, kind: str, dtypes: dict):
         else:
             frame = pandas.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False,
                                     engine="c")
-        for column in columns:  # a file written by an older version may lack a column: zeros, empty text
+        for column in columns:  # a file written by an older version may lack a column
             if column not in frame:
-                frame[column] = "" if dtypes[column] == "str" else 0
+                frame[column] = _schema.missing_value(kind, column)
         frame = frame[columns]  # columns of a newer version are left out
         if not path.endswith(".jsonl"):
             frame["error"] = frame["error"] == "1" if "error" in frame else False
@@ -163,8 +173,11 @@ def _frame(path: str, kind: str, dtypes: dict):
         # A corrupt row somewhere: the tolerant row reader skips it (calls only).
         if kind != "calls":
             raise ValueError(f"{path}: a row does not parse as a GPU record")
-        frame = pandas.DataFrame([row for row in iter_rows(path)], columns=columns).astype(
-            {c: t for c, t in dtypes.items() if t != "str"})
+        frame = pandas.DataFrame([row for row in iter_rows(path)], columns=_ROW_COLUMNS)
+        for column in columns:
+            if column not in frame:
+                frame[column] = _schema.missing_value(kind, column)
+        frame = frame[columns].astype({c: t for c, t in dtypes.items() if t != "str"})
     return frame, torn
 
 
@@ -186,9 +199,15 @@ def _paths(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]) -
     return paths
 
 
-def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, original_names: bool = False):
+def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, original_names: bool = False,
+         engine: str = "pandas", connection: Any = None):
     """Every call record in source (an out_dir, a record file, or a list of them; all processes and
     ranks) as one pandas DataFrame, in the order the calls started.
+
+    engine="polars" gives a Polars LazyFrame instead (scan_csv / scan_ndjson with the schema's types),
+    engine="duckdb" a DuckDB relation (read_csv / read_json with explicit columns; in ``connection``
+    if given): the same columns and rows, read lazily, for runs larger than memory; api is a plain
+    string there, and module is null for calls that are not module forwards.
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
     module (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
@@ -198,6 +217,14 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     GPU time of the kernels, copies and memsets each call launched itself. A torn last line (a killed
     process) is skipped, with one warning giving the count. original_names=True gives the original
     TorchWrapper's columns instead (API Name, Total Time (ms), Call Number, ...)."""
+    if engine != "pandas":
+        if engine not in ("polars", "duckdb"):
+            raise ValueError(f"engine={engine!r} is not accepted: give 'pandas', 'polars' or 'duckdb'")
+        if original_names:
+            raise ValueError("original_names=True is for engine='pandas'")
+        from . import _engines
+
+        return _engines.load_polars(source) if engine == "polars" else _engines.load_duckdb(source, connection)
     import pandas
 
     calls, gpus, torn = [], [], 0
@@ -205,7 +232,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
         kind = _kind(path)
         if kind not in ("calls", "gpu"):
             continue   # empty, or a tracing stream
-        frame, cut = _frame(path, kind, CALL_DTYPES if kind == "calls" else GPU_DTYPES)
+        frame, cut = _frame(path, kind)
         torn += cut
         (calls if kind == "calls" else gpus).append(frame)
     if torn:

@@ -1,0 +1,164 @@
+# SPDX-License-Identifier: MIT
+"""The call records of a run through Polars (a LazyFrame) or DuckDB (a relation, and SQL over a
+`calls` view), typed from the one schema (_schema.py), with each call's GPU time taken from the GPU
+record files as load() does with pandas. Neither library is a dependency: each is imported when
+asked for, with an ImportError that says what to install."""
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+from . import _schema
+from ._files import _whole_lines
+
+Source = Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]
+
+
+def _import(name: str) -> Any:
+    try:
+        return __import__(name)
+    except ImportError as error:
+        raise ImportError(f"engine={name!r} needs the {name} package: pip install {name}") from error
+
+
+def _files(source: Source) -> Dict[Tuple[str, str], List[str]]:
+    """{(kind, "csv"|"json"): paths} of the call and GPU record files in source."""
+    from ._files import _kind, _paths
+
+    found: Dict[Tuple[str, str], List[str]] = {}
+    for path in _paths(source):
+        kind = _kind(path)
+        if kind in ("calls", "gpu"):
+            found.setdefault((kind, "csv" if path.endswith(".csv") else "json"), []).append(path)
+    return found
+
+
+# ---- Polars ----------------------------------------------------------------------------------------
+
+def _ends_whole(path: str) -> bool:
+    """Whether the file is empty or ends with a line end (not a torn line)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional[Any]:
+    columns = _schema.columns(kind)
+    parts = []
+    if (kind, "csv") in files:
+        frame = pl.scan_csv(files[kind, "csv"], schema_overrides=_schema.polars_schema(kind, csv=True),
+                            ignore_errors=True)
+        # a torn last line (a killed process) reads with nulls up to its end
+        frame = frame.filter(pl.col("error" if kind == "calls" else "pid").is_not_null())
+        if kind == "calls":
+            frame = frame.with_columns(pl.col("error") == 1, pl.col("args").fill_null(""))
+        parts.append(frame.select(columns))
+    if (kind, "json") in files:
+        # scan_ndjson stops at a torn last line (a killed process) even with ignore_errors: such a
+        # file (one per killed process) is read up to its last whole line, the others are scanned.
+        schema = _schema.polars_schema(kind)
+        whole = [p for p in files[kind, "json"] if _ends_whole(p)]
+        torn = [p for p in files[kind, "json"] if p not in whole]
+        if whole:
+            parts.append(pl.scan_ndjson(whole, schema=schema, ignore_errors=True).select(columns))
+        for path in torn:
+            data = _whole_lines(path)[0]
+            if data.strip():
+                parts.append(pl.read_ndjson(io.BytesIO(data), schema=schema, ignore_errors=True).lazy()
+                             .select(columns))
+    return pl.concat(parts, how="vertical") if parts else None
+
+
+def load_polars(source: Source) -> Any:
+    """A Polars LazyFrame of every call record in source (see torchwrapper.load)."""
+    pl = _import("polars")
+    files = _files(source)
+    calls = _polars_kind(pl, files, "calls")
+    if calls is None:
+        return pl.LazyFrame(schema=_schema.polars_schema("calls"))
+    gpu = _polars_kind(pl, files, "gpu")
+    if gpu is not None:
+        per_call = (gpu.filter(pl.col("call_id") != 0)
+                    .group_by("pid", "call_id")
+                    .agg(((pl.col("end_ns") - pl.col("start_ns")).clip(lower_bound=0)).sum().alias("_gpu")))
+        calls = (calls.join(per_call, on=["pid", "call_id"], how="left")
+                 .with_columns(pl.col("_gpu").fill_null(0).cast(pl.Int64).alias("gpu_ns"))
+                 .drop("_gpu"))
+    return calls.sort("start_ns", "pid", "call_id", maintain_order=True)
+
+
+# ---- DuckDB ----------------------------------------------------------------------------------------
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _sql_list(paths: List[str]) -> str:
+    return "[" + ", ".join(_sql_text(p) for p in paths) + "]"
+
+
+def _sql_struct(columns: Dict[str, str]) -> str:
+    return "{" + ", ".join(f"{_sql_text(name)}: {_sql_text(type_)}" for name, type_ in columns.items()) + "}"
+
+
+def _duckdb_kind(files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional[str]:
+    """A SELECT of every record of a kind, typed from the schema; None when there are none."""
+    columns = _schema.duckdb_columns(kind)
+    names = ", ".join(f'"{c}"' for c in columns)
+    parts = []
+    if (kind, "csv") in files:
+        # Explicit dialect and columns (no sniffing); allow_quoted_nulls=false keeps the root module's
+        # quoted "" apart from an empty field (null); a torn or malformed line is skipped.
+        parts.append(f"SELECT {names} FROM read_csv({_sql_list(files[kind, 'csv'])}, columns={_sql_struct(columns)}, "
+                     f"header=true, auto_detect=false, delim=',', quote='\"', escape='\"', "
+                     f"allow_quoted_nulls=false, ignore_errors=true, null_padding=false)")
+    if (kind, "json") in files:
+        parts.append(f"SELECT {names} FROM read_json({_sql_list(files[kind, 'json'])}, "
+                     f"format='newline_delimited', columns={_sql_struct(columns)}, ignore_errors=true)")
+    # a torn last line (a killed process) reads as a row of nulls; every whole one has these
+    last = '"error"' if kind == "calls" else '"pid"'
+    return " UNION ALL ".join(f"SELECT * FROM ({part}) WHERE {last} IS NOT NULL" for part in parts) if parts else None
+
+
+def _calls_sql(files: Dict[Tuple[str, str], List[str]]) -> Tuple[str, Optional[str]]:
+    """SELECTs of the call records (GPU time joined in) and of the GPU records (or None)."""
+    columns = _schema.duckdb_columns("calls")
+    calls = _duckdb_kind(files, "calls")
+    if calls is None:
+        calls = "SELECT " + ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns.items()) + " WHERE false"
+    select = ", ".join('coalesce(c."args", \'\') AS "args"' if c == "args" else f'c."{c}"' for c in columns)
+    gpu = _duckdb_kind(files, "gpu")
+    if gpu is None:
+        return f"SELECT {select} FROM ({calls}) AS c ORDER BY start_ns, pid, call_id", None
+    select = select.replace('c."gpu_ns"', 'coalesce(g.gpu, 0)::BIGINT AS "gpu_ns"')
+    return (f"SELECT {select} FROM ({calls}) AS c LEFT JOIN (SELECT pid, call_id, "
+            f"sum(greatest(end_ns - start_ns, 0)) AS gpu FROM ({gpu}) WHERE call_id <> 0 GROUP BY pid, call_id) AS g "
+            f"USING (pid, call_id) ORDER BY start_ns, pid, call_id"), gpu
+
+
+def load_duckdb(source: Source, connection: Any = None) -> Any:
+    """A DuckDB relation of every call record in source (see torchwrapper.load)."""
+    duckdb = _import("duckdb")
+    connection = connection if connection is not None else duckdb.connect()
+    return connection.sql(_calls_sql(_files(source))[0])
+
+
+def sql(source: Source, query: str, connection: Any = None) -> Any:
+    """Runs a DuckDB SQL query over the run in source, with the views ``calls`` (every call record, as
+    torchwrapper.load gives them) and, when there are GPU records, ``gpu``; returns the DuckDB
+    relation (``.df()``, ``.pl()``, ``.fetchall()``). A connection may be given (the views are
+    created in it, replacing views of those names); otherwise a new in-memory one is used."""
+    duckdb = _import("duckdb")
+    connection = connection if connection is not None else duckdb.connect()
+    calls, gpu = _calls_sql(_files(source))
+    connection.execute(f"CREATE OR REPLACE TEMP VIEW calls AS {calls}")
+    if gpu is not None:
+        connection.execute(f"CREATE OR REPLACE TEMP VIEW gpu AS {gpu}")
+    return connection.sql(query)
+
+
+__all__ = ["load_duckdb", "load_polars", "sql"]
