@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 import warnings
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -21,7 +22,7 @@ UPDATES_COLUMNS = ["call_id", "api", "outer_call_id", "parameter", "tensor", "ve
 # Column types of call records and GPU records, as the C writer writes them.
 CALL_DTYPES = {"call_id": "int64", "api": "str", "start_ns": "int64", "cost_ns": "int64", "self_ns": "int64",
                "gpu_ns": "int64", "pid": "int64", "tid": "int64", "depth": "int64", "parent_id": "int64",
-               "error": "bool", "args": "str", "module": "str"}
+               "error": "bool", "args": "str", "module": "str", "step": "int64"}
 GPU_DTYPES = {"call_id": "int64", "api": "str", "kind": "str", "name": "str", "start_ns": "int64",
               "end_ns": "int64", "device": "int64", "stream": "int64", "correlation_id": "int64", "pid": "int64"}
 
@@ -41,6 +42,7 @@ class Record(NamedTuple):
     error: bool
     args: str = ""
     module: Optional[str] = None  # instance path of an nn.Module forward ("" for the model itself)
+    step: int = -1                # the step the call began in, from 0 (-1: a file older than the column)
 
 
 def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -> List[str]:
@@ -60,9 +62,10 @@ def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -
 
 
 def iter_rows(path: str) -> Iterator[tuple]:
-    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args, module).
+    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args, module, step).
 
-    module is the instance path of an nn.Module forward ("" for the model itself), else None.
+    module is the instance path of an nn.Module forward ("" for the model itself), else None; step
+    the step the call began in (from 0), -1 in files written before the column.
     """
     if path.endswith(".csv"):
         with open(path, newline="", encoding="utf-8") as f:
@@ -78,13 +81,16 @@ def iter_rows(path: str) -> Iterator[tuple]:
             reader = csv.reader(lines())
             header = next(reader, None) or []
             has_module = len(header) > 12 and header[12] == "module"
+            has_step = len(header) > 13 and header[13] == "step"
+            root_end = re.compile(r',""(,\d*)?\r?\n?$' if has_step else r',""\r?\n?$')
             for row in reader:
                 try:
                     module = None
                     if has_module:
-                        module = row[12] if row[12] else ("" if last[0].rstrip("\r\n").endswith('""') else None)
+                        module = row[12] if row[12] else ("" if root_end.search(last[0]) else None)
                     yield (int(row[0]), row[1], int(row[2]), int(row[3]), int(row[4]), int(row[5]), int(row[6]),
-                           int(row[7]), int(row[8]), int(row[9]), row[10] == "1", row[11], module)
+                           int(row[7]), int(row[8]), int(row[9]), row[10] == "1", row[11], module,
+                           int(row[13]) if has_step else -1)
                 except (IndexError, ValueError):
                     continue  # a line torn by a killed process
     else:
@@ -95,7 +101,7 @@ def iter_rows(path: str) -> Iterator[tuple]:
                 except ValueError:
                     continue  # a line torn by a killed process
                 yield (o["call_id"], o["api"], o["start_ns"], o["cost_ns"], o["self_ns"], o["gpu_ns"], o["pid"],
-                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"], o.get("module"))
+                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"], o.get("module"), o.get("step", -1))
 
 
 def read_rows(paths: List[str]) -> List[tuple]:
@@ -153,8 +159,8 @@ def _frame(path: str, kind: str, dtypes: dict):
             frame = pandas.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False,
                                     engine="c")
         for column in columns:  # a file written by an older version may lack a column: zeros, empty text
-            if column not in frame:
-                frame[column] = "" if dtypes[column] == "str" else 0
+            if column not in frame:   # (and step -1: unknown)
+                frame[column] = "" if dtypes[column] == "str" else -1 if column == "step" else 0
         frame = frame[columns]  # columns of a newer version are left out
         if not path.endswith(".jsonl"):
             frame["error"] = frame["error"] == "1" if "error" in frame else False
@@ -191,9 +197,10 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     ranks) as one pandas DataFrame, in the order the calls started.
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
-    module (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
+    module, step (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
     forward, "" for the model itself and, in CSV files, for other calls, which JSON files give as
-    None; files of an older version lack it: ""). Tracing streams in the directory (stats, updates)
+    None; files of an older version lack it: ""), step (the step the call began in, counted from 0;
+    -1 in files written before the column). Tracing streams in the directory (stats, updates)
     are not records: see load_stats() and load_updates(). When the directory holds GPU records, gpu_ns is the
     GPU time of the kernels, copies and memsets each call launched itself. A torn last line (a killed
     process) is skipped, with one warning giving the count. original_names=True gives the original
@@ -228,7 +235,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
 # The original tool's DataFrame columns first, then ours.
 ORIGINAL_COLUMNS = ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp", "Cost Time (ms)", "Arguments",
                     "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error",
-                    "Module"]
+                    "Module", "Step"]
 
 
 def original_frame(frame):
@@ -252,6 +259,7 @@ def original_frame(frame):
         "Parent ID": frame["parent_id"],
         "Error": frame["error"],
         "Module": frame["module"],
+        "Step": frame["step"],
     }, columns=ORIGINAL_COLUMNS)
 
 
