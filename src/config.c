@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "schedule.h"
 #include "torchwrapper/config.h"
 
 static const struct {
@@ -99,6 +100,7 @@ typedef enum {
     KEY_SPEC,
     KEY_CHOICE_LIST,  /* a list of words among choices (no repeats) */
     KEY_TENSOR_STATS, /* false/null (off), true (the defaults), or an object (see tensor_stats_keys) */
+    KEY_SCHEDULE,     /* null, or an object of steps (schedule.c) */
 } key_kind_t;
 
 /*
@@ -129,6 +131,8 @@ static const struct config_key {
     {"on_full", KEY_CHOICE, {"\"drop\""}, "drop wait"},
     {"tensor_stats", KEY_TENSOR_STATS, {"null"}, NULL},
     {"track", KEY_CHOICE_LIST, {"[]"}, "parameters grads"},
+    {"schedule", KEY_SCHEDULE, {"null"}, NULL},
+    {"records", KEY_CHOICE, {"\"all\""}, "all summary"},
 };
 
 /* The default of key for an entry point (JSON text). */
@@ -431,6 +435,8 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
     }
     case KEY_TENSOR_STATS:
         return check_tensor_stats(value, from_strings, err, err_size);
+    case KEY_SCHEDULE:
+        return tw_schedule_check(value, from_strings, err, err_size);
     case KEY_STRING: {
         /* null where it is the default: records in memory (profile(), Session). */
         int null_ok = strcmp(fallback_of(key, defaults), "null") == 0;

@@ -129,6 +129,8 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         } else if (module != NULL) {
             p = put_csv_text(p, module, module_len);
         }
+        *p++ = ',';
+        p = tw_format_u64(p, r->step);
         *p++ = '\n';
     } else {
         memcpy(p, "{\"call_id\":", 11);
@@ -168,6 +170,8 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
             memcpy(p, "null", 4);
             p += 4;
         }
+        memcpy(p, ",\"step\":", 8);
+        p = tw_format_u64(p + 8, r->step);
         *p++ = '}';
         *p++ = '\n';
     }

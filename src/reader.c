@@ -158,6 +158,7 @@ static int csv_record(reader_t *r, const tw_str_t *fields, size_t n, const char 
         return 0; /* an empty line */
     tw_row_t row;
     memset(&row, 0, sizeof row);
+    row.step = -1; /* files older than the step column */
     /* A row with fewer fields than the header is torn or corrupt; more is a newer writer's. */
     if (n < r->ncolumns) {
         r->stats->malformed++;
@@ -176,6 +177,7 @@ static int json_record(reader_t *r, const char *line, size_t len)
 {
     tw_row_t row;
     memset(&row, 0, sizeof row);
+    row.step = -1; /* files older than the step column */
     uint32_t present;
     if (tw_skip_ws(line, line + len) == line + len)
         return 0; /* an empty line */

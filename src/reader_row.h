@@ -32,6 +32,7 @@ typedef enum {
     COL_STREAM,
     COL_CORRELATION_ID,
     COL_MODULE,
+    COL_STEP,
     COL_COUNT
 } column_t;
 

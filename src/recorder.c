@@ -27,6 +27,7 @@ struct tw_recorder {
     _Atomic uint64_t next_id_block;
     tw_thread_t *threads; /* guarded by registry_lock */
     uint64_t thread_count;
+    uint32_t step;        /* see tw_recorder_set_step(); read by the hot path through tw_thread_t.step */
     struct tw_recorder *next_recorder; /* all recorders, guarded by registry_lock (fork handling) */
 };
 
@@ -183,6 +184,7 @@ tw_thread_t *tw_recorder_attach(tw_recorder_t *rec)
     t->recorder = rec;
     t->flush_epoch = tw_queue_flush_epoch(rec->queue);
     t->seen_epoch = __atomic_load_n(t->flush_epoch, __ATOMIC_RELAXED);
+    t->step = &rec->step;
     t->tid = (uint64_t)syscall(SYS_gettid);
     t->refs = 2;
     t->next_in_recorder = rec->threads;
@@ -226,6 +228,16 @@ void tw_thread_flush(tw_thread_t *t)
         push_chunk(t, t->chunk);
         t->chunk = NULL;
     }
+}
+
+void tw_recorder_set_step(tw_recorder_t *rec, uint32_t step)
+{
+    __atomic_store_n(&rec->step, step, __ATOMIC_RELAXED);
+}
+
+uint32_t tw_recorder_step(tw_recorder_t *rec)
+{
+    return __atomic_load_n(&rec->step, __ATOMIC_RELAXED);
 }
 
 tw_queue_t *tw_recorder_queue(tw_recorder_t *rec)

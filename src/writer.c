@@ -65,6 +65,8 @@ struct tw_writer {
     char *manifest_extra;
     uint64_t flush_interval_ns;
     uint64_t buffer_bytes;
+    tw_schedule_t schedule; /* the steps whose records are written */
+    int summary_only;       /* no record files */
     tw_clock_t clock;
     tw_queue_t *queue;     /* the chunk queue the thread drains (the recorder pushes to it) */
     int64_t start_ns;
@@ -145,6 +147,12 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
     size_t room = w->env.max_size - w->calls.header_len;
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
+        tw_step_state_t state = tw_schedule_state(&w->schedule, r->step);
+        if (state == TW_STEP_ACTIVE || !w->schedule.summary_active)
+            tw_stats_add(&w->stats, r->api_id, tw_clock_duration_ns(&w->clock, r->cost),
+                         tw_clock_duration_ns(&w->clock, r->self), r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
+        if (state != TW_STEP_ACTIVE || w->summary_only)
+            continue;
         size_t len = tw_format_record(line, w->env.format, &w->clock, w->env.pid, chunk, r, TW_ARGS_MAX);
         if (len > room) {
             /* Larger than a whole file: cut its argument text until it fits, and count it. */
@@ -158,8 +166,6 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
             pthread_mutex_unlock(&w->lock);
         }
         append_line(w, &w->calls, line, len);
-        tw_stats_add(&w->stats, r->api_id, tw_clock_duration_ns(&w->clock, r->cost),
-                     tw_clock_duration_ns(&w->clock, r->self), r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
     }
 }
 
@@ -384,6 +390,8 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
     if (max_chunks < 2)
         max_chunks = 2;
     w->env.rank = config->rank;
+    w->schedule = config->schedule;
+    w->summary_only = config->summary_only;
     w->clock = *clock;
     w->queue = queue;
     w->calls.kind = "calls";

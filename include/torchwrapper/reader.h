@@ -55,6 +55,7 @@ typedef struct tw_row {
     tw_str_t gpu_kind;  /* kernel, memcpy, memset */
     tw_str_t name;      /* the kernel's name */
     tw_str_t module;    /* calls: the nn.Module instance's path (model tracing), or empty */
+    int64_t step;       /* calls: the step the call began in (schedule.h); -1 in older files without it */
 } tw_row_t;
 
 /* Called for every row; a non-zero return stops the reading and is returned by tw_read_*. */

@@ -51,7 +51,8 @@ typedef struct tw_record {
     uint64_t start;     /* ticks at entry */
     uint64_t cost;      /* ticks from entry to exit */
     uint64_t self;      /* cost minus the cost of the recorded calls directly inside it */
-    uint64_t gpu_ns;    /* GPU time attributed to the call (0 without CUPTI) */
+    uint32_t step;      /* the step the call began in (tw_recorder_set_step), counted from 0 */
+    uint32_t gpu_ns;    /* 0: GPU time is joined from the GPU records (gpu.h), never kept here */
     uint32_t api_id;    /* see api.h */
     uint16_t depth;     /* 0 for an outermost call (< TW_MAX_DEPTH) */
     uint16_t flags;     /* TW_RECORD_* */
@@ -81,7 +82,7 @@ typedef struct tw_frame {
     uint64_t child_ticks; /* cost of the recorded calls directly inside this one */
     uint64_t excluded_at_begin; /* the thread's excluded_ticks when the call began */
     uint32_t module_id;   /* TW_MODULE_*: set by the caller between begin and end */
-    uint32_t reserved;
+    uint32_t step;        /* the recorder's step when the call began */
 } tw_frame_t;
 
 typedef struct tw_recorder tw_recorder_t;
@@ -102,6 +103,7 @@ typedef struct tw_thread {
     tw_recorder_t *recorder; /* NULL once the recorder is destroyed */
     const uint32_t *flush_epoch; /* the recorder's; when it moves, the partial chunk is handed over */
     uint32_t seen_epoch;
+    const uint32_t *step; /* the recorder's current step (tw_recorder_set_step) */
     struct tw_thread *next_in_recorder;
     unsigned refs;       /* the recorder's and the OS thread's; guarded by the library's registry lock */
     tw_frame_t stack[TW_MAX_DEPTH];
@@ -143,6 +145,14 @@ TW_API void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats);
  * to it. Owned by rec. */
 TW_API struct tw_queue *tw_recorder_queue(tw_recorder_t *rec);
 
+/*
+ * The step calls that begin from now on are counted in (their records' step field), on every
+ * thread. Steps count from 0; the caller (the extension, at each step boundary) moves it forward.
+ * Thread-safe; the hot path reads it with one relaxed load.
+ */
+TW_API void tw_recorder_set_step(tw_recorder_t *rec, uint32_t step);
+TW_API uint32_t tw_recorder_step(tw_recorder_t *rec);
+
 /* Slow paths of the inline functions below; not for other callers. */
 TW_API void tw_thread_refill_ids(tw_thread_t *t);
 TW_API tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t);
@@ -164,6 +174,7 @@ static inline tw_frame_t *tw_call_begin(tw_thread_t *t)
     frame->child_ticks = 0;
     frame->excluded_at_begin = t->excluded_ticks;
     frame->module_id = TW_MODULE_NONE;
+    frame->step = __atomic_load_n(t->step, __ATOMIC_RELAXED);
     return frame;
 }
 
@@ -206,6 +217,7 @@ static inline void tw_call_end_args(tw_thread_t *t, tw_frame_t *frame, uint32_t 
     r->cost = cost;
     /* Clock reads inside children can make child time exceed cost by a tick or two: clamp. */
     r->self = cost > frame->child_ticks ? cost - frame->child_ticks : 0;
+    r->step = frame->step;
     r->gpu_ns = 0;
     r->api_id = api_id;
     r->depth = (uint16_t)depth;

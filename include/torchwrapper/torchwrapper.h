@@ -8,6 +8,7 @@
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/queue.h"
 #include "torchwrapper/config.h"
+#include "torchwrapper/schedule.h"
 #include "torchwrapper/stats.h"
 #include "torchwrapper/writer.h"
 #include "torchwrapper/gpu.h"

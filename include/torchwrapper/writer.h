@@ -10,7 +10,11 @@
  * (summary-PID.json) with per-API totals and percentiles, written at close.
  *
  * Columns: call_id, api, start_ns (since the epoch), cost_ns, self_ns, gpu_ns, pid, tid, depth,
- * parent_id, error (0/1 in CSV, false/true in JSON), args.
+ * parent_id, error (0/1 in CSV, false/true in JSON), args, module, step.
+ *
+ * Only the records of active steps (schedule.h) are written; summary.json counts every call, or
+ * those of active steps with the schedule's summary_active. With summary_only, no record file is
+ * written at all: the summary and the manifest are.
  *
  * Extra record streams (tw_writer_add_stream) go to files of their own beside the call records,
  * named like them with ".KIND" before the extension (tw-...-0001.gpu.csv), under the same
@@ -22,6 +26,7 @@
 
 #include "torchwrapper/clock.h"
 #include "torchwrapper/recorder.h"
+#include "torchwrapper/schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +47,8 @@ typedef struct tw_writer_config {
     const char *manifest_json;    /* optional JSON object text merged into the manifest (config, versions) */
     int per_process_names;        /* 1: manifest-PID.json and summary-PID.json, for processes that share
                                      out_dir with others (children, ranks); 0: manifest.json, summary.json */
+    tw_schedule_t schedule;       /* the steps whose records are written (zeroed: every step) */
+    int summary_only;             /* 1: no record files, only summary.json and the manifest */
 } tw_writer_config_t;
 
 typedef struct tw_writer tw_writer_t;

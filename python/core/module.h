@@ -55,7 +55,7 @@ static inline void tw_exc_restore(tw_saved_exc_t *saved)
 /* ---- Session's arguments (options.c) ---- */
 
 /* The config keys Session takes as keyword arguments, in its keyword order. */
-#define TW_SESSION_CONFIG_KEYWORDS 10
+#define TW_SESSION_CONFIG_KEYWORDS 12
 extern const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS];
 
 /* The given config arguments (values[i] for tw_session_config_keywords[i], NULL when not given)
@@ -66,6 +66,10 @@ PyObject *tw_session_config(PyObject *const *values);
 /* config[key] as UTF-8 (borrowed from the dict), or NULL when not a str (None); as an integer. */
 const char *tw_config_str(PyObject *config, const char *key);
 unsigned long long tw_config_uint(PyObject *config, const char *key);
+
+/* config["schedule"] (null or the validator's complete object) as a schedule. 0, or -1 with an
+ * exception. */
+int tw_config_schedule(PyObject *config, tw_schedule_t *out);
 
 /* Copies that outlive the Python objects (PyMem_Raw; NULL with MemoryError). */
 char *tw_dup_cstr(const char *s);
@@ -88,7 +92,8 @@ enum {
     TW_KIND_MODULE_CALL = 1u << 1,    /* nn.Module.__call__: the same, and tensor statistics */
     TW_KIND_INPLACE = 1u << 2,        /* may update args[0] (a tensor, or a list of them) in place */
     TW_KIND_BOUNDARY = 1u << 3,       /* optimizer step, backward, zero_grad: parameters checked around it */
-    TW_KIND_ALL = 15u,
+    TW_KIND_STEP = 1u << 4,           /* an optimizer's step: an outermost one ends a step (steps.c) */
+    TW_KIND_ALL = 31u,
 };
 
 /*
@@ -151,6 +156,14 @@ extern tw_ptr_table_t tw_tracked; /* tracked tensor (parameter, grad) -> tracer'
 
 typedef struct {
     uint64_t gen;                  /* 0: no session; else a number unique to this session */
+    /* 1 outside the schedule's active and warmup steps when the summary counts active steps only:
+     * wrappers call through, recording nothing (optimizer steps are still watched for the step's
+     * end). Flipped at step boundaries (steps.c), read by every call right after gen. */
+    uint32_t idle;
+    uint32_t manual_steps;         /* the program marks steps (Session.step()): optimizer steps do not */
+    uint32_t step;                 /* the current step, counted from 0 (also in the recorder) */
+    tw_args_mode_t args_configured; /* the session's args mode; args_mode is NONE outside active steps */
+    tw_schedule_t schedule;
     tw_recorder_t *recorder;
     tw_clock_source_t clock_source;
     tw_args_mode_t args_mode;
@@ -181,6 +194,19 @@ void tw_ptr_table_clear(tw_ptr_table_t *table);
 
 /* The innermost recorded call in progress on this thread and the outermost one: 1, or 0 if none. */
 int tw_current_call(uint64_t *call_id, uint64_t *outer_id);
+
+/* ---- steps (steps.c) ---- */
+
+/* Sets tw_active's step fields for a session that starts recording at step 0 under schedule. */
+void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode);
+
+/* Ends the current step (with the GIL held, in the active session): the next one begins, and the
+ * schedule says whether wrappers record in it. */
+void tw_step_end(void);
+
+/* Session.step() of the active session: from now on only the program's marks end steps. The first
+ * mark ends a step only if no optimizer step has ended one (then the current step goes on). */
+void tw_step_mark(void);
 
 /* Suspends recording on the calling thread while the profiler runs its own Python code. */
 void tw_pause_thread(void);

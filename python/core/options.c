@@ -63,7 +63,7 @@ char **tw_cupti_paths_of(PyObject *paths)
 
 const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS] = {
     "out_dir", "format", "file_max_size", "file_name_spec", "max_files", "flush_interval", "buffer_size", "on_full",
-    "args", "gpu"};
+    "args", "gpu", "schedule", "records"};
 
 PyObject *tw_session_config(PyObject *const *values)
 {
@@ -95,6 +95,23 @@ const char *tw_config_str(PyObject *config, const char *key)
 {
     PyObject *value = PyDict_GetItemString(config, key);
     return value != NULL && PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : NULL;
+}
+
+int tw_config_schedule(PyObject *config, tw_schedule_t *out)
+{
+    memset(out, 0, sizeof *out);
+    PyObject *value = PyDict_GetItemString(config, "schedule");
+    if (value == NULL || value == Py_None)
+        return 0;
+    out->skip_first = (uint32_t)tw_config_uint(value, "skip_first");
+    out->wait = (uint32_t)tw_config_uint(value, "wait");
+    out->warmup = (uint32_t)tw_config_uint(value, "warmup");
+    out->active = (uint32_t)tw_config_uint(value, "active");
+    out->repeat = (uint32_t)tw_config_uint(value, "repeat");
+    const char *summary = tw_config_str(value, "summary");
+    out->summary_active = summary != NULL && strcmp(summary, "active") == 0;
+    out->enabled = out->active > 0;
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 unsigned long long tw_config_uint(PyObject *config, const char *key)

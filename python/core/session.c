@@ -24,6 +24,8 @@ typedef struct {
     char *manifest_json;
     tw_writer_t *writer;
     tw_args_mode_t args_mode;
+    tw_schedule_t schedule; /* the steps whose records are kept (also in config, for the writer) */
+    int summary_only;       /* records "summary": no per-call records kept */
     PyObject *tensor_type; /* torch._C.TensorBase, found at start, when args are summarized */
     PyObject *tracer;      /* torchwrapper._trace.Tracer or None */
     tw_hooks_t hooks;      /* the tracer's bound methods (strong references), taken at start */
@@ -205,16 +207,17 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
 {
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
                                "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args",
-                               "per_process_names", "gpu", "gpu_device", "cupti_paths", "tracer", NULL};
+                               "per_process_names", "gpu", "gpu_device", "cupti_paths", "tracer", "schedule", "records",
+                               NULL};
     /* values[i]: tw_session_config_keywords[i], NULL when not given (the validator's default applies) */
     PyObject *values[TW_SESSION_CONFIG_KEYWORDS] = {NULL};
     PyObject *manifest = Py_None, *cupti_paths = Py_None, *tracer = Py_None;
     long long rank = -1;
     int per_process_names = 0, gpu_device = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOO:Session", keywords, &values[0], &values[1],
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOOOO:Session", keywords, &values[0], &values[1],
                                      &values[2], &values[3], &values[4], &values[5], &values[6], &values[7], &rank,
                                      &manifest, &values[8], &per_process_names, &values[9], &gpu_device,
-                                     &cupti_paths, &tracer))
+                                     &cupti_paths, &tracer, &values[10], &values[11]))
         return NULL;
     if (manifest != Py_None && !PyUnicode_Check(manifest)) {
         PyErr_Format(PyExc_TypeError, "manifest must be JSON object text, not '%.200s'", Py_TYPE(manifest)->tp_name);
@@ -224,10 +227,12 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     if (config == NULL)
         return NULL;
     const char *gpu = tw_config_str(config, "gpu"), *args_mode = tw_config_str(config, "args");
-    const char *out_dir = tw_config_str(config, "out_dir");
+    const char *out_dir = tw_config_str(config, "out_dir"), *records = tw_config_str(config, "records");
     tw_session_object *self = (tw_session_object *)type->tp_alloc(type, 0);
-    if (self == NULL || gpu == NULL || args_mode == NULL)
+    if (self == NULL || gpu == NULL || args_mode == NULL || records == NULL ||
+        tw_config_schedule(config, &self->schedule) < 0)
         goto fail;
+    self->summary_only = strcmp(records, "summary") == 0;
     self->state = SESSION_NEW;
     self->args_mode = strcmp(args_mode, "summary") == 0 ? TW_ARGS_SUMMARY
                       : strcmp(args_mode, "repr") == 0  ? TW_ARGS_REPR
@@ -265,6 +270,8 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     c->block_when_full = strcmp(on_full, "wait") == 0;
     c->rank = rank;
     c->per_process_names = per_process_names;
+    c->schedule = self->schedule;
+    c->summary_only = self->summary_only;
     if (PyErr_Occurred())
         goto fail;
     Py_DECREF(config);
@@ -369,6 +376,9 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     tw_active.args_mode = self->args_mode;
     tw_active.tensor_type = (PyTypeObject *)self->tensor_type;
     tw_active.hooks = self->hooks; /* borrowed: the session holds them until it is deallocated */
+    tw_active.hooks.kinds |= TW_KIND_STEP; /* optimizer steps end steps */
+    tw_recorder_set_step(self->recorder, 0);
+    tw_steps_start(&self->schedule, self->args_mode);
     tw_active.session = Py_NewRef(op);
     tw_active.gpu = tw_gpu_hooks(self->gpu);
     tw_active.gen = ++last_gen;
@@ -385,6 +395,7 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
         return NULL;
     }
     tw_active.gen = 0;
+    tw_active.idle = 0;
     tw_active.recorder = NULL;
     memset(&tw_active.hooks, 0, sizeof tw_active.hooks);
     /* Not needed once stopped; dropped now so that the tracer (and its Profile) go with refcounts. */
@@ -443,6 +454,8 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
     const tw_clock_t *clock = &ctx->session->clock;
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
+        if (ctx->session->summary_only || tw_schedule_state(&ctx->session->schedule, r->step) != TW_STEP_ACTIVE)
+            continue; /* kept only for the summary, as the writer does */
         PyObject *name = api_name_object(ctx, r->api_id);
         if (name == NULL)
             return -1;
@@ -458,13 +471,14 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
             Py_DECREF(args);
             return -1;
         }
-        PyObject *row = Py_BuildValue("(KNLKKKKIKONN)", (unsigned long long)r->call_id, name,
+        PyObject *row = Py_BuildValue("(KNLKKKKIKONNI)", (unsigned long long)r->call_id, name,
                                       (long long)tw_clock_epoch_ns(clock, r->start),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->cost),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->self),
                                       (unsigned long long)r->gpu_ns, (unsigned long long)chunk->tid,
                                       (unsigned int)r->depth, (unsigned long long)r->parent_id,
-                                      (r->flags & TW_RECORD_ERROR) ? Py_True : Py_False, args, module);
+                                      (r->flags & TW_RECORD_ERROR) ? Py_True : Py_False, args, module,
+                                      (unsigned int)r->step);
         if (row == NULL)
             return -1;
         int err = PyList_Append(ctx->list, row);
@@ -524,11 +538,11 @@ static PyObject *session_stats(PyObject *op, PyObject *unused)
     tw_session_object *self = (tw_session_object *)op;
     tw_recorder_stats_t stats;
     tw_recorder_stats(self->recorder, &stats);
-    PyObject *out = Py_BuildValue("{sKsKsKsKsssd}", "records", (unsigned long long)stats.records, "dropped",
+    PyObject *out = Py_BuildValue("{sKsKsKsKsssdsI}", "records", (unsigned long long)stats.records, "dropped",
                                   (unsigned long long)stats.dropped, "chunks", (unsigned long long)stats.chunks,
                                   "threads", (unsigned long long)stats.threads, "clock",
                                   self->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic", "ticks_per_ns",
-                                  self->clock.ticks_per_ns);
+                                  self->clock.ticks_per_ns, "step", (unsigned int)tw_recorder_step(self->recorder));
     if (out == NULL || add_gpu_stats(self, out) < 0) {
         Py_XDECREF(out);
         return NULL;
@@ -569,6 +583,16 @@ static PyObject *session_pause(PyObject *op, PyObject *unused)
 {
     tw_pause_thread();
     Py_RETURN_NONE;
+}
+
+static PyObject *session_step(PyObject *op, PyObject *unused)
+{
+    if (((tw_session_object *)op)->state != SESSION_ACTIVE || tw_active.session != op) {
+        PyErr_SetString(PyExc_RuntimeError, "step() marks the end of a step of a recording session: start() it first");
+        return NULL;
+    }
+    tw_step_mark();
+    return PyLong_FromUnsignedLong(tw_active.step);
 }
 
 static PyObject *session_resume(PyObject *op, PyObject *unused)
@@ -661,11 +685,14 @@ static PyMethodDef session_methods[] = {
     {"stop", session_stop, METH_NOARGS, "Stop recording and gather every thread's records."},
     {"records", session_records, METH_NOARGS,
      "The records of a stopped session: a list of tuples (call_id, api, start_ns, cost_ns, self_ns, "
-     "gpu_ns, tid, depth, parent_id, error, args, module)."},
+     "gpu_ns, tid, depth, parent_id, error, args, module, step), of the schedule's active steps."},
     {"stats", session_stats, METH_NOARGS, "Counters: records, dropped, chunks, threads, clock."},
     {"pause_thread", session_pause, METH_NOARGS,
      "Stop recording calls made by this thread (nestable) until resume_thread()."},
     {"resume_thread", session_resume, METH_NOARGS, "Undo one pause_thread() on this thread."},
+    {"step", session_step, METH_NOARGS,
+     "End the current step; returns the number of the step that begins (steps count from 0). Once\n"
+     "called, only these calls end steps (not optimizer steps)."},
     {"add_stream", session_add_stream, METH_VARARGS,
      "add_stream(kind, csv_header)\n--\n\nRows of another kind go to files of their own (NAME.KIND.csv)."},
     {"stream_write", session_stream_write, METH_VARARGS,

@@ -247,7 +247,8 @@ int tw_trace_add_functions(PyObject *module)
     if (PyModule_AddIntConstant(module, "KIND_MODULE_FORWARD", TW_KIND_MODULE_FORWARD) < 0 ||
         PyModule_AddIntConstant(module, "KIND_MODULE_CALL", TW_KIND_MODULE_CALL) < 0 ||
         PyModule_AddIntConstant(module, "KIND_INPLACE", TW_KIND_INPLACE) < 0 ||
-        PyModule_AddIntConstant(module, "KIND_BOUNDARY", TW_KIND_BOUNDARY) < 0)
+        PyModule_AddIntConstant(module, "KIND_BOUNDARY", TW_KIND_BOUNDARY) < 0 ||
+        PyModule_AddIntConstant(module, "KIND_STEP", TW_KIND_STEP) < 0)
         return -1;
     PyObject *root = PyLong_FromUnsignedLong(TW_MODULE_ROOT);
     if (root == NULL || PyModule_AddObject(module, "MODULE_ROOT", root) < 0) {

@@ -159,12 +159,11 @@ fail:
 /* noinline: the common path stays small; flatten: its own copy of tw_call_end_args (see record_call_gpu) */
 static __attribute__((noinline, flatten)) PyObject *
 traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-                  PyObject *kwnames)
+                  PyObject *kwnames, uint32_t kind)
 {
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     tw_clock_source_t source = tw_active.clock_source;
     const tw_hooks_t *hooks = &tw_active.hooks;
-    uint32_t kind = self->kind & hooks->kinds;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *subject = nargs > 0 ? args[0] : NULL;
 
@@ -372,12 +371,48 @@ record_module_forward(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyO
     return record_call(self, t, gen, args, nargsf, kwnames, NULL, module_id);
 }
 
+/* Optimizer steps in progress on this thread (recorded or not): the outermost one ends a step. */
+static _Thread_local uint32_t optimizer_depth;
+
+/*
+ * An optimizer's step while steps end at optimizer steps: recorded as usual (t NULL: not recorded,
+ * outside the schedule's steps), and the end of an outermost one ends the step (steps.c), after its
+ * record is made, so that it belongs to the step it ends.
+ */
+static __attribute__((noinline)) PyObject *optimizer_step(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen,
+                                                         PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    optimizer_depth++;
+    uint32_t kind = self->kind & tw_active.hooks.kinds & ~(uint32_t)TW_KIND_STEP;
+    PyObject *result;
+    if (t == NULL)
+        result = call_original(self, args, nargsf, kwnames);
+    else if (kind != 0)
+        result = traced_vectorcall(self, t, gen, args, nargsf, kwnames, kind);
+    else
+        result = record_call_gpu(self, t, gen, args, nargsf, kwnames, tw_active.gpu);
+    if (--optimizer_depth == 0 && tw_active.gen == gen && !tw_active.manual_steps)
+        tw_step_end();
+    return result;
+}
+
+/* A call outside the schedule's steps (tw_active.idle): nothing recorded, optimizer steps watched. */
+static __attribute__((noinline)) PyObject *idle_call(tw_wrapper_object *self, uint64_t gen, PyObject *const *args,
+                                                    size_t nargsf, PyObject *kwnames)
+{
+    if ((self->kind & TW_KIND_STEP) && !tw_active.manual_steps)
+        return optimizer_step(self, NULL, gen, args, nargsf, kwnames);
+    return call_original(self, args, nargsf, kwnames);
+}
+
 PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     tw_wrapper_object *self = (tw_wrapper_object *)callable;
     uint64_t gen = tw_active.gen;
     if (gen == 0)
         return call_original(self, args, nargsf, kwnames);
+    if (TW_UNLIKELY(tw_active.idle)) /* outside the schedule's steps: the one check it costs */
+        return idle_call(self, gen, args, nargsf, kwnames);
     tw_thread_t *t = TW_LIKELY(thread_cache.gen == gen) ? thread_cache.thread : attach_thread(gen);
     if (TW_UNLIKELY(t == NULL || t->paused))
         return call_original(self, args, nargsf, kwnames);
@@ -385,7 +420,9 @@ PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_
     if (TW_UNLIKELY(kind != 0)) {
         if (kind == TW_KIND_MODULE_FORWARD)
             return record_module_forward(self, t, gen, args, nargsf, kwnames);
-        return traced_vectorcall(self, t, gen, args, nargsf, kwnames);
+        if (kind & TW_KIND_STEP)
+            return optimizer_step(self, t, gen, args, nargsf, kwnames);
+        return traced_vectorcall(self, t, gen, args, nargsf, kwnames, kind);
     }
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     if (TW_UNLIKELY(gpu != NULL))

@@ -35,6 +35,14 @@ def records(session: Session) -> List[Record]:
     return rows
 
 
+def step() -> int:
+    """Ends the current step of the session recording now and returns the number of the step that
+    begins (steps count from 0); -1 when no session records. After the first call, only these
+    calls end steps (not optimizer steps): see ``Profile.step()`` and the config key ``schedule``."""
+    session = _core.active_session()
+    return session.step() if session is not None else -1
+
+
 @contextmanager
 def profile_apis(paths: Iterable[str]) -> Iterator[Session]:
     """Wraps the callables at the given dotted paths, records calls inside the block, restores them.
@@ -61,5 +69,5 @@ def profile_apis(paths: Iterable[str]) -> Iterator[Session]:
 __all__ = ["BUILTIN_METRICS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "load_modules", "load_stats",
            "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile", "Record", "SKIP_ATTRIBUTES",
            "SKIP_MODULES", "Session", "TorchWrapper", "Wrapper", "discover", "getAPIName", "getAttributes",
-           "load", "load_config", "profile", "profile_apis", "records", "resolve", "resolve_exclude", "schema", "sql", "wrap",
+           "load", "load_config", "profile", "profile_apis", "records", "resolve", "resolve_exclude", "schema", "sql", "step", "wrap",
            "__version__"]

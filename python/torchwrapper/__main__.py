@@ -28,7 +28,8 @@ def _parse_run(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--config", metavar="FILE", help="a JSON configuration file")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         help="a configuration value (repeatable), e.g. --set format=csv --set file_max_size=10MB; "
-                             "lists comma-separated or JSON: --set exclude=+torch.Tensor.*,+torch.is_*")
+                             "lists comma-separated or JSON: --set exclude=+torch.Tensor.*,+torch.is_*"; "
+                             "KEY.SUB sets a key of an object value: --set schedule.active=5")
     parser.add_argument("-o", "--out-dir", metavar="OUT_DIR", help="where the files go (config key out_dir)")
     parser.add_argument("--no-report", action="store_true", help="do not print the top-10 report at the end")
     parser.add_argument("--top", type=int, default=10, help="rows of the report (default 10)")
@@ -71,9 +72,16 @@ def _config(options: argparse.Namespace) -> Dict[str, Any]:
         if not sep:
             raise SystemExit(f"torchwrapper: --set {item!r}: expected KEY=VALUE")
         try:
-            config[key] = json.loads(value)   # numbers, lists, null
+            parsed = json.loads(value)        # numbers, lists, null, objects
         except ValueError:
-            config[key] = value               # plain text: "csv", "10MB"
+            parsed = value                    # plain text: "csv", "10MB"
+        key, dot, sub = key.partition(".")
+        if dot:                               # a key of an object value: --set schedule.active=5
+            if not isinstance(config.get(key), dict):
+                config[key] = {}
+            config[key][sub] = parsed
+        else:
+            config[key] = parsed
     if options.out_dir:
         config["out_dir"] = options.out_dir
     return config

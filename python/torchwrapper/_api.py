@@ -118,6 +118,7 @@ class TorchWrapper:
                                 max_files=c["max_files"], flush_interval=c["flush_interval"],
                                 buffer_size=c["buffer_size"], on_full=c["on_full"], manifest={"config": c},
                                 args=c["args"], gpu=c["gpu"], tensor_stats=c["tensor_stats"], track=c["track"],
+                                schedule=c["schedule"], records=c["records"],
                                 metrics=self._metrics if c["tensor_stats"] is not None else None)
         self._call_records = None
         self._profile.start()
@@ -132,6 +133,12 @@ class TorchWrapper:
         if self._profile is None:
             raise RuntimeError("stop() without start()")
         self._profile.stop()
+
+    def step(self) -> int:
+        """Ends the current step (see Profile.step()); returns the number of the step that begins."""
+        if self._profile is None:
+            raise RuntimeError("step() without start()")
+        return self._profile.step()
 
     def __enter__(self) -> "TorchWrapper":
         return self.start()

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 import warnings
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -38,6 +39,7 @@ class Record(NamedTuple):
     error: bool
     args: str = ""
     module: Optional[str] = None  # instance path of an nn.Module forward ("" for the model itself)
+    step: int = -1                # the step the call began in, from 0 (-1: a file older than the column)
 
 
 def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -> List[str]:
@@ -57,9 +59,10 @@ def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -
 
 
 def iter_rows(path: str) -> Iterator[tuple]:
-    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args, module).
+    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args, module, step).
 
-    module is the instance path of an nn.Module forward ("" for the model itself), else None.
+    module is the instance path of an nn.Module forward ("" for the model itself), else None; step
+    the step the call began in (from 0), -1 in files written before the column.
     """
     if path.endswith(".csv"):
         with open(path, newline="", encoding="utf-8") as f:
@@ -79,16 +82,18 @@ def iter_rows(path: str) -> Iterator[tuple]:
                 c = [at[name] for name in _ROW_COLUMNS[:12]]
             except KeyError as missing:
                 raise ValueError(f"{path}: no column {missing} in its header {header!r}") from None
-            m = at.get("module")
+            m, st = at.get("module"), at.get("step")
+            # the root module is a quoted "" (no module is empty): when the module column is the
+            # last one written, or is followed only by the step
+            root_end = re.compile(r',""(,-?\d*)?\r?\n?$' if st is not None else r',""\r?\n?$')
             for row in reader:
                 try:
                     module = None
                     if m is not None:
-                        # the module is the last column as written: a quoted "" ends the line
-                        module = row[m] if row[m] else ("" if last[0].rstrip("\r\n").endswith('""') else None)
+                        module = row[m] if row[m] else ("" if root_end.search(last[0]) else None)
                     yield (int(row[c[0]]), row[c[1]], int(row[c[2]]), int(row[c[3]]), int(row[c[4]]),
                            int(row[c[5]]), int(row[c[6]]), int(row[c[7]]), int(row[c[8]]), int(row[c[9]]),
-                           row[c[10]] == "1", row[c[11]], module)
+                           row[c[10]] == "1", row[c[11]], module, int(row[st]) if st is not None else -1)
                 except (IndexError, ValueError):
                     continue  # a line torn by a killed process
     else:
@@ -99,12 +104,11 @@ def iter_rows(path: str) -> Iterator[tuple]:
                 except ValueError:
                     continue  # a line torn by a killed process
                 yield (o["call_id"], o["api"], o["start_ns"], o["cost_ns"], o["self_ns"], o["gpu_ns"], o["pid"],
-                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"], o.get("module"))
+                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"], o.get("module"), o.get("step", -1))
 
 
-# The tuple iter_rows gives: the call record columns of version 1, in their order.
-_ROW_COLUMNS = ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid", "depth", "parent_id",
-                "error", "args", "module"]
+# The tuple iter_rows gives: the call record columns, in their order (the schema's "calls").
+_ROW_COLUMNS = _schema.columns("calls")
 
 
 def read_rows(paths: List[str]) -> List[tuple]:
@@ -210,9 +214,10 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     string there, and module is null for calls that are not module forwards.
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
-    module (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
+    module, step (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
     forward, "" for the model itself and, in CSV files, for other calls, which JSON files give as
-    None; files of an older version lack it: ""). Tracing streams in the directory (stats, updates)
+    None; files of an older version lack it: ""), step (the step the call began in, counted from 0;
+    -1 in files written before the column). Tracing streams in the directory (stats, updates)
     are not records: see load_stats() and load_updates(). When the directory holds GPU records, gpu_ns is the
     GPU time of the kernels, copies and memsets each call launched itself. A torn last line (a killed
     process) is skipped, with one warning giving the count. original_names=True gives the original
@@ -255,7 +260,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
 # The original tool's DataFrame columns first, then ours.
 ORIGINAL_COLUMNS = ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp", "Cost Time (ms)", "Arguments",
                     "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error",
-                    "Module"]
+                    "Module", "Step"]
 
 
 def original_frame(frame):
@@ -279,6 +284,7 @@ def original_frame(frame):
         "Parent ID": frame["parent_id"],
         "Error": frame["error"],
         "Module": frame["module"],
+        "Step": frame["step"],
     }, columns=ORIGINAL_COLUMNS)
 
 

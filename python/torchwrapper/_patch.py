@@ -210,6 +210,8 @@ class _TraceKinds:
                 kind |= _core.KIND_INPLACE
             elif attr in ("step", "zero_grad") and isinstance(owner, type) and issubclass(owner, self.optimizer):
                 kind |= _core.KIND_BOUNDARY
+                if attr == "step":
+                    kind |= _core.KIND_STEP   # an outermost one ends a step (schedule)
         if target.name in _BOUNDARY_NAMES:
             kind |= _core.KIND_BOUNDARY
         return kind

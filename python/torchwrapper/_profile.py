@@ -168,6 +168,12 @@ class Profile:
     the record file names; ``per_process_names`` (default: with a rank, or in a process started
     with $TORCHWRAPPER_AUTOSTART) names the manifest and summary after the pid.
 
+    ``schedule``: None (every step recorded) or a dict of ``skip_first``, ``wait``, ``warmup``,
+    ``active``, ``repeat`` (torch.profiler.schedule's meaning, in steps; see ``step()``) and
+    ``summary`` ("all": summary.json counts every call, the default; "active": only the calls of
+    active steps, and wrappers outside them record nothing). ``records``: "all", or "summary" for
+    no per-call records at all (summary.json and the manifest only).
+
     ``gpu``: "auto" (the default: with out_dir, a CUDA device and CUPTI, every kernel, copy and
     memset is recorded with the call that launched it, in ``*.gpu.csv`` / ``*.gpu.jsonl`` files;
     otherwise says once why not and profiles CPU time), "on" (the same, but start() raises
@@ -181,11 +187,12 @@ class Profile:
                  on_full: Optional[str] = None, rank: Optional[int] = None, manifest: Optional[Dict[str, Any]] = None,
                  args: Optional[str] = None, per_process_names: Optional[bool] = None, gpu: Optional[str] = None,
                  tensor_stats: Any = None, track: Optional[Sequence[str]] = None,
-                 metrics: Optional[Dict[str, Any]] = None) -> None:
+                 metrics: Optional[Dict[str, Any]] = None, schedule: Optional[Dict[str, Any]] = None,
+                 records: Optional[str] = None) -> None:
         given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
                  "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
                  "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
-                 "gpu": gpu, "tensor_stats": tensor_stats, "track": track}
+                 "gpu": gpu, "tensor_stats": tensor_stats, "track": track, "schedule": schedule, "records": records}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
         c = json.loads(_core.normalize_config(json.dumps(given, default=_unjsonable), defaults="profile"))
@@ -244,7 +251,7 @@ class Profile:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            kinds = self.tracer.kinds
+            kinds = self.tracer.kinds | _core.KIND_STEP   # optimizer steps end steps
             if not self.patcher.install_plan(self.plan, kinds) and from_cache:
                 # Something changed since that plan was made (torch replaced an attribute):
                 # undo, and plan afresh.
@@ -306,6 +313,15 @@ class Profile:
             for attr, value in list(namespace.items()):
                 if type(value) in WRAPPER_TYPES:
                     namespace[attr] = value.__wrapped__
+
+    def step(self) -> int:
+        """Ends the current step and returns the number of the one that begins (steps count from 0).
+
+        Without it, a step ends when an outermost optimizer step returns; after the first call, only
+        these calls end steps. The schedule (config key ``schedule``) counts these steps."""
+        if not self.session.active:
+            raise RuntimeError("step() marks steps of a recording profile: start() it first")
+        return self.session.step()
 
     def __enter__(self) -> "Profile":
         return self.start()
@@ -399,7 +415,7 @@ def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[
 
 # Config keys the Session takes (the others are Profile's: modules, include, exclude, tensor_stats, track).
 _SESSION_KEYS = ("out_dir", "format", "file_max_size", "file_name_spec", "max_files", "flush_interval", "buffer_size",
-                 "on_full", "args", "gpu")
+                 "on_full", "args", "gpu", "schedule", "records")
 
 
 def _unjsonable(value: Any) -> str:

@@ -33,7 +33,7 @@ def _col(name: str, type_: str, description: str, unit: Optional[str] = None, nu
 
 _KINDS: Dict[str, Dict[str, Any]] = {
     "calls": {
-        "version": 1,
+        "version": 2,
         "description": "one row per profiled call, in the order calls ended",
         "files": {"csv": "NAME.csv", "json": "NAME.jsonl"},
         "columns": [
@@ -53,6 +53,9 @@ _KINDS: Dict[str, Dict[str, Any]] = {
             _col("module", "string", "the nn.Module instance path of a forward (\"\" for the model itself); "
                                      "null for other calls (CSV: empty, the root module quoted \"\")",
                  nullable=True, missing=""),
+            _col("step", "int64", "the training step the call began in, from 0: a step ends when an outermost "
+                                  "optimizer.step() returns, or at each prof.step() / torchwrapper.step() once "
+                                  "one was called (config schedule)", missing=-1),
         ],
     },
     "gpu": {

@@ -181,6 +181,9 @@ static int keep_row(report_t *r, const tw_row_t *row)
     }
     if (o->has_window && ((int64_t)row->start_ns < r->window_from_ns || (int64_t)row->start_ns > r->window_to_ns))
         return 0;
+    /* GPU records and files older than the step column carry no step (-1): left out. */
+    if (o->has_steps && (row->step < 0 || row->step < o->steps_from || (o->steps_to >= 0 && row->step > o->steps_to)))
+        return 0;
     if (o->napis) {
         char api[1024];
         size_t len = row->api.len < sizeof api - 1 ? row->api.len : sizeof api - 1;
@@ -274,6 +277,14 @@ int report_on_row(void *ctx, const tw_row_t *row)
         else
             k = tw_format_i64(k, row->pid);
         count_in(r, table_get(&r->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu, row->error);
+        break;
+    case BY_STEP:
+        if (row->step < 0) {
+            count_in(r, group_for(r, "(no step)"), row->cost_ns, row->self_ns, gpu, row->error);
+        } else {
+            k = tw_format_i64(k, row->step);
+            count_in(r, table_get(&r->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu, row->error);
+        }
         break;
     case BY_PARENT: {
         group_t *self_api = table_get(&r->api_names, api, (size_t)api_len);

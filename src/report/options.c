@@ -15,11 +15,13 @@
     "processes and ranks), read in one streaming pass.\n\n"                                                       \
     "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"               \
     "  --top N           the first N rows only\n"                                                                  \
-    "  --by GROUP        api (default), thread, pid, parent (caller > callee)\n"                                   \
+    "  --by GROUP        api (default), thread, pid, parent (caller > callee), step\n"                             \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \
     "  --window A:B      only calls starting between A and B seconds after the run's start (A or B may be empty)\n" \
+    "  --steps A:B       only calls of steps A to B, both included (0 is the first; A or B may be empty; one\n"    \
+    "                    number: that step); GPU records, which carry no step, are left out\n"                    \
     "  --format F        table (default), csv, json, markdown\n"                                                   \
     "  --trace FILE      also write a Chrome trace event file (Perfetto, chrome://tracing); .gz compresses\n"     \
     "  --limit N         at most N calls in the trace (default 1000000; 0 for no limit)\n"                         \
@@ -74,6 +76,30 @@ static int parse_window(const char *s, options_t *o)
     return 0;
 }
 
+/* --steps A:B, A:, :B or N: steps counted from 0, both ends included. */
+static int parse_steps(const char *s, options_t *o)
+{
+    const char *colon = strchr(s, ':');
+    uint64_t from = 0, to = 0;
+    char a[32];
+    size_t len = colon != NULL ? (size_t)(colon - s) : strlen(s);
+    if (len >= sizeof a)
+        return -1;
+    memcpy(a, s, len);
+    a[len] = '\0';
+    if ((len > 0 || colon == NULL) && (parse_count(a, &from) != 0 || from > INT64_MAX))
+        return -1;
+    o->steps_from = (int64_t)from;
+    o->steps_to = colon == NULL ? (int64_t)from : -1;
+    if (colon != NULL && colon[1] != '\0') {
+        if (parse_count(colon + 1, &to) != 0 || to > INT64_MAX || to < from)
+            return -1;
+        o->steps_to = (int64_t)to;
+    }
+    o->has_steps = 1;
+    return 0;
+}
+
 static int usage_error(FILE *err, const char *fmt, ...)
 {
     va_list ap;
@@ -90,7 +116,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
 {
     static const char *const sorts[] = {"total", "self", "gpu", "calls", "mean", "min", "max", "p50", "p95", "p99",
                                         "name"};
-    static const char *const bys[] = {"api", "thread", "pid", "parent"};
+    static const char *const bys[] = {"api", "thread", "pid", "parent", "step"};
     static const char *const formats[] = {"table", "csv", "json", "markdown"};
     memset(o, 0, sizeof *o);
     o->limit = 1000000;
@@ -121,7 +147,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
 #define IS(name) (name_len == strlen(name) && strncmp(a, name, name_len) == 0)
         if (!(IS("--sort") || IS("--top") || IS("--by") || IS("--api") || IS("--pid") || IS("--tid") ||
-              IS("--window") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
+              IS("--window") || IS("--steps") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
               IS("--boundary") || IS("--max-depth")))
             return usage_error(err, "unknown option '%.*s'", (int)name_len, a);
         if (value == NULL)
@@ -134,8 +160,8 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
                                         "p50, p95, p99 or name", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
-            if ((k = pick(value, bys, 4)) < 0)
-                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid or parent", value);
+            if ((k = pick(value, bys, 5)) < 0)
+                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent or step", value);
             o->by = (group_by_t)k;
         } else if (IS("--format")) {
             if ((k = pick(value, formats, 4)) < 0)
@@ -176,6 +202,10 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             if (parse_window(value, o) != 0)
                 return usage_error(err, "--window '%s' is not accepted: give START:END in seconds after the run's "
                                         "start, START <= END, either may be empty (e.g. 10:20, 5:, :1.5)", value);
+        } else if (IS("--steps")) {
+            if (parse_steps(value, o) != 0)
+                return usage_error(err, "--steps '%s' is not accepted: give FIRST:LAST, steps counted from 0, FIRST <= "
+                                        "LAST, either may be empty (e.g. 7:9, 10:, :4), or one step (e.g. 5)", value);
         } else if (IS("--trace")) {
             o->trace = value;
         }

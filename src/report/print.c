@@ -35,6 +35,10 @@ static int compare_groups(const void *a, const void *b, void *arg)
         if (u != v)
             return u < v ? 1 : -1;
     }
+    /* Numbers (steps, pids) in numeric order: shorter digit strings first. */
+    if (x->key_len != y->key_len && x->key[0] >= '0' && x->key[0] <= '9' && y->key[0] >= '0' && y->key[0] <= '9' &&
+        strspn(x->key, "0123456789") == x->key_len && strspn(y->key, "0123456789") == y->key_len)
+        return x->key_len < y->key_len ? -1 : 1;
     return strcmp(x->key, y->key);
 }
 
@@ -82,7 +86,8 @@ static void json_text(FILE *out, const char *s)
 
 static const char *group_title(group_by_t by)
 {
-    return by == BY_THREAD ? "pid/thread" : by == BY_PID ? "pid" : by == BY_PARENT ? "caller > api" : "api";
+    return by == BY_THREAD ? "pid/thread" : by == BY_PID ? "pid" : by == BY_PARENT ? "caller > api"
+           : by == BY_STEP ? "step" : "api";
 }
 
 static void print_ms(char *buf, size_t size, uint64_t ns)
@@ -198,7 +203,8 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     }
     if (o->format == OUT_JSON) {
         fprintf(out, "{\"group_by\":\"%s\",\"rows\":[", o->by == BY_API ? "api" : o->by == BY_THREAD ? "thread"
-                                                       : o->by == BY_PID ? "pid" : "parent");
+                                                       : o->by == BY_PID ? "pid" : o->by == BY_STEP ? "step"
+                                                                                                   : "parent");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self);
             fputs(i ? ",\n{\"key\":" : "\n{\"key\":", out);

@@ -53,7 +53,7 @@ typedef struct pending_table {
     size_t capacity, count;
 } pending_table_t;
 
-typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT } group_by_t;
+typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT, BY_STEP } group_by_t;
 typedef enum { OUT_TABLE, OUT_CSV, OUT_JSON, OUT_MARKDOWN } out_format_t;
 typedef enum { SORT_TOTAL, SORT_SELF, SORT_GPU, SORT_CALLS, SORT_MEAN, SORT_MIN, SORT_MAX, SORT_P50, SORT_P95,
                SORT_P99, SORT_NAME } sort_key_t;
@@ -71,6 +71,8 @@ typedef struct options {
     size_t ntids;
     int has_window;
     double window_from, window_to; /* seconds after the run's start; to < 0: open */
+    int has_steps;
+    int64_t steps_from, steps_to;  /* --steps: calls of steps from..to (inclusive); to < 0: open */
     const char *trace;
     uint64_t limit;
     int64_t tree_step; /* -1: no tree */

@@ -160,6 +160,82 @@ static void tensor_stats_and_track_are_validated_and_completed(void **state)
     expect_config_error("{\"track\": [\"weights\"]}", 0, "'weights' is not one of: parameters grads");
 }
 
+static void schedules_are_validated_and_completed(void **state)
+{
+    char *out = NULL, err[512] = "";
+    assert_int_equal(tw_config_normalize("{\"schedule\": {\"wait\": 5, \"warmup\": 2, \"active\": 3, \"repeat\": 2}}",
+                                         0, &out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"schedule\":{\"skip_first\":0,\"wait\":5,\"warmup\":2,\"active\":3,\"repeat\":2,"
+                                "\"summary\":\"all\"},\"records\":\"all\""));
+    /* the normalized value reads back as a schedule, and again through the validator */
+    const char *value = strstr(out, "{\"skip_first\"");
+    char text[256];
+    snprintf(text, sizeof text, "%.*s", (int)(strchr(value, '}') - value + 1), value);
+    tw_schedule_t schedule;
+    assert_int_equal(tw_schedule_from_json(text, &schedule), 0);
+    assert_true(schedule.enabled);
+    assert_int_equal(schedule.wait, 5);
+    assert_int_equal(schedule.active, 3);
+    assert_false(schedule.summary_active);
+    char *again = NULL;
+    assert_int_equal(tw_config_normalize(out, 0, &again, err, sizeof err), 0);
+    assert_string_equal(out, again);
+    free(again);
+    free(out);
+    assert_int_equal(tw_config_normalize("{}", 0, &out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"schedule\":null,\"records\":\"all\""));
+    free(out);
+    /* from environment variables (and `run --set`): JSON text, and numbers as text inside */
+    assert_int_equal(tw_config_normalize("{\"schedule\": \"{\\\"active\\\": 4, \\\"summary\\\": \\\"active\\\"}\", "
+                                         "\"records\": \"summary\"}", 1, &out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"active\":4,\"repeat\":0,\"summary\":\"active\"}"));
+    assert_non_null(strstr(out, "\"records\":\"summary\""));
+    free(out);
+    assert_int_equal(tw_config_normalize("{\"schedule\": {\"active\": \"5\"}}", 1, &out, err, sizeof err), 0);
+    assert_non_null(strstr(out, "\"active\":5"));
+    free(out);
+    expect_config_error("{\"schedule\": {\"wait\": 5}}", 0,
+                        "config key 'schedule', key 'active': nothing is not accepted: give a whole number of steps, 1 or more");
+    expect_config_error("{\"schedule\": {\"active\": 0}}", 0, "key 'active': 0 is not accepted");
+    expect_config_error("{\"schedule\": {\"active\": 2, \"wait\": -1}}", 0, "key 'wait': -1 is not accepted");
+    expect_config_error("{\"schedule\": {\"active\": 2.5}}", 0, "key 'active': 2.5 is not accepted");
+    expect_config_error("{\"schedule\": {\"active\": \"5\"}}", 0, "key 'active': \"5\" is not accepted");
+    expect_config_error("{\"schedule\": {\"active\": 1, \"wiat\": 2}}", 0,
+                        "config key 'schedule': unknown key 'wiat' (accepted: skip_first, wait, warmup, active, repeat, "
+                        "summary)");
+    expect_config_error("{\"schedule\": {\"active\": 1, \"summary\": \"some\"}}", 0,
+                        "key 'summary': \"some\" is not accepted: give \"all\"");
+    expect_config_error("{\"schedule\": 5}", 0, "config key 'schedule': 5 is not accepted: give null");
+    expect_config_error("{\"schedule\": \"often\"}", 1, "config key 'schedule': \"often\" is not accepted");
+    expect_config_error("{\"records\": \"none\"}", 0, "config key 'records': \"none\" is not accepted: give one of: "
+                                                         "all summary");
+}
+
+static void schedule_states_follow_torch_profiler_schedule(void **state)
+{
+    /* torch.profiler.schedule(skip_first=1, wait=2, warmup=1, active=2, repeat=2) */
+    tw_schedule_t s = {1, 1, 2, 1, 2, 2, 0};
+    static const tw_step_state_t expected[] = {
+        TW_STEP_IDLE, /* skipped */
+        TW_STEP_IDLE, TW_STEP_IDLE, TW_STEP_WARMUP, TW_STEP_ACTIVE, TW_STEP_ACTIVE,
+        TW_STEP_IDLE, TW_STEP_IDLE, TW_STEP_WARMUP, TW_STEP_ACTIVE, TW_STEP_ACTIVE,
+        TW_STEP_IDLE, TW_STEP_IDLE, TW_STEP_IDLE, /* after repeat cycles */
+    };
+    for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
+        assert_int_equal(tw_schedule_state(&s, i), expected[i]);
+    s.repeat = 0; /* cycles without end */
+    assert_int_equal(tw_schedule_state(&s, 1 + 6 * 1000 + 3), TW_STEP_ACTIVE);
+    assert_int_equal(tw_schedule_state(&s, 1 + 6 * 1000 + 2), TW_STEP_WARMUP);
+    assert_int_equal(tw_schedule_state(&s, 1 + 6 * 1000), TW_STEP_IDLE);
+    assert_int_equal(tw_schedule_state(NULL, 7), TW_STEP_ACTIVE);
+    s.enabled = 0;
+    assert_int_equal(tw_schedule_state(&s, 0), TW_STEP_ACTIVE);
+    assert_int_equal(tw_schedule_from_json("null", &s), 0);
+    assert_false(s.enabled);
+    assert_int_equal(tw_schedule_from_json("[1]", &s), TW_EINVAL);
+    assert_int_equal(tw_schedule_from_json("{\"wait\": 1}", &s), TW_EINVAL);
+}
+
 static void normalized_configs_read_back_unchanged(void **state)
 {
     char *out = NULL, *again = NULL, err[1024] = "";
@@ -262,6 +338,8 @@ int main(void)
         cmocka_unit_test(bad_name_specs_say_why),
         cmocka_unit_test(percentiles_are_within_one_percent),
         cmocka_unit_test(tensor_stats_and_track_are_validated_and_completed),
+        cmocka_unit_test(schedules_are_validated_and_completed),
+        cmocka_unit_test(schedule_states_follow_torch_profiler_schedule),
         cmocka_unit_test(normalized_configs_read_back_unchanged),
         cmocka_unit_test(configs_the_fuzzer_found_are_refused_with_a_reason),
         cmocka_unit_test(a_string_for_a_list_key_is_a_comma_separated_list_from_every_source),

@@ -280,7 +280,7 @@ static void json_strings_are_escaped_per_rfc8259(void **state)
     cJSON_Delete(parsed);
 }
 
-/* Module calls: the path in the last column ("" for the root, quoted in CSV so that it differs from
+/* Module calls: the path in the module column, before step ("" for the root, quoted in CSV so that it differs from
  * a call with no module, which leaves it empty; null in JSON). */
 static void check_module_column(tw_format_t format, const char *ext)
 {
@@ -302,11 +302,11 @@ static void check_module_column(tw_format_t format, const char *ext)
     FILE *fp = fopen(path, "r");
     assert_non_null(fp);
     char line[4096];
-    const char *csv_ends[] = {",\"\"\n", ",\"encoder.layers,\"\"3\"\".self_attn\"\n", ",,\n"};
+    const char *csv_ends[] = {",\"\",0\n", ",\"encoder.layers,\"\"3\"\".self_attn\",0\n", ",,,0\n"};
     const char *json_paths[] = {"", "encoder.layers,\"3\".self_attn", NULL};
     if (format == TW_FORMAT_CSV) {
         assert_non_null(fgets(line, sizeof line, fp));
-        assert_non_null(strstr(line, ",args,module\n"));
+        assert_non_null(strstr(line, ",args,module,step\n"));
     }
     for (int i = 0; i < 3; i++) {
         assert_non_null(fgets(line, sizeof line, fp));
@@ -330,10 +330,63 @@ static void check_module_column(tw_format_t format, const char *ext)
     free_fixture(&f);
 }
 
-static void module_paths_are_written_in_the_last_column(void **state)
+static void module_paths_are_written_before_the_step_column(void **state)
 {
     check_module_column(TW_FORMAT_CSV, ".csv");
     check_module_column(TW_FORMAT_JSON, ".jsonl");
+}
+
+/* Calls of steps 0..9, two per step; the writer keeps the schedule's active steps, and the summary
+ * counts every call or those of active steps (summary_active); summary_only writes no record file. */
+static void check_schedule(int summary_active, int summary_only)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                 .rank = -1, .summary_only = summary_only,
+                                 .schedule = {1, 1, 2, 1, 2, 1, summary_active}}; /* active: steps 4, 5 */
+    open_fixture(&f, config);
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    for (uint32_t step = 0; step < 10; step++) {
+        tw_recorder_set_step(f.rec, step);
+        for (int i = 0; i < 2; i++)
+            tw_call_end(t, tw_call_begin(t), f.ids[0], 100 * step + i, 100 * step + i + 1, 0);
+    }
+    close_fixture(&f);
+    char path[512];
+    snprintf(path, sizeof path, "%s/tw-%ld-0001.csv", f.dir, (long)getpid());
+    FILE *fp = fopen(path, "r");
+    if (summary_only) {
+        assert_null(fp);
+    } else {
+        assert_non_null(fp);
+        char line[4096];
+        assert_non_null(fgets(line, sizeof line, fp)); /* the header */
+        const char *steps[] = {",4\n", ",4\n", ",5\n", ",5\n"};
+        for (int i = 0; i < 4; i++) {
+            assert_non_null(fgets(line, sizeof line, fp));
+            assert_string_equal(line + strlen(line) - 3, steps[i]);
+        }
+        assert_null(fgets(line, sizeof line, fp));
+        fclose(fp);
+    }
+    snprintf(path, sizeof path, "%s/summary.json", f.dir);
+    cJSON *s = read_json_file(path);
+    assert_non_null(s);
+    cJSON *api = cJSON_GetArrayItem(cJSON_GetObjectItem(s, "apis"), 0);
+    assert_int_equal((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(api, "calls")), summary_active ? 4 : 20);
+    cJSON_Delete(s);
+    free_fixture(&f);
+}
+
+static void a_schedule_writes_the_records_of_active_steps_only(void **state)
+{
+    check_schedule(0, 0);
+    check_schedule(1, 0);
+}
+
+static void summary_only_writes_the_summary_and_no_record_file(void **state)
+{
+    check_schedule(0, 1);
 }
 
 static void an_existing_name_is_never_overwritten(void **state)
@@ -980,7 +1033,9 @@ int main(void)
         cmocka_unit_test(csv_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(json_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(json_strings_are_escaped_per_rfc8259),
-        cmocka_unit_test(module_paths_are_written_in_the_last_column),
+        cmocka_unit_test(module_paths_are_written_before_the_step_column),
+        cmocka_unit_test(a_schedule_writes_the_records_of_active_steps_only),
+        cmocka_unit_test(summary_only_writes_the_summary_and_no_record_file),
         cmocka_unit_test(an_existing_name_is_never_overwritten),
         cmocka_unit_test(max_files_keeps_the_newest),
         cmocka_unit_test(eight_producers_lose_nothing),

@@ -227,7 +227,7 @@ def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
     assert list(frame["call_id"]) == [1, 2, 4]
     assert list(frame["error"]) == [False, False, True]
     assert list(frame.columns) == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid",
-                                   "depth", "parent_id", "error", "args", "module"]
+                                   "depth", "parent_id", "error", "args", "module", "step"]
 
     stray = tmp_path / "notes.csv"
     stray.write_text("name,age\nbob,42\n")
@@ -245,7 +245,7 @@ def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
         tw.load(empty)
 
     done = report("--by", "module", good, check=False)
-    assert done.returncode == 2 and "--by 'module' is not accepted: give api, thread, pid or parent" in done.stderr
+    assert done.returncode == 2 and "--by 'module' is not accepted: give api, thread, pid, parent or step" in done.stderr
     done = report("--window", "5:1", good, check=False)
     assert done.returncode == 2 and "--window '5:1'" in done.stderr
     assert report(check=False).returncode == 2
@@ -305,3 +305,21 @@ def test_tree_prints_one_step_like_call_tree(run_dir):
     assert len(depth_one) < len(lines)
     missing = report("--tree", "999", run_dir, check=False)
     assert missing.returncode == 1 and "step 999 is not in the records: 15 step(s)" in missing.stderr
+
+
+def test_steps_filter_and_by_step_match_load(run_dir):
+    """--steps A:B keeps the calls of those steps (both ends included); --by step has one row per step."""
+    frame = tw.load(str(run_dir))
+    assert sorted(set(frame["step"])) == list(range(15))   # 15 optimizer steps (no call after the last)
+    rows = json.loads(report("--format", "json", "--steps", "3:5", run_dir).stdout)["rows"]
+    chosen = frame[frame["step"].between(3, 5)]
+    assert {r["key"]: r["calls"] for r in rows} == chosen.groupby("api", observed=True).size().to_dict()
+    rows = json.loads(report("--format", "json", "--by", "step", "--sort", "name", run_dir).stdout)
+    assert rows["group_by"] == "step"
+    assert [r["key"] for r in rows["rows"]] == [str(s) for s in range(15)]
+    assert [r["calls"] for r in rows["rows"]] == list(frame.groupby("step").size())
+    assert json.loads(report("--format", "json", "--steps", "14:", "--by", "step", run_dir).stdout)["rows"][0]["key"] \
+        == "14"
+    assert "no step" not in report("--by", "step", run_dir).stdout
+    bad = report("--steps", "5:3", run_dir, check=False)
+    assert bad.returncode == 2 and "--steps '5:3' is not accepted" in bad.stderr
