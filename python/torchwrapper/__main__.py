@@ -28,7 +28,7 @@ def _parse_run(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--config", metavar="FILE", help="a JSON configuration file")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         help="a configuration value (repeatable), e.g. --set format=csv --set file_max_size=10MB; "
-                             "lists comma-separated or JSON: --set exclude=+torch.Tensor.*,+torch.is_*"; "
+                             "lists comma-separated or JSON: --set exclude=+torch.Tensor.*,+torch.is_*; "
                              "KEY.SUB sets a key of an object value: --set schedule.active=5")
     parser.add_argument("-o", "--out-dir", metavar="OUT_DIR", help="where the files go (config key out_dir)")
     parser.add_argument("--no-report", action="store_true", help="do not print the top-10 report at the end")

@@ -5,6 +5,7 @@ record files as load() does with pandas. Neither library is a dependency: each i
 asked for, with an ImportError that says what to install."""
 from __future__ import annotations
 
+import csv
 import io
 import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
@@ -46,17 +47,44 @@ def _ends_whole(path: str) -> bool:
         return f.read(1) == b"\n"
 
 
+def _csv_by_header(paths: List[str]) -> Dict[Tuple[str, ...], List[str]]:
+    """CSV files grouped by their header: files of an older version lack the newer columns."""
+    groups: Dict[Tuple[str, ...], List[str]] = {}
+    for path in paths:
+        with open(path, encoding="utf-8", newline="") as f:
+            header = tuple(next(csv.reader([f.readline()]), []))
+        groups.setdefault(header, []).append(path)
+    return groups
+
+
+def _absent(kind: str, present: Iterable[str]) -> Dict[str, Any]:
+    """{column: the value readers give} for the schema's columns of kind that a file lacks."""
+    have = set(present)
+    return {c: _schema.missing_value(kind, c) for c in _schema.columns(kind) if c not in have}
+
+
+def _filled_json(kind: str) -> Dict[str, Any]:
+    """Columns that a JSON line of an older version lacks and that are never null: what they read as."""
+    return {c["name"]: c["missing"] for c in _schema.schema()["kinds"][kind]["columns"]
+            if "missing" in c and not c["nullable"]}
+
+
 def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional[Any]:
     columns = _schema.columns(kind)
     parts = []
-    if (kind, "csv") in files:
-        frame = pl.scan_csv(files[kind, "csv"], schema_overrides=_schema.polars_schema(kind, csv=True),
+    types = _schema.polars_schema(kind, csv=True)
+    for header, paths in _csv_by_header(files.get((kind, "csv"), [])).items():
+        frame = pl.scan_csv(paths, schema_overrides={c: t for c, t in types.items() if c in header},
                             ignore_errors=True)
         # a torn last line (a killed process) reads with nulls up to its end
         frame = frame.filter(pl.col("error" if kind == "calls" else "pid").is_not_null())
         if kind == "calls":
             frame = frame.with_columns(pl.col("error") == 1, pl.col("args").fill_null(""))
+        absent = _absent(kind, header)
+        if absent:
+            frame = frame.with_columns(*(pl.lit(v, dtype=types[c]).alias(c) for c, v in absent.items()))
         parts.append(frame.select(columns))
+    fill = [pl.col(c).fill_null(v) for c, v in _filled_json(kind).items()]
     if (kind, "json") in files:
         # scan_ndjson stops at a torn last line (a killed process) even with ignore_errors: such a
         # file (one per killed process) is read up to its last whole line, the others are scanned.
@@ -64,12 +92,13 @@ def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) ->
         whole = [p for p in files[kind, "json"] if _ends_whole(p)]
         torn = [p for p in files[kind, "json"] if p not in whole]
         if whole:
-            parts.append(pl.scan_ndjson(whole, schema=schema, ignore_errors=True).select(columns))
+            parts.append(pl.scan_ndjson(whole, schema=schema, ignore_errors=True).with_columns(*fill)
+                         .select(columns))
         for path in torn:
             data = _whole_lines(path)[0]
             if data.strip():
                 parts.append(pl.read_ndjson(io.BytesIO(data), schema=schema, ignore_errors=True).lazy()
-                             .select(columns))
+                             .with_columns(*fill).select(columns))
     return pl.concat(parts, how="vertical") if parts else None
 
 
@@ -97,6 +126,10 @@ def _sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _sql_value(value: Any) -> str:
+    return _sql_text(value) if isinstance(value, str) else "NULL" if value is None else str(int(value))
+
+
 def _sql_list(paths: List[str]) -> str:
     return "[" + ", ".join(_sql_text(p) for p in paths) + "]"
 
@@ -110,14 +143,22 @@ def _duckdb_kind(files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional
     columns = _schema.duckdb_columns(kind)
     names = ", ".join(f'"{c}"' for c in columns)
     parts = []
-    if (kind, "csv") in files:
+    for header, paths in _csv_by_header(files.get((kind, "csv"), [])).items():
         # Explicit dialect and columns (no sniffing); allow_quoted_nulls=false keeps the root module's
-        # quoted "" apart from an empty field (null); a torn or malformed line is skipped.
-        parts.append(f"SELECT {names} FROM read_csv({_sql_list(files[kind, 'csv'])}, columns={_sql_struct(columns)}, "
+        # quoted "" apart from an empty field (null); a torn or malformed line is skipped. A file of
+        # an older version gets the columns it lacks as the schema's missing values.
+        present = {c: t for c, t in columns.items() if c in header}
+        absent = _absent(kind, header)
+        select = ", ".join(f'CAST({_sql_value(absent[c])} AS {t}) AS "{c}"' if c in absent else f'"{c}"'
+                           for c, t in columns.items())
+        parts.append(f"SELECT {select} FROM read_csv({_sql_list(paths)}, columns={_sql_struct(present)}, "
                      f"header=true, auto_detect=false, delim=',', quote='\"', escape='\"', "
                      f"allow_quoted_nulls=false, ignore_errors=true, null_padding=false)")
     if (kind, "json") in files:
-        parts.append(f"SELECT {names} FROM read_json({_sql_list(files[kind, 'json'])}, "
+        filled = _filled_json(kind)
+        select = ", ".join(f'coalesce("{c}", {_sql_value(filled[c])}) AS "{c}"' if c in filled else f'"{c}"'
+                           for c in columns)
+        parts.append(f"SELECT {select} FROM read_json({_sql_list(files[kind, 'json'])}, "
                      f"format='newline_delimited', columns={_sql_struct(columns)}, ignore_errors=true)")
     # a torn last line (a killed process) reads as a row of nulls; every whole one has these
     last = '"error"' if kind == "calls" else '"pid"'

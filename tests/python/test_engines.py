@@ -8,6 +8,7 @@ import sys
 from collections import defaultdict
 
 import pytest
+import torch
 
 import torchwrapper as tw
 
@@ -156,6 +157,30 @@ def test_gpu_time_is_joined_and_a_torn_last_line_skipped(tmp_path, engine, fmt):
         [("torch.nn.Linear.forward", 0, ""), ("torch.matmul", 260, "")]
     if engine == "duckdb":
         assert tw.sql(tmp_path, "SELECT count(*) FROM gpu").fetchall() == [(3,)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_files_of_an_older_version_and_newer_ones_read_together(tmp_path, engine, fmt):
+    # the hand-written files predate the step column; a real run's files have it: both in one load
+    need(engine)
+    calls, _ = GPU_FILES[fmt]
+    ext = ".csv" if fmt == "csv" else ".jsonl"
+    (tmp_path / f"old-0001{ext}").write_text(calls)
+    with tw.profile(out_dir=str(tmp_path), format=fmt, file_name_spec="new-{index}") as prof:
+        torch.ones(2).add(1)
+    assert prof.stats()["records"] > 0
+    if engine == "pandas":
+        with pytest.warns(UserWarning, match="torn last line"):   # the hand-written file's last line
+            frame = tw.load(tmp_path)
+        pairs = list(zip(frame["api"], frame["step"]))
+    elif engine == "polars":
+        pairs = list(tw.load(tmp_path, engine="polars").select("api", "step").collect().iter_rows())
+    else:
+        pairs = tw.load(tmp_path, engine="duckdb").select("api", "step").fetchall()
+    steps = {api: step for api, step in pairs}
+    assert steps["torch.matmul"] == -1          # a file without the column: unknown step
+    assert steps["torch.Tensor.add"] == 0       # the first step of the run
 
 
 def test_an_unknown_engine_is_refused():
