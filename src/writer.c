@@ -189,7 +189,8 @@ static void write_stream(tw_writer_t *w, tw_writer_stream_t *s)
         queued_row_t h;
         memcpy(&h, rows + at, sizeof h);
         at += sizeof h;
-        append_line(w, &s->files, rows + at, h.len);
+        if (!w->summary_only) /* records "summary": no record file of any kind; GPU time still summed */
+            append_line(w, &s->files, rows + at, h.len);
         if (h.api_id != TW_API_ID_NONE)
             tw_stats_add_gpu(&w->stats, h.api_id, h.gpu_ns);
         at += (h.len + 7) & ~(size_t)7;

@@ -15,12 +15,6 @@ typedef struct {
 } tw_module_state;
 
 /*
- * The profiling session that wrappers record into. Process-wide on purpose: the wrappers are
- * installed into torch, which is one per process, and a wrapper's hot path must not look anything up
- * to find it. Guarded by the GIL: it changes only in Session.start/stop, and the hot path reads it with
- * the GIL held (before and after calling through), so a session cannot vanish under a recording call.
- */
-/*
  * The exception in flight, kept aside around profiler work and put back untouched (the caller's code
  * may be handling it). 3.12+ holds one object; 3.11 the (type, value, traceback) triple.
  */
@@ -154,6 +148,12 @@ static inline tw_ptr_slot_t *tw_ptr_find(const tw_ptr_table_t *table, const void
 extern tw_ptr_table_t tw_modules; /* nn.Module instance -> module id (TW_MODULE_*), calls */
 extern tw_ptr_table_t tw_tracked; /* tracked tensor (parameter, grad) -> tracer's index */
 
+/*
+ * The profiling session that wrappers record into. Process-wide on purpose: the wrappers are
+ * installed into torch, which is one per process, and a wrapper's hot path must not look anything up
+ * to find it. Guarded by the GIL: it changes only in Session.start/stop, and the hot path reads it with
+ * the GIL held (before and after calling through), so a session cannot vanish under a recording call.
+ */
 typedef struct {
     uint64_t gen;                  /* 0: no session; else a number unique to this session */
     /* 1 outside the schedule's active and warmup steps when the summary counts active steps only:

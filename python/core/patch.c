@@ -33,8 +33,9 @@ static PyObject *raw_get(PyObject *owner, PyObject *attr, PyObject *missing)
 }
 
 /*
- * install(items, missing) -> (placements, failures, stale)
- * items: a sequence of (owner, attr, new, expected). For each, remembers
+ * install(items, missing[, installed]) -> (placements, failures, stale)
+ * items: a sequence of (owner, attr, new, expected), or with installed (a list) of (index, owner,
+ * attr, expected) where new is installed[index]. For each, remembers
  * owner.__dict__.get(attr, missing), then sets owner.attr = new, and appends the placement
  * (owner, attr, before, new) that restore() takes. A place that refuses (AttributeError,
  * TypeError) is reported in failures as (index, message) instead; any other error stops and
@@ -66,7 +67,8 @@ PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(items, i);
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4) {
-            PyErr_Format(PyExc_TypeError, "install() item %zd is not a tuple (owner, attr, new, expected)", i);
+            PyErr_Format(PyExc_TypeError, "install() item %zd is not a tuple %s", i,
+                         installed == NULL ? "(owner, attr, new, expected)" : "(index, owner, attr, expected)");
             goto fail;
         }
         PyObject *owner, *attr, *new_value, *expected;

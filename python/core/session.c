@@ -112,7 +112,10 @@ static int gpu_reason_known(tw_session_object *self)
     size_t len = strlen(self->manifest_json);
     while (len > 0 && (self->manifest_json[len - 1] == ' ' || self->manifest_json[len - 1] == '\n'))
         len--;
-    if (len < 2 || self->manifest_json[len - 1] != '}')
+    size_t start = 0;
+    while (start < len && (self->manifest_json[start] == ' ' || self->manifest_json[start] == '\n'))
+        start++;
+    if (len - start < 2 || self->manifest_json[start] != '{' || self->manifest_json[len - 1] != '}')
         return 0; /* not an object: the writer says so */
     size_t reason_len = strlen(self->gpu_reason);
     char *text = PyMem_RawMalloc(len + 6 * reason_len + 32);
@@ -122,7 +125,7 @@ static int gpu_reason_known(tw_session_object *self)
     }
     memcpy(text, self->manifest_json, len - 1); /* without its '}' */
     char *p = text + len - 1;
-    const char *body = text + 1;
+    const char *body = text + start + 1;
     while (body < p && (*body == ' ' || *body == '\n'))
         body++;
     p += sprintf(p, "%s\"gpu_unavailable\":", body < p ? "," : "");

@@ -149,6 +149,11 @@ PyObject *tw_wrap_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         }
         unsigned long kind = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(spec, 3));
         int binding = kind == (unsigned long)-1 && PyErr_Occurred() ? -2 : bind_flag(PyTuple_GET_ITEM(spec, 2));
+        if (binding != -2 && (kind & ~(unsigned long)TW_KIND_ALL)) { /* as wrap() refuses it, before the mask */
+            PyErr_Format(PyExc_ValueError, "wrap_many() spec %zd: kind=%lu is not a combination of the KIND_* "
+                         "flags (0 to %u)", i, kind, TW_KIND_ALL);
+            binding = -2;
+        }
         PyObject *wrapper = binding == -2 ? NULL
                                           : new_wrapper(state, PyTuple_GET_ITEM(spec, 0), PyTuple_GET_ITEM(spec, 1),
                                                         binding, kind & mask);

@@ -109,12 +109,17 @@ static PyObject *run_hook(tw_thread_t *t, tw_clock_source_t source, PyObject *ho
 static void run_hook_ids(tw_thread_t *t, tw_clock_source_t source, PyObject *hook, PyObject *obj, uint64_t a,
                          uint64_t b, uint64_t c)
 {
+    /* Runs after the original returned, maybe with its exception in flight: kept aside while the
+     * integers are made (run_hook keeps it too), so that a failed allocation cannot erase it. */
+    tw_saved_exc_t saved;
+    tw_exc_save(&saved);
     PyObject *args[4] = {obj, PyLong_FromUnsignedLongLong(a), PyLong_FromUnsignedLongLong(b),
                          PyLong_FromUnsignedLongLong(c)};
     if (args[1] != NULL && args[2] != NULL && args[3] != NULL)
         Py_XDECREF(run_hook(t, source, hook, args, 4));
     else
         PyErr_Clear();
+    tw_exc_restore(&saved);
     Py_XDECREF(args[1]);
     Py_XDECREF(args[2]);
     Py_XDECREF(args[3]);
@@ -414,8 +419,8 @@ PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_
     if (TW_UNLIKELY(tw_active.idle)) /* outside the schedule's steps: the one check it costs */
         return idle_call(self, gen, args, nargsf, kwnames);
     tw_thread_t *t = TW_LIKELY(thread_cache.gen == gen) ? thread_cache.thread : attach_thread(gen);
-    if (TW_UNLIKELY(t == NULL || t->paused))
-        return call_original(self, args, nargsf, kwnames);
+    if (TW_UNLIKELY(t == NULL || t->paused)) /* not recorded; an optimizer step still ends a step */
+        return idle_call(self, gen, args, nargsf, kwnames);
     uint32_t kind = self->kind & tw_active.hooks.kinds;
     if (TW_UNLIKELY(kind != 0)) {
         if (kind == TW_KIND_MODULE_FORWARD)

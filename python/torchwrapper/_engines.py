@@ -69,6 +69,14 @@ def _filled_json(kind: str) -> Dict[str, Any]:
             if "missing" in c and not c["nullable"]}
 
 
+def _whole_row(kind: str, header: Tuple[str, ...]) -> str:
+    """The column that is null in a CSV line torn by a killed process and never in a whole one: the
+    last written when it is never null (step), else the one the readers always used."""
+    if header and header[-1] == "step":
+        return "step"
+    return "error" if kind == "calls" else "pid"
+
+
 def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional[Any]:
     columns = _schema.columns(kind)
     parts = []
@@ -77,7 +85,7 @@ def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) ->
         frame = pl.scan_csv(paths, schema_overrides={c: t for c, t in types.items() if c in header},
                             ignore_errors=True)
         # a torn last line (a killed process) reads with nulls up to its end
-        frame = frame.filter(pl.col("error" if kind == "calls" else "pid").is_not_null())
+        frame = frame.filter(pl.col(_whole_row(kind, header)).is_not_null())
         if kind == "calls":
             frame = frame.with_columns(pl.col("error") == 1, pl.col("args").fill_null(""))
         absent = _absent(kind, header)
@@ -147,22 +155,23 @@ def _duckdb_kind(files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional
         # Explicit dialect and columns (no sniffing); allow_quoted_nulls=false keeps the root module's
         # quoted "" apart from an empty field (null); a torn or malformed line is skipped. A file of
         # an older version gets the columns it lacks as the schema's missing values.
-        present = {c: t for c, t in columns.items() if c in header}
+        present = {c: columns.get(c, "VARCHAR") for c in header}   # the file's own order; unknown: text
         absent = _absent(kind, header)
         select = ", ".join(f'CAST({_sql_value(absent[c])} AS {t}) AS "{c}"' if c in absent else f'"{c}"'
                            for c, t in columns.items())
         parts.append(f"SELECT {select} FROM read_csv({_sql_list(paths)}, columns={_sql_struct(present)}, "
                      f"header=true, auto_detect=false, delim=',', quote='\"', escape='\"', "
-                     f"allow_quoted_nulls=false, ignore_errors=true, null_padding=false)")
+                     f"allow_quoted_nulls=false, ignore_errors=true, null_padding=false) "
+                     f"WHERE {_whole_row(kind, header)} IS NOT NULL")
     if (kind, "json") in files:
         filled = _filled_json(kind)
         select = ", ".join(f'coalesce("{c}", {_sql_value(filled[c])}) AS "{c}"' if c in filled else f'"{c}"'
                            for c in columns)
+        # a torn last line (a killed process) does not parse: a row of nulls
         parts.append(f"SELECT {select} FROM read_json({_sql_list(files[kind, 'json'])}, "
-                     f"format='newline_delimited', columns={_sql_struct(columns)}, ignore_errors=true)")
-    # a torn last line (a killed process) reads as a row of nulls; every whole one has these
-    last = '"error"' if kind == "calls" else '"pid"'
-    return " UNION ALL ".join(f"SELECT * FROM ({part}) WHERE {last} IS NOT NULL" for part in parts) if parts else None
+                     f"format='newline_delimited', columns={_sql_struct(columns)}, ignore_errors=true) "
+                     f"WHERE \"{'error' if kind == 'calls' else 'pid'}\" IS NOT NULL")
+    return " UNION ALL ".join(parts) if parts else None
 
 
 def _calls_sql(files: Dict[Tuple[str, str], List[str]]) -> Tuple[str, Optional[str]]:

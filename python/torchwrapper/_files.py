@@ -214,7 +214,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     string there, and module is null for calls that are not module forwards.
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
-    module, step (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
+    module and step (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
     forward, "" for the model itself and, in CSV files, for other calls, which JSON files give as
     None; files of an older version lack it: ""), step (the step the call began in, counted from 0;
     -1 in files written before the column). Tracing streams in the directory (stats, updates)

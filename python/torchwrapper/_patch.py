@@ -122,7 +122,7 @@ class Patcher:
             original = target.obj
             wrapper = self.wrappers.get(id(original))
             if wrapper is None:
-                bind = {"staticmethod": False, "classmethod": True}.get(target.kind)
+                bind = _BINDS.get(target.kind)
                 wrapper = self.wrappers[id(original)] = _core.wrap(original, target.name, bind=bind,
                                                                    kind=full_kind & kinds)
                 self._originals.append(original)
@@ -217,6 +217,10 @@ class _TraceKinds:
         return kind
 
 
+# How a wrapper binds, by the kind of class attribute it replaces (None: decided from the original).
+_BINDS = {"staticmethod": False, "classmethod": True}
+
+
 class _Prepared(NamedTuple):
     """What every start of a plan needs, computed once per plan (plans are cached across sessions)."""
 
@@ -232,7 +236,7 @@ def _prepared(plan: "Plan") -> _Prepared:
     prepared = plan.prepared
     if prepared is None:
         classify = _TraceKinds()
-        binds = {"staticmethod": False, "classmethod": True}
+        binds = _BINDS
         kinds = [classify(t) for t in plan.targets]
         prepared = _Prepared(
             specs=[(t.obj, t.name, binds.get(t.kind), k) for t, k in zip(plan.targets, kinds)],

@@ -336,6 +336,8 @@ static void module_paths_are_written_before_the_step_column(void **state)
     check_module_column(TW_FORMAT_JSON, ".jsonl");
 }
 
+#define GPU_HEADER "call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid"
+
 /* Calls of steps 0..9, two per step; the writer keeps the schedule's active steps, and the summary
  * counts every call or those of active steps (summary_active); summary_only writes no record file. */
 static void check_schedule(int summary_active, int summary_only)
@@ -387,6 +389,27 @@ static void a_schedule_writes_the_records_of_active_steps_only(void **state)
 static void summary_only_writes_the_summary_and_no_record_file(void **state)
 {
     check_schedule(0, 1);
+    /* nor a file of another stream (GPU rows): their time still reaches the summary */
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = TW_FORMAT_CSV, .file_max_size = 1 << 20,
+                                          .file_name_spec = "serial", .rank = -1, .summary_only = 1});
+    tw_writer_stream_t *s;
+    assert_int_equal(tw_writer_add_stream(f.writer, "gpu", GPU_HEADER, &s), 0);
+    const char row[] = "1,api,kernel,k,1,2,0,7,1,1\n";
+    assert_int_equal(tw_writer_stream_write_gpu(s, row, sizeof row - 1, f.ids[0], 250), 0);
+    close_fixture(&f);
+    DIR *d = opendir(f.dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        assert_null(strstr(e->d_name, ".csv"));
+    closedir(d);
+    char path[512];
+    snprintf(path, sizeof path, "%s/summary.json", f.dir);
+    cJSON *summary = read_json_file(path);
+    cJSON *api = cJSON_GetArrayItem(cJSON_GetObjectItem(summary, "apis"), 0);
+    assert_int_equal((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(api, "gpu_ns")), 250);
+    cJSON_Delete(summary);
+    free_fixture(&f);
 }
 
 static void an_existing_name_is_never_overwritten(void **state)
@@ -699,7 +722,6 @@ static void bad_configs_name_the_problem(void **state)
 
 /* ---- extra record streams ---------------------------------------------------------------------- */
 
-#define GPU_HEADER "call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid"
 
 typedef struct {
     uint64_t files;
