@@ -10,27 +10,27 @@
 #include "report_internal.h"
 
 #define USAGE                                                                                                     \
-    "usage: tw-report [options] OUT_DIR|FILE...\n"                                                                \
-    "Per-API totals and percentiles from TorchWrapper record files (CSV or JSON lines, any number of\n"           \
-    "processes and ranks), read in one streaming pass.\n\n"                                                       \
-    "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"               \
+    "usage: tw-report [options] OUT_DIR|FILE...\n"                                                                 \
+    "Per-API totals and percentiles from TorchWrapper record files (CSV or JSON lines, any number of\n"            \
+    "processes and ranks), read in one streaming pass.\n\n"                                                        \
+    "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"                 \
     "  --top N           the first N rows only\n"                                                                  \
-    "  --by GROUP        api (default), thread, pid, parent (caller > callee), step (no GPU time)\n"                             \
+    "  --by GROUP        api (default), thread, pid, parent (caller > callee), step (no GPU time)\n"               \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \
     "  --window A:B      only calls starting between A and B seconds after the run's start (A or B may be empty)\n" \
     "  --steps A:B       only calls of steps A to B, both included (0 is the first; A or B may be empty; one\n"    \
-    "                    number: that step); GPU records, which carry no step, are left out\n"                    \
+    "                    number: that step); GPU records, which carry no step, are left out\n"                     \
     "  --format F        table (default), csv, json, markdown\n"                                                   \
-    "  --trace FILE      also write a Chrome trace event file (Perfetto, chrome://tracing); .gz compresses\n"     \
+    "  --trace FILE      also write a Chrome trace event file (Perfetto, chrome://tracing); .gz compresses\n"      \
     "  --limit N         at most N calls in the trace (default 1000000; 0 for no limit)\n"                         \
-    "  --tree STEP       instead of the table, the call tree of step STEP (0 is the first) of one thread\n"       \
-    "                    (--tid, or the first call's), a step ending with an outermost --boundary call\n"   \
-    "                    (counted in the files as they are: not the step column when a schedule or\n"       \
-    "                    prof.step() decided the steps)\n"        \
+    "  --tree STEP       instead of the table, the call tree of step STEP (0 is the first) of one thread\n"        \
+    "                    (--tid, or the first call's), a step ending with an outermost --boundary call\n"          \
+    "                    (counted in the files as they are: not the step column when a schedule or\n"              \
+    "                    prof.step() decided the steps)\n"                                                         \
     "  --boundary GLOB   the call that ends a step (default 'torch.optim.*.step')\n"                               \
-    "  --max-depth N     --tree: N levels at most\n"                                                             \
+    "  --max-depth N     --tree: N levels at most\n"                                                               \
     "  -h, --help        this text\n"
 
 /* ---- options ----------------------------------------------------------------------------------- */
