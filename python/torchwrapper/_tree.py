@@ -30,13 +30,15 @@ def _records(source: Any) -> List[Any]:
     return list(source)
 
 
-def call_tree(source: Any, step: Optional[int] = None, boundary: str = "torch.optim.*.step",
+def call_tree(source: Any, step: Optional[int] = None, boundary: Optional[str] = None,
               max_depth: Optional[int] = None, tid: Optional[int] = None) -> str:
     """The calls of one step as an indented tree: each call with its module path, cost and self time.
 
-    source: a Profile, a TorchWrapper, records, or ``TorchWrapper.dataframe()``. A step ends with an
-    outermost call whose API matches ``boundary`` (an optimizer's step by default); step=None
-    prints every call. Only the calls of thread ``tid`` (default: the first call's thread).
+    source: a Profile, a TorchWrapper, records, or ``TorchWrapper.dataframe()``. step=None prints
+    every call; else the calls of that step (from 0): by the records' step column, as the session
+    decided the steps (optimizer steps, prof.step(), a schedule), or, for records without it or
+    with ``boundary`` given, steps that end with an outermost call whose API matches ``boundary``
+    (default "torch.optim.*.step"). Only the calls of thread ``tid`` (default: the first call's).
     """
     records = sorted(_records(source), key=lambda r: (r.start_ns, r.call_id))
     if not records:
@@ -44,7 +46,14 @@ def call_tree(source: Any, step: Optional[int] = None, boundary: str = "torch.op
     tid = records[0].tid if tid is None else tid
     records = [r for r in records if r.tid == tid]
     roots = [r for r in records if r.depth == 0]
-    if step is not None:
+    if step is not None and boundary is None and roots and getattr(roots[0], "step", -1) >= 0:
+        chosen = [r for r in roots if r.step == step]
+        if not chosen:
+            raise IndexError(f"step {step} is not in the records: {max(r.step for r in roots) + 1} step(s) "
+                             "by the step column (boundary= counts boundary calls instead)")
+        roots = chosen
+    elif step is not None:
+        boundary = boundary or "torch.optim.*.step"
         steps: List[List[Any]] = [[]]
         for r in roots:
             steps[-1].append(r)

@@ -26,9 +26,8 @@
     "  --trace FILE      also write a Chrome trace event file (Perfetto, chrome://tracing); .gz compresses\n"      \
     "  --limit N         at most N calls in the trace (default 1000000; 0 for no limit)\n"                         \
     "  --tree STEP       instead of the table, the call tree of step STEP (0 is the first) of one thread\n"        \
-    "                    (--tid, or the first call's), a step ending with an outermost --boundary call\n"          \
-    "                    (counted in the files as they are: not the step column when a schedule or\n"              \
-    "                    prof.step() decided the steps)\n"                                                         \
+    "                    (--tid, or the first call's): the calls' step column where the files have it,\n"        \
+    "                    else (or with --boundary) steps that end with an outermost --boundary call\n"            \
     "  --boundary GLOB   the call that ends a step (default 'torch.optim.*.step')\n"                               \
     "  --max-depth N     --tree: N levels at most\n"                                                               \
     "  -h, --help        this text\n"
@@ -182,6 +181,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
                 o->max_depth = n;
         } else if (IS("--boundary")) {
             o->boundary = value;
+            o->boundary_given = 1;
         } else if (IS("--api")) {
             if (o->napis == MAX_FILTERS)
                 return usage_error(err, "at most %d --api globs", MAX_FILTERS);

@@ -77,6 +77,7 @@ typedef struct options {
     uint64_t limit;
     int64_t tree_step; /* -1: no tree */
     const char *boundary;
+    int boundary_given; /* --boundary: steps counted by its calls even where rows carry their step */
     uint64_t max_depth; /* 0: all levels */
     const char **inputs; /* the positional arguments: options may come before, between or after them */
     size_t ninputs;
@@ -132,6 +133,7 @@ typedef struct tree {
     uint64_t tid;
     int64_t pid;
     int64_t boundaries; /* outermost boundary calls seen: the step the next outermost call is in */
+    int64_t column_steps; /* by the step column: 1 + the largest step of an outermost call; 0: none */
     tree_calls_t pending;  /* calls inside the outermost call not yet returned (rows come children first) */
     tree_calls_t selected; /* the step's calls */
 } tree_t;

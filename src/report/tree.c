@@ -67,6 +67,12 @@ static int compare_tree_calls(const void *a, const void *b)
 void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
 {
     tree_calls_t *c = &t->selected;
+    if ((!t->have_tid || c->count == 0) && t->column_steps > 0) {
+        fprintf(err, "tw-report: step %" PRId64 " is not in the records: steps 0 to %" PRId64 " of thread %" PRIu64
+                     " (the step column; --boundary counts boundary calls instead)\n",
+                o->tree_step, t->column_steps - 1, t->tid);
+        return;
+    }
     if (!t->have_tid || c->count == 0) {
         fprintf(err, "tw-report: step %" PRId64 " is not in the records: %" PRId64 " step(s) of thread %" PRIu64
                      ", each ending with an outermost call of '%s' (--boundary)\n",
@@ -98,7 +104,10 @@ void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
 void report_tree_row(report_t *r, const tw_row_t *row)
 {
     tree_t *t = &r->tree;
-    if (row->kind != TW_FILE_CALLS || t->boundaries > r->o->tree_step)
+    /* The step column, where rows have it, is the step as the session decided it (optimizer steps,
+     * prof.step(), a schedule); files without it, or --boundary, count boundary calls. */
+    int by_column = row->step >= 0 && !r->o->boundary_given;
+    if (row->kind != TW_FILE_CALLS || (!by_column && t->boundaries > r->o->tree_step))
         return;
     if (!t->have_tid) {
         if (r->o->ntids && row->tid != r->o->tids[0])
@@ -115,7 +124,9 @@ void report_tree_row(report_t *r, const tw_row_t *row)
     }
     if (row->depth != 0)
         return;
-    if (t->boundaries == r->o->tree_step) {
+    if (by_column && row->step >= t->column_steps)
+        t->column_steps = row->step + 1;
+    if (by_column ? row->step == r->o->tree_step : t->boundaries == r->o->tree_step) {
         for (size_t i = 0; i < t->pending.count; i++) {
             if (t->selected.count == t->selected.capacity) {
                 size_t capacity = t->selected.capacity ? t->selected.capacity * 2 : 256;
@@ -133,6 +144,8 @@ void report_tree_row(report_t *r, const tw_row_t *row)
     } else {
         tree_calls_clear(&t->pending);
     }
+    if (by_column)
+        return;
     char api[1024];
     size_t len = row->api.len < sizeof api - 1 ? row->api.len : sizeof api - 1;
     memcpy(api, row->api.ptr, len);

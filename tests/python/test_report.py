@@ -304,7 +304,7 @@ def test_tree_prints_one_step_like_call_tree(run_dir):
     assert all(line.startswith("  ") and not line.startswith("   ") for line in depth_one[1:])
     assert len(depth_one) < len(lines)
     missing = report("--tree", "999", run_dir, check=False)
-    assert missing.returncode == 1 and "step 999 is not in the records: 15 step(s)" in missing.stderr
+    assert missing.returncode == 1 and "step 999 is not in the records: steps 0 to 14" in missing.stderr
 
 
 def test_steps_filter_and_by_step_match_load(run_dir):

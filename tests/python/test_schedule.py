@@ -96,6 +96,37 @@ def test_prof_step_overrides_the_optimizer_boundary(tmp_path):
     assert prof.stats()["step"] == 7
 
 
+def test_the_tree_of_a_step_is_the_step_of_the_step_column(tmp_path):
+    # Two optimizer steps per marked step, the records of steps 3 and 4 only: tw-report --tree and
+    # call_tree(step=) take step 4 from the step column (counting optimizer steps in the files would
+    # find a step 4 elsewhere), and --boundary still counts boundary calls.
+    out = str(tmp_path / "out")
+    done = []
+
+    def every_other():
+        done.append(1)
+        if len(done) % 2 == 0:
+            prof.step()
+
+    with tw.profile(out_dir=out, schedule={"skip_first": 3, "active": 2, "repeat": 1}) as prof:
+        _train(12, mark=every_other)
+    frame = tw.load(out)
+    first_of_4 = frame[(frame["step"] == 4) & (frame["depth"] == 0)]["api"].iloc[0]
+    tree = subprocess.run([sys.executable, "-m", "torchwrapper", "report", "--tree", "4", out],
+                          capture_output=True, text=True, timeout=300)
+    assert tree.returncode == 0, tree.stderr
+    roots = [line.strip().split()[0] for line in tree.stdout.splitlines() if line.startswith("  ") and
+             not line.startswith("    ")]
+    assert roots.count("torch.optim.SGD.step") == 2 and roots[0] == first_of_4
+    python_roots = [line.strip().split()[0] for line in tw.call_tree(prof, step=4).splitlines()[1:]
+                    if not line.startswith("    ")]
+    assert python_roots == roots
+    by_boundary = subprocess.run([sys.executable, "-m", "torchwrapper", "report", "--tree", "4", "--boundary",
+                                  "torch.optim.*.step", out], capture_output=True, text=True, timeout=300)
+    # the files hold 4 optimizer steps (those of steps 3 and 4): counted, there is no 5th
+    assert by_boundary.returncode != 0 and "4 step(s)" in by_boundary.stderr
+
+
 def test_marking_each_iteration_counts_as_optimizer_steps_do(tmp_path):
     out = str(tmp_path / "out")
     with tw.profile(out_dir=out, schedule={"wait": 1, "active": 2, "repeat": 1}) as prof:
