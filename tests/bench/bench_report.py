@@ -13,6 +13,7 @@ import io
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -108,6 +109,44 @@ def pandas_report(paths):
     return time.perf_counter() - start
 
 
+# The same per-API table (calls, total, self, min, max, p50/p95/p99) through torchwrapper's engines,
+# each in a process of its own (a small one: torchwrapper does not import torch), timed by itself
+# (the aggregation only, not the interpreter's start) and its peak memory taken by GNU time.
+ENGINE_SCRIPT = """
+import sys, time
+import torchwrapper as tw
+engine, paths = sys.argv[1], sys.argv[2:]
+start = time.perf_counter()
+if engine == "duckdb":
+    rows = tw.sql(paths, "SELECT api, count(*), sum(cost_ns), sum(self_ns), min(cost_ns), max(cost_ns), "
+                         "quantile_cont(cost_ns, [0.5, 0.95, 0.99]) FROM calls GROUP BY api").fetchall()
+else:
+    import polars as pl
+    cost = pl.col("cost_ns")
+    rows = (tw.load(paths, engine="polars").group_by("api")
+            .agg(pl.len(), cost.sum().alias("total"), pl.col("self_ns").sum().alias("self"),
+                 cost.min().alias("min"), cost.max().alias("max"), cost.quantile(0.5).alias("p50"),
+                 cost.quantile(0.95).alias("p95"), cost.quantile(0.99).alias("p99")).collect().rows())
+print(time.perf_counter() - start, len(rows))
+"""
+
+
+def engine_report(engine, paths):
+    """(seconds, peak RSS MB or None) of the per-API table through engine, or None when it is not installed."""
+    try:
+        __import__(engine)
+    except ImportError:
+        return None
+    with tempfile.NamedTemporaryFile("r") as rss:
+        timer = ["/usr/bin/time", "-f", "%M", "-o", rss.name] if os.path.exists("/usr/bin/time") else []
+        done = subprocess.run(timer + [sys.executable, "-c", ENGINE_SCRIPT, engine, *paths], capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the {engine} per-API table failed: {done.stderr[-2000:]}")
+        text = rss.read().strip()
+    return float(done.stdout.split()[0]), (int(text) / 1024 if timer and text else None)
+
+
 def main():
     results = {}
     with tempfile.TemporaryDirectory(prefix="tw-bench-report-") as tmp:
@@ -131,6 +170,12 @@ def main():
             report_walls.append(wall)
             report_cpus.append(cpu)
             pandas_walls.append(pandas_report(pandas_paths))
+        engines = {}
+        for engine in ("duckdb", "polars"):
+            runs = [engine_report(engine, paths) for _ in range(REPS)]
+            if runs[0] is not None:
+                engines[engine] = {"mb_s_wall": round(size * len(paths) / 1e6 / statistics.median(r[0] for r in runs), 1),
+                                   "max_rss_mb": runs[0][1] and round(max(r[1] for r in runs), 1)}
         total = size * len(paths) / 1e6
         report_mbs = total / statistics.median(report_walls)
         report_cpu_mbs = total / statistics.median(report_cpus)
@@ -141,12 +186,16 @@ def main():
             "pandas_mb_s_wall": round(pandas_mbs, 1), "speedup_vs_pandas": round(report_mbs / pandas_mbs, 1),
             "max_rss_mb_one_file": rss_small and round(rss_small, 1),
             "max_rss_mb_all_files": rss_large and round(rss_large, 1),
+            "engines": engines,
         }
     print(f"tw-report on {results['input_mb']:.0f} MB ({results['files']} files, median of {REPS}): "
           f"{results['tw_report_mb_s_wall']:.0f} MB/s wall, {results['tw_report_mb_s_cpu']:.0f} MB/s of CPU time; "
           f"pandas.read_csv + groupby: {results['pandas_mb_s_wall']:.0f} MB/s -> {results['speedup_vs_pandas']}x; "
           f"max RSS {results['max_rss_mb_one_file']} MB on {FILE_MB} MB, "
           f"{results['max_rss_mb_all_files']} MB on {results['input_mb']:.0f} MB (GNU time)")
+    for engine, row in results["engines"].items():
+        print(f"  the same table through torchwrapper.{'sql' if engine == 'duckdb' else 'load'} with {engine}, "
+              f"on all {results['input_mb']:.0f} MB: {row['mb_s_wall']:.0f} MB/s, max RSS {row['max_rss_mb']} MB")
     out = os.environ.get("BENCH_REPORT_JSON", os.path.join(BUILD, "build", "bench-report.json"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:

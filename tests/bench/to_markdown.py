@@ -117,6 +117,9 @@ def main(directory):
             "300 MB/s, 5x pandas")
         add("tw-report memory, one file → all files", f"{report['max_rss_mb_one_file']:.0f} → "
             f"{report['max_rss_mb_all_files']:.0f} MB", "flat")
+        for engine, row in report.get("engines", {}).items():
+            add(f"the same per-API table through {engine} (`torchwrapper.{'sql' if engine == 'duckdb' else 'load'}`)",
+                f"{row['mb_s_wall']:.0f} MB/s, max RSS {row['max_rss_mb']:.0f} MB")
     mode = main_run["mode"] if main_run else "?"
     print(f"Measured by `make bench` (BENCH={mode}) on {cpu_name()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, torch {main_run['torch'] if main_run else '?'}:\n")
