@@ -1,0 +1,44 @@
+# SPDX-License-Identifier: MIT
+"""torchwrapper.spark.read() against tw-report on a real two-process run, in both formats, Spark in
+local mode. Skipped without pyspark or a Java runtime: `make check-engines` installs both (.ci/run)."""
+import shutil
+
+import pytest
+
+from test_engines import report_totals, run_dir  # noqa: F401  (the fixture: a real two-process run)
+
+pyspark = pytest.importorskip("pyspark")
+if shutil.which("java") is None:
+    pytest.skip("Spark needs a Java runtime (make check-engines installs default-jre-headless)",
+                allow_module_level=True)
+
+import torchwrapper.spark as tw_spark  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+    session = (SparkSession.builder.master("local[1]").appName("torchwrapper-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def test_spark_gives_tw_reports_per_api_totals(spark, run_dir):  # noqa: F811
+    from pyspark.sql import functions as F
+    calls = tw_spark.read(spark, run_dir)
+    assert calls.columns == tw_spark._schema.columns("calls")
+    types = dict(calls.dtypes)
+    assert types["start_ns"] == "bigint" and types["error"] == "boolean" and types["step"] == "bigint"
+    rows = calls.groupBy("api").agg(F.count("*").alias("calls"), F.sum("cost_ns").alias("total"),
+                                    F.sum("self_ns").alias("self")).collect()
+    assert {r["api"]: (r["calls"], r["total"], r["self"]) for r in rows} == report_totals(run_dir)
+    assert calls.select("pid").distinct().count() == 2        # both processes
+    modules = {r["module"] for r in calls.where(F.col("api") == "torch.nn.Sequential.forward").collect()}
+    assert modules == {""}                                     # the root module, not null
+
+
+def test_an_unknown_kind_is_refused(spark, tmp_path):
+    with pytest.raises(ValueError, match="kind='stats' is not accepted: give 'calls' or 'gpu'"):
+        tw_spark.read(spark, tmp_path, kind="stats")
