@@ -23,15 +23,27 @@ def _import(name: str) -> Any:
         raise ImportError(f"engine={name!r} needs the {name} package: pip install {name}") from error
 
 
-def _files(source: Source) -> Dict[Tuple[str, str], List[str]]:
-    """{(kind, "csv"|"json"): paths} of the call and GPU record files in source."""
+def _files(source: Source, kinds: Tuple[str, ...] = ("calls", "gpu")) -> Dict[Tuple[str, str], List[str]]:
+    """{(kind, "csv"|"json"): paths} of the record files of those kinds in source."""
     from ._files import _kind, _paths
 
     found: Dict[Tuple[str, str], List[str]] = {}
     for path in _paths(source):
         kind = _kind(path)
-        if kind in ("calls", "gpu"):
+        if kind in kinds:
             found.setdefault((kind, "csv" if path.endswith(".csv") else "json"), []).append(path)
+    return found
+
+
+def _summary_files(source: Source) -> List[str]:
+    """The summary.json / summary-PID.json files of the directories in source."""
+    dirs = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    found = []
+    for d in dirs:
+        d = os.fspath(d)
+        if os.path.isdir(d):
+            found += sorted(os.path.join(d, n) for n in os.listdir(d)
+                            if n.startswith("summary") and n.endswith(".json"))
     return found
 
 
@@ -71,10 +83,11 @@ def _filled_json(kind: str) -> Dict[str, Any]:
 
 def _whole_row(kind: str, header: Tuple[str, ...]) -> str:
     """The column that is null in a CSV line torn by a killed process and never in a whole one: the
-    last written when it is never null (step), else the one the readers always used."""
+    last written when it is never null (step), else the one the readers always used (the tracing
+    streams: a column that is never null)."""
     if header and header[-1] == "step":
         return "step"
-    return "error" if kind == "calls" else "pid"
+    return {"calls": "error", "gpu": "pid", "stats": "numel", "updates": "tensor"}[kind]
 
 
 def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional[Any]:
@@ -170,7 +183,7 @@ def _duckdb_kind(files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional
         # a torn last line (a killed process) does not parse: a row of nulls
         parts.append(f"SELECT {select} FROM read_json({_sql_list(files[kind, 'json'])}, "
                      f"format='newline_delimited', columns={_sql_struct(columns)}, ignore_errors=true) "
-                     f"WHERE \"{'error' if kind == 'calls' else 'pid'}\" IS NOT NULL")
+                     f"WHERE \"{_whole_row(kind, ())}\" IS NOT NULL")
     return " UNION ALL ".join(parts) if parts else None
 
 
@@ -199,15 +212,26 @@ def load_duckdb(source: Source, connection: Any = None) -> Any:
 
 def sql(source: Source, query: str, connection: Any = None) -> Any:
     """Runs a DuckDB SQL query over the run in source, with the views ``calls`` (every call record, as
-    torchwrapper.load gives them) and, when there are GPU records, ``gpu``; returns the DuckDB
+    torchwrapper.load gives them) and, where the run has them, ``gpu``, ``stats``, ``updates`` (the
+    tracing streams) and ``summary`` (summary.json: one row per process and API); returns the DuckDB
     relation (``.df()``, ``.pl()``, ``.fetchall()``). A connection may be given (the views are
     created in it, replacing views of those names); otherwise a new in-memory one is used."""
     duckdb = _import("duckdb")
     connection = connection if connection is not None else duckdb.connect()
-    calls, gpu = _calls_sql(_files(source))
+    files = _files(source, ("calls", "gpu", "stats", "updates"))
+    calls, gpu = _calls_sql(files)
     connection.execute(f"CREATE OR REPLACE TEMP VIEW calls AS {calls}")
     if gpu is not None:
         connection.execute(f"CREATE OR REPLACE TEMP VIEW gpu AS {gpu}")
+    for kind in ("stats", "updates"):   # the tracing streams, typed from the schema too
+        select = _duckdb_kind(files, kind)
+        if select is not None:
+            connection.execute(f"CREATE OR REPLACE TEMP VIEW {kind} AS {select}")
+    summaries = _summary_files(source)
+    if summaries:   # summary.json of each process: one row per API, with the file it came from
+        connection.execute("CREATE OR REPLACE TEMP VIEW summary AS SELECT filename AS file, "
+                           "unnest(apis, recursive := true) FROM read_json("
+                           f"{_sql_list(summaries)}, filename = true, format = 'auto')")
     return connection.sql(query)
 
 

@@ -186,3 +186,27 @@ def test_files_of_an_older_version_and_newer_ones_read_together(tmp_path, engine
 def test_an_unknown_engine_is_refused():
     with pytest.raises(ValueError, match="engine='spark' is not accepted: give 'pandas', 'polars' or 'duckdb'"):
         tw.load(".", engine="spark")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_sql_has_the_tracing_streams_and_the_summary_typed_by_the_schema(tmp_path, fmt):
+    pytest.importorskip("duckdb")
+    out = str(tmp_path / "out")
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU())
+    with tw.profile(out_dir=out, format=fmt, tensor_stats={"tensors": ["output"]}, track=["parameters"]):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            model(torch.randn(2, 3)).sum().backward()
+            optimizer.step()
+    stats, updates = tw.load_stats(out), tw.load_updates(out)
+    assert len(stats) > 0 and len(updates) > 0
+    assert tw.sql(out, "SELECT count(*) FROM stats").fetchall() == [(len(stats),)]
+    assert tw.sql(out, "SELECT count(*) FROM updates").fetchall() == [(len(updates),)]
+    # typed from the schema, not inferred: the shape is a list of integers
+    assert tw.sql(out, "SELECT DISTINCT typeof(shape), typeof(numel), typeof(mean) FROM stats").fetchall() == \
+        [("BIGINT[]", "BIGINT", "DOUBLE")]
+    assert sorted(tuple(s) for (s,) in tw.sql(out, "SELECT DISTINCT shape FROM stats").fetchall()) == \
+        sorted({tuple(s) for s in stats["shape"]})
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = {a["api"]: a["calls"] for a in json.load(f)["apis"]}
+    assert dict(tw.sql(out, "SELECT api, calls FROM summary").fetchall()) == summary
