@@ -337,9 +337,12 @@ def read_stream(out_dir: str, kind: str, columns: Sequence[str], pid: Optional[i
     return rows
 
 
-def load_stats(out_dir: str, pid: Optional[int] = None) -> Any:
+def load_stats(out_dir: str, pid: Optional[int] = None, engine: str = "pandas") -> Any:
     """The tensor statistics written in out_dir (all processes, or one) as a DataFrame (columns:
-    STATS_COLUMNS; shape as a tuple)."""
+    STATS_COLUMNS; shape as a tuple). engine="polars": a Polars LazyFrame of all processes, typed
+    from the schema (shape a list of integers in JSON files, its text in CSV ones)."""
+    if engine != "pandas":
+        return _stream_engine(out_dir, pid, engine, "stats")
     import pandas
 
     frame = pandas.DataFrame(read_stream(out_dir, "stats", STATS_COLUMNS, pid), columns=STATS_COLUMNS)
@@ -347,12 +350,25 @@ def load_stats(out_dir: str, pid: Optional[int] = None) -> Any:
     return frame
 
 
-def load_updates(out_dir: str, pid: Optional[int] = None) -> Any:
+def load_updates(out_dir: str, pid: Optional[int] = None, engine: str = "pandas") -> Any:
     """The parameter updates written in out_dir (all processes, or one) as a DataFrame (columns:
-    UPDATES_COLUMNS)."""
+    UPDATES_COLUMNS); engine="polars": a Polars LazyFrame of all processes, typed from the schema."""
+    if engine != "pandas":
+        return _stream_engine(out_dir, pid, engine, "updates")
     import pandas
 
     return pandas.DataFrame(read_stream(out_dir, "updates", UPDATES_COLUMNS, pid), columns=UPDATES_COLUMNS)
+
+
+def _stream_engine(out_dir: str, pid: Optional[int], engine: str, kind: str) -> Any:
+    if engine != "polars" or pid is not None:
+        raise ValueError(f"engine={engine!r} (pid={pid!r}) is not accepted for {kind}: give engine 'pandas', or "
+                         "'polars' for all processes (DuckDB: torchwrapper.sql's views)")
+    from ._engines import _files, _import, _polars_kind
+
+    pl = _import("polars")
+    frame = _polars_kind(pl, _files(out_dir, (kind,)), kind)
+    return frame if frame is not None else pl.LazyFrame(schema=_schema.polars_schema(kind))
 
 
 def load_modules(out_dir: str, pid: Optional[int] = None) -> Dict[str, Any]:

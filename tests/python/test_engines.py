@@ -210,3 +210,11 @@ def test_sql_has_the_tracing_streams_and_the_summary_typed_by_the_schema(tmp_pat
     with open(os.path.join(out, "summary.json")) as f:
         summary = {a["api"]: a["calls"] for a in json.load(f)["apis"]}
     assert dict(tw.sql(out, "SELECT api, calls FROM summary").fetchall()) == summary
+    # and through Polars, with the schema's types
+    pytest.importorskip("polars")
+    lazy = tw.load_stats(out, engine="polars")
+    assert lazy.collect_schema().names() == tw.STATS_COLUMNS
+    frame = lazy.collect()
+    assert frame.height == len(stats) and str(frame.schema["numel"]) == "Int64"
+    assert sorted(frame["mean"].to_list()) == sorted(stats["mean"].to_list())
+    assert tw.load_updates(out, engine="polars").collect().height == len(updates)
