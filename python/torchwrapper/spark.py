@@ -15,11 +15,10 @@ pyspark is not a dependency: it is imported when read() is called.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Tuple, Union
+from typing import Any, Iterable, Union
 
 from . import _schema
-from ._engines import _absent, _csv_by_header, _filled_json
-from ._files import _kind, _paths
+from ._engines import _absent, _csv_by_header, _files, _filled_json
 
 Source = Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]
 
@@ -52,10 +51,7 @@ def read(spark: Any, source: Source, kind: str = "calls") -> Any:
         raise ImportError("torchwrapper.spark needs pyspark: pip install pyspark (and a Java runtime)") from error
     if kind not in ("calls", "gpu"):
         raise ValueError(f"kind={kind!r} is not accepted: give 'calls' or 'gpu'")
-    files: Dict[Tuple[str, str], List[str]] = {}
-    for path in _paths(source):
-        if _kind(path) == kind:
-            files.setdefault((kind, "csv" if path.endswith(".csv") else "json"), []).append(path)
+    files = _files(source, (kind,))
     columns = _schema.columns(kind)
     types = {f.name: f.dataType for f in spark_schema(kind, csv=True).fields}
     parts = []
