@@ -76,8 +76,10 @@ def test_summary_of_active_steps_only(tmp_path):
     assert counts["torch.optim.SGD.step"] == len(ACTIVE_STEPS)
 
 
-def test_prof_step_overrides_the_optimizer_boundary(tmp_path):
-    out = str(tmp_path / "out")
+def _marked_every_other_iteration(out):
+    """12 iterations, prof.step() after every second one, steps 3 and 4 recorded. Optimizer steps
+    end steps 0 and 1; the first mark, right after the second optimizer step, ends none (step 2 goes
+    on); from then on one step per mark, two optimizer steps each."""
     done = []
 
     def every_other():
@@ -86,9 +88,13 @@ def test_prof_step_overrides_the_optimizer_boundary(tmp_path):
             prof.step()
 
     with tw.profile(out_dir=out, schedule={"skip_first": 3, "active": 2, "repeat": 1}) as prof:
-        # Optimizer steps end steps 0 and 1; the first mark, right after the second optimizer
-        # step, ends none (step 2 goes on); from then on one step per mark, two optimizer steps each.
         _train(12, mark=every_other)
+    return prof
+
+
+def test_prof_step_overrides_the_optimizer_boundary(tmp_path):
+    out = str(tmp_path / "out")
+    prof = _marked_every_other_iteration(out)
     frame = tw.load(out)
     assert sorted(set(frame["step"])) == [3, 4]
     for step in (3, 4):
@@ -101,15 +107,7 @@ def test_the_tree_of_a_step_is_the_step_of_the_step_column(tmp_path):
     # call_tree(step=) take step 4 from the step column (counting optimizer steps in the files would
     # find a step 4 elsewhere), and --boundary still counts boundary calls.
     out = str(tmp_path / "out")
-    done = []
-
-    def every_other():
-        done.append(1)
-        if len(done) % 2 == 0:
-            prof.step()
-
-    with tw.profile(out_dir=out, schedule={"skip_first": 3, "active": 2, "repeat": 1}) as prof:
-        _train(12, mark=every_other)
+    prof = _marked_every_other_iteration(out)
     frame = tw.load(out)
     first_of_4 = frame[(frame["step"] == 4) & (frame["depth"] == 0)]["api"].iloc[0]
     tree = subprocess.run([sys.executable, "-m", "torchwrapper", "report", "--tree", "4", out],
