@@ -26,6 +26,15 @@ tw_step_state_t tw_schedule_state(const tw_schedule_t *s, uint64_t step)
     return at < (uint64_t)s->wait + s->warmup ? TW_STEP_WARMUP : TW_STEP_ACTIVE;
 }
 
+unsigned tw_schedule_keeps(const tw_schedule_t *s, int summary_only, uint64_t step)
+{
+    int active = tw_schedule_state(s, step) == TW_STEP_ACTIVE;
+    unsigned keep = active && !summary_only ? TW_KEEP_RECORD : 0;
+    if (active || s == NULL || !s->summary_active)
+        keep |= TW_KEEP_SUMMARY;
+    return keep;
+}
+
 #define SCHEDULE_KEYS "skip_first, wait, warmup, active, repeat, summary"
 static const char *const count_keys[] = {"skip_first", "wait", "warmup", "active", "repeat"};
 #define COUNT_KEYS 5

@@ -147,11 +147,11 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
     size_t room = w->env.max_size - w->calls.header_len;
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
-        tw_step_state_t state = tw_schedule_state(&w->schedule, r->step);
-        if (state == TW_STEP_ACTIVE || !w->schedule.summary_active)
+        unsigned keep = tw_schedule_keeps(&w->schedule, w->summary_only, r->step);
+        if (keep & TW_KEEP_SUMMARY)
             tw_stats_add(&w->stats, r->api_id, tw_clock_duration_ns(&w->clock, r->cost),
                          tw_clock_duration_ns(&w->clock, r->self), r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
-        if (state != TW_STEP_ACTIVE || w->summary_only)
+        if (!(keep & TW_KEEP_RECORD))
             continue;
         size_t len = tw_format_record(line, w->env.format, &w->clock, w->env.pid, chunk, r, TW_ARGS_MAX);
         if (len > room) {

@@ -41,6 +41,19 @@ typedef enum {
 /* What the schedule makes of step (counted from 0). NULL or a disabled schedule: always active. */
 TW_API tw_step_state_t tw_schedule_state(const tw_schedule_t *schedule, uint64_t step);
 
+/* What is kept of a call, by tw_schedule_keeps(). */
+enum {
+    TW_KEEP_RECORD = 1u << 0,  /* its record: in the record files, or in a session's in-memory records */
+    TW_KEEP_SUMMARY = 1u << 1, /* its count and times in summary.json */
+};
+
+/*
+ * What is kept of a call of step: its record in active steps, unless summary_only (config records
+ * "summary"); its place in the summary always, or only in active steps with "summary": "active".
+ * The one rule of the writer and of a session that keeps its records in memory.
+ */
+TW_API unsigned tw_schedule_keeps(const tw_schedule_t *schedule, int summary_only, uint64_t step);
+
 /*
  * The schedule of a normalized configuration's "schedule" value (JSON text: null, or the object
  * tw_config_normalize() makes). Returns 0, or TW_EINVAL when it is neither.

@@ -457,8 +457,8 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
     const tw_clock_t *clock = &ctx->session->clock;
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
-        if (ctx->session->summary_only || tw_schedule_state(&ctx->session->schedule, r->step) != TW_STEP_ACTIVE)
-            continue; /* kept only for the summary, as the writer does */
+        if (!(tw_schedule_keeps(&ctx->session->schedule, ctx->session->summary_only, r->step) & TW_KEEP_RECORD))
+            continue;
         PyObject *name = api_name_object(ctx, r->api_id);
         if (name == NULL)
             return -1;
