@@ -170,10 +170,6 @@ class Plan:
     prepared: Any = field(default=None, repr=False, compare=False)  # _patch's per-plan install data
     registry_entries: Any = field(default=None, repr=False, compare=False)  # _profile's, per plan
 
-    def targets_objects(self) -> List[Any]:
-        """The original of each target, in target order."""
-        return [t.obj for t in self.targets]
-
     def counts(self) -> Dict[str, int]:
         out: Dict[str, int] = {}
         for t in self.targets:

@@ -177,10 +177,8 @@ def _frame(path: str, kind: str):
         # A corrupt row somewhere: the tolerant row reader skips it (calls only).
         if kind != "calls":
             raise ValueError(f"{path}: a row does not parse as a GPU record")
+        # (iter_rows gives every column of the schema, those an older file lacks included)
         frame = pandas.DataFrame([row for row in iter_rows(path)], columns=_ROW_COLUMNS)
-        for column in columns:
-            if column not in frame:
-                frame[column] = _schema.missing_value(kind, column)
         frame = frame[columns].astype({c: t for c, t in dtypes.items() if t != "str"})
     return frame, torn
 

@@ -93,7 +93,8 @@ class _TorchRegistries:
         key = (id(table) if table else None, len(table), id(rules) if rules else None, len(rules))
         cached = plan.registry_entries
         if cached is None or cached[0] != key:
-            known = [i for i, original in enumerate(plan.targets_objects())
+            # (the originals in target order, as install_plan prepared them with the plan)
+            known = [i for i, original in enumerate(plan.prepared.originals)
                      if id(original) in table or original in rules]
             cached = plan.registry_entries = (key, known)
         wrappers = patcher.plan_wrappers
