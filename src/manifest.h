@@ -32,6 +32,7 @@ typedef struct {
     const tw_fileset_t *calls;
     const tw_manifest_stream_t *streams;
     size_t stream_count;
+    const char *captures_json;  /* "captures": a JSON array of the on-demand captures; NULL: none */
 } tw_manifest_t;
 
 /* Writes the manifest to path, reading the file lists and counters under env->lock. A failure is
