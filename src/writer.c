@@ -65,7 +65,9 @@ typedef enum { CAPTURE_RECORDING, CAPTURE_ENDING, CAPTURE_DONE } capture_state_t
 /* An on-demand capture (tw_writer_capture): its own files, manifest and summary in dir. */
 typedef struct capture {
     uint32_t id;
-    uint64_t from, to;       /* steps [from, to) */
+    uint64_t from, to;       /* steps [from, to); to is cut to the steps recorded when the program ends first */
+    uint64_t asked;          /* steps asked for */
+    uint64_t last_step;      /* the largest step of its records so far (writer thread) */
     char *dir;
     char *manifest_extra;    /* the writer's, with "capture" */
     char manifest_path[PATH_MAX];
@@ -156,6 +158,7 @@ static char *captures_json(tw_writer_t *w)
         cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
         snprintf(number, sizeof number, "%llu", (unsigned long long)(c->to - 1));
         cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
+        cJSON_AddItemToObject(o, "steps_asked", cJSON_CreateNumber((double)c->asked));
         cJSON_AddStringToObject(o, "dir", c->dir);
         cJSON_AddStringToObject(o, "state", capture_state_names[c->state]);
         snprintf(number, sizeof number, "%llu", (unsigned long long)c->files.written);
@@ -267,13 +270,18 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk, capture_t *const rece
         if (keep & TW_KEEP_RECORD)
             append_line(w, &w->calls, line, len);
         if (c != NULL) {
+            if (r->step > c->last_step)
+                c->last_step = r->step;
             tw_stats_add(&c->stats, r->api_id, cost_ns, self_ns, r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
             append_capture_line(w, c, line, len);
         }
     }
 }
 
-/* Closes capture c's files and writes its summary and final manifest (writer thread). */
+static char *capture_manifest_extra(const tw_writer_t *w, const capture_t *c);
+
+/* Closes capture c's files and writes its summary and final manifest (writer thread). A capture the
+ * program's end cut short says the steps it holds. */
 static void finish_capture(tw_writer_t *w, capture_t *c)
 {
     tw_fileset_close(&c->env, &c->files);
@@ -281,6 +289,14 @@ static void finish_capture(tw_writer_t *w, capture_t *c)
     tw_summary_write(&c->env, c->summary_path, &c->stats);
     pthread_mutex_lock(&w->lock);
     c->state = CAPTURE_DONE;
+    if (atomic_load(&w->step) < c->to) {
+        c->to = c->files.written > 0 ? c->last_step + 1 : c->from + 1;
+        char *extra = capture_manifest_extra(w, c);
+        if (extra != NULL) {
+            free(c->manifest_extra);
+            c->manifest_extra = extra;
+        }
+    }
     pthread_mutex_unlock(&w->lock);
     write_capture_manifest(w, c);
     write_manifest(w);
@@ -911,6 +927,7 @@ static char *capture_manifest_extra(const tw_writer_t *w, const capture_t *c)
         cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
         snprintf(number, sizeof number, "%llu", (unsigned long long)(c->to - 1));
         cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
+        cJSON_AddItemToObject(o, "steps_asked", cJSON_CreateNumber((double)c->asked));
         cJSON_AddStringToObject(o, "run_dir", w->out_dir);
         text = cJSON_PrintUnformatted(root);
     }
@@ -958,6 +975,7 @@ int tw_writer_capture(tw_writer_t *w, uint64_t from_step, uint64_t steps, const 
     }
     c->from = from_step;
     c->to = from_step + steps;
+    c->asked = steps;
     c->start_ns = tw_realtime_ns();
     c->env = w->env; /* its naming, format, size, pid, rank and lock; counters of its own */
     c->env.out_dir = c->dir;
