@@ -162,6 +162,7 @@ typedef struct {
     uint32_t idle;
     uint32_t manual_steps;         /* the program marks steps (Session.step()): optimizer steps do not */
     uint32_t step;                 /* the current step, counted from 0 (also in the recorder) */
+    uint32_t step_recorded;        /* the schedule or a capture records the current step's calls */
     tw_args_mode_t args_configured; /* the session's args mode; args_mode is NONE outside active steps */
     tw_schedule_t schedule;
     /* On-demand capture (config on_demand): the capture recording, steps [capture_from, capture_to),

@@ -21,6 +21,7 @@ static void apply_state(void)
                    tw_active.step < tw_active.capture_to;
     tw_step_state_t state = captured ? TW_STEP_ACTIVE : tw_schedule_state(&tw_active.schedule, tw_active.step);
     tw_active.args_mode = state == TW_STEP_IDLE ? TW_ARGS_NONE : tw_active.args_configured;
+    tw_active.step_recorded = state == TW_STEP_ACTIVE;
     tw_active.idle = state == TW_STEP_IDLE && tw_active.schedule.summary_active;
 }
 
