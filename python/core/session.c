@@ -412,8 +412,8 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     tw_active.hooks = self->hooks; /* borrowed: the session holds them until it is deallocated */
     tw_active.hooks.kinds |= TW_KIND_STEP; /* optimizer steps end steps */
     tw_recorder_set_step(self->recorder, 0);
+    tw_active.writer = self->writer; /* before the steps' state, which depends on it */
     tw_steps_start(&self->schedule, self->args_mode);
-    tw_active.writer = self->writer;
     start_ondemand(self);
     tw_active.ondemand = self->ondemand;
     tw_active.session = Py_NewRef(op);

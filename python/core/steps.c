@@ -22,7 +22,9 @@ static void apply_state(void)
     tw_step_state_t state = captured ? TW_STEP_ACTIVE : tw_schedule_state(&tw_active.schedule, tw_active.step);
     tw_active.args_mode = state == TW_STEP_IDLE ? TW_ARGS_NONE : tw_active.args_configured;
     tw_active.step_recorded = state == TW_STEP_ACTIVE;
-    tw_active.idle = state == TW_STEP_IDLE && tw_active.schedule.summary_active;
+    /* A session that keeps its records in memory has no summary.json to count idle steps' calls for:
+     * they are not recorded at all, so that memory holds the recorded steps only. */
+    tw_active.idle = state == TW_STEP_IDLE && (tw_active.schedule.summary_active || tw_active.writer == NULL);
 }
 
 void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode)

@@ -162,6 +162,8 @@ def test_in_memory_records_follow_the_schedule():
     with tw.profile(schedule={"skip_first": 2, "active": 1, "repeat": 2}) as prof:
         _train(6)
     assert sorted({r.step for r in prof.records()}) == [2, 3]
+    # Memory holds the recorded steps' records only (nothing else needs the others' calls).
+    assert prof.stats()["records"] == len(prof.records())
 
 
 @pytest.mark.parametrize("schedule, message", [
