@@ -115,6 +115,7 @@ struct tw_writer {
     /* writer thread only */
     tw_fileset_t calls;
     tw_stats_t stats;
+    uint64_t summary_changes; /* calls and GPU rows added to stats since summary.json was written */
 };
 
 static tw_writer_stream_t *streams_head(tw_writer_t *w);
@@ -247,8 +248,10 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk, capture_t *const rece
             cost_ns = tw_clock_duration_ns(&w->clock, r->cost);
             self_ns = tw_clock_duration_ns(&w->clock, r->self);
         }
-        if (keep & TW_KEEP_SUMMARY)
+        if (keep & TW_KEEP_SUMMARY) {
             tw_stats_add(&w->stats, r->api_id, cost_ns, self_ns, r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
+            w->summary_changes++;
+        }
         if (c != NULL && c->state == CAPTURE_DONE) { /* the state moves on this thread only */
             atomic_fetch_add(&c->late, 1);
             c = NULL;
@@ -353,8 +356,10 @@ static void write_stream(tw_writer_t *w, tw_writer_stream_t *s)
         at += sizeof h;
         if (!w->summary_only) /* records "summary": no record file of any kind; GPU time still summed */
             append_line(w, &s->files, rows + at, h.len);
-        if (h.api_id != TW_API_ID_NONE)
+        if (h.api_id != TW_API_ID_NONE) {
             tw_stats_add_gpu(&w->stats, h.api_id, h.gpu_ns);
+            w->summary_changes++;
+        }
         at += (h.len + 7) & ~(size_t)7;
     }
 }
@@ -395,6 +400,12 @@ static void *writer_main(void *arg)
                 if (recent[i] != NULL && recent[i]->state != CAPTURE_DONE)
                     tw_fileset_flush(&recent[i]->env, &recent[i]->files);
             advance_captures(w, stop);
+            /* summary.json as it stands, so that a long job can be watched (the last one is
+             * written at close) */
+            if (w->summary_changes > 0 && !stop) {
+                tw_summary_write(&w->env, w->summary_path, &w->stats);
+                w->summary_changes = 0;
+            }
             /* Ask recording threads for their partial chunks, so that nothing older than about
              * one interval waits in memory (their next call hands the chunk over). */
             tw_queue_request_flush(w->queue);

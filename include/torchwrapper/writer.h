@@ -7,7 +7,8 @@
  * Files (in out_dir): records named by file_name_spec (config.h) with ".csv" or ".jsonl";
  * manifest.json (manifest-PID.json in a forked child, or with per_process_names) listing the config,
  * the files and the counts, rewritten atomically at every rotation and at close; summary.json
- * (summary-PID.json) with per-API totals and percentiles, written at close.
+ * (summary-PID.json) with per-API totals and percentiles, rewritten atomically at each flush interval
+ * in which they changed (a long job can be watched) and at close.
  *
  * Columns: call_id, api, start_ns (since the epoch), cost_ns, self_ns, gpu_ns, pid, tid, depth,
  * parent_id, error (0/1 in CSV, false/true in JSON), args, module, step.

@@ -540,6 +540,37 @@ static void a_capture_is_finished_while_the_program_runs_and_counts_late_records
     free_fixture(&f);
 }
 
+/* summary.json is there while the program runs (rewritten each flush interval), not only at close:
+ * a summary-only job can be watched. */
+static void the_summary_is_rewritten_while_the_program_runs(void **state)
+{
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = TW_FORMAT_CSV, .file_max_size = 1 << 20,
+                                          .file_name_spec = "serial", .rank = -1, .summary_only = 1,
+                                          .flush_interval_ns = 10 * 1000 * 1000});
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    for (int i = 0; i < 5; i++)
+        tw_call_end(t, tw_call_begin(t), f.ids[0], 10 * i, 10 * i + 3, 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/summary.json", f.dir);
+    double calls = 0;
+    /* the partial chunk reaches the writer at this thread's next call after a flush request: calls
+     * of another API keep coming while we look */
+    for (int i = 0; i < 60000 && calls != 5; i++) {
+        tw_call_end(t, tw_call_begin(t), f.ids[1], 0, 1, 0);
+        cJSON *s = read_json_file(path);
+        const cJSON *api;
+        cJSON_ArrayForEach(api, cJSON_GetObjectItem(s, "apis"))
+            if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(api, "api")), weird_names[0]) == 0)
+                calls = cJSON_GetNumberValue(cJSON_GetObjectItem(api, "calls"));
+        cJSON_Delete(s);
+        usleep(1000);
+    }
+    assert_true(calls == 5);
+    close_fixture(&f);
+    free_fixture(&f);
+}
+
 static void an_existing_name_is_never_overwritten(void **state)
 {
     fixture_t f;
@@ -1187,6 +1218,7 @@ int main(void)
         cmocka_unit_test(a_schedule_writes_the_records_of_active_steps_only),
         cmocka_unit_test(summary_only_writes_the_summary_and_no_record_file),
         cmocka_unit_test(a_capture_writes_its_steps_to_a_dir_of_its_own),
+        cmocka_unit_test(the_summary_is_rewritten_while_the_program_runs),
         cmocka_unit_test(a_capture_is_finished_while_the_program_runs_and_counts_late_records),
         cmocka_unit_test(an_existing_name_is_never_overwritten),
         cmocka_unit_test(max_files_keeps_the_newest),
