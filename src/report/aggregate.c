@@ -89,6 +89,17 @@ static void table_free(group_table_t *t)
     memset(t, 0, sizeof *t);
 }
 
+/* For --html's own tables (html.c). */
+group_t *report_group_get(group_table_t *t, const char *key, size_t len)
+{
+    return table_get(t, key, len);
+}
+
+void report_group_table_free(group_table_t *t)
+{
+    table_free(t);
+}
+
 /* The hash of a (process, call id) pair: call ids are unique per process only. */
 uint64_t report_pid_id_hash(int64_t pid, uint64_t id)
 {
@@ -230,11 +241,18 @@ int report_on_row(void *ctx, const tw_row_t *row)
             report_tree_row(r, row);
         return 0;
     }
-    if (!keep_row(r, row)) {
+    int keep = keep_row(r, row);
+    /* --folded, --flamegraph, --html: a call left out still carries its children's stacks to its
+     * caller's, with no time of its own. */
+    if (r->flame != NULL && row->kind == TW_FILE_CALLS)
+        report_flame_row(r->flame, row, keep);
+    if (!keep) {
         r->filtered++;
         return 0;
     }
     r->kept++;
+    if (r->html_data != NULL)
+        report_html_row(r->html_data, row);
     if (r->trace != NULL) {
         if (row->kind == TW_FILE_GPU && row->call_id != 0)
             report_launch_add(r->trace, row->pid, row->call_id);
@@ -333,6 +351,10 @@ void report_free(report_t *r)
 {
     report_trace_free(r->trace);
     r->trace = NULL;
+    report_flame_free(r->flame);
+    r->flame = NULL;
+    report_html_free(r->html_data);
+    r->html_data = NULL;
     report_tree_free(&r->tree);
     table_free(&r->groups);
     table_free(&r->api_names);
