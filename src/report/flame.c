@@ -46,6 +46,7 @@ struct flame {
     int by_module;
     int oom;
     uint64_t self_ns; /* all the self time counted: what the stacks sum to */
+    uint64_t calls;   /* all the calls counted */
     flame_node_t root;
     /* interned names, open addressing */
     frame_name_t **names;
@@ -323,6 +324,7 @@ void report_flame_row(flame_t *f, const tw_row_t *row, int counted)
         node->self_ns += row->self_ns;
         node->calls += name != NULL;
         f->self_ns += row->self_ns;
+        f->calls++;
     }
     flame_node_t *parent = outermost ? &f->root : waiting_get(f, row->pid, row->parent_id);
     if (parent == NULL) {
@@ -734,9 +736,7 @@ int report_flame_write_svg(const flame_t *f, FILE *out, const char *id, const ch
     fputs("<g class=\"twf-frames\">\n", out);
     /* The whole run is the bottom frame, as in flamegraph.pl: clicking it undoes a zoom. */
     flame_node_t all_frame = *root;
-    all_frame.calls = 0;
-    for (const flame_node_t *c = root->child; c != NULL; c = c->next)
-        all_frame.calls += c->calls;
+    all_frame.calls = f->calls;
     svg_frame(&l, &all_frame, "all", 3, 0, 0, NULL);
     fprintf(out, "</g>\n<script type=\"text/ecmascript\"><![CDATA[\n%s('%s');\n]]></script>\n</svg>\n", flame_script,
             id);

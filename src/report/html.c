@@ -419,7 +419,7 @@ static void section_steps(FILE *out, const report_t *r)
             h->nsteps, processes > 1 ? ", the mean over the processes" : "",
             group > 1 ? "; each bar is the mean of a group of steps" : "",
             (double)median / (double)processes / 1e6, slowest, (double)h->step_ns[slowest] / (double)processes / 1e6);
-    const double width = 1000, height = 160, left = 60, bottom = 20;
+    const double width = 1000, height = 160, left = 84, bottom = 20;
     double bar = (width - left) / (double)bars;
     fprintf(out, "<svg id=\"step-chart\" viewBox=\"0 0 %.0f %.0f\" width=\"100%%\" style=\"max-width:%.0fpx\" "
                  "font-size=\"11\">\n",
@@ -427,7 +427,7 @@ static void section_steps(FILE *out, const report_t *r)
     fprintf(out, "<line x1=\"%.0f\" y1=\"0\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#999\"/>"
                  "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#999\"/>\n",
             left, left, height, left, height, width, height);
-    fprintf(out, "<text x=\"%.0f\" y=\"10\" text-anchor=\"end\">%.3g ms</text>"
+    fprintf(out, "<text x=\"%.0f\" y=\"10\" text-anchor=\"end\">%.1f ms</text>"
                  "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">0</text>\n",
             left - 4, top, left - 4, height);
     fprintf(out, "<text x=\"%.0f\" y=\"%.0f\">step 0</text><text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">step "
