@@ -699,9 +699,14 @@ int report_flame_write_svg(const flame_t *f, FILE *out, const char *id, const ch
     svg_layout_t l = {out, all, min_ns, all ? (SVG_WIDTH - 2 * SVG_PAD) / (double)all : 0, 0, 0};
     int depth = kept_depth(root, min_ns);
     l.height = SVG_TOP + (depth + 1) * FRAME_HEIGHT + SVG_BOTTOM;
+    char size[64];
+    if (fluid)
+        snprintf(size, sizeof size, "width=\"100%%\"");
+    else
+        snprintf(size, sizeof size, "width=\"%.0f\" height=\"%.0f\"", SVG_WIDTH, l.height);
     fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"%s\" class=\"twf\" %s viewBox=\"0 0 %.0f %.0f\" "
                  "data-pad=\"%.0f\" data-width=\"%.0f\" data-char=\"%.1f\">\n",
-            id, fluid ? "width=\"100%\"" : "", SVG_WIDTH, l.height, SVG_PAD, SVG_WIDTH, FRAME_CHAR_WIDTH);
+            id, size, SVG_WIDTH, l.height, SVG_PAD, SVG_WIDTH, FRAME_CHAR_WIDTH);
     if (!fluid)
         fprintf(out, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"#fdfdfd\"/>\n", SVG_WIDTH, l.height);
     fprintf(out, "<style>\n"
