@@ -14,7 +14,7 @@
 
 #include "report_internal.h"
 
-static uint64_t hash_bytes(const char *s, size_t len, uint64_t seed)
+uint64_t report_hash_bytes(const char *s, size_t len, uint64_t seed)
 {
     /* Eight bytes a step, multiply-xorshift mixing: API names are 10-60 bytes. */
     uint64_t h = seed ^ (len * 0x9E3779B97F4A7C15ull);
@@ -56,7 +56,7 @@ static group_t *table_get(group_table_t *t, const char *key, size_t len)
 {
     if ((t->count + 1) * 2 > t->capacity && table_grow(t) != 0)
         return NULL;
-    uint64_t h = hash_bytes(key, len, 0);
+    uint64_t h = report_hash_bytes(key, len, 0);
     size_t j = h & (t->capacity - 1);
     for (group_t *g; (g = t->slots[j]) != NULL; j = (j + 1) & (t->capacity - 1))
         if (g->hash == h && g->key_len == len && memcmp(g->key, key, len) == 0)

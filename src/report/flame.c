@@ -67,14 +67,6 @@ typedef enum { PKG_NN, PKG_OPTIM, PKG_TENSOR, PKG_TORCH, PKG_USER, PKG_NONE } pa
 
 /* ---- names ------------------------------------------------------------------------------------- */
 
-static uint64_t hash_name(const char *s, size_t len)
-{
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a: names are short, and interning is off the per-row path for APIs seen before */
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
-
 static int starts_with(const char *s, size_t len, const char *prefix)
 {
     size_t n = strlen(prefix);
@@ -122,7 +114,7 @@ static const frame_name_t *intern(flame_t *f, const char *s, size_t len, int mod
 {
     if ((f->name_count + 1) * 2 > f->name_capacity && names_grow(f) != 0)
         return NULL;
-    uint64_t h = hash_name(s, len) ^ (uint64_t)module;
+    uint64_t h = report_hash_bytes(s, len, (uint64_t)module);
     size_t j = h & (f->name_capacity - 1);
     for (frame_name_t *n; (n = f->names[j]) != NULL; j = (j + 1) & (f->name_capacity - 1))
         if (n->hash == h && n->len == len && memcmp(n->text, s, len) == 0)
@@ -631,7 +623,8 @@ static int kept_depth(const flame_node_t *n, uint64_t min_ns)
 static const char flame_script[] =
     "(function(ID){\n"
     "var svg=document.getElementById(ID);if(!svg||svg.twFlame)return;\n"
-    "var pad=+svg.getAttribute('data-pad'),full=+svg.getAttribute('data-width')-2*pad,cw=+svg.getAttribute('data-char');\n"
+    "var pad=+svg.getAttribute('data-pad'),full=+svg.getAttribute('data-width')-2*pad,\n"
+    "cw=+svg.getAttribute('data-char');\n"
     "var frames=[],gs=svg.querySelectorAll('g.twf-f');\n"
     "for(var i=0;i<gs.length;i++){var g=gs[i],r=g.querySelector('rect'),t=g.querySelector('text'),"
     "info=g.querySelector('title').textContent;\n"

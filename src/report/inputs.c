@@ -85,9 +85,10 @@ static void read_manifest(inputs_t *in, const char *path)
         const cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
         const cJSON *written = cJSON_GetObjectItemCaseSensitive(root, "records_written");
         const cJSON *dropped = cJSON_GetObjectItemCaseSensitive(root, "records_dropped");
-        if (cJSON_IsString(host))
-            info->hosts = info->hosts == 0 || strcmp(info->host, host->valuestring) == 0 ? (info->hosts ? info->hosts : 1)
-                                                                                          : 2;
+        if (cJSON_IsString(host) && info->hosts == 0)
+            info->hosts = 1;
+        else if (cJSON_IsString(host) && strcmp(info->host, host->valuestring) != 0)
+            info->hosts = 2; /* "and others" */
         copy_string(info->host, sizeof info->host, host);
         copy_string(info->torch, sizeof info->torch, cJSON_GetObjectItemCaseSensitive(root, "torch"));
         copy_string(info->torchwrapper, sizeof info->torchwrapper,

@@ -15,7 +15,7 @@
     "processes and ranks), read in one streaming pass.\n\n"                                                        \
     "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"                 \
     "  --top N           the first N rows only\n"                                                                  \
-    "  --by GROUP        api (default), thread, pid, parent (caller > callee), step (no GPU time); module: the\n"   \
+    "  --by GROUP        api (default), thread, pid, parent (caller > callee), step (no GPU time); module: the\n"  \
     "                    frames of --folded, --flamegraph and --html are module paths\n"                           \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
@@ -32,10 +32,10 @@
     "  --boundary GLOB   the call that ends a step (default 'torch.optim.*.step')\n"                               \
     "  --max-depth N     --tree: N levels at most\n"                                                               \
     "  --folded FILE     also write folded stacks (flamegraph.pl, speedscope): self ns per stack of API names,\n"  \
-    "                    or of module paths with --by module\n"                                                  \
-    "  --flamegraph FILE also write an interactive SVG flame graph (hover, click to zoom, search)\n"              \
-    "  --html FILE       also write a one-file HTML report: summary, per-API table, flame graph, steps,\n"        \
-    "                    processes, modules, GPU time (no network needed to open it)\n"                          \
+    "                    or of module paths with --by module\n"                                                    \
+    "  --flamegraph FILE also write an interactive SVG flame graph (hover, click to zoom, search)\n"               \
+    "  --html FILE       also write a one-file HTML report: summary, per-API table, flame graph, steps,\n"         \
+    "                    processes, modules, GPU time (no network needed to open it)\n"                            \
     "  -h, --help        this text\n"
 
 /* ---- options ----------------------------------------------------------------------------------- */

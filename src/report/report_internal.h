@@ -169,6 +169,7 @@ typedef struct report {
 
 /* aggregate.c */
 uint64_t report_pid_id_hash(int64_t pid, uint64_t id);
+uint64_t report_hash_bytes(const char *s, size_t len, uint64_t seed);
 int report_on_row(void *ctx, const tw_row_t *row);
 void report_settle_pending(report_t *r);
 void report_free(report_t *r);

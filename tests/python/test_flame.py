@@ -271,7 +271,8 @@ def test_html_compares_processes_and_marks_the_slowest(tmp_path):
         code = ("import sys; sys.path.insert(0, %r); import torchwrapper as tw, test_flame; "
                 "tw.TorchWrapper({'out_dir': %r, 'format': 'csv'}).start(lambda: test_flame.train(%d))"
                 % (os.path.dirname(__file__), str(out), steps))
-        subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        subprocess.run([sys.executable, "-c", code], check=True,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
         dirs.append(out)
     page = tmp_path / "both.html"
     report("--html", page, *dirs)
