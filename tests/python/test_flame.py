@@ -330,3 +330,27 @@ def test_bad_values_are_rejected_with_what_is_accepted(run_dir, tmp_path):
     missing = tmp_path / "no" / "such" / "dir" / "x.svg"
     done = report("--flamegraph", missing, run_dir, check=False)
     assert done.returncode == 1 and f"cannot write {missing}: No such file or directory" in done.stderr
+
+
+def test_html_shows_gpu_time_per_api_from_gpu_records(tmp_path):
+    """GPU records (kernels and copies, joined to the calls that launched them) give the GPU
+    section; a kernel no call launched is "(not attributed)"."""
+    run = tmp_path / "gpu"
+    run.mkdir()
+    (run / "tw-1-0001.csv").write_text(
+        "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
+        "2,torch.matmul,1000,500,500,0,42,42,1,1,0,\n"
+        "1,torch.nn.Linear.forward,900,800,300,0,42,42,0,0,0,\n")
+    (run / "tw-1-0001.gpu.csv").write_text(
+        "call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid\n"
+        "2,torch.matmul,kernel,gemm,1200,1450,0,7,5,42\n"
+        "2,torch.matmul,memcpy,,1460,1470,0,7,6,42\n"
+        "0,,kernel,stray,1500,1600,0,7,7,42\n")
+    page = tmp_path / "gpu.html"
+    report("--html", page, run)
+    parsed = Tables()
+    parsed.feed(page.read_text())
+    gpu = {r[0]: r for r in parsed.tables["gpu-table"][1:]}
+    assert set(gpu) == {"torch.matmul", "(not attributed)"}
+    assert gpu["torch.matmul"][1] == f"{260 / 1e6:.3f}" and gpu["(not attributed)"][1] == f"{100 / 1e6:.3f}"
+    assert "gpu ms" in parsed.tables["api-table"][0]
