@@ -14,7 +14,7 @@
 
 #include "report_internal.h"
 
-static uint64_t hash_bytes(const char *s, size_t len, uint64_t seed)
+uint64_t report_hash_bytes(const char *s, size_t len, uint64_t seed)
 {
     /* Eight bytes a step, multiply-xorshift mixing: API names are 10-60 bytes. */
     uint64_t h = seed ^ (len * 0x9E3779B97F4A7C15ull);
@@ -56,7 +56,7 @@ static group_t *table_get(group_table_t *t, const char *key, size_t len)
 {
     if ((t->count + 1) * 2 > t->capacity && table_grow(t) != 0)
         return NULL;
-    uint64_t h = hash_bytes(key, len, 0);
+    uint64_t h = report_hash_bytes(key, len, 0);
     size_t j = h & (t->capacity - 1);
     for (group_t *g; (g = t->slots[j]) != NULL; j = (j + 1) & (t->capacity - 1))
         if (g->hash == h && g->key_len == len && memcmp(g->key, key, len) == 0)
@@ -87,6 +87,17 @@ static void table_free(group_table_t *t)
     }
     free(t->slots);
     memset(t, 0, sizeof *t);
+}
+
+/* For --html's own tables (html.c). */
+group_t *report_group_get(group_table_t *t, const char *key, size_t len)
+{
+    return table_get(t, key, len);
+}
+
+void report_group_table_free(group_table_t *t)
+{
+    table_free(t);
 }
 
 /* The hash of a (process, call id) pair: call ids are unique per process only. */
@@ -230,11 +241,18 @@ int report_on_row(void *ctx, const tw_row_t *row)
             report_tree_row(r, row);
         return 0;
     }
-    if (!keep_row(r, row)) {
+    int keep = keep_row(r, row);
+    /* --folded, --flamegraph, --html: a call left out still carries its children's stacks to its
+     * caller's, with no time of its own. */
+    if (r->flame != NULL && row->kind == TW_FILE_CALLS)
+        report_flame_row(r->flame, row, keep);
+    if (!keep) {
         r->filtered++;
         return 0;
     }
     r->kept++;
+    if (r->html_data != NULL)
+        report_html_row(r->html_data, row);
     if (r->trace != NULL) {
         if (row->kind == TW_FILE_GPU && row->call_id != 0)
             report_launch_add(r->trace, row->pid, row->call_id);
@@ -333,6 +351,10 @@ void report_free(report_t *r)
 {
     report_trace_free(r->trace);
     r->trace = NULL;
+    report_flame_free(r->flame);
+    r->flame = NULL;
+    report_html_free(r->html_data);
+    r->html_data = NULL;
     report_tree_free(&r->tree);
     table_free(&r->groups);
     table_free(&r->api_names);

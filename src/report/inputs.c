@@ -36,17 +36,40 @@ int report_has_suffix(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* Notes a manifest's start time and rank; a manifest that does not parse is simply not used. */
+static void copy_string(char *to, size_t size, const cJSON *item)
+{
+    if (cJSON_IsString(item) && to[0] == '\0')
+        snprintf(to, size, "%s", item->valuestring);
+}
+
+/* Notes a manifest's start time, rank and what --html's summary shows; a manifest that does not
+ * parse is simply not used. */
 static void read_manifest(inputs_t *in, const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return;
-    char buf[1 << 16];
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    /* The whole file: a long run's manifest lists thousands of files. */
+    char *buf = NULL;
+    size_t len = 0, capacity = 0;
+    for (;;) {
+        if (len + 65536 + 1 > capacity) {
+            char *bigger = capacity < (64u << 20) ? realloc(buf, capacity = len + 65536 * 2 + 1) : NULL;
+            if (bigger == NULL)
+                break;
+            buf = bigger;
+        }
+        size_t n = fread(buf + len, 1, 65536, f);
+        len += n;
+        if (n == 0)
+            break;
+    }
     fclose(f);
+    if (buf == NULL)
+        return;
     buf[len] = '\0';
     cJSON *root = cJSON_Parse(buf);
+    free(buf);
     const cJSON *start = cJSON_GetObjectItemCaseSensitive(root, "start_ns");
     const cJSON *pid = cJSON_GetObjectItemCaseSensitive(root, "pid");
     const cJSON *rank = cJSON_GetObjectItemCaseSensitive(root, "rank");
@@ -56,6 +79,23 @@ static void read_manifest(inputs_t *in, const char *path)
     if (cJSON_IsNumber(pid) && cJSON_IsNumber(rank) && in->nranks < 256) {
         in->rank_pids[in->nranks][0] = (int64_t)pid->valuedouble;
         in->rank_pids[in->nranks++][1] = (int64_t)rank->valuedouble;
+    }
+    if (cJSON_IsObject(root)) {
+        struct run_info *info = &in->info;
+        const cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
+        const cJSON *written = cJSON_GetObjectItemCaseSensitive(root, "records_written");
+        const cJSON *dropped = cJSON_GetObjectItemCaseSensitive(root, "records_dropped");
+        if (cJSON_IsString(host) && info->hosts == 0)
+            info->hosts = 1;
+        else if (cJSON_IsString(host) && strcmp(info->host, host->valuestring) != 0)
+            info->hosts = 2; /* "and others" */
+        copy_string(info->host, sizeof info->host, host);
+        copy_string(info->torch, sizeof info->torch, cJSON_GetObjectItemCaseSensitive(root, "torch"));
+        copy_string(info->torchwrapper, sizeof info->torchwrapper,
+                    cJSON_GetObjectItemCaseSensitive(root, "torchwrapper"));
+        info->written += cJSON_IsNumber(written) && written->valuedouble > 0 ? (uint64_t)written->valuedouble : 0;
+        info->dropped += cJSON_IsNumber(dropped) && dropped->valuedouble > 0 ? (uint64_t)dropped->valuedouble : 0;
+        info->manifests++;
     }
     cJSON_Delete(root);
 }

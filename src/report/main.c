@@ -54,6 +54,22 @@ static int find_origin(report_t *r, inputs_t *in, FILE *err)
     return rc;
 }
 
+/* --folded, --flamegraph, --html, once every row is read. */
+static int write_stacks(report_t *r, const tw_read_stats_t *stats, FILE *err)
+{
+    const options_t *o = r->o;
+    report_flame_settle(r->flame);
+    if (report_flame_oom(r->flame))
+        r->oom = 1;
+    if (o->folded && report_flame_write_folded(r->flame, o->folded, err) != 0)
+        return 1;
+    if (o->flamegraph && report_flame_write_svg_file(r->flame, o->flamegraph, err) != 0)
+        return 1;
+    if (o->html && report_html_write(r, stats, err) != 0)
+        return 1;
+    return 0;
+}
+
 int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
 {
     options_t o;
@@ -80,10 +96,16 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
         rc = find_origin(&r, &in, err);
     if (rc == 0 && o.trace != NULL && (r.trace = report_trace_open(o.trace, in.origin_ns, err)) == NULL)
         rc = 1;
+    if (rc == 0 && (o.folded || o.flamegraph || o.html) && (r.flame = report_flame_new(o.frames_by_module)) == NULL)
+        rc = 1;
+    if (rc == 0 && o.html && (r.html_data = report_html_new()) == NULL)
+        rc = 1;
     if (rc == 0)
         rc = read_all(&r, &in, &stats, err);
     if (rc == 0 && o.by == BY_PARENT)
         report_settle_pending(&r);
+    if (rc == 0 && r.flame != NULL)
+        rc = write_stacks(&r, &stats, err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     if (r.trace != NULL && report_trace_close(r.trace) != 0 && rc == 0) {

@@ -15,7 +15,8 @@
     "processes and ranks), read in one streaming pass.\n\n"                                                        \
     "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"                 \
     "  --top N           the first N rows only\n"                                                                  \
-    "  --by GROUP        api (default), thread, pid, parent (caller > callee), step (no GPU time)\n"               \
+    "  --by GROUP        api (default), thread, pid, parent (caller > callee), step (no GPU time); module: the\n"  \
+    "                    frames of --folded, --flamegraph and --html are module paths\n"                           \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \
@@ -30,6 +31,11 @@
     "                    else (or with --boundary) steps that end with an outermost --boundary call\n"            \
     "  --boundary GLOB   the call that ends a step (default 'torch.optim.*.step')\n"                               \
     "  --max-depth N     --tree: N levels at most\n"                                                               \
+    "  --folded FILE     also write folded stacks (flamegraph.pl, speedscope): self ns per stack of API names,\n"  \
+    "                    or of module paths with --by module\n"                                                    \
+    "  --flamegraph FILE also write an interactive SVG flame graph (hover, click to zoom, search)\n"               \
+    "  --html FILE       also write a one-file HTML report: summary, per-API table, flame graph, steps,\n"         \
+    "                    processes, modules, GPU time (no network needed to open it)\n"                            \
     "  -h, --help        this text\n"
 
 /* ---- options ----------------------------------------------------------------------------------- */
@@ -149,21 +155,29 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
 #define IS(name) (name_len == strlen(name) && strncmp(a, name, name_len) == 0)
         if (!(IS("--sort") || IS("--top") || IS("--by") || IS("--api") || IS("--pid") || IS("--tid") ||
               IS("--window") || IS("--steps") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
-              IS("--boundary") || IS("--max-depth")))
+              IS("--boundary") || IS("--max-depth") || IS("--folded") || IS("--flamegraph") || IS("--html")))
             return usage_error(err, "unknown option '%.*s'", (int)name_len, a);
         if (value == NULL)
             return usage_error(err, "option %s needs a value", a);
         uint64_t n;
         int k;
-        if (IS("--sort")) {
+        if (IS("--folded") || IS("--flamegraph") || IS("--html")) {
+            if (value[0] == '\0')
+                return usage_error(err, "%.*s needs a file name", (int)name_len, a);
+            *(IS("--folded") ? &o->folded : IS("--flamegraph") ? &o->flamegraph : &o->html) = value;
+        } else if (IS("--by") && strcmp(value, "module") == 0) {
+            o->frames_by_module = 1;
+        } else if (IS("--sort")) {
             if ((k = pick(value, sorts, 11)) < 0)
                 return usage_error(err, "--sort '%s' is not accepted: give total, self, gpu, calls, mean, min, max, "
                                         "p50, p95, p99 or name", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
             if ((k = pick(value, bys, 5)) < 0)
-                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent or step", value);
+                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step or module "
+                                        "(module: with --folded, --flamegraph or --html)", value);
             o->by = (group_by_t)k;
+            o->frames_by_module = 0;
         } else if (IS("--format")) {
             if ((k = pick(value, formats, 4)) < 0)
                 return usage_error(err, "--format '%s' is not accepted: give table, csv, json or markdown", value);
@@ -217,5 +231,13 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         o->inputs[o->ninputs++] = argv[i++];
     if (o->ninputs == 0)
         return usage_error(err, "no input: give an output directory or record files");
+    /* --folded, --flamegraph, --html: stacks of API names, or of module paths */
+    int stacks = o->folded || o->flamegraph || o->html;
+    if (o->frames_by_module && !stacks)
+        return usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
+                                "give one of them, or --by api, thread, pid, parent or step for the table");
+    if (stacks && (o->by != BY_API || o->tree_step >= 0))
+        return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
+                                "and not --tree");
     return 0;
 }

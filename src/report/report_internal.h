@@ -81,6 +81,9 @@ typedef struct options {
     uint64_t max_depth; /* 0: all levels */
     const char **inputs; /* the positional arguments: options may come before, between or after them */
     size_t ninputs;
+    /* --folded, --flamegraph, --html (flame.c, html.c) */
+    const char *folded, *flamegraph, *html;
+    int frames_by_module; /* --by module: module paths as frames */
 } options_t;
 
 typedef struct input_file {
@@ -94,6 +97,13 @@ typedef struct inputs {
     int64_t origin_ns;   /* the earliest start_ns of the manifests found; INT64_MAX when none */
     int64_t rank_pids[256][2]; /* (pid, rank) from the manifests, for the trace's process names */
     size_t nranks;
+    /* What the manifests say about the run, for --html's summary. */
+    struct run_info {
+        size_t manifests;
+        char host[128], torch[64], torchwrapper[32];
+        int hosts; /* distinct host names seen: 1, or 2 for "more than one" */
+        uint64_t written, dropped;
+    } info;
 } inputs_t;
 
 struct launch {
@@ -153,13 +163,18 @@ typedef struct report {
     int oom;
     trace_t *trace;
     tree_t tree;
+    struct flame *flame;         /* --folded, --flamegraph, --html */
+    struct html_data *html_data; /* --html */
 } report_t;
 
 /* aggregate.c */
 uint64_t report_pid_id_hash(int64_t pid, uint64_t id);
+uint64_t report_hash_bytes(const char *s, size_t len, uint64_t seed);
 int report_on_row(void *ctx, const tw_row_t *row);
 void report_settle_pending(report_t *r);
 void report_free(report_t *r);
+group_t *report_group_get(group_table_t *t, const char *key, size_t len);
+void report_group_table_free(group_table_t *t);
 
 /* inputs.c */
 int report_has_suffix(const char *s, const char *suffix);
@@ -183,5 +198,33 @@ void report_trace_free(trace_t *trace);
 
 /* print.c */
 void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_stats_t *stats, double seconds);
+
+/* flame.c: stacks and their self time, built bottom-up as rows return (see there) */
+typedef struct flame flame_t;
+flame_t *report_flame_new(int by_module);
+void report_flame_row(flame_t *f, const tw_row_t *row, int counted);
+void report_flame_settle(flame_t *f);
+uint64_t report_flame_self_ns(const flame_t *f);
+int report_flame_oom(const flame_t *f);
+int report_flame_write_folded(const flame_t *f, const char *path, FILE *err);
+/* The <svg> element (id: unique in its page; fluid: as wide as its container), at most max_frames
+ * frames; 0 or TW_ENOMEM. */
+int report_flame_write_svg(const flame_t *f, FILE *out, const char *id, const char *title, size_t max_frames,
+                           int fluid);
+int report_flame_write_svg_file(const flame_t *f, const char *path, FILE *err);
+void report_flame_free(flame_t *f);
+size_t report_module_label(const tw_row_t *row, const char **label);
+
+/* html.c: --html's own aggregates (steps, processes, modules) and the page */
+typedef struct html_data html_data_t;
+html_data_t *report_html_new(void);
+void report_html_row(html_data_t *h, const tw_row_t *row);
+int report_html_write(const report_t *r, const tw_read_stats_t *stats, FILE *err);
+/* For other pages: the page's head (styles) and end (scripts: sortable tables, the flame graph's
+ * search box), and text escaped for HTML. */
+void report_html_begin(FILE *out, const char *title);
+void report_html_end(FILE *out);
+void report_html_text(FILE *out, const char *s, size_t len);
+void report_html_free(html_data_t *h);
 
 #endif

@@ -77,14 +77,14 @@ def make_file(path, header, rows, size):
             block += 1
 
 
-def run_report(paths):
-    """(wall s, cpu s, max RSS MB or None) of one tw-report run over paths."""
+def run_report(paths, extra=()):
+    """(wall s, cpu s, max RSS MB or None) of one tw-report run over paths (extra: more options)."""
     # The maximum RSS comes from GNU time, whose child is forked from a small process: a child
     # forked (or vforked) from this big Python process starts with its pages counted.
     with tempfile.NamedTemporaryFile("r") as rss:
         timer = ["/usr/bin/time", "-f", "%M", "-o", rss.name] if os.path.exists("/usr/bin/time") else []
         devnull = os.open(os.devnull, os.O_WRONLY)
-        argv = timer + [TW_REPORT, "--format", "csv", *paths]
+        argv = timer + [TW_REPORT, "--format", "csv", *extra, *paths]
         start = time.perf_counter()
         pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
         _, status, usage = os.wait4(pid, 0)
@@ -144,7 +144,8 @@ def engine_report(engine, paths):
         if done.returncode != 0:
             raise RuntimeError(f"the {engine} per-API table failed: {done.stderr[-2000:]}")
         text = rss.read().strip()
-    return float(done.stdout.split()[0]), (int(text) / 1024 if timer and text else None)
+    # The script's last words are its time and row count (DuckDB may print a progress bar before them).
+    return float(done.stdout.split()[-2]), (int(text) / 1024 if timer and text else None)
 
 
 def main():
@@ -177,6 +178,19 @@ def main():
                 engines[engine] = {"mb_s_wall": round(size * len(paths) / 1e6 / statistics.median(r[0] for r in runs), 1),
                                    "max_rss_mb": runs[0][1] and round(max(r[1] for r in runs), 1)}
         total = size * len(paths) / 1e6
+        # --folded, --flamegraph and --html (#25): the stacks are built as the rows stream by;
+        # memory on one file and on all of them shows whether it stays flat.
+        views = {}
+        for name, option, target in (("folded", "--folded", "stacks.folded"),
+                                     ("flamegraph", "--flamegraph", "flame.svg"), ("html", "--html", "report.html")):
+            extra = (option, os.path.join(tmp, target))
+            _, _, view_rss_small = run_report(paths[:1], extra)
+            runs = [run_report(paths, extra) for _ in range(REPS)]
+            views[name] = {"mb_s_wall": round(total / statistics.median(r[0] for r in runs), 1),
+                           "mb_s_cpu": round(total / statistics.median(r[1] for r in runs), 1),
+                           "max_rss_mb_one_file": view_rss_small and round(view_rss_small, 1),
+                           "max_rss_mb_all_files": runs[0][2] and round(max(r[2] for r in runs), 1),
+                           "output_kb": round(os.path.getsize(os.path.join(tmp, target)) / 1024, 1)}
         report_mbs = total / statistics.median(report_walls)
         report_cpu_mbs = total / statistics.median(report_cpus)
         pandas_mbs = size * len(pandas_paths) / 1e6 / statistics.median(pandas_walls)
@@ -187,6 +201,7 @@ def main():
             "max_rss_mb_one_file": rss_small and round(rss_small, 1),
             "max_rss_mb_all_files": rss_large and round(rss_large, 1),
             "engines": engines,
+            "views": views,
         }
     print(f"tw-report on {results['input_mb']:.0f} MB ({results['files']} files, median of {REPS}): "
           f"{results['tw_report_mb_s_wall']:.0f} MB/s wall, {results['tw_report_mb_s_cpu']:.0f} MB/s of CPU time; "
@@ -196,6 +211,10 @@ def main():
     for engine, row in results["engines"].items():
         print(f"  the same table through torchwrapper.{'sql' if engine == 'duckdb' else 'load'} with {engine}, "
               f"on all {results['input_mb']:.0f} MB: {row['mb_s_wall']:.0f} MB/s, max RSS {row['max_rss_mb']} MB")
+    for name, row in results["views"].items():
+        print(f"  tw-report --{name} on all {results['input_mb']:.0f} MB: {row['mb_s_wall']:.0f} MB/s wall, "
+              f"{row['mb_s_cpu']:.0f} MB/s of CPU time; max RSS {row['max_rss_mb_one_file']} MB on {FILE_MB} MB, "
+              f"{row['max_rss_mb_all_files']} MB on {results['input_mb']:.0f} MB; output {row['output_kb']} KB")
     out = os.environ.get("BENCH_REPORT_JSON", os.path.join(BUILD, "build", "bench-report.json"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:

@@ -117,6 +117,10 @@ def main(directory):
             "300 MB/s, 5x pandas")
         add("tw-report memory, one file → all files", f"{report['max_rss_mb_one_file']:.0f} → "
             f"{report['max_rss_mb_all_files']:.0f} MB", "flat")
+        for name, row in report.get("views", {}).items():
+            add(f"`tw-report --{name}` on {report['input_mb']:.0f} MB; memory one file → all files",
+                f"{row['mb_s_wall']:.0f} MB/s; {row['max_rss_mb_one_file']:.0f} → {row['max_rss_mb_all_files']:.0f} MB",
+                "300 MB/s, flat")
         for engine, row in report.get("engines", {}).items():
             add(f"the same per-API table through {engine} (`torchwrapper.{'sql' if engine == 'duckdb' else 'load'}`)",
                 f"{row['mb_s_wall']:.0f} MB/s, max RSS {row['max_rss_mb']:.0f} MB")

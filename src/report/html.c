@@ -1,0 +1,624 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tw-report, --html: one self-contained page (no network: styles, scripts and the flame graph are
+ * inline) with the run's summary, the per-API table, the flame graph, step times, the processes
+ * side by side, the modules and GPU time. It shows aggregates only, never the records, so its size
+ * is bounded whatever the run's (tables and the flame graph are capped; see the limits below).
+ *
+ * The page is written by report_html_write() from sections, each a function of its own taking the
+ * report; report_html_begin() and report_html_end() open and close a page, so that another page
+ * (two runs side by side) can reuse them and the sections.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report_internal.h"
+
+#define HTML_MAX_APIS 1500    /* per-API rows, the most total time first */
+#define HTML_MAX_FRAMES 3000  /* flame graph frames, the widest */
+#define HTML_MAX_MODULES 40
+#define HTML_MAX_GPU_APIS 40
+#define HTML_MAX_PROCESSES 256
+#define HTML_MAX_BARS 500     /* step chart: more steps are shown as the mean of groups of steps */
+#define HTML_MAX_STEPS (1 << 24)
+
+typedef struct process {
+    int64_t pid;
+    uint64_t calls, self_ns, busy_ns, gpu_ns; /* busy: the cost of its outermost calls */
+    int64_t steps;                            /* 1 + its largest step; 0: none */
+} process_t;
+
+struct html_data {
+    uint64_t *step_ns; /* per step, the cost of the outermost calls of every process */
+    int64_t nsteps, step_capacity;
+    process_t *processes;
+    size_t nprocesses, process_capacity, last;
+    group_table_t modules;
+    uint64_t first_ns, last_ns; /* the span of the calls */
+    int oom;
+};
+
+html_data_t *report_html_new(void)
+{
+    html_data_t *h = calloc(1, sizeof *h);
+    if (h != NULL)
+        h->first_ns = UINT64_MAX;
+    return h;
+}
+
+void report_html_free(html_data_t *h)
+{
+    if (h == NULL)
+        return;
+    free(h->step_ns);
+    free(h->processes);
+    report_group_table_free(&h->modules);
+    free(h);
+}
+
+static process_t *process_of(html_data_t *h, int64_t pid)
+{
+    /* A process's rows come together (a file is one process's): the last one is checked first. */
+    if (h->nprocesses > 0 && h->processes[h->last].pid == pid)
+        return &h->processes[h->last];
+    for (size_t i = 0; i < h->nprocesses; i++)
+        if (h->processes[i].pid == pid)
+            return &h->processes[h->last = i];
+    if (h->nprocesses == h->process_capacity) {
+        size_t capacity = h->process_capacity ? h->process_capacity * 2 : 16;
+        process_t *bigger = realloc(h->processes, capacity * sizeof *bigger);
+        if (bigger == NULL)
+            return NULL;
+        h->processes = bigger;
+        h->process_capacity = capacity;
+    }
+    h->processes[h->nprocesses] = (process_t){.pid = pid};
+    return &h->processes[h->last = h->nprocesses++];
+}
+
+/* A row kept by the filters (GPU rows too). */
+void report_html_row(html_data_t *h, const tw_row_t *row)
+{
+    process_t *p = process_of(h, row->pid);
+    if (p == NULL) {
+        h->oom = 1;
+        return;
+    }
+    if (row->kind == TW_FILE_GPU) {
+        p->gpu_ns += row->cost_ns;
+        return;
+    }
+    p->calls++;
+    p->self_ns += row->self_ns;
+    p->gpu_ns += row->gpu_ns; /* 0 where GPU files hold the GPU time */
+    if (row->start_ns < h->first_ns)
+        h->first_ns = row->start_ns;
+    if (row->start_ns + row->cost_ns > h->last_ns)
+        h->last_ns = row->start_ns + row->cost_ns;
+    if (row->depth == 0 || row->parent_id == 0) {
+        p->busy_ns += row->cost_ns;
+        if (row->step >= 0 && row->step < HTML_MAX_STEPS) {
+            if (row->step >= h->step_capacity) {
+                int64_t capacity = h->step_capacity ? h->step_capacity : 256;
+                while (capacity <= row->step)
+                    capacity *= 2;
+                uint64_t *bigger = realloc(h->step_ns, (size_t)capacity * sizeof *bigger);
+                if (bigger == NULL) {
+                    h->oom = 1;
+                    return;
+                }
+                memset(bigger + h->step_capacity, 0, (size_t)(capacity - h->step_capacity) * sizeof *bigger);
+                h->step_ns = bigger;
+                h->step_capacity = capacity;
+            }
+            h->step_ns[row->step] += row->cost_ns;
+            if (row->step >= h->nsteps)
+                h->nsteps = row->step + 1;
+            if (row->step >= p->steps)
+                p->steps = row->step + 1;
+        }
+    }
+    const char *label;
+    size_t len = report_module_label(row, &label);
+    if (len > 0) {
+        group_t *g = report_group_get(&h->modules, label, len);
+        if (g == NULL || tw_api_stats_add(&g->stats, row->cost_ns, row->self_ns, row->gpu_ns, row->error) != 0)
+            h->oom = 1;
+    }
+}
+
+/* ---- writing ----------------------------------------------------------------------------------- */
+
+void report_html_text(FILE *out, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        switch (s[i]) {
+        case '&': fputs("&amp;", out); break;
+        case '<': fputs("&lt;", out); break;
+        case '>': fputs("&gt;", out); break;
+        case '"': fputs("&quot;", out); break;
+        default: fputc(s[i], out);
+        }
+    }
+}
+
+static void text(FILE *out, const char *s)
+{
+    report_html_text(out, s, strlen(s));
+}
+
+static void ms(FILE *out, uint64_t ns)
+{
+    fprintf(out, "%.3f", (double)ns / 1e6);
+}
+
+static void us(FILE *out, uint64_t ns)
+{
+    fprintf(out, "%.2f", (double)ns / 1e3);
+}
+
+static const char page_style[] =
+    "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d1d1f;"
+    "background:#f5f6f8}\n"
+    "header{background:#23395d;color:#fff;padding:14px 28px}header h1{margin:0;font-size:20px}\n"
+    "header p{margin:2px 0 0;opacity:.8}\n"
+    "main{padding:8px 28px 40px;max-width:1400px}\n"
+    "section{background:#fff;border:1px solid #dde1e6;border-radius:8px;padding:12px 18px;margin:16px 0}\n"
+    "h2{font-size:16px;margin:4px 0 10px}\n"
+    ".cards{display:flex;flex-wrap:wrap;gap:10px}\n"
+    ".card{border:1px solid #e3e6ea;border-radius:6px;padding:6px 12px;min-width:120px}\n"
+    ".card b{display:block;font-size:17px}.card span{color:#5f6670;font-size:12px}\n"
+    "table{border-collapse:collapse;width:100%;font-size:13px}\n"
+    "th,td{padding:3px 8px;border-bottom:1px solid #eef0f2;text-align:right;white-space:nowrap}\n"
+    "th:first-child,td:first-child{text-align:left;white-space:normal;word-break:break-all}\n"
+    "th{background:#f0f2f5;position:sticky;top:0}\n"
+    "table.sortable th{cursor:pointer;user-select:none}\n"
+    "th[data-dir=desc]::after{content:' \\25BC'}th[data-dir=asc]::after{content:' \\25B2'}\n"
+    "tr:hover td{background:#f7f9fc}\n"
+    ".scroll{max-height:520px;overflow:auto}\n"
+    "tr.slowest td{background:#fde2e1;font-weight:600}\n"
+    ".bar{background:#c9d7ee;height:10px;border-radius:2px}\n"
+    "tr.slowest .bar{background:#d9534f}\n"
+    ".note{color:#5f6670;font-size:12px}\n"
+    "input[type=search]{font:inherit;padding:3px 8px;width:280px;margin:0 0 6px}\n";
+
+/* Sortable tables: a click on a header sorts by its column (numbers where the header says num). */
+static const char page_script[] =
+    "document.querySelectorAll('table.sortable').forEach(function(t){\n"
+    "var heads=t.tHead.rows[0].cells;\n"
+    "[].forEach.call(heads,function(th,i){th.addEventListener('click',function(){\n"
+    "var desc=th.getAttribute('data-dir')!=='desc',num=th.classList.contains('num'),body=t.tBodies[0];\n"
+    "[].forEach.call(heads,function(h){h.removeAttribute('data-dir');});\n"
+    "th.setAttribute('data-dir',desc?'desc':'asc');\n"
+    "var rows=[].slice.call(body.rows);rows.sort(function(a,b){var x=a.cells[i].textContent,y=b.cells[i].textContent;\n"
+    "var c=num?parseFloat(x)-parseFloat(y):x.localeCompare(y);return desc?-c:c;});\n"
+    "rows.forEach(function(r){body.appendChild(r);});});});});\n"
+    "var box=document.getElementById('tw-flame-search'),graph=document.getElementById('tw-flame');\n"
+    "if(box&&graph)box.addEventListener('input',function(){graph.twFlame.search(box.value);});\n";
+
+void report_html_begin(FILE *out, const char *title)
+{
+    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+          /* Nothing from the network, even by mistake. */
+          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+          "script-src 'unsafe-inline'; img-src data:\">\n<title>",
+          out);
+    text(out, title);
+    fputs("</title>\n<style>\n", out);
+    fputs(page_style, out);
+    fputs("</style>\n</head>\n<body>\n", out);
+}
+
+void report_html_end(FILE *out)
+{
+    fputs("<script>\n", out);
+    fputs(page_script, out);
+    fputs("</script>\n</body>\n</html>\n", out);
+}
+
+static void card(FILE *out, const char *value, const char *label)
+{
+    fputs("<div class=\"card\"><b>", out);
+    text(out, value);
+    fputs("</b><span>", out);
+    text(out, label);
+    fputs("</span></div>\n", out);
+}
+
+static uint64_t median_of(uint64_t *values, size_t n);
+
+static void section_summary(FILE *out, const report_t *r, const tw_read_stats_t *stats)
+{
+    const struct run_info *info = &r->in->info;
+    const html_data_t *h = r->html_data;
+    char value[160];
+    fputs("<section id=\"summary\"><h2>Run</h2><div class=\"cards\">\n", out);
+    snprintf(value, sizeof value, "%s%s", info->host[0] ? info->host : "?", info->hosts > 1 ? " and others" : "");
+    card(out, value, "host");
+    card(out, info->torch[0] ? info->torch : "?", "torch");
+    card(out, info->torchwrapper[0] ? info->torchwrapper : "?", "torchwrapper");
+    snprintf(value, sizeof value, "%" PRId64, h->nsteps);
+    card(out, value, "steps");
+    snprintf(value, sizeof value, "%" PRIu64, stats->rows);
+    card(out, value, "records read");
+    snprintf(value, sizeof value, "%" PRIu64, info->dropped);
+    card(out, info->manifests ? value : "?", "records dropped (manifests)");
+    snprintf(value, sizeof value, "%zu", h->nprocesses);
+    card(out, value, h->nprocesses == 1 ? "process" : "processes");
+    snprintf(value, sizeof value, "%.3f s", h->last_ns > h->first_ns ? (double)(h->last_ns - h->first_ns) / 1e9 : 0.0);
+    card(out, value, "from the first call to the last return");
+    snprintf(value, sizeof value, "%.3f s", (double)report_flame_self_ns(r->flame) / 1e9);
+    card(out, value, "time in recorded calls (self, all threads)");
+    fputs("</div>\n<p class=\"note\">", out);
+    fprintf(out, "%zu record file%s, %.1f MB", r->in->count, r->in->count == 1 ? "" : "s", (double)stats->bytes / 1e6);
+    if (info->manifests)
+        fprintf(out, "; %" PRIu64 " records written by %zu process%s (their manifests)", info->written,
+                info->manifests, info->manifests == 1 ? "" : "es");
+    if (stats->truncated || stats->malformed)
+        fprintf(out, "; skipped: %" PRIu64 " torn last lines, %" PRIu64 " malformed rows", stats->truncated,
+                stats->malformed);
+    if (r->filtered)
+        fprintf(out, "; %" PRIu64 " records left out by the filters", r->filtered);
+    if (r->oom || h->oom)
+        fputs("; <b>out of memory: some calls are not counted</b>", out);
+    fputs("</p></section>\n", out);
+}
+
+static int compare_total(const void *a, const void *b)
+{
+    const group_t *x = *(group_t *const *)a, *y = *(group_t *const *)b;
+    if (x->stats.total_ns != y->stats.total_ns)
+        return x->stats.total_ns < y->stats.total_ns ? 1 : -1;
+    return strcmp(x->key, y->key);
+}
+
+static int compare_gpu(const void *a, const void *b)
+{
+    const group_t *x = *(group_t *const *)a, *y = *(group_t *const *)b;
+    if (x->stats.gpu_ns != y->stats.gpu_ns)
+        return x->stats.gpu_ns < y->stats.gpu_ns ? 1 : -1;
+    return strcmp(x->key, y->key);
+}
+
+/* The groups of t in an array (NULL without memory), sorted by compare. */
+static group_t **sorted_groups(const group_table_t *t, int (*compare)(const void *, const void *), uint64_t *self)
+{
+    group_t **order = calloc(t->count ? t->count : 1, sizeof *order);
+    size_t n = 0;
+    *self = 0;
+    for (size_t i = 0; order != NULL && i < t->capacity; i++) {
+        if (t->slots[i] != NULL) {
+            order[n++] = t->slots[i];
+            *self += t->slots[i]->stats.self_ns;
+        }
+    }
+    if (order != NULL)
+        qsort(order, n, sizeof *order, compare);
+    return order;
+}
+
+static void section_apis(FILE *out, const report_t *r)
+{
+    uint64_t all_self;
+    group_t **order = sorted_groups(&r->groups, compare_total, &all_self);
+    if (order == NULL)
+        return;
+    size_t n = r->groups.count, shown = n < HTML_MAX_APIS ? n : HTML_MAX_APIS;
+    int gpu = r->have_gpu_files;
+    for (size_t i = 0; i < n; i++)
+        gpu |= order[i]->stats.gpu_ns != 0;
+    fprintf(out, "<section id=\"apis\"><h2>Per API (%zu)</h2>\n", n);
+    if (shown < n)
+        fprintf(out, "<p class=\"note\">The %zu APIs with the most total time; %zu more in "
+                     "<code>tw-report --format csv</code>.</p>\n", shown, n - shown);
+    fputs("<p class=\"note\">Click a column's name to sort. Times in ms (us for the per-call columns); share: of "
+          "all self time.</p>\n<div class=\"scroll\"><table class=\"sortable\" id=\"api-table\"><thead><tr>"
+          "<th>api</th><th class=\"num\">calls</th><th class=\"num\">errors</th><th class=\"num\" data-dir=\"desc\">"
+          "total ms</th><th class=\"num\">self ms</th>", out);
+    if (gpu)
+        fputs("<th class=\"num\">gpu ms</th>", out);
+    fputs("<th class=\"num\">mean us</th><th class=\"num\">p50 us</th><th class=\"num\">p95 us</th>"
+          "<th class=\"num\">p99 us</th><th class=\"num\">max us</th><th class=\"num\">share %</th></tr></thead>"
+          "<tbody>\n", out);
+    for (size_t i = 0; i < shown; i++) {
+        const tw_api_stats_t *s = &order[i]->stats;
+        fputs("<tr><td>", out);
+        report_html_text(out, order[i]->key, order[i]->key_len);
+        fprintf(out, "</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td><td>", s->calls, s->errors);
+        ms(out, s->total_ns);
+        fputs("</td><td>", out);
+        ms(out, s->self_ns);
+        if (gpu) {
+            fputs("</td><td>", out);
+            ms(out, s->gpu_ns);
+        }
+        fputs("</td><td>", out);
+        us(out, s->calls ? s->total_ns / s->calls : 0);
+        fputs("</td><td>", out);
+        us(out, tw_stats_percentile(s, 0.50));
+        fputs("</td><td>", out);
+        us(out, tw_stats_percentile(s, 0.95));
+        fputs("</td><td>", out);
+        us(out, tw_stats_percentile(s, 0.99));
+        fputs("</td><td>", out);
+        us(out, s->max_ns);
+        fprintf(out, "</td><td>%.1f</td></tr>\n", all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0);
+    }
+    fputs("</tbody></table></div></section>\n", out);
+    free(order);
+}
+
+static int section_flame(FILE *out, const report_t *r)
+{
+    fprintf(out, "<section id=\"flame\"><h2>Flame graph: self time by %s</h2>\n"
+                 "<p class=\"note\">Width is time. Hover a frame for its calls and times; click it to zoom in, click "
+                 "the bottom frame (all) or Reset zoom to zoom out. Colours: the API's package.</p>\n"
+                 "<input type=\"search\" id=\"tw-flame-search\" placeholder=\"Search frames (part of a name)\">\n",
+            r->o->frames_by_module ? "module path" : "call stack");
+    int rc = report_flame_write_svg(r->flame, out, "tw-flame", r->o->frames_by_module ? "Self time by module path"
+                                                                                     : "Self time by call stack",
+                                    HTML_MAX_FRAMES, 1);
+    fputs("</section>\n", out);
+    return rc;
+}
+
+static int compare_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t median_of(uint64_t *values, size_t n)
+{
+    if (n == 0)
+        return 0;
+    qsort(values, n, sizeof *values, compare_u64);
+    return values[n / 2];
+}
+
+/* Per-step time: the cost of the step's outermost calls, over every process, as bars. */
+static void section_steps(FILE *out, const report_t *r)
+{
+    const html_data_t *h = r->html_data;
+    if (h->nsteps == 0)
+        return;
+    size_t processes = 0;
+    for (size_t i = 0; i < h->nprocesses; i++)
+        processes += h->processes[i].steps > 0;
+    if (processes == 0)
+        processes = 1;
+    int64_t group = (h->nsteps + HTML_MAX_BARS - 1) / HTML_MAX_BARS; /* steps a bar */
+    int64_t bars = (h->nsteps + group - 1) / group;
+    double *value = calloc((size_t)bars, sizeof *value);
+    uint64_t *sorted = malloc((size_t)h->nsteps * sizeof *sorted);
+    if (value == NULL || sorted == NULL) {
+        free(value);
+        free(sorted);
+        return;
+    }
+    double top = 0;
+    int64_t slowest = 0;
+    for (int64_t s = 0; s < h->nsteps; s++) {
+        value[s / group] += (double)h->step_ns[s] / (double)processes / 1e6 / (double)group;
+        sorted[s] = h->step_ns[s];
+        if (h->step_ns[s] > h->step_ns[slowest])
+            slowest = s;
+    }
+    for (int64_t b = 0; b < bars; b++)
+        if (value[b] > top)
+            top = value[b];
+    uint64_t median = median_of(sorted, (size_t)h->nsteps);
+    free(sorted);
+    fprintf(out, "<section id=\"steps\"><h2>Steps (%" PRId64 ")</h2>\n<p class=\"note\">The time of each step's "
+                 "outermost calls%s%s. Median step: %.3f ms; slowest: step %" PRId64 " at %.3f ms.</p>\n",
+            h->nsteps, processes > 1 ? ", the mean over the processes" : "",
+            group > 1 ? "; each bar is the mean of a group of steps" : "",
+            (double)median / (double)processes / 1e6, slowest, (double)h->step_ns[slowest] / (double)processes / 1e6);
+    const double width = 1000, height = 160, left = 84, bottom = 20;
+    double bar = (width - left) / (double)bars;
+    fprintf(out, "<svg id=\"step-chart\" viewBox=\"0 0 %.0f %.0f\" width=\"100%%\" style=\"max-width:%.0fpx\" "
+                 "font-size=\"11\">\n",
+            width, height + bottom, width);
+    fprintf(out, "<line x1=\"%.0f\" y1=\"0\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#999\"/>"
+                 "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#999\"/>\n",
+            left, left, height, left, height, width, height);
+    fprintf(out, "<text x=\"%.0f\" y=\"10\" text-anchor=\"end\">%.1f ms</text>"
+                 "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">0</text>\n",
+            left - 4, top, left - 4, height);
+    fprintf(out, "<text x=\"%.0f\" y=\"%.0f\">step 0</text><text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">step "
+                 "%" PRId64 "</text>\n",
+            left, height + 15, width, height + 15, h->nsteps - 1);
+    for (int64_t b = 0; b < bars && top > 0; b++) {
+        double bh = value[b] / top * (height - 12);
+        fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#4a7cc9\">"
+                     "<title>step%s %" PRId64,
+                left + (double)b * bar + bar * 0.1, height - bh, bar * 0.8 > 0.5 ? bar * 0.8 : 0.5, bh,
+                group > 1 ? "s" : "", b * group);
+        if (group > 1)
+            fprintf(out, "-%" PRId64, (b + 1) * group - 1 < h->nsteps - 1 ? (b + 1) * group - 1 : h->nsteps - 1);
+        fprintf(out, ": %.3f ms</title></rect>\n", value[b]);
+    }
+    fputs("</svg></section>\n", out);
+    free(value);
+}
+
+static int64_t rank_of(const inputs_t *in, int64_t pid)
+{
+    for (size_t i = 0; i < in->nranks; i++)
+        if (in->rank_pids[i][0] == pid)
+            return in->rank_pids[i][1];
+    return -1;
+}
+
+static int compare_busy(const void *a, const void *b)
+{
+    const process_t *x = a, *y = b;
+    if (x->busy_ns != y->busy_ns)
+        return x->busy_ns < y->busy_ns ? 1 : -1;
+    return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+/* The processes side by side (ranks, or a launcher's children), the slowest marked. */
+static void section_processes(FILE *out, const report_t *r)
+{
+    html_data_t *h = r->html_data;
+    if (h->nprocesses < 2)
+        return;
+    qsort(h->processes, h->nprocesses, sizeof *h->processes, compare_busy);
+    h->last = 0;
+    uint64_t *busy = malloc(h->nprocesses * sizeof *busy);
+    if (busy == NULL)
+        return;
+    for (size_t i = 0; i < h->nprocesses; i++)
+        busy[i] = h->processes[i].busy_ns;
+    uint64_t median = median_of(busy, h->nprocesses);
+    free(busy);
+    const process_t *slowest = &h->processes[0];
+    int64_t slowest_rank = rank_of(r->in, slowest->pid);
+    size_t shown = h->nprocesses < HTML_MAX_PROCESSES ? h->nprocesses : HTML_MAX_PROCESSES;
+    fprintf(out, "<section id=\"processes\"><h2>Processes (%zu)</h2>\n<p class=\"note\">Busy: the time of a "
+                 "process's outermost calls. Slowest: ",
+            h->nprocesses);
+    if (slowest_rank >= 0)
+        fprintf(out, "rank %" PRId64 " (pid %" PRId64 ")", slowest_rank, slowest->pid);
+    else
+        fprintf(out, "pid %" PRId64, slowest->pid);
+    fprintf(out, ", %.1f%% above the median process.%s</p>\n",
+            median ? 100.0 * ((double)slowest->busy_ns - (double)median) / (double)median : 0.0,
+            shown < h->nprocesses ? " The busiest processes only." : "");
+    fputs("<div class=\"scroll\"><table class=\"sortable\" id=\"process-table\"><thead><tr><th>process</th>"
+          "<th class=\"num\">rank</th><th class=\"num\">calls</th><th class=\"num\" data-dir=\"desc\">busy ms</th>"
+          "<th class=\"num\">self ms</th><th class=\"num\">steps</th><th class=\"num\">ms per step</th>"
+          "<th class=\"num\">gpu ms</th><th class=\"num\">vs median %</th><th style=\"width:25%\"></th></tr></thead>"
+          "<tbody>\n", out);
+    for (size_t i = 0; i < shown; i++) {
+        const process_t *p = &h->processes[i];
+        int64_t rank = rank_of(r->in, p->pid);
+        fprintf(out, "<tr%s><td>pid %" PRId64 "</td><td>", i == 0 ? " class=\"slowest\"" : "", p->pid);
+        if (rank >= 0)
+            fprintf(out, "%" PRId64, rank);
+        fprintf(out, "</td><td>%" PRIu64 "</td><td>", p->calls);
+        ms(out, p->busy_ns);
+        fputs("</td><td>", out);
+        ms(out, p->self_ns);
+        fprintf(out, "</td><td>%" PRId64 "</td><td>", p->steps);
+        ms(out, p->steps ? p->busy_ns / (uint64_t)p->steps : 0);
+        fputs("</td><td>", out);
+        ms(out, p->gpu_ns);
+        fprintf(out, "</td><td>%+.1f</td><td><div class=\"bar\" style=\"width:%.1f%%\"></div></td></tr>\n",
+                median ? 100.0 * ((double)p->busy_ns - (double)median) / (double)median : 0.0,
+                slowest->busy_ns ? 100.0 * (double)p->busy_ns / (double)slowest->busy_ns : 0.0);
+    }
+    fputs("</tbody></table></div></section>\n", out);
+}
+
+static void section_modules(FILE *out, const report_t *r)
+{
+    const html_data_t *h = r->html_data;
+    if (h->modules.count == 0)
+        return;
+    uint64_t ignored;
+    group_t **order = sorted_groups(&h->modules, compare_total, &ignored);
+    if (order == NULL)
+        return;
+    size_t n = h->modules.count, shown = n < HTML_MAX_MODULES ? n : HTML_MAX_MODULES;
+    uint64_t top = order[0]->stats.total_ns;
+    fprintf(out, "<section id=\"modules\"><h2>Modules (top %zu of %zu)</h2>\n<p class=\"note\">Each module's "
+                 "forward calls: total includes the modules and calls inside it; the model is named by its "
+                 "class.</p>\n<table class=\"sortable\" id=\"module-table\"><thead><tr><th>module</th>"
+                 "<th class=\"num\">calls</th><th class=\"num\" data-dir=\"desc\">total ms</th>"
+                 "<th class=\"num\">self ms</th><th class=\"num\">mean us</th><th class=\"num\">p95 us</th>"
+                 "<th style=\"width:25%%\"></th></tr></thead><tbody>\n",
+            shown, n);
+    for (size_t i = 0; i < shown; i++) {
+        const tw_api_stats_t *s = &order[i]->stats;
+        fputs("<tr><td>", out);
+        report_html_text(out, order[i]->key, order[i]->key_len);
+        fprintf(out, "</td><td>%" PRIu64 "</td><td>", s->calls);
+        ms(out, s->total_ns);
+        fputs("</td><td>", out);
+        ms(out, s->self_ns);
+        fputs("</td><td>", out);
+        us(out, s->calls ? s->total_ns / s->calls : 0);
+        fputs("</td><td>", out);
+        us(out, tw_stats_percentile(s, 0.95));
+        fprintf(out, "</td><td><div class=\"bar\" style=\"width:%.1f%%\"></div></td></tr>\n",
+                top ? 100.0 * (double)s->total_ns / (double)top : 0.0);
+    }
+    fputs("</tbody></table></section>\n", out);
+    free(order);
+}
+
+static void section_gpu(FILE *out, const report_t *r)
+{
+    uint64_t ignored, all_gpu = 0;
+    group_t **order = sorted_groups(&r->groups, compare_gpu, &ignored);
+    if (order == NULL)
+        return;
+    size_t n = 0;
+    while (n < r->groups.count && order[n]->stats.gpu_ns > 0)
+        all_gpu += order[n++]->stats.gpu_ns;
+    if (n > 0) {
+        size_t shown = n < HTML_MAX_GPU_APIS ? n : HTML_MAX_GPU_APIS;
+        fprintf(out, "<section id=\"gpu\"><h2>GPU time per API (top %zu of %zu)</h2>\n<p class=\"note\">GPU time of "
+                     "the kernels and copies each API launched: %.3f ms in all.</p>\n<table class=\"sortable\" "
+                     "id=\"gpu-table\"><thead><tr><th>api</th><th class=\"num\" data-dir=\"desc\">gpu ms</th>"
+                     "<th class=\"num\">calls</th><th class=\"num\">total ms (CPU)</th><th class=\"num\">share %%</th>"
+                     "</tr></thead><tbody>\n",
+                shown, n, (double)all_gpu / 1e6);
+        for (size_t i = 0; i < shown; i++) {
+            const tw_api_stats_t *s = &order[i]->stats;
+            fputs("<tr><td>", out);
+            report_html_text(out, order[i]->key, order[i]->key_len);
+            fputs("</td><td>", out);
+            ms(out, s->gpu_ns);
+            fprintf(out, "</td><td>%" PRIu64 "</td><td>", s->calls);
+            ms(out, s->total_ns);
+            fprintf(out, "</td><td>%.1f</td></tr>\n", 100.0 * (double)s->gpu_ns / (double)all_gpu);
+        }
+        fputs("</tbody></table></section>\n", out);
+    }
+    free(order);
+}
+
+int report_html_write(const report_t *r, const tw_read_stats_t *stats, FILE *err)
+{
+    const char *path = r->o->html;
+    FILE *out = fopen(path, "w");
+    if (out == NULL) {
+        fprintf(err, "tw-report: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    report_html_begin(out, "TorchWrapper report");
+    fputs("<header><h1>TorchWrapper report</h1><p>", out);
+    for (size_t i = 0; i < r->o->ninputs; i++) {
+        text(out, r->o->inputs[i]);
+        fputs(i + 1 < r->o->ninputs ? ", " : "", out);
+    }
+    fputs("</p></header>\n<main>\n", out);
+    section_summary(out, r, stats);
+    section_steps(out, r);
+    int rc = section_flame(out, r);
+    section_apis(out, r);
+    section_processes(out, r);
+    section_modules(out, r);
+    section_gpu(out, r);
+    fputs("</main>\n", out);
+    report_html_end(out);
+    int failed = ferror(out);
+    if (fclose(out) != 0 || failed) {
+        fprintf(err, "tw-report: writing %s failed (disk full?)\n", path);
+        return 1;
+    }
+    if (rc != 0) {
+        fprintf(err, "tw-report: %s\n", tw_strerror(rc));
+        return 1;
+    }
+    return 0;
+}
