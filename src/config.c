@@ -269,6 +269,18 @@ static cJSON *check_choice_list(const char *what, const char *choices, const cJS
     return NULL;
 }
 
+/* An environment variable's text for a key that is a switch or an object: true for 1/true/on/yes,
+ * false for 0/false/off/no or nothing (any case), else the JSON text parsed (NULL when it is not). */
+static cJSON *switch_or_json(const char *t)
+{
+    if (strcasecmp(t, "1") == 0 || strcasecmp(t, "true") == 0 || strcasecmp(t, "on") == 0 || strcasecmp(t, "yes") == 0)
+        return cJSON_CreateTrue();
+    if (strcasecmp(t, "0") == 0 || strcasecmp(t, "false") == 0 || strcasecmp(t, "off") == 0 ||
+        strcasecmp(t, "no") == 0 || t[0] == '\0')
+        return cJSON_CreateFalse();
+    return cJSON_Parse(t);
+}
+
 #define ON_DEMAND_STEPS 5 /* steps of a capture asked without a number (kill -USR2) */
 
 /*
@@ -281,19 +293,8 @@ static cJSON *check_on_demand(const cJSON *value, int from_strings, char *err, s
     char given[160];
     describe(value, given, sizeof given);
     cJSON *parsed = NULL, *out = NULL;
-    if (from_strings && cJSON_IsString(value)) {
-        const char *t = value->valuestring;
-        if (strcasecmp(t, "1") == 0 || strcasecmp(t, "true") == 0 || strcasecmp(t, "on") == 0 ||
-            strcasecmp(t, "yes") == 0)
-            parsed = cJSON_CreateTrue();
-        else if (strcasecmp(t, "0") == 0 || strcasecmp(t, "false") == 0 || strcasecmp(t, "off") == 0 ||
-                 strcasecmp(t, "no") == 0 || t[0] == '\0')
-            parsed = cJSON_CreateFalse();
-        else
-            parsed = cJSON_Parse(t);
-        if (parsed != NULL)
-            value = parsed;
-    }
+    if (from_strings && cJSON_IsString(value) && (parsed = switch_or_json(value->valuestring)) != NULL)
+        value = parsed;
     if (value == NULL || cJSON_IsNull(value) || cJSON_IsFalse(value)) {
         out = value != NULL ? cJSON_CreateNull() : NULL;
         goto done;
@@ -354,15 +355,7 @@ static cJSON *check_tensor_stats(const cJSON *value, int from_strings, char *err
     describe(value, given, sizeof given);
     cJSON *parsed = NULL;
     if (from_strings && cJSON_IsString(value)) {
-        const char *t = value->valuestring;
-        if (strcasecmp(t, "1") == 0 || strcasecmp(t, "true") == 0 || strcasecmp(t, "on") == 0 ||
-            strcasecmp(t, "yes") == 0)
-            parsed = cJSON_CreateTrue();
-        else if (strcasecmp(t, "0") == 0 || strcasecmp(t, "false") == 0 || strcasecmp(t, "off") == 0 ||
-                 strcasecmp(t, "no") == 0 || t[0] == '\0')
-            parsed = cJSON_CreateFalse();
-        else
-            parsed = cJSON_Parse(t); /* a JSON object */
+        parsed = switch_or_json(value->valuestring);
         if (parsed == NULL) {
             snprintf(err, err_size, "config key 'tensor_stats': %s is not accepted: give true, false, or a JSON "
                                     "object such as {\"tensors\": [\"output\"], \"every\": 10}", given);

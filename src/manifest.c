@@ -5,7 +5,6 @@
  */
 #include "config.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -26,31 +25,40 @@ static cJSON *raw_int(int64_t v)
     return cJSON_CreateRaw(text);
 }
 
-static int write_json_atomically(const tw_fileset_env_t *env, const char *path, cJSON *root)
+cJSON *tw_json_uint(uint64_t v)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%llu", (unsigned long long)v);
+    return cJSON_CreateRaw(text);
+}
+
+int tw_write_file_atomically(const char *path, const char *text, mode_t mode)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%lld", path, (long long)getpid()) >= (int)sizeof tmp)
+        return ENAMETOOLONG;
+    int err = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0)
+        return errno;
+    err = tw_write_all(fd, text, strlen(text));
+    if (err == 0)
+        err = tw_write_all(fd, "\n", 1);
+    if (close(fd) != 0 && err == 0)
+        err = errno;
+    if (err == 0 && rename(tmp, path) != 0)
+        err = errno;
+    if (err != 0)
+        unlink(tmp);
+    return err;
+}
+
+static int write_json_atomically(const char *path, cJSON *root)
 {
     char *text = cJSON_Print(root);
     if (text == NULL)
         return ENOMEM;
-    char tmp[PATH_MAX];
-    int err = 0;
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%lld", path, (long long)env->pid) >= (int)sizeof tmp) {
-        free(text);
-        return ENAMETOOLONG;
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        err = errno;
-    } else {
-        err = tw_write_all(fd, text, strlen(text));
-        if (err == 0)
-            err = tw_write_all(fd, "\n", 1);
-        if (close(fd) != 0 && err == 0)
-            err = errno;
-        if (err == 0 && rename(tmp, path) != 0)
-            err = errno;
-        if (err != 0)
-            unlink(tmp);
-    }
+    int err = tw_write_file_atomically(path, text, 0644);
     free(text);
     return err;
 }
@@ -134,7 +142,7 @@ void tw_manifest_write(tw_fileset_env_t *env, const char *path, const tw_manifes
         cJSON_AddStringToObject(root, "write_error", strerror(write_errno));
     else
         cJSON_AddNullToObject(root, "write_error");
-    int err = write_json_atomically(env, path, root);
+    int err = write_json_atomically(path, root);
     cJSON_Delete(root);
     if (err != 0)
         tw_fileset_warn(env, "writing", path, err);
@@ -184,7 +192,7 @@ void tw_summary_write(tw_fileset_env_t *env, const char *path, const tw_stats_t 
         cJSON_AddItemToArray(apis, o);
     }
     free(order);
-    int err = write_json_atomically(env, path, root);
+    int err = write_json_atomically(path, root);
     cJSON_Delete(root);
     if (err != 0)
         tw_fileset_warn(env, "writing", path, err);

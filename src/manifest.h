@@ -8,6 +8,9 @@
 #define TW_MANIFEST_H
 
 #include <stdint.h>
+#include <sys/types.h>
+
+#include <cjson/cJSON.h>
 
 #include "fileset.h"
 #include "torchwrapper/clock.h"
@@ -34,6 +37,13 @@ typedef struct {
     size_t stream_count;
     const char *captures_json;  /* "captures": a JSON array of the on-demand captures; NULL: none */
 } tw_manifest_t;
+
+/* An exact JSON number for v (cJSON keeps numbers as doubles, exact only below 2^53). */
+cJSON *tw_json_uint(uint64_t v);
+
+/* Writes text and a newline to path through a temporary file (path.tmp-PID) and a rename, so that a
+ * reader sees the old file or the new one. 0 or an errno value. */
+int tw_write_file_atomically(const char *path, const char *text, mode_t mode);
 
 /* Writes the manifest to path, reading the file lists and counters under env->lock. A failure is
  * recorded and said once through tw_fileset_warn. */

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "manifest.h"
 #include "torchwrapper/ondemand.h"
 
 #define REQUEST_MAX 8192 /* bytes of a request file */
@@ -69,49 +70,16 @@ static int control_dir_ok(const char *dir)
     return 0;
 }
 
-/* Writes text to path through a temporary file and a rename: readers see the old or the new. */
-static int write_atomically(const char *path, const char *text)
-{
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return errno;
-    size_t len = strlen(text);
-    int err = 0;
-    for (size_t at = 0; at < len && err == 0;) {
-        ssize_t n = write(fd, text + at, len - at);
-        if (n < 0 && errno != EINTR)
-            err = errno;
-        else if (n > 0)
-            at += (size_t)n;
-    }
-    if (close(fd) != 0 && err == 0)
-        err = errno;
-    if (err == 0 && rename(tmp, path) != 0)
-        err = errno;
-    if (err != 0)
-        unlink(tmp);
-    return err;
-}
-
-static cJSON *raw_uint(uint64_t v)
-{
-    char text[24];
-    snprintf(text, sizeof text, "%llu", (unsigned long long)v);
-    return cJSON_CreateRaw(text);
-}
-
 /* {"id", "steps": [first, last], "dir"} of the last capture begun. */
 static cJSON *capture_object(const tw_ondemand_t *od)
 {
     cJSON *c = cJSON_CreateObject();
     if (c == NULL)
         return NULL;
-    cJSON_AddItemToObject(c, "id", raw_uint(od->capture_id));
+    cJSON_AddItemToObject(c, "id", tw_json_uint(od->capture_id));
     cJSON *steps = cJSON_AddArrayToObject(c, "steps");
-    cJSON_AddItemToArray(steps, raw_uint(od->last_from));
-    cJSON_AddItemToArray(steps, raw_uint(od->last_to - 1));
+    cJSON_AddItemToArray(steps, tw_json_uint(od->last_from));
+    cJSON_AddItemToArray(steps, tw_json_uint(od->last_to - 1));
     cJSON_AddStringToObject(c, "dir", od->capture_dir);
     return c;
 }
@@ -122,17 +90,17 @@ static void write_control(tw_ondemand_t *od, uint64_t step)
     cJSON *o = cJSON_CreateObject();
     if (o == NULL)
         return;
-    cJSON_AddItemToObject(o, "pid", raw_uint((uint64_t)od->pid));
-    cJSON_AddItemToObject(o, "rank", od->rank >= 0 ? raw_uint((uint64_t)od->rank) : cJSON_CreateNull());
-    cJSON_AddItemToObject(o, "run_pid", od->run_pid > 0 ? raw_uint((uint64_t)od->run_pid) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "pid", tw_json_uint((uint64_t)od->pid));
+    cJSON_AddItemToObject(o, "rank", od->rank >= 0 ? tw_json_uint((uint64_t)od->rank) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "run_pid", od->run_pid > 0 ? tw_json_uint((uint64_t)od->run_pid) : cJSON_CreateNull());
     cJSON_AddStringToObject(o, "out_dir", od->out_dir);
-    cJSON_AddItemToObject(o, "default_steps", raw_uint(od->default_steps));
-    cJSON_AddItemToObject(o, "step", raw_uint(step));
+    cJSON_AddItemToObject(o, "default_steps", tw_json_uint(od->default_steps));
+    cJSON_AddItemToObject(o, "step", tw_json_uint(step));
     /* the capture recording now */
     cJSON_AddItemToObject(o, "capture", od->to != 0 ? capture_object(od) : cJSON_CreateNull());
-    cJSON_AddItemToObject(o, "captures", raw_uint(od->capture_id));
-    cJSON_AddItemToObject(o, "requests", raw_uint(od->requests));
-    cJSON_AddItemToObject(o, "refused", raw_uint(od->refused));
+    cJSON_AddItemToObject(o, "captures", tw_json_uint(od->capture_id));
+    cJSON_AddItemToObject(o, "requests", tw_json_uint(od->requests));
+    cJSON_AddItemToObject(o, "refused", tw_json_uint(od->refused));
     if (od->requests > 0) {
         cJSON *last = cJSON_AddObjectToObject(o, "last");
         cJSON_AddStringToObject(last, "result", od->last_result);
@@ -143,7 +111,8 @@ static void write_control(tw_ondemand_t *od, uint64_t step)
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (text != NULL)
-        write_atomically(od->control_path, text); /* a failure leaves the old file: the command times out */
+        tw_write_file_atomically(od->control_path, text, 0600); /* a failure leaves the old file: the command
+                                                                    * times out */
     free(text);
 }
 

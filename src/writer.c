@@ -140,6 +140,16 @@ static const char *config_default_text(const char *key, char *buf, size_t size)
 
 static const char *const capture_state_names[] = {"recording", "ending", "done"};
 
+/* A capture's "id", "steps" (first and last, both included, as tw-report --steps) and "steps_asked". */
+static void add_capture_steps(cJSON *o, const capture_t *c)
+{
+    cJSON_AddItemToObject(o, "id", tw_json_uint(c->id));
+    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
+    cJSON_AddItemToArray(steps, tw_json_uint(c->from));
+    cJSON_AddItemToArray(steps, tw_json_uint(c->to - 1));
+    cJSON_AddItemToObject(o, "steps_asked", tw_json_uint(c->asked));
+}
+
 /* "captures" of out_dir's manifest (a JSON array, malloc'd; NULL when none); the writer's lock held
  * (it guards the capture list, the states and the file lists). */
 static char *captures_json(tw_writer_t *w)
@@ -152,20 +162,11 @@ static char *captures_json(tw_writer_t *w)
         cJSON *o = cJSON_CreateObject();
         if (o == NULL)
             break;
-        char number[24];
-        cJSON_AddItemToObject(o, "id", cJSON_CreateNumber(c->id));
-        cJSON *steps = cJSON_AddArrayToObject(o, "steps"); /* both included, as tw-report --steps */
-        snprintf(number, sizeof number, "%llu", (unsigned long long)c->from);
-        cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
-        snprintf(number, sizeof number, "%llu", (unsigned long long)(c->to - 1));
-        cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
-        cJSON_AddItemToObject(o, "steps_asked", cJSON_CreateNumber((double)c->asked));
+        add_capture_steps(o, c);
         cJSON_AddStringToObject(o, "dir", c->dir);
         cJSON_AddStringToObject(o, "state", capture_state_names[c->state]);
-        snprintf(number, sizeof number, "%llu", (unsigned long long)c->files.written);
-        cJSON_AddItemToObject(o, "records_written", cJSON_CreateRaw(number));
-        snprintf(number, sizeof number, "%llu", (unsigned long long)atomic_load(&c->late));
-        cJSON_AddItemToObject(o, "records_late", cJSON_CreateRaw(number));
+        cJSON_AddItemToObject(o, "records_written", tw_json_uint(c->files.written));
+        cJSON_AddItemToObject(o, "records_late", tw_json_uint(atomic_load(&c->late)));
         cJSON *files = cJSON_AddArrayToObject(o, "files");
         for (size_t f = 0; files != NULL && f < c->files.file_count; f++)
             cJSON_AddItemToArray(files, cJSON_CreateString(c->files.files[f].name));
@@ -931,14 +932,7 @@ static char *capture_manifest_extra(const tw_writer_t *w, const capture_t *c)
     cJSON *o = root != NULL ? cJSON_AddObjectToObject(root, "capture") : NULL;
     char *text = NULL;
     if (o != NULL) {
-        char number[24];
-        cJSON_AddItemToObject(o, "id", cJSON_CreateNumber(c->id));
-        cJSON *steps = cJSON_AddArrayToObject(o, "steps");
-        snprintf(number, sizeof number, "%llu", (unsigned long long)c->from);
-        cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
-        snprintf(number, sizeof number, "%llu", (unsigned long long)(c->to - 1));
-        cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
-        cJSON_AddItemToObject(o, "steps_asked", cJSON_CreateNumber((double)c->asked));
+        add_capture_steps(o, c);
         cJSON_AddStringToObject(o, "run_dir", w->out_dir);
         text = cJSON_PrintUnformatted(root);
     }
