@@ -133,6 +133,7 @@ static const struct config_key {
     {"track", KEY_CHOICE_LIST, {"[]"}, "parameters grads"},
     {"schedule", KEY_SCHEDULE, {"null"}, NULL},
     {"records", KEY_CHOICE, {"\"all\""}, "all summary"},
+    {"sites", KEY_CHOICE, {"\"boundary\""}, "boundary off all"},
 };
 
 /* The default of key for an entry point (JSON text). */

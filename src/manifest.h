@@ -11,6 +11,7 @@
 
 #include "fileset.h"
 #include "torchwrapper/clock.h"
+#include "torchwrapper/sites.h"
 #include "torchwrapper/stats.h"
 
 /* One extra record stream's part of the manifest; its counters read under env->lock. */
@@ -32,6 +33,8 @@ typedef struct {
     const tw_fileset_t *calls;
     const tw_manifest_stream_t *streams;
     size_t stream_count;
+    const char *sites_file;     /* the call sites file's name (in out_dir); NULL: none */
+    const tw_sites_stats_t *sites;
 } tw_manifest_t;
 
 /* Writes the manifest to path, reading the file lists and counters under env->lock. A failure is

@@ -49,7 +49,7 @@ static inline void tw_exc_restore(tw_saved_exc_t *saved)
 /* ---- Session's arguments (options.c) ---- */
 
 /* The config keys Session takes as keyword arguments, in its keyword order. */
-#define TW_SESSION_CONFIG_KEYWORDS 12
+#define TW_SESSION_CONFIG_KEYWORDS 13
 extern const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS];
 
 /* The given config arguments (values[i] for tw_session_config_keywords[i], NULL when not given)
@@ -148,6 +148,46 @@ static inline tw_ptr_slot_t *tw_ptr_find(const tw_ptr_table_t *table, const void
 extern tw_ptr_table_t tw_modules; /* nn.Module instance -> module id (TW_MODULE_*), calls */
 extern tw_ptr_table_t tw_tracked; /* tracked tensor (parameter, grad) -> tracer's index */
 
+/* ---- call sites (sites.c) ---- */
+
+typedef enum { TW_SITES_OFF = 0, TW_SITES_BOUNDARY = 1, TW_SITES_ALL = 2 } tw_sites_mode_t;
+
+/*
+ * The session's cache of call sites by (code object, instruction offset): one probe per call. A
+ * code object is a key only while the cache holds a reference to it (its entry with lasti
+ * TW_SITE_CODE_ENTRY, made first), so an address cannot be reused under a key. Guarded by the GIL.
+ */
+#define TW_SITE_CODE_ENTRY UINT32_MAX
+#define TW_SITE_IN_TORCH 0x80000000u /* value flag ("boundary"): the caller is torch's own code */
+
+typedef struct {
+    uintptr_t code;  /* 0: empty */
+    uint32_t lasti;  /* the caller's instruction offset, or TW_SITE_CODE_ENTRY */
+    uint32_t value;  /* a site id, or TW_SITE_IN_TORCH; a code entry: TW_SITE_IN_TORCH or 0 */
+} tw_site_slot_t;
+
+typedef struct {
+    tw_site_slot_t *slots;
+    size_t mask;     /* capacity - 1, or 0 with slots NULL */
+    size_t used;
+} tw_site_cache_t;
+
+extern tw_site_cache_t tw_site_cache;
+
+static inline size_t tw_site_hash(uintptr_t code, uint32_t lasti)
+{
+    return (size_t)(((code >> 4) ^ ((uint64_t)lasti << 24)) * 0x9E3779B97F4A7C15ull >> 29);
+}
+
+/* Slow paths of tw_caller_site (a key's first call, and an outermost call made from torch's code). */
+uint32_t tw_site_miss(PyCodeObject *code, int lasti);
+uint32_t tw_site_outside_torch(PyFrameObject *frame);
+
+/* Starts (mode != OFF) or ends the sites of the active session: the cache, the torch directory. 0, or
+ * -1 with an exception. */
+int tw_sites_begin(tw_sites_mode_t mode, tw_sites_t *sites);
+void tw_sites_end(void);
+
 /*
  * The profiling session that wrappers record into. Process-wide on purpose: the wrappers are
  * installed into torch, which is one per process, and a wrapper's hot path must not look anything up
@@ -171,6 +211,9 @@ typedef struct {
     PyObject *session;             /* strong reference to the active Session object */
     tw_hooks_t hooks;              /* tracing; kinds == 0 when the session has no tracer */
     const tw_gpu_hooks_t *gpu;     /* CUPTI's push/pop while GPU timing is on; else NULL */
+    tw_sites_mode_t sites_mode;    /* call sites recorded (sites.c) */
+    tw_sites_t *sites;             /* the session's table of them, while sites_mode != OFF */
+    uint32_t sites_overflow_id;    /* its id of the sites past its cap */
 } tw_active_t;
 
 int tw_args_init(void);
@@ -180,6 +223,41 @@ uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t
                            tw_args_mode_t mode);
 
 extern tw_active_t tw_active;
+
+/*
+ * The site of the call the current Python frame is making (sites.h ids): the caller's (code,
+ * offset) looked up in the cache. In "boundary" mode a caller in torch's own code gives no site,
+ * except to an outermost call, which gets the nearest frame outside torch. Never raises.
+ */
+static inline uint32_t tw_caller_site(int outermost)
+{
+    PyFrameObject *frame = PyEval_GetFrame(); /* borrowed; made once per Python frame, then cached */
+    if (frame == NULL)
+        return TW_SITE_NONE;
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    Py_DECREF(code); /* the frame holds it */
+    int lasti = PyFrame_GetLasti(frame);
+    if (TW_UNLIKELY(lasti < 0)) /* not started: no instruction (and -1 would be TW_SITE_CODE_ENTRY) */
+        return TW_SITE_NONE;
+    uint32_t value;
+    size_t mask = tw_site_cache.mask;
+    for (size_t i = mask ? tw_site_hash((uintptr_t)code, (uint32_t)lasti) & mask : 0;; i = (i + 1) & mask) {
+        const tw_site_slot_t *slot = mask ? &tw_site_cache.slots[i] : NULL;
+        if (slot != NULL && slot->code == (uintptr_t)code && slot->lasti == (uint32_t)lasti) {
+            value = slot->value;
+            break;
+        }
+        if (slot == NULL || slot->code == 0) {
+            value = tw_site_miss(code, lasti);
+            break;
+        }
+    }
+    if (TW_UNLIKELY(value & TW_SITE_IN_TORCH))
+        return outermost ? tw_site_outside_torch(frame) : TW_SITE_NONE;
+    if (TW_UNLIKELY(value == tw_active.sites_overflow_id))
+        tw_sites_note_overflow(tw_active.sites, 1);
+    return value;
+}
 
 int tw_wrapper_add_types(PyObject *module, tw_module_state *state);
 int tw_session_add_type(PyObject *module, tw_module_state *state);

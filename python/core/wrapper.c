@@ -229,6 +229,8 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
     uint64_t call_id = 0, outer_id = 0;
     if (frame != NULL) {
         frame->module_id = module_id;
+        if (tw_active.sites_mode != TW_SITES_OFF)
+            frame->site = tw_caller_site(frame == t->stack);
         call_id = frame->call_id;
         outer_id = t->stack[0].call_id;
     }
@@ -316,6 +318,8 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
     tw_frame_t *frame = tw_call_begin(t);
     if (module_id != TW_MODULE_NONE && frame != NULL) /* a constant TW_MODULE_NONE on the common path */
         frame->module_id = module_id;
+    if (tw_active.sites_mode != TW_SITES_OFF && frame != NULL)
+        frame->site = tw_caller_site(frame == t->stack);
     int pushed = 0;
     if (gpu != NULL) {
         /* Kernels launched inside are attributed to this call (gpu.h). Past TW_MAX_DEPTH there is
