@@ -39,25 +39,23 @@ struct tw_sites {
     uint64_t overflow; /* atomic */
 };
 
-static uint64_t hash_text(uint64_t h, const char *s)
+static uint64_t hash_text(uint64_t h, const char *s, size_t n)
 {
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001B3ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001B3ull; /* FNV-1a */
     return h;
 }
 
-static uint64_t site_hash(const char *file, uint32_t line, const char *function)
+/* The length s is kept at: cut to TW_SITE_TEXT_MAX bytes at a character boundary. */
+static size_t kept_len(const char *s)
 {
-    uint64_t h = hash_text(0xCBF29CE484222325ull, file);
-    h = (h ^ line) * 0x9E3779B97F4A7C15ull;
-    h = hash_text(h, function);
-    return h ^ (h >> 32);
+    return tw_utf8_cut(s, strlen(s), TW_SITE_TEXT_MAX);
 }
 
-/* A copy of s cut to TW_SITE_TEXT_MAX bytes at a character boundary; NULL when out of memory. */
+/* A copy of s as kept; NULL when out of memory. */
 static char *copy_text(const char *s)
 {
-    size_t n = tw_utf8_cut(s, strlen(s), TW_SITE_TEXT_MAX);
+    size_t n = kept_len(s);
     char *copy = malloc(n + 1);
     if (copy != NULL) {
         memcpy(copy, s, n);
@@ -162,15 +160,20 @@ uint32_t tw_sites_intern(tw_sites_t *s, const char *file, uint32_t line, const c
 {
     if (s == NULL || file == NULL || function == NULL)
         return TW_SITE_NONE;
-    uint64_t h = site_hash(file, line, function);
+    /* compared and hashed as kept, so that a name longer than the cut finds its site again */
+    size_t file_len = kept_len(file), function_len = kept_len(function);
+    uint64_t h = hash_text(0xCBF29CE484222325ull, file, file_len);
+    h = (h ^ line) * 0x9E3779B97F4A7C15ull;
+    h = hash_text(h, function, function_len);
+    h ^= h >> 32;
     uint32_t id = TW_SITE_NONE;
     pthread_mutex_lock(&s->lock);
     if (s->index != NULL) {
         for (size_t j = h & s->index_mask; s->index[j] != 0; j = (j + 1) & s->index_mask) {
             const site_t *e = &s->sites[s->index[j] - 1];
-            /* the stored texts may be cut: compare as they were stored */
-            if (e->hash == h && e->line == line && strncmp(e->file, file, TW_SITE_TEXT_MAX) == 0 &&
-                strncmp(e->function, function, TW_SITE_TEXT_MAX) == 0) {
+            if (e->hash == h && e->line == line && strlen(e->file) == file_len &&
+                memcmp(e->file, file, file_len) == 0 && strlen(e->function) == function_len &&
+                memcmp(e->function, function, function_len) == 0) {
                 id = s->index[j];
                 goto done;
             }

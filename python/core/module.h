@@ -101,9 +101,9 @@ typedef struct {
     PyObject *module_enter;    /* module_enter(instance) -> bool: an outermost module call begins; sample it? */
     PyObject *module_pre;      /* module_pre(instance, module_id, call_id, args, kwargs): before a sampled call */
     PyObject *module_exit;     /* module_exit(instance, module_id, call_id, result): after it */
-    PyObject *update;          /* update(tensor_or_list, api_id, call_id, outer_call_id) */
+    PyObject *update;          /* update(tensor_or_list, api_id, call_id, outer_call_id, outer_site) */
     PyObject *boundary_enter;  /* boundary_enter(instance, api_id) -> token */
-    PyObject *boundary_exit;   /* boundary_exit(token, api_id, call_id, outer_call_id) */
+    PyObject *boundary_exit;   /* boundary_exit(token, api_id, call_id, outer_call_id, outer_site) */
     int error_reported;        /* a hook's error was reported (once per session: reset at start) */
 } tw_hooks_t;
 
@@ -270,8 +270,8 @@ PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t na
 int tw_trace_add_functions(PyObject *module);
 void tw_ptr_table_clear(tw_ptr_table_t *table);
 
-/* The innermost recorded call in progress on this thread and the outermost one: 1, or 0 if none. */
-int tw_current_call(uint64_t *call_id, uint64_t *outer_id);
+/* The innermost recorded call in progress on this thread, the outermost one and its site: 1, or 0 if none. */
+int tw_current_call(uint64_t *call_id, uint64_t *outer_id, uint32_t *outer_site);
 
 /* ---- steps (steps.c) ---- */
 
