@@ -78,12 +78,17 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
         r.have_gpu_files |= in.files[i].kind == TW_FILE_GPU;
     if (rc == 0)
         rc = find_origin(&r, &in, err);
+    if (rc == 0 && (o.by == BY_SITE || o.tree_step >= 0)) /* sites.json beside the record files */
+        rc = report_load_sites(&r.sites, &in);
+    r.tree.sites = &r.sites;
     if (rc == 0 && o.trace != NULL && (r.trace = report_trace_open(o.trace, in.origin_ns, err)) == NULL)
         rc = 1;
     if (rc == 0)
         rc = read_all(&r, &in, &stats, err);
     if (rc == 0 && o.by == BY_PARENT)
         report_settle_pending(&r);
+    if (rc == 0 && o.by == BY_SITE)
+        report_site_keys_finish(&r);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     if (r.trace != NULL && report_trace_close(r.trace) != 0 && rc == 0) {
