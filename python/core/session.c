@@ -252,7 +252,8 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         PyErr_NoMemory();
         goto fail;
     }
-    self->sites_mode = strcmp(sites, "all") == 0 ? TW_SITES_ALL : strcmp(sites, "off") == 0 ? TW_SITES_OFF
+    /* records "summary" writes no record to name a site in: none are looked up */
+    self->sites_mode = self->summary_only ? TW_SITES_OFF : strcmp(sites, "all") == 0 ? TW_SITES_ALL : strcmp(sites, "off") == 0 ? TW_SITES_OFF
                                                                                               : TW_SITES_BOUNDARY;
     if (self->sites_mode != TW_SITES_OFF && tw_sites_create(0, &self->sites) != 0) {
         PyErr_NoMemory();

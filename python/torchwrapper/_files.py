@@ -300,7 +300,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
 # The original tool's DataFrame columns first, then ours.
 ORIGINAL_COLUMNS = ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp", "Cost Time (ms)", "Arguments",
                     "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error",
-                    "Module", "Step", "Site"]
+                    "Module", "Step"]
 
 
 def original_frame(frame):
@@ -325,7 +325,6 @@ def original_frame(frame):
         "Error": frame["error"],
         "Module": frame["module"],
         "Step": frame["step"],
-        "Site": frame["site_text"] if "site_text" in frame else "",
     }, columns=ORIGINAL_COLUMNS)
 
 
