@@ -225,38 +225,109 @@ uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t
 extern tw_active_t tw_active;
 
 /*
+ * The caller's frame without a frame object. PyEval_GetFrame() makes a PyFrameObject for the
+ * calling frame (an allocation per Python frame: ~50 ns, paid again by each new call of a small
+ * function). On CPython 3.11 and 3.12 the interpreter's own frame (_PyInterpreterFrame) is read
+ * instead, through a copy of its leading fields (Include/internal/pycore_frame.h; the thread
+ * state's cframe->current_frame is public). Guarded twice: only for those versions at compile time,
+ * and only once tw_sites_begin() has checked, against the public API, that it reads the same code
+ * object, offset and caller's caller (tw_site_frames_fast); otherwise the public calls are used.
+ */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_LIMITED_API) && \
+    !defined(Py_GIL_DISABLED)
+#define TW_SITE_FRAME_MIRROR 1
+typedef struct tw_iframe {
+#if PY_VERSION_HEX < 0x030C0000
+    PyObject *f_func, *f_globals, *f_builtins, *f_locals;
+    PyCodeObject *f_code;
+    PyFrameObject *frame_obj;
+    struct tw_iframe *previous;
+    const char *prev_instr; /* _Py_CODEUNIT * */
+    int stacktop;
+    _Bool is_entry;
+    char owner;
+#else
+    PyCodeObject *f_code;
+    struct tw_iframe *previous;
+    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals;
+    PyFrameObject *frame_obj;
+    const char *prev_instr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+#endif
+} tw_iframe_t;
+
+/* Whether the frame has not begun its first instruction (or, 3.12, is a C-stack entry frame):
+ * CPython's _PyFrame_IsIncomplete. */
+static inline int tw_iframe_incomplete(const tw_iframe_t *f)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (f->owner == 3) /* FRAME_OWNED_BY_CSTACK */
+        return 1;
+#endif
+    return f->owner != 1 /* FRAME_OWNED_BY_GENERATOR */ &&
+           f->prev_instr < f->f_code->co_code_adaptive + 2 * f->f_code->_co_firsttraceable;
+}
+
+static inline const tw_iframe_t *tw_iframe_current(void)
+{
+    return (const tw_iframe_t *)_PyThreadState_UncheckedGet()->cframe->current_frame;
+}
+
+/* PyFrame_GetLasti()'s value: the byte offset of the frame's instruction. */
+static inline int tw_iframe_lasti(const tw_iframe_t *f)
+{
+    return (int)(f->prev_instr - f->f_code->co_code_adaptive);
+}
+#endif
+
+extern int tw_site_frames_fast; /* the mirror above is used (checked by tw_sites_begin) */
+
+/* The cached value of (code, lasti), or the slow path's. */
+static inline uint32_t tw_site_value(PyCodeObject *code, int lasti)
+{
+    size_t mask = tw_site_cache.mask;
+    if (mask != 0) {
+        for (size_t i = tw_site_hash((uintptr_t)code, (uint32_t)lasti) & mask;; i = (i + 1) & mask) {
+            const tw_site_slot_t *slot = &tw_site_cache.slots[i];
+            if (slot->code == (uintptr_t)code && slot->lasti == (uint32_t)lasti)
+                return slot->value;
+            if (slot->code == 0)
+                break;
+        }
+    }
+    return tw_site_miss(code, lasti);
+}
+
+uint32_t tw_caller_site_public(int outermost);
+#ifdef TW_SITE_FRAME_MIRROR
+uint32_t tw_site_outside_torch_fast(const tw_iframe_t *frame);
+#endif
+
+/*
  * The site of the call the current Python frame is making (sites.h ids): the caller's (code,
  * offset) looked up in the cache. In "boundary" mode a caller in torch's own code gives no site,
  * except to an outermost call, which gets the nearest frame outside torch. Never raises.
  */
 static inline uint32_t tw_caller_site(int outermost)
 {
-    PyFrameObject *frame = PyEval_GetFrame(); /* borrowed; made once per Python frame, then cached */
-    if (frame == NULL)
-        return TW_SITE_NONE;
-    PyCodeObject *code = PyFrame_GetCode(frame);
-    Py_DECREF(code); /* the frame holds it */
-    int lasti = PyFrame_GetLasti(frame);
-    if (TW_UNLIKELY(lasti < 0)) /* not started: no instruction (and -1 would be TW_SITE_CODE_ENTRY) */
-        return TW_SITE_NONE;
-    uint32_t value;
-    size_t mask = tw_site_cache.mask;
-    for (size_t i = mask ? tw_site_hash((uintptr_t)code, (uint32_t)lasti) & mask : 0;; i = (i + 1) & mask) {
-        const tw_site_slot_t *slot = mask ? &tw_site_cache.slots[i] : NULL;
-        if (slot != NULL && slot->code == (uintptr_t)code && slot->lasti == (uint32_t)lasti) {
-            value = slot->value;
-            break;
-        }
-        if (slot == NULL || slot->code == 0) {
-            value = tw_site_miss(code, lasti);
-            break;
-        }
+#ifdef TW_SITE_FRAME_MIRROR
+    if (TW_LIKELY(tw_site_frames_fast)) {
+        const tw_iframe_t *frame = tw_iframe_current();
+        if (frame == NULL)
+            return TW_SITE_NONE;
+        if (TW_UNLIKELY(tw_iframe_incomplete(frame)))
+            return tw_caller_site_public(outermost);
+        uint32_t value = tw_site_value(frame->f_code, tw_iframe_lasti(frame));
+        if (TW_UNLIKELY(value & TW_SITE_IN_TORCH))
+            return outermost ? tw_site_outside_torch_fast(frame) : TW_SITE_NONE;
+        if (TW_UNLIKELY(value == tw_active.sites_overflow_id))
+            tw_sites_note_overflow(tw_active.sites, 1);
+        return value;
     }
-    if (TW_UNLIKELY(value & TW_SITE_IN_TORCH))
-        return outermost ? tw_site_outside_torch(frame) : TW_SITE_NONE;
-    if (TW_UNLIKELY(value == tw_active.sites_overflow_id))
-        tw_sites_note_overflow(tw_active.sites, 1);
-    return value;
+#endif
+    return tw_caller_site_public(outermost);
 }
 
 int tw_wrapper_add_types(PyObject *module, tw_module_state *state);

@@ -556,8 +556,10 @@ static int add_sites_stats(tw_session_object *self, PyObject *out)
     tw_sites_stats_t st = {0};
     if (self->sites != NULL)
         tw_sites_stats(self->sites, &st);
-    PyObject *extra = Py_BuildValue("{sIsKsI}", "sites", (unsigned int)st.count, "sites_overflow",
-                                    (unsigned long long)st.overflow, "sites_cap", (unsigned int)st.cap);
+    /* how callers' frames are read: CPython's own frames (checked at start) or the public frame objects */
+    PyObject *extra = Py_BuildValue("{sIsKsIss}", "sites", (unsigned int)st.count, "sites_overflow",
+                                    (unsigned long long)st.overflow, "sites_cap", (unsigned int)st.cap, "site_frames",
+                                    tw_site_frames_fast ? "interpreter" : "public");
     if (extra == NULL)
         return -1;
     int rc = PyDict_Update(out, extra);

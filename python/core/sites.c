@@ -12,10 +12,12 @@
  */
 #include "module.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 tw_site_cache_t tw_site_cache;
+int tw_site_frames_fast;
 
 /* The most cache entries (code entries included): about 8 MiB of slots at half load. Past it, new
  * keys are looked up the slow way every time (bounded memory, as the site table's cap). */
@@ -163,6 +165,73 @@ uint32_t tw_site_outside_torch(PyFrameObject *frame)
     return site;
 }
 
+/* tw_caller_site through the public API: PyEval_GetFrame() (a frame object made for the caller). */
+uint32_t tw_caller_site_public(int outermost)
+{
+    PyFrameObject *frame = PyEval_GetFrame(); /* borrowed; made once per Python frame, then cached */
+    if (frame == NULL)
+        return TW_SITE_NONE;
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    Py_DECREF(code); /* the frame holds it */
+    int lasti = PyFrame_GetLasti(frame);
+    if (lasti < 0) /* not started: no instruction (and -1 would be TW_SITE_CODE_ENTRY) */
+        return TW_SITE_NONE;
+    uint32_t value = tw_site_value(code, lasti);
+    if (value & TW_SITE_IN_TORCH)
+        return outermost ? tw_site_outside_torch(frame) : TW_SITE_NONE;
+    if (value == tw_active.sites_overflow_id)
+        tw_sites_note_overflow(tw_active.sites, 1);
+    return value;
+}
+
+#ifdef TW_SITE_FRAME_MIRROR
+/* The complete frame after f (CPython's _PyFrame_GetFirstComplete of f->previous), or NULL. */
+static const tw_iframe_t *iframe_back(const tw_iframe_t *f)
+{
+    for (f = f->previous; f != NULL && tw_iframe_incomplete(f); f = f->previous)
+        ;
+    return f;
+}
+
+uint32_t tw_site_outside_torch_fast(const tw_iframe_t *frame)
+{
+    const tw_iframe_t *back = iframe_back(frame);
+    for (int i = 0; back != NULL && i < OUTSIDE_TORCH_MAX_FRAMES; i++, back = iframe_back(back)) {
+        uint32_t value = tw_site_value(back->f_code, tw_iframe_lasti(back));
+        if (!(value & TW_SITE_IN_TORCH)) {
+            if (value != TW_SITE_NONE && value == tw_active.sites_overflow_id)
+                tw_sites_note_overflow(tw_active.sites, 1);
+            return value;
+        }
+    }
+    return TW_SITE_NONE;
+}
+
+/* Whether the mirror reads what the public API says of the calling frame and its caller. */
+static int mirror_agrees(void)
+{
+    const tw_iframe_t *f = tw_iframe_current();
+    PyFrameObject *frame = PyEval_GetFrame();
+    if (f == NULL || frame == NULL || tw_iframe_incomplete(f))
+        return 0;
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    int same = code == f->f_code && PyFrame_GetLasti(frame) == tw_iframe_lasti(f);
+    Py_DECREF(code);
+    PyFrameObject *back = PyFrame_GetBack(frame);
+    const tw_iframe_t *b = iframe_back(f);
+    if (back != NULL && b != NULL) {
+        PyCodeObject *back_code = PyFrame_GetCode(back);
+        same = same && back_code == b->f_code && PyFrame_GetLasti(back) == tw_iframe_lasti(b);
+        Py_DECREF(back_code);
+    } else {
+        same = same && back == NULL && b == NULL;
+    }
+    Py_XDECREF(back);
+    PyErr_Clear();
+    return same;
+}
+#endif
+
 /* torch's package directory with its '/', from sys.modules["torch"].__file__; NULL when torch is not
  * imported. A new PyMem_Raw string; never raises. */
 static char *find_torch_dir(void)
@@ -198,6 +267,11 @@ int tw_sites_begin(tw_sites_mode_t mode, tw_sites_t *sites)
             strcat(cwd_prefix, "/");
         cwd_prefix_len = strlen(cwd_prefix);
     }
+#ifdef TW_SITE_FRAME_MIRROR
+    /* TORCHWRAPPER_SITE_FRAMES=public keeps to the public API (for comparing the two) */
+    const char *frames = getenv("TORCHWRAPPER_SITE_FRAMES");
+    tw_site_frames_fast = (frames == NULL || strcmp(frames, "public") != 0) && mirror_agrees();
+#endif
     tw_active.sites = sites;
     tw_active.sites_overflow_id = tw_sites_overflow_id(sites);
     tw_active.sites_mode = mode;

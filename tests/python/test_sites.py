@@ -87,8 +87,8 @@ def marks(source):
             for m in [re.search(r"# SITE:(\w+)", line)] if m}
 
 
-def run(args, cwd):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+def run(args, cwd, **env_vars):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **env_vars)
     done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return done
@@ -201,6 +201,22 @@ def test_tw_report_by_site_and_tree(boundary_run):
     assert tree.returncode == 0, tree.stderr
     assert f"torch.nn.Linear.forward  @ train.py:{line} train_step" in tree.stdout
     assert "torch.nn.functional.linear  " in tree.stdout and "linear  @" not in tree.stdout
+
+
+def test_the_public_frame_api_finds_the_same_sites(boundary_run, tmp_path):
+    """Callers are read from CPython's own frames where start() found that to agree with the public
+    API; TORCHWRAPPER_SITE_FRAMES=public keeps to PyEval_GetFrame(): the same sites either way."""
+    where, out, script = boundary_run
+    public = where / "public"
+    run([script, str(public), "csv", "boundary"], where, TORCHWRAPPER_SITE_FRAMES="public")
+
+    def sites_of(directory):
+        return sorted((api, depth, site and (site["line"], site["function"]))
+                      for api, depth, _, site, _ in calls_with_sites(directory))
+    assert sites_of(public) == sites_of(out)
+    with tw.profile() as prof:
+        torch.neg(torch.ones(1))
+    assert prof.stats()["site_frames"] == ("interpreter" if sys.version_info < (3, 13) else "public")
 
 
 def test_sites_all_records_the_caller_of_every_call(tmp_path):
