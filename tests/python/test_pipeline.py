@@ -60,7 +60,7 @@ def test_a_million_calls_fill_capped_files_with_exactly_one_row_each(tmp_path, f
         import pandas
         frame = pandas.read_json(prof.files[0], lines=True)
         assert list(frame.columns) == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid",
-                                       "depth", "parent_id", "error", "args", "module", "step"]
+                                       "depth", "parent_id", "error", "args", "module", "step", "site"]
 
 
 MADE = 50_000   # the loops below say "made" after this many calls

@@ -246,7 +246,7 @@ def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
         tw.load(empty)
 
     done = report("--by", "module", good, check=False)
-    assert done.returncode == 2 and "--by 'module' is not accepted: give api, thread, pid, parent or step" in done.stderr
+    assert done.returncode == 2 and "--by 'module' is not accepted: give api, thread, pid, parent, step or site" in done.stderr
     done = report("--window", "5:1", good, check=False)
     assert done.returncode == 2 and "--window '5:1'" in done.stderr
     assert report(check=False).returncode == 2
