@@ -101,6 +101,7 @@ typedef enum {
     KEY_CHOICE_LIST,  /* a list of words among choices (no repeats) */
     KEY_TENSOR_STATS, /* false/null (off), true (the defaults), or an object (see tensor_stats_keys) */
     KEY_SCHEDULE,     /* null, or an object of steps (schedule.c) */
+    KEY_ON_DEMAND,    /* false/null (off), true (the defaults), or an object (steps, dir) */
 } key_kind_t;
 
 /*
@@ -133,6 +134,7 @@ static const struct config_key {
     {"track", KEY_CHOICE_LIST, {"[]"}, "parameters grads"},
     {"schedule", KEY_SCHEDULE, {"null"}, NULL},
     {"records", KEY_CHOICE, {"\"all\""}, "all summary"},
+    {"on_demand", KEY_ON_DEMAND, {"null"}, NULL},
     {"sites", KEY_CHOICE, {"\"boundary\""}, "boundary off all"},
 };
 
@@ -266,6 +268,74 @@ static cJSON *check_choice_list(const char *what, const char *choices, const cJS
                  allow_empty ? "" : " (not empty)", choices);
     cJSON_Delete(list);
     return NULL;
+}
+
+#define ON_DEMAND_STEPS 5 /* steps of a capture asked without a number (kill -USR2) */
+
+/*
+ * on_demand: false or null (off); true (captures of 5 steps into out_dir/capture-N); or an object
+ * with steps (N >= 1, what a request that names none captures) and dir (where such a capture goes;
+ * null: out_dir/capture-N). Normalized to null or to the complete object.
+ */
+static cJSON *check_on_demand(const cJSON *value, int from_strings, char *err, size_t err_size)
+{
+    char given[160];
+    describe(value, given, sizeof given);
+    cJSON *parsed = NULL, *out = NULL;
+    if (from_strings && cJSON_IsString(value)) {
+        const char *t = value->valuestring;
+        if (strcasecmp(t, "1") == 0 || strcasecmp(t, "true") == 0 || strcasecmp(t, "on") == 0 ||
+            strcasecmp(t, "yes") == 0)
+            parsed = cJSON_CreateTrue();
+        else if (strcasecmp(t, "0") == 0 || strcasecmp(t, "false") == 0 || strcasecmp(t, "off") == 0 ||
+                 strcasecmp(t, "no") == 0 || t[0] == '\0')
+            parsed = cJSON_CreateFalse();
+        else
+            parsed = cJSON_Parse(t);
+        if (parsed != NULL)
+            value = parsed;
+    }
+    if (value == NULL || cJSON_IsNull(value) || cJSON_IsFalse(value)) {
+        out = value != NULL ? cJSON_CreateNull() : NULL;
+        goto done;
+    }
+    const cJSON *steps = cJSON_IsObject(value) ? cJSON_GetObjectItemCaseSensitive(value, "steps") : NULL;
+    const cJSON *dir = cJSON_IsObject(value) ? cJSON_GetObjectItemCaseSensitive(value, "dir") : NULL;
+    const cJSON *entry;
+    const cJSON *object = cJSON_IsObject(value) ? value : NULL;
+    cJSON_ArrayForEach(entry, object)
+        if (strcmp(entry->string, "steps") != 0 && strcmp(entry->string, "dir") != 0) {
+            snprintf(err, err_size, "config key 'on_demand': unknown key '%s' (accepted: steps, dir)", entry->string);
+            goto done;
+        }
+    double n = steps == NULL || cJSON_IsNull(steps) ? ON_DEMAND_STEPS
+               : cJSON_IsNumber(steps)              ? steps->valuedouble
+               : from_strings && cJSON_IsString(steps) ? strtod(steps->valuestring, NULL)
+                                                       : -1;
+    if (!cJSON_IsTrue(value) && !cJSON_IsObject(value)) {
+        snprintf(err, err_size, "config key 'on_demand': %s is not accepted: give true (captures of %d steps on "
+                                "request), false, or an object with keys steps, dir", given, ON_DEMAND_STEPS);
+    } else if (n < 1 || n > 1e9 || n != (double)(uint64_t)n) {
+        char bad[64] = "?";
+        char *t = cJSON_PrintUnformatted(steps);
+        snprintf(bad, sizeof bad, "%s", t != NULL ? t : "?");
+        free(t);
+        snprintf(err, err_size, "config key 'on_demand', key 'steps': %s is not accepted: give a whole number of "
+                                "steps from 1 to 1000000000", bad);
+    } else if (dir != NULL && !cJSON_IsNull(dir) && !(cJSON_IsString(dir) && dir->valuestring[0] != '\0')) {
+        snprintf(err, err_size, "config key 'on_demand', key 'dir': %s is not accepted: give a directory path, or "
+                                "null for out_dir/capture-N", cJSON_IsString(dir) ? "\"\"" : "a non-string");
+    } else {
+        out = cJSON_CreateObject();
+        char number[24];
+        snprintf(number, sizeof number, "%llu", (unsigned long long)n);
+        cJSON_AddItemToObject(out, "steps", cJSON_CreateRaw(number));
+        cJSON_AddItemToObject(out, "dir", cJSON_IsString(dir) ? cJSON_CreateString(dir->valuestring)
+                                                              : cJSON_CreateNull());
+    }
+done:
+    cJSON_Delete(parsed);
+    return out;
 }
 
 #define STATS_TENSORS "input output weight grad"
@@ -438,6 +508,8 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
         return check_tensor_stats(value, from_strings, err, err_size);
     case KEY_SCHEDULE:
         return tw_schedule_check(value, from_strings, err, err_size);
+    case KEY_ON_DEMAND:
+        return check_on_demand(value, from_strings, err, err_size);
     case KEY_STRING: {
         /* null where it is the default: records in memory (profile(), Session). */
         int null_ok = strcmp(fallback_of(key, defaults), "null") == 0;

@@ -127,6 +127,9 @@ void tw_manifest_write(tw_fileset_env_t *env, const char *path, const tw_manifes
     cJSON_AddItemToObject(root, "bytes_written", raw_int((int64_t)bytes));
     if (streams != NULL)
         cJSON_AddItemToObject(root, "streams", streams);
+    cJSON *captures = m->captures_json != NULL ? cJSON_Parse(m->captures_json) : NULL;
+    if (captures != NULL)
+        cJSON_AddItemToObject(root, "captures", captures);
     if (m->sites_file != NULL) { /* call sites (sites.h): the file the site column's ids refer to */
         cJSON *o = cJSON_AddObjectToObject(root, "sites");
         if (o != NULL) {

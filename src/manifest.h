@@ -33,6 +33,7 @@ typedef struct {
     const tw_fileset_t *calls;
     const tw_manifest_stream_t *streams;
     size_t stream_count;
+    const char *captures_json;  /* "captures": a JSON array of the on-demand captures; NULL: none */
     const char *sites_file;     /* the call sites file's name (in out_dir); NULL: none */
     const tw_sites_stats_t *sites;
 } tw_manifest_t;

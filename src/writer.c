@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "torchwrapper/api.h"
 #include "torchwrapper/config.h"
 #include "torchwrapper/queue.h"
@@ -58,6 +60,26 @@ struct tw_writer_stream {
     _Atomic uint64_t dropped_upstream; /* lost before they reached us (tw_writer_stream_add_dropped) */
 };
 
+typedef enum { CAPTURE_RECORDING, CAPTURE_ENDING, CAPTURE_DONE } capture_state_t;
+
+/* An on-demand capture (tw_writer_capture): its own files, manifest and summary in dir. */
+typedef struct capture {
+    uint32_t id;
+    uint64_t from, to;       /* steps [from, to); to is cut to the steps recorded when the program ends first */
+    uint64_t asked;          /* steps asked for */
+    uint64_t last_step;      /* the largest step of its records so far (writer thread) */
+    char *dir;
+    char *manifest_extra;    /* the writer's, with "capture" */
+    char manifest_path[PATH_MAX];
+    char summary_path[PATH_MAX];
+    tw_fileset_env_t env;    /* the writer's, in dir; its lock is the writer's */
+    tw_fileset_t files;      /* writer thread */
+    tw_stats_t stats;        /* writer thread */
+    int64_t start_ns, end_ns;
+    capture_state_t state;   /* under the writer's lock; only the writer thread moves it */
+    _Atomic uint64_t late;   /* records of its steps that came after it was done */
+} capture_t;
+
 struct tw_writer {
     /* configuration (owned copies) */
     char *out_dir;
@@ -84,6 +106,10 @@ struct tw_writer {
     int closed;
     pthread_t thread;
     tw_writer_stream_t *streams; /* added under lock, freed by tw_writer_destroy */
+    capture_t **captures;        /* appended under lock, oldest first; freed by tw_writer_destroy */
+    size_t capture_count, capture_capacity;
+    int manifest_due;            /* a capture began: the writer thread rewrites the manifest */
+    _Atomic uint64_t step;       /* the program's step (tw_writer_set_step) */
     /* counters, written by the writer thread under lock, read by anyone under lock */
     uint64_t truncated;
     /* the files: names, counters and first error (env.lock is &lock) */
@@ -92,6 +118,7 @@ struct tw_writer {
     /* writer thread only */
     tw_fileset_t calls;
     tw_stats_t stats;
+    uint64_t summary_changes; /* calls and GPU rows added to stats since summary.json was written */
 };
 
 static tw_writer_stream_t *streams_head(tw_writer_t *w);
@@ -128,6 +155,44 @@ static void write_sites(tw_writer_t *w)
         w->sites_written = st.count ? st.count : 1;
 }
 
+static const char *const capture_state_names[] = {"recording", "ending", "done"};
+
+/* "captures" of out_dir's manifest (a JSON array, malloc'd; NULL when none); the writer's lock held
+ * (it guards the capture list, the states and the file lists). */
+static char *captures_json(tw_writer_t *w)
+{
+    if (w->capture_count == 0)
+        return NULL;
+    cJSON *array = cJSON_CreateArray();
+    for (size_t i = 0; array != NULL && i < w->capture_count; i++) {
+        const capture_t *c = w->captures[i];
+        cJSON *o = cJSON_CreateObject();
+        if (o == NULL)
+            break;
+        char number[24];
+        cJSON_AddItemToObject(o, "id", cJSON_CreateNumber(c->id));
+        cJSON *steps = cJSON_AddArrayToObject(o, "steps"); /* both included, as tw-report --steps */
+        snprintf(number, sizeof number, "%llu", (unsigned long long)c->from);
+        cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
+        snprintf(number, sizeof number, "%llu", (unsigned long long)(c->to - 1));
+        cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
+        cJSON_AddItemToObject(o, "steps_asked", cJSON_CreateNumber((double)c->asked));
+        cJSON_AddStringToObject(o, "dir", c->dir);
+        cJSON_AddStringToObject(o, "state", capture_state_names[c->state]);
+        snprintf(number, sizeof number, "%llu", (unsigned long long)c->files.written);
+        cJSON_AddItemToObject(o, "records_written", cJSON_CreateRaw(number));
+        snprintf(number, sizeof number, "%llu", (unsigned long long)atomic_load(&c->late));
+        cJSON_AddItemToObject(o, "records_late", cJSON_CreateRaw(number));
+        cJSON *files = cJSON_AddArrayToObject(o, "files");
+        for (size_t f = 0; files != NULL && f < c->files.file_count; f++)
+            cJSON_AddItemToArray(files, cJSON_CreateString(c->files.files[f].name));
+        cJSON_AddItemToArray(array, o);
+    }
+    char *text = array != NULL ? cJSON_PrintUnformatted(array) : NULL;
+    cJSON_Delete(array);
+    return text;
+}
+
 /* The manifest as it stands: rewritten at every new file and at close. */
 static void write_manifest(tw_writer_t *w)
 {
@@ -144,9 +209,10 @@ static void write_manifest(tw_writer_t *w)
                                             atomic_load(&s->dropped_upstream)};
     pthread_mutex_lock(&w->lock);
     uint64_t truncated = w->truncated;
+    char *captures = captures_json(w);
     pthread_mutex_unlock(&w->lock);
     tw_manifest_t m = {w->manifest_extra, w->clock.source, w->start_ns, w->end_ns, tw_queue_dropped(w->queue), truncated,
-                       &w->calls, streams, count, NULL, NULL};
+                       &w->calls, streams, count, captures, NULL, NULL};
     tw_sites_stats_t sites;
     if (w->sites != NULL) {
         write_sites(w);
@@ -155,7 +221,38 @@ static void write_manifest(tw_writer_t *w)
         m.sites = &sites;
     }
     tw_manifest_write(&w->env, w->manifest_path, &m);
+    free(captures);
     free(streams);
+}
+
+/* A capture's own manifest, in its dir: the run's keys, its "capture", its files. */
+static void write_capture_manifest(tw_writer_t *w, capture_t *c)
+{
+    tw_manifest_t m = {c->manifest_extra, w->clock.source, c->start_ns, c->end_ns, 0, 0, &c->files, NULL, 0, NULL,
+                       NULL, NULL};
+    tw_sites_stats_t sites;
+    char sites_path[PATH_MAX];
+    if (w->sites != NULL && snprintf(sites_path, sizeof sites_path, "%s/sites%s", c->dir,
+                                     strrchr(w->sites_path, '/') + 6) < (int)sizeof sites_path) {
+        /* the capture's records name the session's sites: a copy of the table beside them */
+        int err = tw_sites_write_json(w->sites, sites_path, w->env.pid);
+        if (err != 0)
+            tw_fileset_warn(&c->env, "writing", sites_path, err);
+        tw_sites_stats(w->sites, &sites);
+        m.sites_file = strrchr(sites_path, '/') + 1;
+        m.sites = &sites;
+    }
+    tw_manifest_write(&c->env, c->manifest_path, &m);
+}
+
+/* Appends a line to capture c's files; a new file brings new manifests (c's, and out_dir's, which
+ * lists c's files). */
+static void append_capture_line(tw_writer_t *w, capture_t *c, const char *line, size_t len)
+{
+    if (tw_fileset_append(&c->env, &c->files, line, len)) {
+        write_capture_manifest(w, c);
+        write_manifest(w);
+    }
 }
 
 /* Appends a line to fs; a new file brings a new manifest. */
@@ -165,17 +262,38 @@ static void append_line(tw_writer_t *w, tw_fileset_t *fs, const char *line, size
         write_manifest(w);
 }
 
-static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
+/* The capture, of the two newest (older ones' steps are long over), whose steps hold step; or NULL. */
+static inline capture_t *capture_of(capture_t *const recent[2], uint64_t step)
+{
+    for (int i = 0; i < 2; i++)
+        if (recent[i] != NULL && step >= recent[i]->from && step < recent[i]->to)
+            return recent[i];
+    return NULL;
+}
+
+/* recent: the two newest captures (NULL when fewer), read under the lock before the batch. */
+static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk, capture_t *const recent[2])
 {
     char line[TW_LINE_MAX];
     size_t room = w->env.max_size - w->calls.header_len;
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
         unsigned keep = tw_schedule_keeps(&w->schedule, w->summary_only, r->step);
-        if (keep & TW_KEEP_SUMMARY)
-            tw_stats_add(&w->stats, r->api_id, tw_clock_duration_ns(&w->clock, r->cost),
-                         tw_clock_duration_ns(&w->clock, r->self), 0, (r->flags & TW_RECORD_ERROR) != 0);
-        if (!(keep & TW_KEEP_RECORD))
+        capture_t *c = recent[0] != NULL ? capture_of(recent, r->step) : NULL;
+        uint64_t cost_ns = 0, self_ns = 0;
+        if ((keep & TW_KEEP_SUMMARY) || c != NULL) {
+            cost_ns = tw_clock_duration_ns(&w->clock, r->cost);
+            self_ns = tw_clock_duration_ns(&w->clock, r->self);
+        }
+        if (keep & TW_KEEP_SUMMARY) {
+            tw_stats_add(&w->stats, r->api_id, cost_ns, self_ns, 0, (r->flags & TW_RECORD_ERROR) != 0);
+            w->summary_changes++;
+        }
+        if (c != NULL && c->state == CAPTURE_DONE) { /* the state moves on this thread only */
+            atomic_fetch_add(&c->late, 1);
+            c = NULL;
+        }
+        if (!(keep & TW_KEEP_RECORD) && c == NULL)
             continue;
         size_t len = tw_format_record(line, w->env.format, &w->clock, w->env.pid, chunk, r, TW_ARGS_MAX);
         if (len > room) {
@@ -189,8 +307,68 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
             w->truncated++;
             pthread_mutex_unlock(&w->lock);
         }
-        append_line(w, &w->calls, line, len);
+        if (keep & TW_KEEP_RECORD)
+            append_line(w, &w->calls, line, len);
+        if (c != NULL) {
+            if (r->step > c->last_step)
+                c->last_step = r->step;
+            tw_stats_add(&c->stats, r->api_id, cost_ns, self_ns, 0, (r->flags & TW_RECORD_ERROR) != 0);
+            append_capture_line(w, c, line, len);
+        }
     }
+}
+
+static char *capture_manifest_extra(const tw_writer_t *w, const capture_t *c);
+
+/* Closes capture c's files and writes its summary and final manifest (writer thread). A capture the
+ * program's end cut short says the steps it holds. */
+static void finish_capture(tw_writer_t *w, capture_t *c)
+{
+    tw_fileset_close(&c->env, &c->files);
+    c->end_ns = tw_realtime_ns();
+    tw_summary_write(&c->env, c->summary_path, &c->stats);
+    pthread_mutex_lock(&w->lock);
+    c->state = CAPTURE_DONE;
+    if (atomic_load(&w->step) < c->to) {
+        c->to = c->files.written > 0 ? c->last_step + 1 : c->from + 1;
+        char *extra = capture_manifest_extra(w, c);
+        if (extra != NULL) {
+            free(c->manifest_extra);
+            c->manifest_extra = extra;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    write_capture_manifest(w, c);
+    write_manifest(w);
+}
+
+/*
+ * At each flush interval (writer thread): a capture whose steps are over gets one more interval, in
+ * which the recording threads hand over their partial chunks (the flush request that follows), then
+ * it is finished. closing: the writer is closing, every capture is finished now.
+ */
+static void advance_captures(tw_writer_t *w, int closing)
+{
+    uint64_t step = atomic_load(&w->step);
+    capture_t *open[16];
+    size_t n = 0;
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->capture_count && n < 16; i++)
+        if (w->captures[i]->state != CAPTURE_DONE)
+            open[n++] = w->captures[i];
+    pthread_mutex_unlock(&w->lock);
+    for (size_t i = 0; i < n; i++) {
+        capture_t *c = open[i];
+        if (closing || c->state == CAPTURE_ENDING) {
+            finish_capture(w, c);
+        } else if (step >= c->to) {
+            pthread_mutex_lock(&w->lock);
+            c->state = CAPTURE_ENDING;
+            pthread_mutex_unlock(&w->lock);
+        }
+    }
+    if (closing && n == 16)
+        advance_captures(w, closing); /* more than 16 open at close: the rest */
 }
 
 /*
@@ -215,8 +393,10 @@ static void write_stream(tw_writer_t *w, tw_writer_stream_t *s)
         at += sizeof h;
         if (!w->summary_only) /* records "summary": no record file of any kind; GPU time still summed */
             append_line(w, &s->files, rows + at, h.len);
-        if (h.api_id != TW_API_ID_NONE)
+        if (h.api_id != TW_API_ID_NONE) {
             tw_stats_add_gpu(&w->stats, h.api_id, h.gpu_ns);
+            w->summary_changes++;
+        }
         at += (h.len + 7) & ~(size_t)7;
     }
 }
@@ -232,11 +412,17 @@ static void *writer_main(void *arg)
         tw_chunk_t *list = tw_queue_wait(w->queue, next_flush, &stop);
         pthread_mutex_lock(&w->lock);
         tw_writer_stream_t *streams = w->streams;
+        capture_t *recent[2] = {w->capture_count > 0 ? w->captures[w->capture_count - 1] : NULL,
+                                w->capture_count > 1 ? w->captures[w->capture_count - 2] : NULL};
+        int manifest_due = w->manifest_due;
+        w->manifest_due = 0;
         pthread_mutex_unlock(&w->lock);
+        if (manifest_due) /* written by this thread only: two writers would share its temporary file */
+            write_manifest(w);
 
         while (list != NULL) {
             tw_chunk_t *next = list->next;
-            write_chunk(w, list);
+            write_chunk(w, list, recent);
             tw_chunk_release(list);
             list = next;
         }
@@ -247,6 +433,16 @@ static void *writer_main(void *arg)
             tw_fileset_flush(&w->env, &w->calls);
             for (tw_writer_stream_t *s = streams; s != NULL; s = s->next)
                 tw_fileset_flush(&w->env, &s->files);
+            for (int i = 0; i < 2; i++)
+                if (recent[i] != NULL && recent[i]->state != CAPTURE_DONE)
+                    tw_fileset_flush(&recent[i]->env, &recent[i]->files);
+            advance_captures(w, stop);
+            /* summary.json as it stands, so that a long job can be watched (the last one is
+             * written at close) */
+            if (w->summary_changes > 0 && !stop) {
+                tw_summary_write(&w->env, w->summary_path, &w->stats);
+                w->summary_changes = 0;
+            }
             /* Ask recording threads for their partial chunks, so that nothing older than about
              * one interval waits in memory (their next call hands the chunk over). */
             tw_queue_request_flush(w->queue);
@@ -283,6 +479,21 @@ static int ensure_thread(void *arg)
     }
     pthread_mutex_unlock(&w->lock);
     return err;
+}
+
+static void free_captures(tw_writer_t *w)
+{
+    for (size_t i = 0; i < w->capture_count; i++) {
+        capture_t *c = w->captures[i];
+        tw_fileset_free(&c->files);
+        tw_stats_free(&c->stats);
+        free(c->dir);
+        free(c->manifest_extra);
+        free(c);
+    }
+    free(w->captures);
+    w->captures = NULL;
+    w->capture_count = w->capture_capacity = 0;
 }
 
 /* ---- fork (driven by the queue's atfork handlers, with the queue's lock held) ------------------- */
@@ -326,6 +537,10 @@ static void fork_child(void *arg)
     pthread_mutex_unlock(&w->lock);
     pthread_mutex_init(&w->lock, NULL);
     w->thread_running = 0;
+    /* The parent's captures are the parent's: its files, its steps. */
+    for (size_t i = 0; i < w->capture_count; i++)
+        tw_fileset_fork_child(&w->captures[i]->files);
+    free_captures(w);
     tw_fileset_fork_child(&w->calls);
     w->truncated = 0;
     w->env.write_errno = 0;
@@ -526,6 +741,7 @@ void tw_writer_destroy(tw_writer_t *w)
         pthread_mutex_destroy(&s->lock);
         free(s);
     }
+    free_captures(w);
     tw_fileset_free(&w->calls);
     tw_stats_free(&w->stats);
     pthread_mutex_destroy(&w->lock);
@@ -719,4 +935,161 @@ void tw_writer_stream_stats(tw_writer_stream_t *s, tw_writer_stream_stats_t *sta
     stats->records_dropped += atomic_load(&s->dropped_full);
     stats->records_lost_upstream = atomic_load(&s->dropped_upstream);
     stats->records_dropped += stats->records_lost_upstream;
+}
+
+/* ---- on-demand captures ------------------------------------------------------------------------- */
+
+/* mkdir -p: dir and its missing parents. 0 or an errno value. */
+static int make_dirs(const char *dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return ENAMETOOLONG;
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char was = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return errno;
+        if (was == '\0')
+            break;
+        *p = was;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return errno;
+    return S_ISDIR(st.st_mode) ? (access(dir, W_OK | X_OK) == 0 ? 0 : errno) : ENOTDIR;
+}
+
+/* The writer's manifest keys with "capture": {"id", "steps": [first, last]}, as JSON text. */
+static char *capture_manifest_extra(const tw_writer_t *w, const capture_t *c)
+{
+    cJSON *root = w->manifest_extra != NULL ? cJSON_Parse(w->manifest_extra) : NULL;
+    if (root == NULL || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        root = cJSON_CreateObject();
+    }
+    cJSON *o = root != NULL ? cJSON_AddObjectToObject(root, "capture") : NULL;
+    char *text = NULL;
+    if (o != NULL) {
+        char number[24];
+        cJSON_AddItemToObject(o, "id", cJSON_CreateNumber(c->id));
+        cJSON *steps = cJSON_AddArrayToObject(o, "steps");
+        snprintf(number, sizeof number, "%llu", (unsigned long long)c->from);
+        cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
+        snprintf(number, sizeof number, "%llu", (unsigned long long)(c->to - 1));
+        cJSON_AddItemToArray(steps, cJSON_CreateRaw(number));
+        cJSON_AddItemToObject(o, "steps_asked", cJSON_CreateNumber((double)c->asked));
+        cJSON_AddStringToObject(o, "run_dir", w->out_dir);
+        text = cJSON_PrintUnformatted(root);
+    }
+    cJSON_Delete(root);
+    return text;
+}
+
+int tw_writer_capture(tw_writer_t *w, uint64_t from_step, uint64_t steps, const char *dir, uint32_t *id, char *err,
+                      size_t err_size)
+{
+    if (w == NULL || steps == 0 || dir == NULL || dir[0] == '\0' || from_step > UINT64_MAX - steps) {
+        snprintf(err, err_size, "a capture needs 1 or more steps (got %llu) and a directory",
+                 (unsigned long long)steps);
+        return TW_EINVAL;
+    }
+    pthread_mutex_lock(&w->lock);
+    const capture_t *last = w->capture_count > 0 ? w->captures[w->capture_count - 1] : NULL;
+    int closed = w->closed;
+    uint64_t last_to = last != NULL ? last->to : 0;
+    uint32_t last_id = last != NULL ? last->id : 0;
+    pthread_mutex_unlock(&w->lock);
+    if (closed) {
+        snprintf(err, err_size, "the writer is closed");
+        return TW_EINVAL;
+    }
+    if (last != NULL && from_step < last_to) {
+        snprintf(err, err_size, "capture %u (steps %llu-%llu) is still recording: one capture at a time", last_id,
+                 (unsigned long long)last->from, (unsigned long long)(last_to - 1));
+        return TW_EBUSY;
+    }
+    int e = make_dirs(dir);
+    if (e != 0) {
+        snprintf(err, err_size, "capture directory '%s' cannot be made: %s", dir, strerror(e));
+        return TW_EIO;
+    }
+    capture_t *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->files.buf = malloc(TW_BUFFER_FLUSH + TW_LINE_MAX)) == NULL ||
+        (c->dir = strdup(dir)) == NULL) {
+        if (c != NULL) {
+            free(c->files.buf);
+            free(c);
+        }
+        snprintf(err, err_size, "out of memory");
+        return TW_ENOMEM;
+    }
+    c->from = from_step;
+    c->to = from_step + steps;
+    c->asked = steps;
+    c->start_ns = tw_realtime_ns();
+    c->env = w->env; /* its naming, format, size, pid, rank and lock; counters of its own */
+    c->env.out_dir = c->dir;
+    c->env.names_skipped = c->env.links_refused = 0;
+    c->env.write_errno = 0;
+    c->files.kind = "calls";
+    c->files.fd = -1;
+    c->files.header = w->calls.header;
+    c->files.header_len = w->calls.header_len;
+    tw_stats_init(&c->stats);
+    const char *suffix = strrchr(w->manifest_path, '/'); /* manifest.json or manifest-PID.json, as out_dir's */
+    const char *summary = strrchr(w->summary_path, '/');
+    int too_long = snprintf(c->manifest_path, sizeof c->manifest_path, "%s%s", dir, suffix) >= (int)sizeof c->manifest_path ||
+                   snprintf(c->summary_path, sizeof c->summary_path, "%s%s", dir, summary) >= (int)sizeof c->summary_path;
+    pthread_mutex_lock(&w->lock);
+    int busy = w->capture_count > 0 && from_step < w->captures[w->capture_count - 1]->to; /* asked twice at once */
+    if (!too_long && !busy && w->capture_count == w->capture_capacity) {
+        size_t capacity = w->capture_capacity ? 2 * w->capture_capacity : 8;
+        capture_t **grown = realloc(w->captures, capacity * sizeof *grown);
+        if (grown != NULL) {
+            w->captures = grown;
+            w->capture_capacity = capacity;
+        }
+    }
+    int added = !too_long && !busy && w->capture_count < w->capture_capacity;
+    if (added) {
+        c->id = (uint32_t)w->capture_count + 1;
+        c->manifest_extra = capture_manifest_extra(w, c);
+        w->captures[w->capture_count++] = c;
+        w->manifest_due = 1;
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (!added) {
+        snprintf(err, err_size, too_long ? "capture directory '%s' is too long" : busy ? "another capture began at once"
+                                                                                       : "out of memory", dir);
+        tw_stats_free(&c->stats);
+        free(c->files.buf);
+        free(c->dir);
+        free(c);
+        return too_long ? TW_EINVAL : busy ? TW_EBUSY : TW_ENOMEM;
+    }
+    *id = c->id;
+    tw_queue_kick(w->queue); /* out_dir's manifest lists it now, not at the next file */
+    return 0;
+}
+
+void tw_writer_set_step(tw_writer_t *w, uint64_t step)
+{
+    atomic_store_explicit(&w->step, step, memory_order_relaxed);
+}
+
+int tw_writer_capture_stats(tw_writer_t *w, uint32_t id, tw_writer_capture_stats_t *stats)
+{
+    int rc = TW_EINVAL;
+    pthread_mutex_lock(&w->lock);
+    if (id >= 1 && id <= w->capture_count) {
+        const capture_t *c = w->captures[id - 1];
+        *stats = (tw_writer_capture_stats_t){c->from, c->to, c->state == CAPTURE_DONE, c->files.written,
+                                             atomic_load(&c->late)};
+        rc = 0;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return rc;
 }

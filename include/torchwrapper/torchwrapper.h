@@ -12,6 +12,7 @@
 #include "torchwrapper/sites.h"
 #include "torchwrapper/stats.h"
 #include "torchwrapper/writer.h"
+#include "torchwrapper/ondemand.h"
 #include "torchwrapper/gpu.h"
 #include "torchwrapper/reader.h"
 #include "torchwrapper/report.h"

@@ -7,7 +7,8 @@
  * Files (in out_dir): records named by file_name_spec (config.h) with ".csv" or ".jsonl";
  * manifest.json (manifest-PID.json in a forked child, or with per_process_names) listing the config,
  * the files and the counts, rewritten atomically at every rotation and at close; summary.json
- * (summary-PID.json) with per-API totals and percentiles, written at close.
+ * (summary-PID.json) with per-API totals and percentiles, rewritten atomically at each flush interval
+ * in which they changed (a long job can be watched) and at close.
  *
  * Columns: call_id, api, start_ns (since the epoch), cost_ns, self_ns, gpu_ns, pid, tid, depth,
  * parent_id, error (0/1 in CSV, false/true in JSON), args, module, step, site (gpu_ns is written 0:
@@ -155,6 +156,39 @@ TW_API char *tw_csv_field(char *out, const char *s, size_t len);
 /* Writes s (len bytes of UTF-8) as a JSON string, quotes included, escaped per RFC 8259, at out
  * (room for 6 * len + 2 bytes); returns the end. */
 TW_API char *tw_json_escape(char *out, const char *s, size_t len);
+
+/* ---- on-demand captures --------------------------------------------------------------------------- */
+
+/*
+ * A capture: the call records of steps [from_step, from_step + steps) written, besides what the
+ * schedule writes to out_dir, to files of their own in dir (created, with its parents, if missing):
+ * record files named and capped as out_dir's, a manifest (its "capture" says the steps) and a
+ * summary of the capture's calls, so that tw-report and torchwrapper.load() read dir as a run of its
+ * own. out_dir's manifest lists every capture ("captures": id, steps, dir, state, files).
+ *
+ * The writer learns the program's step from tw_writer_set_step(): once it is past a capture's last
+ * step, the capture stays open one more flush interval (the recording threads hand over their partial
+ * chunks), then its files are closed and its manifest says "done". Records of its steps that come
+ * later still are counted as late, not written. Captures never overlap: one asked before the previous
+ * one's steps are over is refused (TW_EBUSY). Returns 0 and the capture's number (1, 2, ...) in *id,
+ * or TW_EBUSY, TW_EINVAL (steps 0, no dir, a closed writer) or TW_EIO (dir cannot be made), with a
+ * message in err.
+ */
+TW_API int tw_writer_capture(tw_writer_t *writer, uint64_t from_step, uint64_t steps, const char *dir, uint32_t *id,
+                             char *err, size_t err_size);
+
+/* The step the program is in (the recorder's): when a capture's steps are over. */
+TW_API void tw_writer_set_step(tw_writer_t *writer, uint64_t step);
+
+typedef struct tw_writer_capture_stats {
+    uint64_t from_step, to_step;  /* steps [from, to) */
+    int done;                     /* files closed, manifest final */
+    uint64_t records_written;
+    uint64_t records_late;        /* of its steps, come after it was done */
+} tw_writer_capture_stats_t;
+
+/* Capture id's counters; TW_EINVAL when there is no such capture. */
+TW_API int tw_writer_capture_stats(tw_writer_t *writer, uint32_t id, tw_writer_capture_stats_t *stats);
 
 /* Kept for C users: tw_queue_push() and tw_queue_admit() on the queue the writer drains (its
  * recorder's, see queue.h). */

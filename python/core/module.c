@@ -85,6 +85,13 @@ static PyObject *core_report(PyObject *module, PyObject *arg)
     return status < 0 ? NULL : PyLong_FromLong(status);
 }
 
+/* Whether the current step's calls are recorded (the schedule's active steps, a capture's steps):
+ * the tracing streams write rows of those steps only. */
+static PyObject *core_step_recorded(PyObject *module, PyObject *unused)
+{
+    return PyBool_FromLong(tw_active.gen != 0 && tw_active.step_recorded);
+}
+
 static PyObject *core_active_session(PyObject *module, PyObject *unused)
 {
     return Py_NewRef(tw_active.session ? tw_active.session : Py_None);
@@ -123,6 +130,8 @@ static PyMethodDef core_methods[] = {
     {"clock_source", core_clock_source, METH_NOARGS, "The tick source: 'tsc' or 'monotonic'."},
     {"api_name", core_api_name, METH_O, "The API name interned under an id."},
     {"active_session", core_active_session, METH_NOARGS, "The Session recording now, or None."},
+    {"step_recorded", core_step_recorded, METH_NOARGS,
+     "Whether the active session records the current step's calls (schedule, capture)."},
     {"report", core_report, METH_O,
      "report(argv) -> status: runs tw-report (argv[0] is the program name) on the process's stdout/stderr."},
     {NULL, NULL, 0, NULL},

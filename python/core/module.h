@@ -49,7 +49,7 @@ static inline void tw_exc_restore(tw_saved_exc_t *saved)
 /* ---- Session's arguments (options.c) ---- */
 
 /* The config keys Session takes as keyword arguments, in its keyword order. */
-#define TW_SESSION_CONFIG_KEYWORDS 13
+#define TW_SESSION_CONFIG_KEYWORDS 14
 extern const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS];
 
 /* The given config arguments (values[i] for tw_session_config_keywords[i], NULL when not given)
@@ -202,8 +202,14 @@ typedef struct {
     uint32_t idle;
     uint32_t manual_steps;         /* the program marks steps (Session.step()): optimizer steps do not */
     uint32_t step;                 /* the current step, counted from 0 (also in the recorder) */
+    uint32_t step_recorded;        /* the schedule or a capture records the current step's calls */
     tw_args_mode_t args_configured; /* the session's args mode; args_mode is NONE outside active steps */
     tw_schedule_t schedule;
+    /* On-demand capture (config on_demand): the capture recording, steps [capture_from, capture_to),
+     * active whatever the schedule; capture_to == 0: none. */
+    uint64_t capture_from, capture_to;
+    tw_ondemand_t *ondemand;       /* NULL: on_demand off */
+    tw_writer_t *writer;           /* the session's, NULL when records stay in memory */
     tw_recorder_t *recorder;
     tw_clock_source_t clock_source;
     tw_args_mode_t args_mode;

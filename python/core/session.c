@@ -26,6 +26,9 @@ typedef struct {
     tw_args_mode_t args_mode;
     tw_schedule_t schedule; /* the steps whose records are kept (also in config, for the writer) */
     int summary_only;       /* records "summary": no per-call records kept */
+    uint64_t ondemand_steps; /* on_demand: steps of a capture asked without a number; 0: off */
+    char *ondemand_dir;      /* on_demand's dir, NULL: out_dir/capture-N */
+    tw_ondemand_t *ondemand; /* while recording */
     PyObject *tensor_type; /* torch._C.TensorBase, found at start, when args are summarized */
     PyObject *tracer;      /* torchwrapper._trace.Tracer or None */
     tw_hooks_t hooks;      /* the tracer's bound methods (strong references), taken at start */
@@ -213,16 +216,16 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
                                "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args",
                                "per_process_names", "gpu", "gpu_device", "cupti_paths", "tracer", "schedule", "records",
-                               "sites", NULL};
+                               "on_demand", "sites", NULL};
     /* values[i]: tw_session_config_keywords[i], NULL when not given (the validator's default applies) */
     PyObject *values[TW_SESSION_CONFIG_KEYWORDS] = {NULL};
     PyObject *manifest = Py_None, *cupti_paths = Py_None, *tracer = Py_None;
     long long rank = -1;
     int per_process_names = 0, gpu_device = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOOOOO:Session", keywords, &values[0], &values[1],
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOOOOOO:Session", keywords, &values[0], &values[1],
                                      &values[2], &values[3], &values[4], &values[5], &values[6], &values[7], &rank,
                                      &manifest, &values[8], &per_process_names, &values[9], &gpu_device,
-                                     &cupti_paths, &tracer, &values[10], &values[11], &values[12]))
+                                     &cupti_paths, &tracer, &values[10], &values[11], &values[12], &values[13]))
         return NULL;
     if (manifest != Py_None && !PyUnicode_Check(manifest)) {
         PyErr_Format(PyExc_TypeError, "manifest must be JSON object text, not '%.200s'", Py_TYPE(manifest)->tp_name);
@@ -253,11 +256,24 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         goto fail;
     }
     /* records "summary" writes no record to name a site in: none are looked up */
-    self->sites_mode = self->summary_only ? TW_SITES_OFF : strcmp(sites, "all") == 0 ? TW_SITES_ALL : strcmp(sites, "off") == 0 ? TW_SITES_OFF
-                                                                                              : TW_SITES_BOUNDARY;
+    self->sites_mode = self->summary_only ? TW_SITES_OFF
+                       : strcmp(sites, "all") == 0 ? TW_SITES_ALL
+                       : strcmp(sites, "off") == 0 ? TW_SITES_OFF
+                                                   : TW_SITES_BOUNDARY;
     if (self->sites_mode != TW_SITES_OFF && tw_sites_create(0, &self->sites) != 0) {
         PyErr_NoMemory();
         goto fail;
+    }
+    PyObject *on_demand = PyDict_GetItemString(config, "on_demand");
+    if (on_demand != NULL && on_demand != Py_None) {
+        if (out_dir == NULL) {
+            PyErr_SetString(PyExc_ValueError, "config key 'on_demand' needs out_dir: captures are written to files");
+            goto fail;
+        }
+        self->ondemand_steps = tw_config_uint(on_demand, "steps");
+        const char *dir = tw_config_str(on_demand, "dir");
+        if (PyErr_Occurred() || (dir != NULL && (self->ondemand_dir = tw_dup_cstr(dir)) == NULL))
+            goto fail;
     }
     if (out_dir == NULL) { /* records in memory */
         Py_DECREF(config);
@@ -341,8 +357,25 @@ static void session_dealloc(PyObject *op)
     PyMem_RawFree(self->out_dir);
     PyMem_RawFree(self->file_name_spec);
     PyMem_RawFree(self->manifest_json);
+    PyMem_RawFree(self->ondemand_dir);
     type->tp_free(op);
     Py_DECREF(type);
+}
+
+/* On-demand capture, when configured: a failure (the control directory) is said and the session
+ * records on without it, as the program must not fail because of the profiler. */
+static void start_ondemand(tw_session_object *self)
+{
+    if (self->ondemand_steps == 0 || self->writer == NULL)
+        return;
+    const char *run_pid = getenv("TORCHWRAPPER_RUN_PID");
+    tw_ondemand_config_t c = {self->writer, self->out_dir, self->ondemand_steps, self->ondemand_dir, NULL,
+                              self->config.rank, run_pid != NULL ? strtoll(run_pid, NULL, 10) : 0};
+    char err[1024];
+    if (tw_ondemand_start(&c, &self->ondemand, err, sizeof err) != 0) {
+        self->ondemand = NULL;
+        fprintf(stderr, "torchwrapper: %s; profiling goes on without on-demand capture\n", err);
+    }
 }
 
 static PyObject *session_start(PyObject *op, PyObject *unused)
@@ -394,7 +427,10 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     tw_active.hooks = self->hooks; /* borrowed: the session holds them until it is deallocated */
     tw_active.hooks.kinds |= TW_KIND_STEP; /* optimizer steps end steps */
     tw_recorder_set_step(self->recorder, 0);
+    tw_active.writer = self->writer; /* before the steps' state, which depends on it */
     tw_steps_start(&self->schedule, self->args_mode);
+    start_ondemand(self);
+    tw_active.ondemand = self->ondemand;
     tw_active.session = Py_NewRef(op);
     tw_active.gpu = tw_gpu_hooks(self->gpu);
     tw_active.gen = ++last_gen;
@@ -413,6 +449,11 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
     tw_active.gen = 0;
     tw_active.idle = 0;
     tw_active.recorder = NULL;
+    tw_active.writer = NULL;
+    tw_active.ondemand = NULL;
+    tw_active.capture_from = tw_active.capture_to = 0;
+    tw_ondemand_stop(self->ondemand); /* the program's SIGUSR2 handler back; the writer finishes the capture */
+    self->ondemand = NULL;
     memset(&tw_active.hooks, 0, sizeof tw_active.hooks);
     /* Not needed once stopped; dropped now so that the tracer (and its Profile) go with refcounts. */
     clear_hooks(&self->hooks);

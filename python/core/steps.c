@@ -9,6 +9,7 @@
  * boundary moves the recorder's step (every record carries the step its call began in) and applies
  * the schedule (schedule.h) to the new step: outside active and warmup steps, argument summaries are
  * not made, and with the summary of active steps only, wrappers record nothing at all (tw_active.idle).
+ * The steps of an on-demand capture (ondemand.h) are active whatever the schedule.
  * All of it runs with the GIL held.
  */
 #include "module.h"
@@ -16,9 +17,14 @@
 /* The state of the current step applied to what the hot path reads. */
 static void apply_state(void)
 {
-    tw_step_state_t state = tw_schedule_state(&tw_active.schedule, tw_active.step);
+    int captured = tw_active.capture_to != 0 && tw_active.step >= tw_active.capture_from &&
+                   tw_active.step < tw_active.capture_to;
+    tw_step_state_t state = captured ? TW_STEP_ACTIVE : tw_schedule_state(&tw_active.schedule, tw_active.step);
     tw_active.args_mode = state == TW_STEP_IDLE ? TW_ARGS_NONE : tw_active.args_configured;
-    tw_active.idle = state == TW_STEP_IDLE && tw_active.schedule.summary_active;
+    tw_active.step_recorded = state == TW_STEP_ACTIVE;
+    /* A session that keeps its records in memory has no summary.json to count idle steps' calls for:
+     * they are not recorded at all, so that memory holds the recorded steps only. */
+    tw_active.idle = state == TW_STEP_IDLE && (tw_active.schedule.summary_active || tw_active.writer == NULL);
 }
 
 void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode)
@@ -27,6 +33,7 @@ void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode)
     tw_active.args_configured = args_mode;
     tw_active.step = 0;
     tw_active.manual_steps = 0;
+    tw_active.capture_from = tw_active.capture_to = 0;
     apply_state();
 }
 
@@ -36,6 +43,11 @@ void tw_step_end(void)
         return;
     tw_active.step++;
     tw_recorder_set_step(tw_active.recorder, tw_active.step);
+    if (tw_active.writer != NULL)
+        tw_writer_set_step(tw_active.writer, tw_active.step);
+    /* A capture asked for (the signal's flag) begins here; one whose steps are over ends. */
+    if (tw_active.ondemand != NULL && (tw_active.capture_to != 0 || tw_ondemand_asked() || tw_active.step == 1))
+        tw_ondemand_step(tw_active.ondemand, tw_active.step, &tw_active.capture_from, &tw_active.capture_to);
     apply_state();
 }
 

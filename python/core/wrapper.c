@@ -194,7 +194,8 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
     if ((kind & TW_KIND_MODULE_CALL) && module_id != TW_MODULE_NONE && hooks->module_enter != NULL) {
         if (thread_cache.module_depth == 0) {
             PyObject *answer = run_hook(t, source, hooks->module_enter, &subject, 1);
-            thread_cache.sampling = answer == Py_True;
+            /* outside the steps the schedule (or a capture) records, no statistics are taken */
+            thread_cache.sampling = answer == Py_True && tw_active.step_recorded;
             Py_XDECREF(answer);
             if (TW_UNLIKELY(tw_active.gen != gen))
                 return call_original(self, args, nargsf, kwnames);

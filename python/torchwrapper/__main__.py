@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """python -m torchwrapper run [options] (script.py | -m module) [args...]
 python -m torchwrapper report [options] OUT_DIR|FILE...   (tw-report; --help lists its options)
+python -m torchwrapper capture PID [--steps N] [--dir DIR] [--wait]   (on-demand capture; --help)
 
 Runs an unmodified program under the profiler, as `python script.py args` would run it (sys.argv,
 __main__, sys.path[0], standard streams and exit code are the plain run's), then prints where the
@@ -195,6 +196,9 @@ def run(argv: List[str]) -> None:
         _autostart._wrapper.stop()
     import torch  # noqa: F401  (profiling wraps torch: import it before the program runs)
 
+    # The job's processes (this one, its ranks) name it in their on-demand control files, so that
+    # `python -m torchwrapper capture PID_OF_RUN` reaches them all.
+    os.environ.setdefault("TORCHWRAPPER_RUN_PID", str(os.getpid()))
     wrapper.start()
     # The program's child processes (multiprocessing spawn and forkserver, DataLoader workers,
     # torchrun workers) start profiling through the auto-start hook, into the same out_dir; forked
@@ -255,9 +259,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     command, rest = argv[0], argv[1:]
     if command == "report":
         raise SystemExit(report(rest))
+    if command == "capture":
+        from ._capture import capture
+        raise SystemExit(capture(rest))
     if command != "run":
-        raise SystemExit(f"torchwrapper: unknown command {command!r} (accepted: run, report)\nusage: {USAGE}\n"
-                         f"       {REPORT_USAGE}")
+        from ._capture import USAGE as CAPTURE_USAGE
+        raise SystemExit(f"torchwrapper: unknown command {command!r} (accepted: run, report, capture)\n"
+                         f"usage: {USAGE}\n       {REPORT_USAGE}\n       {CAPTURE_USAGE}")
     run(rest)
 
 

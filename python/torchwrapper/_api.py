@@ -19,6 +19,9 @@ from ._profile import Profile
 ENV_PREFIX = "TORCHWRAPPER_"
 CONFIG_FILE_ENV = "TORCHWRAPPER_CONFIG"
 AUTOSTART_ENV = "TORCHWRAPPER_AUTOSTART"  # not a config key: see _autostart.py
+# Not config keys either: where on-demand capture keeps its control files, and the `run` process
+# of a job (so that one capture command reaches every rank).
+NOT_CONFIG_ENV = (CONFIG_FILE_ENV, AUTOSTART_ENV, "TORCHWRAPPER_CONTROL_DIR", "TORCHWRAPPER_RUN_PID")
 
 # DataFrame columns: the original tool's first, then ours.
 COLUMNS = ORIGINAL_COLUMNS
@@ -36,7 +39,7 @@ def load_config(config: Union[None, Mapping[str, Any], str, os.PathLike] = None,
     if environ.get(CONFIG_FILE_ENV):
         sources.append((_read_config_file(environ[CONFIG_FILE_ENV], f"${CONFIG_FILE_ENV}"), False))
     env_values = {key[len(ENV_PREFIX):].lower(): value for key, value in environ.items()
-                  if key.startswith(ENV_PREFIX) and key not in (CONFIG_FILE_ENV, AUTOSTART_ENV)}
+                  if key.startswith(ENV_PREFIX) and key not in NOT_CONFIG_ENV}
     if env_values:
         sources.append((env_values, True))
     if isinstance(config, (str, os.PathLike)):
@@ -118,7 +121,7 @@ class TorchWrapper:
                                 max_files=c["max_files"], flush_interval=c["flush_interval"],
                                 buffer_size=c["buffer_size"], on_full=c["on_full"], manifest={"config": c},
                                 args=c["args"], gpu=c["gpu"], tensor_stats=c["tensor_stats"], track=c["track"],
-                                schedule=c["schedule"], records=c["records"], sites=c["sites"],
+                                schedule=c["schedule"], records=c["records"], on_demand=c["on_demand"], sites=c["sites"],
                                 metrics=self._metrics if c["tensor_stats"] is not None else None)
         self._call_records = None
         self._profile.start()

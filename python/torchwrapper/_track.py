@@ -95,6 +95,8 @@ class _Tracker:
     def emit(self, call_id: int, api: str, outer_id: int, name: str, kind: str, version: Optional[int],
              attribute: Optional[str] = None) -> None:
         record = (call_id, api, outer_id, name, kind, version, attribute, self.site)
+        if not _core.step_recorded():  # a step the schedule leaves out (the tracking goes on)
+            return
         if self.tracer.sink is None:
             self.rows_out.append(record)
         else:

@@ -12,6 +12,12 @@ unwrapped call's.
   idle-all      outside active steps, "summary": "all" (the default): the call is timed and counted
                 for summary.json, no argument summary, no record written
   idle-active   outside active steps, "summary": "active": the wrapper calls through (one check)
+  summary-only  records "summary": every call timed and counted for summary.json, no record file
+
+Then a whole training run (an MLP, STEPS steps), the same configurations and a schedule that
+records 3 steps in 10, interleaved, REPS_RUN times: the training loop's wall time as a ratio against
+the unprofiled run (median; start and stop are timed by bench_training.py), and the bytes written
+per step (record files, from the manifests).
 
 Run: PYTHONPATH=build/python python tests/bench/bench_schedule.py (about 20 s).
 """
@@ -35,7 +41,11 @@ CONFIGS = {
     "active": {},
     "idle-all": {"schedule": {"wait": NEVER, "active": 1}},
     "idle-active": {"schedule": {"wait": NEVER, "active": 1, "summary": "active"}},
+    "summary-only": {"records": "summary"},
 }
+RUN_CONFIGS = dict(CONFIGS, **{"3-in-10": {"schedule": {"wait": 5, "warmup": 2, "active": 3}}})
+STEPS = 200
+REPS_RUN = 9
 
 
 def _time(fn) -> int:
@@ -73,6 +83,60 @@ def main() -> None:
             cells.append(f"{median:7.0f} ns" if name == "unwrapped" else f"{median - base[op]:+7.0f} ns")
         print(f"{name:<12} {cells[0]:>14} {cells[1]:>14}")
     sys.stdout.flush()
+    whole_run()
+
+
+def _train(steps: int) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+    for _ in range(steps):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def _bytes_written(out_dir: str) -> int:
+    import glob
+    import json
+    total = 0
+    for path in glob.glob(f"{out_dir}/manifest*.json"):
+        with open(path) as f:
+            total += json.load(f)["bytes_written"]
+    return total
+
+
+def whole_run() -> None:
+    _train(20)  # warm-up
+    names = list(RUN_CONFIGS)
+    seconds = {name: [] for name in names}
+    per_step = {}
+    for rep in range(REPS_RUN):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            config = RUN_CONFIGS[name]
+            out = tempfile.mkdtemp(prefix="tw-bench-schedule-")
+            prof = tw.profile(out_dir=out, gpu="off", **config) if config is not None else None
+            if prof is not None:
+                prof.start()
+            try:
+                t0 = time.perf_counter()
+                _train(STEPS)
+                seconds[name].append(time.perf_counter() - t0)
+            finally:
+                if prof is not None:
+                    prof.stop()
+            if prof is not None:
+                per_step[name] = _bytes_written(out) / STEPS
+    base = statistics.median(seconds["unwrapped"])
+    print(f"\nwhole run: {STEPS} steps of an MLP with Adam ({base * 1e3 / STEPS:.2f} ms a step unprofiled), median of "
+          f"{REPS_RUN} interleaved runs (the training loop; start and stop not included)")
+    print(f"{'config':<12} {'ratio':>8} {'bytes/step':>12}")
+    for name in names:
+        ratio = statistics.median(seconds[name]) / base
+        written = f"{per_step[name]:12.0f}" if name in per_step else f"{'':>12}"
+        print(f"{name:<12} {ratio:7.3f}x {written}")
 
 
 if __name__ == "__main__":

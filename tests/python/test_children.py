@@ -22,21 +22,6 @@ from torchwrapper._files import iter_rows, record_files
 
 BUILD = os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", ".."))
 TW_REPORT = os.path.join(BUILD, "tw-report")
-STAGE = os.path.dirname(os.path.dirname(os.path.abspath(torchwrapper.__file__)))
-PTH = os.path.join(STAGE, "torchwrapper-autostart.pth")
-
-
-@pytest.fixture
-def env(tmp_path):
-    """An environment whose Python processes read the .pth of the torchwrapper under test."""
-    assert os.path.exists(PTH), f"{PTH} is missing: make stages it beside the package"
-    site_dir = tmp_path / "site"
-    site_dir.mkdir()
-    (site_dir / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({STAGE!r})\n")
-    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site_dir)] + sys.path))
-    for key in [k for k in environ if k.startswith("TORCHWRAPPER_") or k in ("RANK", "WORLD_SIZE")]:
-        del environ[key]
-    return environ
 
 
 def python(args, cwd, env, timeout=120):

@@ -70,4 +70,4 @@ def test_usage_and_config_errors_are_clear(program):
     bad = run(["-m", "torchwrapper", "run", "--set", "fromat=csv", "prog.py"], program)
     assert bad.returncode == 1 and "unknown config key 'fromat': did you mean 'format'?" in bad.stderr
     other = run(["-m", "torchwrapper", "profile"], program)
-    assert other.returncode == 1 and "unknown command 'profile' (accepted: run, report)" in other.stderr
+    assert other.returncode == 1 and "unknown command 'profile' (accepted: run, report, capture)" in other.stderr

@@ -162,6 +162,8 @@ def test_in_memory_records_follow_the_schedule():
     with tw.profile(schedule={"skip_first": 2, "active": 1, "repeat": 2}) as prof:
         _train(6)
     assert sorted({r.step for r in prof.records()}) == [2, 3]
+    # Memory holds the recorded steps' records only (nothing else needs the others' calls).
+    assert prof.stats()["records"] == len(prof.records())
 
 
 @pytest.mark.parametrize("schedule, message", [
@@ -209,3 +211,21 @@ def test_files_without_the_step_column_still_read(tmp_path):
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert report.returncode == 0, report.stderr
     assert "torch.add" in report.stdout and "torch.mul" in report.stdout
+
+
+def test_tracing_streams_follow_the_schedule(tmp_path):
+    """Tensor statistics and parameter updates are written for the recorded steps only: each row
+    names a call whose record is in the files (of active steps), and every active step has rows."""
+    out = str(tmp_path / "out")
+    with tw.profile(out_dir=out, schedule={"wait": 3, "active": 2, "repeat": 1}, tensor_stats=True,
+                    track=["parameters"]):
+        _train(8)
+    records = tw.load(out)
+    assert sorted(records["step"].unique()) == [3, 4]
+    recorded = set(records["call_id"])
+    stats, updates = tw.load_stats(out), tw.load_updates(out)
+    assert len(stats) > 0 and set(stats["call_id"]) <= recorded
+    assert len(updates) > 0 and set(updates["call_id"]) <= recorded
+    step_of = dict(zip(records["call_id"], records["step"]))
+    assert {step_of[c] for c in updates["call_id"]} == {3, 4}
+    assert {step_of[c] for c in stats["call_id"]} == {3, 4}
