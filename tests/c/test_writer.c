@@ -423,8 +423,10 @@ static size_t csv_steps(const char *path, uint32_t *steps, size_t max)
     char line[4096];
     size_t n = 0;
     assert_non_null(fgets(line, sizeof line, fp)); /* the header */
-    while (n < max && fgets(line, sizeof line, fp) != NULL)
+    while (n < max && fgets(line, sizeof line, fp) != NULL) {
+        *strrchr(line, ',') = '\0'; /* the site column, last: the step is before it */
         steps[n++] = (uint32_t)strtoul(strrchr(line, ',') + 1, NULL, 10);
+    }
     fclose(fp);
     return n;
 }
