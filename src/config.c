@@ -135,6 +135,7 @@ static const struct config_key {
     {"schedule", KEY_SCHEDULE, {"null"}, NULL},
     {"records", KEY_CHOICE, {"\"all\""}, "all summary"},
     {"on_demand", KEY_ON_DEMAND, {"null"}, NULL},
+    {"sites", KEY_CHOICE, {"\"boundary\""}, "boundary off all"},
 };
 
 /* The default of key for an entry point (JSON text). */

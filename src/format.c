@@ -109,7 +109,7 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         *p++ = ',';
         p = tw_format_u64(p, self);
         *p++ = ',';
-        p = tw_format_u64(p, r->gpu_ns);
+        *p++ = '0'; /* gpu_ns: readers join it from the GPU records */
         *p++ = ',';
         p = tw_format_i64(p, pid);
         *p++ = ',';
@@ -131,6 +131,8 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         }
         *p++ = ',';
         p = tw_format_u64(p, r->step);
+        *p++ = ',';
+        p = tw_format_u64(p, r->site);
         *p++ = '\n';
     } else {
         memcpy(p, "{\"call_id\":", 11);
@@ -143,8 +145,8 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         p = tw_format_u64(p + 11, cost);
         memcpy(p, ",\"self_ns\":", 11);
         p = tw_format_u64(p + 11, self);
-        memcpy(p, ",\"gpu_ns\":", 10);
-        p = tw_format_u64(p + 10, r->gpu_ns);
+        memcpy(p, ",\"gpu_ns\":0", 11); /* joined from the GPU records by readers */
+        p += 11;
         memcpy(p, ",\"pid\":", 7);
         p = tw_format_i64(p + 7, pid);
         memcpy(p, ",\"tid\":", 7);
@@ -172,6 +174,8 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         }
         memcpy(p, ",\"step\":", 8);
         p = tw_format_u64(p + 8, r->step);
+        memcpy(p, ",\"site\":", 8);
+        p = tw_format_u64(p + 8, r->site);
         *p++ = '}';
         *p++ = '\n';
     }

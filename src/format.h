@@ -19,7 +19,7 @@
 #define TW_LINE_MAX (12 * TW_API_NAME_MAX + 6 * TW_ARGS_MAX + 512)
 
 /* The header line of a CSV file of call records. */
-#define TW_CALLS_CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module,step\n"
+#define TW_CALLS_CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module,step,site\n"
 
 /* Cuts n bytes of UTF-8 back to a character boundary at most max bytes long, so that cut text stays
  * valid UTF-8. */

@@ -138,6 +138,15 @@ void tw_manifest_write(tw_fileset_env_t *env, const char *path, const tw_manifes
     cJSON *captures = m->captures_json != NULL ? cJSON_Parse(m->captures_json) : NULL;
     if (captures != NULL)
         cJSON_AddItemToObject(root, "captures", captures);
+    if (m->sites_file != NULL) { /* call sites (sites.h): the file the site column's ids refer to */
+        cJSON *o = cJSON_AddObjectToObject(root, "sites");
+        if (o != NULL) {
+            cJSON_AddStringToObject(o, "file", m->sites_file);
+            cJSON_AddItemToObject(o, "count", raw_int(m->sites->count));
+            cJSON_AddItemToObject(o, "cap", raw_int(m->sites->cap));
+            cJSON_AddItemToObject(o, "overflow", raw_int((int64_t)m->sites->overflow));
+        }
+    }
     if (write_errno != 0)
         cJSON_AddStringToObject(root, "write_error", strerror(write_errno));
     else

@@ -14,6 +14,7 @@
 
 #include "fileset.h"
 #include "torchwrapper/clock.h"
+#include "torchwrapper/sites.h"
 #include "torchwrapper/stats.h"
 
 /* One extra record stream's part of the manifest; its counters read under env->lock. */
@@ -36,6 +37,8 @@ typedef struct {
     const tw_manifest_stream_t *streams;
     size_t stream_count;
     const char *captures_json;  /* "captures": a JSON array of the on-demand captures; NULL: none */
+    const char *sites_file;     /* the call sites file's name (in out_dir); NULL: none */
+    const tw_sites_stats_t *sites;
 } tw_manifest_t;
 
 /* An exact JSON number for v (cJSON keeps numbers as doubles, exact only below 2^53). */

@@ -33,6 +33,7 @@ typedef enum {
     COL_CORRELATION_ID,
     COL_MODULE,
     COL_STEP,
+    COL_SITE,
     COL_COUNT
 } column_t;
 

@@ -95,6 +95,9 @@ struct tw_writer {
     int64_t end_ns;
     char manifest_path[PATH_MAX];
     char summary_path[PATH_MAX];
+    tw_sites_t *sites;      /* the caller's, or NULL */
+    char sites_path[PATH_MAX];
+    uint32_t sites_written; /* sites in the file written last */
 
     /* guarded by lock */
     pthread_mutex_t lock;
@@ -137,6 +140,20 @@ static const char *config_default_text(const char *key, char *buf, size_t size)
 }
 
 /* ---- the records' way to the files ------------------------------------------------------------- */
+
+/* sites.json, when sites were added since it was written (or at close, for the overflow count). */
+static void write_sites(tw_writer_t *w)
+{
+    tw_sites_stats_t st;
+    tw_sites_stats(w->sites, &st);
+    if (st.count == w->sites_written && w->end_ns == 0 && w->sites_written != 0)
+        return;
+    int err = tw_sites_write_json(w->sites, w->sites_path, w->env.pid);
+    if (err != 0)
+        tw_fileset_warn(&w->env, "writing", w->sites_path, err);
+    else
+        w->sites_written = st.count ? st.count : 1;
+}
 
 static const char *const capture_state_names[] = {"recording", "ending", "done"};
 
@@ -196,7 +213,14 @@ static void write_manifest(tw_writer_t *w)
     char *captures = captures_json(w);
     pthread_mutex_unlock(&w->lock);
     tw_manifest_t m = {w->manifest_extra, w->clock.source, w->start_ns, w->end_ns, tw_queue_dropped(w->queue), truncated,
-                       &w->calls, streams, count, captures};
+                       &w->calls, streams, count, captures, NULL, NULL};
+    tw_sites_stats_t sites;
+    if (w->sites != NULL) {
+        write_sites(w);
+        tw_sites_stats(w->sites, &sites);
+        m.sites_file = strrchr(w->sites_path, '/') + 1;
+        m.sites = &sites;
+    }
     tw_manifest_write(&w->env, w->manifest_path, &m);
     free(captures);
     free(streams);
@@ -205,7 +229,20 @@ static void write_manifest(tw_writer_t *w)
 /* A capture's own manifest, in its dir: the run's keys, its "capture", its files. */
 static void write_capture_manifest(tw_writer_t *w, capture_t *c)
 {
-    tw_manifest_t m = {c->manifest_extra, w->clock.source, c->start_ns, c->end_ns, 0, 0, &c->files, NULL, 0, NULL};
+    tw_manifest_t m = {c->manifest_extra, w->clock.source, c->start_ns, c->end_ns, 0, 0, &c->files, NULL, 0, NULL,
+                       NULL, NULL};
+    tw_sites_stats_t sites;
+    char sites_path[PATH_MAX];
+    if (w->sites != NULL && snprintf(sites_path, sizeof sites_path, "%s/sites%s", c->dir,
+                                     strrchr(w->sites_path, '/') + 6) < (int)sizeof sites_path) {
+        /* the capture's records name the session's sites: a copy of the table beside them */
+        int err = tw_sites_write_json(w->sites, sites_path, w->env.pid);
+        if (err != 0)
+            tw_fileset_warn(&c->env, "writing", sites_path, err);
+        tw_sites_stats(w->sites, &sites);
+        m.sites_file = strrchr(sites_path, '/') + 1;
+        m.sites = &sites;
+    }
     tw_manifest_write(&c->env, c->manifest_path, &m);
 }
 
@@ -250,7 +287,7 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk, capture_t *const rece
             self_ns = tw_clock_duration_ns(&w->clock, r->self);
         }
         if (keep & TW_KEEP_SUMMARY) {
-            tw_stats_add(&w->stats, r->api_id, cost_ns, self_ns, r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
+            tw_stats_add(&w->stats, r->api_id, cost_ns, self_ns, 0, (r->flags & TW_RECORD_ERROR) != 0);
             w->summary_changes++;
         }
         if (c != NULL && c->state == CAPTURE_DONE) { /* the state moves on this thread only */
@@ -276,7 +313,7 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk, capture_t *const rece
         if (c != NULL) {
             if (r->step > c->last_step)
                 c->last_step = r->step;
-            tw_stats_add(&c->stats, r->api_id, cost_ns, self_ns, r->gpu_ns, (r->flags & TW_RECORD_ERROR) != 0);
+            tw_stats_add(&c->stats, r->api_id, cost_ns, self_ns, 0, (r->flags & TW_RECORD_ERROR) != 0);
             append_capture_line(w, c, line, len);
         }
     }
@@ -514,6 +551,8 @@ static void fork_child(void *arg)
     w->start_ns = tw_realtime_ns();
     snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest-%lld.json", w->out_dir, (long long)w->env.pid);
     snprintf(w->summary_path, sizeof w->summary_path, "%s/summary-%lld.json", w->out_dir, (long long)w->env.pid);
+    snprintf(w->sites_path, sizeof w->sites_path, "%s/sites-%lld.json", w->out_dir, (long long)w->env.pid);
+    w->sites_written = 0;
 }
 
 static const tw_queue_consumer_t consumer_ops = {ensure_thread, fork_prepare, fork_parent, fork_child};
@@ -596,6 +635,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
     w->env.rank = config->rank;
     w->schedule = config->schedule;
     w->summary_only = config->summary_only;
+    w->sites = config->sites;
     w->clock = *clock;
     w->queue = queue;
     w->calls.kind = "calls";
@@ -616,7 +656,9 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
     if (snprintf(w->manifest_path, sizeof w->manifest_path, "%s/manifest%s.json", w->out_dir, suffix) >=
             (int)sizeof w->manifest_path ||
         snprintf(w->summary_path, sizeof w->summary_path, "%s/summary%s.json", w->out_dir, suffix) >=
-            (int)sizeof w->summary_path) {
+            (int)sizeof w->summary_path ||
+        snprintf(w->sites_path, sizeof w->sites_path, "%s/sites%s.json", w->out_dir, suffix) >=
+            (int)sizeof w->sites_path) {
         snprintf(err, err_size, "out_dir '%s' is too long", config->out_dir);
         tw_writer_destroy(w);
         return TW_EINVAL;

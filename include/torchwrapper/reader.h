@@ -56,6 +56,8 @@ typedef struct tw_row {
     tw_str_t name;      /* the kernel's name */
     tw_str_t module;    /* calls: the nn.Module instance's path (model tracing), or empty */
     int64_t step;       /* calls: the step the call began in (schedule.h); -1 in older files without it */
+    uint64_t site;      /* calls: the call site's id in the process's sites file (sites.h); 0: none, and in
+                         * older files without the column */
 } tw_row_t;
 
 /* Called for every row; a non-zero return stops the reading and is returned by tw_read_*. */

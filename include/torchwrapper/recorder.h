@@ -52,7 +52,8 @@ typedef struct tw_record {
     uint64_t cost;      /* ticks from entry to exit */
     uint64_t self;      /* cost minus the cost of the recorded calls directly inside it */
     uint32_t step;      /* the step the call began in (tw_recorder_set_step), counted from 0 */
-    uint32_t gpu_ns;    /* 0: GPU time is joined from the GPU records (gpu.h), never kept here */
+    uint32_t site;      /* where the program made the call (sites.h), TW_SITE_NONE (0) for none. GPU time
+                         * is not kept in a record: it is joined from the GPU records (gpu.h). */
     uint32_t api_id;    /* see api.h */
     uint16_t depth;     /* 0 for an outermost call (< TW_MAX_DEPTH) */
     uint16_t flags;     /* TW_RECORD_* */
@@ -83,6 +84,7 @@ typedef struct tw_frame {
     uint64_t excluded_at_begin; /* the thread's excluded_ticks when the call began */
     uint32_t module_id;   /* TW_MODULE_*: set by the caller between begin and end */
     uint32_t step;        /* the recorder's step when the call began */
+    uint32_t site;        /* sites.h: set by the caller between begin and end (0: none) */
 } tw_frame_t;
 
 typedef struct tw_recorder tw_recorder_t;
@@ -174,6 +176,7 @@ static inline tw_frame_t *tw_call_begin(tw_thread_t *t)
     frame->child_ticks = 0;
     frame->excluded_at_begin = t->excluded_ticks;
     frame->module_id = TW_MODULE_NONE;
+    frame->site = 0;
     frame->step = __atomic_load_n(t->step, __ATOMIC_RELAXED);
     return frame;
 }
@@ -218,7 +221,7 @@ static inline void tw_call_end_args(tw_thread_t *t, tw_frame_t *frame, uint32_t 
     /* Clock reads inside children can make child time exceed cost by a tick or two: clamp. */
     r->self = cost > frame->child_ticks ? cost - frame->child_ticks : 0;
     r->step = frame->step;
-    r->gpu_ns = 0;
+    r->site = frame->site;
     r->api_id = api_id;
     r->depth = (uint16_t)depth;
     r->flags = (uint16_t)flags;

@@ -9,6 +9,7 @@
 #include "torchwrapper/queue.h"
 #include "torchwrapper/config.h"
 #include "torchwrapper/schedule.h"
+#include "torchwrapper/sites.h"
 #include "torchwrapper/stats.h"
 #include "torchwrapper/writer.h"
 #include "torchwrapper/ondemand.h"

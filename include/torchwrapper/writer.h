@@ -11,7 +11,8 @@
  * in which they changed (a long job can be watched) and at close.
  *
  * Columns: call_id, api, start_ns (since the epoch), cost_ns, self_ns, gpu_ns, pid, tid, depth,
- * parent_id, error (0/1 in CSV, false/true in JSON), args, module, step.
+ * parent_id, error (0/1 in CSV, false/true in JSON), args, module, step, site (gpu_ns is written 0:
+ * readers join GPU time from the GPU records).
  *
  * Only the records of active steps (schedule.h) are written; summary.json counts every call, or
  * those of active steps with the schedule's summary_active. With summary_only, no record file is
@@ -28,6 +29,7 @@
 #include "torchwrapper/clock.h"
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/schedule.h"
+#include "torchwrapper/sites.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +52,10 @@ typedef struct tw_writer_config {
                                      out_dir with others (children, ranks); 0: manifest.json, summary.json */
     tw_schedule_t schedule;       /* the steps whose records are written (zeroed: every step) */
     int summary_only;             /* 1: no record files, only summary.json and the manifest */
+    tw_sites_t *sites;            /* the call sites the records' site column refers to, written to
+                                     sites.json (sites-PID.json like the manifest) at every new file and
+                                     at close, and listed in the manifest; NULL: none. The caller's, and
+                                     must outlive the writer */
 } tw_writer_config_t;
 
 typedef struct tw_writer tw_writer_t;

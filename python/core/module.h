@@ -49,7 +49,7 @@ static inline void tw_exc_restore(tw_saved_exc_t *saved)
 /* ---- Session's arguments (options.c) ---- */
 
 /* The config keys Session takes as keyword arguments, in its keyword order. */
-#define TW_SESSION_CONFIG_KEYWORDS 13
+#define TW_SESSION_CONFIG_KEYWORDS 14
 extern const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS];
 
 /* The given config arguments (values[i] for tw_session_config_keywords[i], NULL when not given)
@@ -101,9 +101,9 @@ typedef struct {
     PyObject *module_enter;    /* module_enter(instance) -> bool: an outermost module call begins; sample it? */
     PyObject *module_pre;      /* module_pre(instance, module_id, call_id, args, kwargs): before a sampled call */
     PyObject *module_exit;     /* module_exit(instance, module_id, call_id, result): after it */
-    PyObject *update;          /* update(tensor_or_list, api_id, call_id, outer_call_id) */
+    PyObject *update;          /* update(tensor_or_list, api_id, call_id, outer_call_id, outer_site) */
     PyObject *boundary_enter;  /* boundary_enter(instance, api_id) -> token */
-    PyObject *boundary_exit;   /* boundary_exit(token, api_id, call_id, outer_call_id) */
+    PyObject *boundary_exit;   /* boundary_exit(token, api_id, call_id, outer_call_id, outer_site) */
     int error_reported;        /* a hook's error was reported (once per session: reset at start) */
 } tw_hooks_t;
 
@@ -148,6 +148,46 @@ static inline tw_ptr_slot_t *tw_ptr_find(const tw_ptr_table_t *table, const void
 extern tw_ptr_table_t tw_modules; /* nn.Module instance -> module id (TW_MODULE_*), calls */
 extern tw_ptr_table_t tw_tracked; /* tracked tensor (parameter, grad) -> tracer's index */
 
+/* ---- call sites (sites.c) ---- */
+
+typedef enum { TW_SITES_OFF = 0, TW_SITES_BOUNDARY = 1, TW_SITES_ALL = 2 } tw_sites_mode_t;
+
+/*
+ * The session's cache of call sites by (code object, instruction offset): one probe per call. A
+ * code object is a key only while the cache holds a reference to it (its entry with lasti
+ * TW_SITE_CODE_ENTRY, made first), so an address cannot be reused under a key. Guarded by the GIL.
+ */
+#define TW_SITE_CODE_ENTRY UINT32_MAX
+#define TW_SITE_IN_TORCH 0x80000000u /* value flag ("boundary"): the caller is torch's own code */
+
+typedef struct {
+    uintptr_t code;  /* 0: empty */
+    uint32_t lasti;  /* the caller's instruction offset, or TW_SITE_CODE_ENTRY */
+    uint32_t value;  /* a site id, or TW_SITE_IN_TORCH; a code entry: TW_SITE_IN_TORCH or 0 */
+} tw_site_slot_t;
+
+typedef struct {
+    tw_site_slot_t *slots;
+    size_t mask;     /* capacity - 1, or 0 with slots NULL */
+    size_t used;
+} tw_site_cache_t;
+
+extern tw_site_cache_t tw_site_cache;
+
+static inline size_t tw_site_hash(uintptr_t code, uint32_t lasti)
+{
+    return (size_t)(((code >> 4) ^ ((uint64_t)lasti << 24)) * 0x9E3779B97F4A7C15ull >> 29);
+}
+
+/* Slow paths of tw_caller_site (a key's first call, and an outermost call made from torch's code). */
+uint32_t tw_site_miss(PyCodeObject *code, int lasti);
+uint32_t tw_site_outside_torch(PyFrameObject *frame);
+
+/* Starts (mode != OFF) or ends the sites of the active session: the cache, the torch directory. 0, or
+ * -1 with an exception. */
+int tw_sites_begin(tw_sites_mode_t mode, tw_sites_t *sites);
+void tw_sites_end(void);
+
 /*
  * The profiling session that wrappers record into. Process-wide on purpose: the wrappers are
  * installed into torch, which is one per process, and a wrapper's hot path must not look anything up
@@ -177,6 +217,9 @@ typedef struct {
     PyObject *session;             /* strong reference to the active Session object */
     tw_hooks_t hooks;              /* tracing; kinds == 0 when the session has no tracer */
     const tw_gpu_hooks_t *gpu;     /* CUPTI's push/pop while GPU timing is on; else NULL */
+    tw_sites_mode_t sites_mode;    /* call sites recorded (sites.c) */
+    tw_sites_t *sites;             /* the session's table of them, while sites_mode != OFF */
+    uint32_t sites_overflow_id;    /* its id of the sites past its cap */
 } tw_active_t;
 
 int tw_args_init(void);
@@ -186,6 +229,112 @@ uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t
                            tw_args_mode_t mode);
 
 extern tw_active_t tw_active;
+
+/*
+ * The caller's frame without a frame object. PyEval_GetFrame() makes a PyFrameObject for the
+ * calling frame (an allocation per Python frame: ~50 ns, paid again by each new call of a small
+ * function). On CPython 3.11 and 3.12 the interpreter's own frame (_PyInterpreterFrame) is read
+ * instead, through a copy of its leading fields (Include/internal/pycore_frame.h; the thread
+ * state's cframe->current_frame is public). Guarded twice: only for those versions at compile time,
+ * and only once tw_sites_begin() has checked, against the public API, that it reads the same code
+ * object, offset and caller's caller (tw_site_frames_fast); otherwise the public calls are used.
+ */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000 && !defined(Py_LIMITED_API) && \
+    !defined(Py_GIL_DISABLED)
+#define TW_SITE_FRAME_MIRROR 1
+typedef struct tw_iframe {
+#if PY_VERSION_HEX < 0x030C0000
+    PyObject *f_func, *f_globals, *f_builtins, *f_locals;
+    PyCodeObject *f_code;
+    PyFrameObject *frame_obj;
+    struct tw_iframe *previous;
+    const char *prev_instr; /* _Py_CODEUNIT * */
+    int stacktop;
+    _Bool is_entry;
+    char owner;
+#else
+    PyCodeObject *f_code;
+    struct tw_iframe *previous;
+    PyObject *f_funcobj, *f_globals, *f_builtins, *f_locals;
+    PyFrameObject *frame_obj;
+    const char *prev_instr;
+    int stacktop;
+    uint16_t return_offset;
+    char owner;
+#endif
+} tw_iframe_t;
+
+/* Whether the frame has not begun its first instruction (or, 3.12, is a C-stack entry frame):
+ * CPython's _PyFrame_IsIncomplete. */
+static inline int tw_iframe_incomplete(const tw_iframe_t *f)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (f->owner == 3) /* FRAME_OWNED_BY_CSTACK */
+        return 1;
+#endif
+    return f->owner != 1 /* FRAME_OWNED_BY_GENERATOR */ &&
+           f->prev_instr < f->f_code->co_code_adaptive + 2 * f->f_code->_co_firsttraceable;
+}
+
+static inline const tw_iframe_t *tw_iframe_current(void)
+{
+    return (const tw_iframe_t *)_PyThreadState_UncheckedGet()->cframe->current_frame;
+}
+
+/* PyFrame_GetLasti()'s value: the byte offset of the frame's instruction. */
+static inline int tw_iframe_lasti(const tw_iframe_t *f)
+{
+    return (int)(f->prev_instr - f->f_code->co_code_adaptive);
+}
+#endif
+
+extern int tw_site_frames_fast; /* the mirror above is used (checked by tw_sites_begin) */
+
+/* The cached value of (code, lasti), or the slow path's. */
+static inline uint32_t tw_site_value(PyCodeObject *code, int lasti)
+{
+    size_t mask = tw_site_cache.mask;
+    if (mask != 0) {
+        for (size_t i = tw_site_hash((uintptr_t)code, (uint32_t)lasti) & mask;; i = (i + 1) & mask) {
+            const tw_site_slot_t *slot = &tw_site_cache.slots[i];
+            if (slot->code == (uintptr_t)code && slot->lasti == (uint32_t)lasti)
+                return slot->value;
+            if (slot->code == 0)
+                break;
+        }
+    }
+    return tw_site_miss(code, lasti);
+}
+
+uint32_t tw_caller_site_public(int outermost);
+#ifdef TW_SITE_FRAME_MIRROR
+uint32_t tw_site_outside_torch_fast(const tw_iframe_t *frame);
+#endif
+
+/*
+ * The site of the call the current Python frame is making (sites.h ids): the caller's (code,
+ * offset) looked up in the cache. In "boundary" mode a caller in torch's own code gives no site,
+ * except to an outermost call, which gets the nearest frame outside torch. Never raises.
+ */
+static inline uint32_t tw_caller_site(int outermost)
+{
+#ifdef TW_SITE_FRAME_MIRROR
+    if (TW_LIKELY(tw_site_frames_fast)) {
+        const tw_iframe_t *frame = tw_iframe_current();
+        if (frame == NULL)
+            return TW_SITE_NONE;
+        if (TW_UNLIKELY(tw_iframe_incomplete(frame)))
+            return tw_caller_site_public(outermost);
+        uint32_t value = tw_site_value(frame->f_code, tw_iframe_lasti(frame));
+        if (TW_UNLIKELY(value & TW_SITE_IN_TORCH))
+            return outermost ? tw_site_outside_torch_fast(frame) : TW_SITE_NONE;
+        if (TW_UNLIKELY(value == tw_active.sites_overflow_id))
+            tw_sites_note_overflow(tw_active.sites, 1);
+        return value;
+    }
+#endif
+    return tw_caller_site_public(outermost);
+}
 
 int tw_wrapper_add_types(PyObject *module, tw_module_state *state);
 int tw_session_add_type(PyObject *module, tw_module_state *state);
@@ -198,8 +347,8 @@ PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t na
 int tw_trace_add_functions(PyObject *module);
 void tw_ptr_table_clear(tw_ptr_table_t *table);
 
-/* The innermost recorded call in progress on this thread and the outermost one: 1, or 0 if none. */
-int tw_current_call(uint64_t *call_id, uint64_t *outer_id);
+/* The innermost recorded call in progress on this thread, the outermost one and its site: 1, or 0 if none. */
+int tw_current_call(uint64_t *call_id, uint64_t *outer_id, uint32_t *outer_site);
 
 /* ---- steps (steps.c) ---- */
 

@@ -44,6 +44,8 @@ typedef struct {
     char **cupti_paths;    /* NULL-terminated, PyMem_Raw; candidates for the CUPTI library */
     tw_gpu_t *gpu;         /* while GPU timing runs, and after stop for its counters */
     char gpu_reason[1024]; /* why GPU timing is off, "" when on or not asked for */
+    tw_sites_mode_t sites_mode;
+    tw_sites_t *sites;     /* call sites (sites.h), NULL with sites "off"; the writer writes it */
 } tw_session_object;
 
 static uint64_t last_gen;
@@ -214,16 +216,16 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
                                "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args",
                                "per_process_names", "gpu", "gpu_device", "cupti_paths", "tracer", "schedule", "records",
-                               "on_demand", NULL};
+                               "on_demand", "sites", NULL};
     /* values[i]: tw_session_config_keywords[i], NULL when not given (the validator's default applies) */
     PyObject *values[TW_SESSION_CONFIG_KEYWORDS] = {NULL};
     PyObject *manifest = Py_None, *cupti_paths = Py_None, *tracer = Py_None;
     long long rank = -1;
     int per_process_names = 0, gpu_device = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOOOOO:Session", keywords, &values[0], &values[1],
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOOOOOO:Session", keywords, &values[0], &values[1],
                                      &values[2], &values[3], &values[4], &values[5], &values[6], &values[7], &rank,
                                      &manifest, &values[8], &per_process_names, &values[9], &gpu_device,
-                                     &cupti_paths, &tracer, &values[10], &values[11], &values[12]))
+                                     &cupti_paths, &tracer, &values[10], &values[11], &values[12], &values[13]))
         return NULL;
     if (manifest != Py_None && !PyUnicode_Check(manifest)) {
         PyErr_Format(PyExc_TypeError, "manifest must be JSON object text, not '%.200s'", Py_TYPE(manifest)->tp_name);
@@ -234,8 +236,9 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         return NULL;
     const char *gpu = tw_config_str(config, "gpu"), *args_mode = tw_config_str(config, "args");
     const char *out_dir = tw_config_str(config, "out_dir"), *records = tw_config_str(config, "records");
+    const char *sites = tw_config_str(config, "sites");
     tw_session_object *self = (tw_session_object *)type->tp_alloc(type, 0);
-    if (self == NULL || gpu == NULL || args_mode == NULL || records == NULL ||
+    if (self == NULL || gpu == NULL || args_mode == NULL || records == NULL || sites == NULL ||
         tw_config_schedule(config, &self->schedule) < 0)
         goto fail;
     self->summary_only = strcmp(records, "summary") == 0;
@@ -249,6 +252,15 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     if (cupti_paths != Py_None && (self->cupti_paths = tw_cupti_paths_of(cupti_paths)) == NULL)
         goto fail;
     if (tw_recorder_create(&self->recorder) != 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    /* records "summary" writes no record to name a site in: none are looked up */
+    self->sites_mode = self->summary_only ? TW_SITES_OFF
+                       : strcmp(sites, "all") == 0 ? TW_SITES_ALL
+                       : strcmp(sites, "off") == 0 ? TW_SITES_OFF
+                                                   : TW_SITES_BOUNDARY;
+    if (self->sites_mode != TW_SITES_OFF && tw_sites_create(0, &self->sites) != 0) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -289,6 +301,7 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     c->per_process_names = per_process_names;
     c->schedule = self->schedule;
     c->summary_only = self->summary_only;
+    c->sites = self->sites;
     if (PyErr_Occurred())
         goto fail;
     Py_DECREF(config);
@@ -336,6 +349,7 @@ static void session_dealloc(PyObject *op)
     if (self->writer != NULL)
         tw_writer_destroy(self->writer);
     tw_recorder_destroy(self->recorder);
+    tw_sites_destroy(self->sites); /* after the writer, which writes it at close */
     tw_free_paths(self->cupti_paths);
     Py_XDECREF(self->tensor_type);
     clear_hooks(&self->hooks);
@@ -405,6 +419,7 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     }
     if (self->args_mode != TW_ARGS_NONE && self->tensor_type == NULL)
         self->tensor_type = find_tensor_type();
+    tw_sites_begin(self->sites_mode, self->sites);
     tw_active.recorder = self->recorder;
     tw_active.clock_source = self->clock.source;
     tw_active.args_mode = self->args_mode;
@@ -444,6 +459,7 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
     clear_hooks(&self->hooks);
     Py_CLEAR(self->tracer);
     tw_active.gpu = NULL;
+    tw_sites_end(); /* releases the code objects the cache held */
     /* With the GIL held and the generation changed, no thread is inside tw_call_* for this recorder. */
     tw_recorder_collect(self->recorder);
     self->state = SESSION_STOPPED;
@@ -513,14 +529,14 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
             Py_DECREF(args);
             return -1;
         }
-        PyObject *row = Py_BuildValue("(KNLKKKKIKONNI)", (unsigned long long)r->call_id, name,
+        PyObject *row = Py_BuildValue("(KNLKKKKIKONNII)", (unsigned long long)r->call_id, name,
                                       (long long)tw_clock_epoch_ns(clock, r->start),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->cost),
-                                      (unsigned long long)tw_clock_duration_ns(clock, r->self),
-                                      (unsigned long long)r->gpu_ns, (unsigned long long)chunk->tid,
-                                      (unsigned int)r->depth, (unsigned long long)r->parent_id,
+                                      (unsigned long long)tw_clock_duration_ns(clock, r->self), 0ull,
+                                      (unsigned long long)chunk->tid, (unsigned int)r->depth,
+                                      (unsigned long long)r->parent_id,
                                       (r->flags & TW_RECORD_ERROR) ? Py_True : Py_False, args, module,
-                                      (unsigned int)r->step);
+                                      (unsigned int)r->step, (unsigned int)r->site);
         if (row == NULL)
             return -1;
         int err = PyList_Append(ctx->list, row);
@@ -575,6 +591,56 @@ static int add_gpu_stats(tw_session_object *self, PyObject *out)
     return rc;
 }
 
+/* stats()["sites"]: sites interned; "sites_overflow": calls attributed to the overflow id (past the cap). */
+static int add_sites_stats(tw_session_object *self, PyObject *out)
+{
+    tw_sites_stats_t st = {0};
+    if (self->sites != NULL)
+        tw_sites_stats(self->sites, &st);
+    /* how callers' frames are read: CPython's own frames (checked at start) or the public frame objects */
+    PyObject *extra = Py_BuildValue("{sIsKsIss}", "sites", (unsigned int)st.count, "sites_overflow",
+                                    (unsigned long long)st.overflow, "sites_cap", (unsigned int)st.cap, "site_frames",
+                                    tw_site_frames_fast ? "interpreter" : "public");
+    if (extra == NULL)
+        return -1;
+    int rc = PyDict_Update(out, extra);
+    Py_DECREF(extra);
+    return rc;
+}
+
+/* sites() -> {id: (file, line, function, text)} of the sites interned so far (empty with sites "off"). */
+static PyObject *session_sites(PyObject *op, PyObject *unused)
+{
+    tw_session_object *self = (tw_session_object *)op;
+    PyObject *out = PyDict_New();
+    if (out == NULL || self->sites == NULL)
+        return out;
+    tw_sites_stats_t st;
+    tw_sites_stats(self->sites, &st);
+    char *buf = PyMem_Malloc(3 * (TW_SITE_TEXT_MAX + 1));
+    if (buf == NULL) {
+        Py_DECREF(out);
+        return PyErr_NoMemory();
+    }
+    char *file = buf, *function = buf + TW_SITE_TEXT_MAX + 1, *text = function + TW_SITE_TEXT_MAX + 1;
+    for (uint32_t id = 1; id <= st.count; id++) {
+        uint32_t line;
+        if (!tw_sites_get(self->sites, id, file, &line, function, text))
+            continue;
+        PyObject *key = PyLong_FromUnsignedLong(id);
+        PyObject *value = Py_BuildValue("(sIss)", file, (unsigned int)line, function, text);
+        int rc = key != NULL && value != NULL ? PyDict_SetItem(out, key, value) : -1;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (rc < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+    }
+    PyMem_Free(buf);
+    return out;
+}
+
 static PyObject *session_stats(PyObject *op, PyObject *unused)
 {
     tw_session_object *self = (tw_session_object *)op;
@@ -585,7 +651,7 @@ static PyObject *session_stats(PyObject *op, PyObject *unused)
                                   "threads", (unsigned long long)stats.threads, "clock",
                                   self->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic", "ticks_per_ns",
                                   self->clock.ticks_per_ns, "step", (unsigned int)tw_recorder_step(self->recorder));
-    if (out == NULL || add_gpu_stats(self, out) < 0) {
+    if (out == NULL || add_gpu_stats(self, out) < 0 || add_sites_stats(self, out) < 0) {
         Py_XDECREF(out);
         return NULL;
     }
@@ -727,7 +793,9 @@ static PyMethodDef session_methods[] = {
     {"stop", session_stop, METH_NOARGS, "Stop recording and gather every thread's records."},
     {"records", session_records, METH_NOARGS,
      "The records of a stopped session: a list of tuples (call_id, api, start_ns, cost_ns, self_ns, "
-     "gpu_ns, tid, depth, parent_id, error, args, module, step), of the schedule's active steps."},
+     "gpu_ns, tid, depth, parent_id, error, args, module, step, site), of the schedule's active steps."},
+    {"sites", session_sites, METH_NOARGS,
+     "The call sites interned so far: {id: (file, line, function, text)} (the records' site column)."},
     {"stats", session_stats, METH_NOARGS, "Counters: records, dropped, chunks, threads, clock."},
     {"pause_thread", session_pause, METH_NOARGS,
      "Stop recording calls made by this thread (nestable) until resume_thread()."},

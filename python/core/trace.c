@@ -214,12 +214,14 @@ static PyObject *core_module_path(PyObject *module, PyObject *arg)
     return PyUnicode_FromString(path);
 }
 
-/* current_call() -> (call_id, outer_call_id): the recorded calls in progress on this thread, or (0, 0). */
+/* current_call() -> (call_id, outer_call_id, outer_site): the recorded calls in progress on this thread
+ * and the outermost one's call site, or (0, 0, 0). */
 static PyObject *core_current_call(PyObject *module, PyObject *unused)
 {
     uint64_t call_id = 0, outer_id = 0;
-    tw_current_call(&call_id, &outer_id);
-    return Py_BuildValue("(KK)", (unsigned long long)call_id, (unsigned long long)outer_id);
+    uint32_t outer_site = 0;
+    tw_current_call(&call_id, &outer_id, &outer_site);
+    return Py_BuildValue("(KKI)", (unsigned long long)call_id, (unsigned long long)outer_id, (unsigned int)outer_site);
 }
 
 static PyMethodDef trace_methods[] = {
@@ -235,8 +237,8 @@ static PyMethodDef trace_methods[] = {
      "intern_path(path) -> module id\n--\n\nThe id records carry for a module path (\"\" is the root)."},
     {"module_path", core_module_path, METH_O, "module_path(module_id) -> path or None"},
     {"current_call", core_current_call, METH_NOARGS,
-     "current_call() -> (call_id, outer_call_id)\n--\n\nThe innermost and outermost recorded calls in progress "
-     "on this thread, or (0, 0)."},
+     "current_call() -> (call_id, outer_call_id, outer_site)\n--\n\nThe innermost and outermost recorded calls "
+     "in progress on this thread and the outermost one's call site, or (0, 0, 0)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -49,7 +49,7 @@ void tw_pause_thread(void)
         t->paused++;
 }
 
-int tw_current_call(uint64_t *call_id, uint64_t *outer_id)
+int tw_current_call(uint64_t *call_id, uint64_t *outer_id, uint32_t *outer_site)
 {
     uint64_t gen = tw_active.gen;
     if (gen == 0 || thread_cache.gen != gen || thread_cache.thread == NULL)
@@ -60,6 +60,7 @@ int tw_current_call(uint64_t *call_id, uint64_t *outer_id)
         return 0;
     *call_id = t->stack[depth - 1].call_id;
     *outer_id = t->stack[0].call_id;
+    *outer_site = t->stack[0].site;
     return 1;
 }
 
@@ -105,24 +106,23 @@ static PyObject *run_hook(tw_thread_t *t, tw_clock_source_t source, PyObject *ho
     return out;
 }
 
-/* run_hook(hook, obj, a, b, c) with three integers, the result dropped. */
+/* run_hook(hook, obj, a, b, c, d) with four integers, the result dropped. */
 static void run_hook_ids(tw_thread_t *t, tw_clock_source_t source, PyObject *hook, PyObject *obj, uint64_t a,
-                         uint64_t b, uint64_t c)
+                         uint64_t b, uint64_t c, uint64_t d)
 {
     /* Runs after the original returned, maybe with its exception in flight: kept aside while the
      * integers are made (run_hook keeps it too), so that a failed allocation cannot erase it. */
     tw_saved_exc_t saved;
     tw_exc_save(&saved);
-    PyObject *args[4] = {obj, PyLong_FromUnsignedLongLong(a), PyLong_FromUnsignedLongLong(b),
-                         PyLong_FromUnsignedLongLong(c)};
-    if (args[1] != NULL && args[2] != NULL && args[3] != NULL)
-        Py_XDECREF(run_hook(t, source, hook, args, 4));
+    PyObject *args[5] = {obj, PyLong_FromUnsignedLongLong(a), PyLong_FromUnsignedLongLong(b),
+                         PyLong_FromUnsignedLongLong(c), PyLong_FromUnsignedLongLong(d)};
+    if (args[1] != NULL && args[2] != NULL && args[3] != NULL && args[4] != NULL)
+        Py_XDECREF(run_hook(t, source, hook, args, 5));
     else
         PyErr_Clear();
     tw_exc_restore(&saved);
-    Py_XDECREF(args[1]);
-    Py_XDECREF(args[2]);
-    Py_XDECREF(args[3]);
+    for (int i = 1; i < 5; i++)
+        Py_XDECREF(args[i]);
 }
 
 /* Whether obj, or an item of a list or tuple obj (torch._foreach_*_), is a tracked tensor. */
@@ -228,10 +228,14 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
     }
     tw_frame_t *frame = tw_call_begin(t);
     uint64_t call_id = 0, outer_id = 0;
+    uint32_t outer_site = 0; /* where the program made the outermost call in progress (updates carry it) */
     if (frame != NULL) {
         frame->module_id = module_id;
+        if (tw_active.sites_mode != TW_SITES_OFF)
+            frame->site = tw_caller_site(frame == t->stack);
         call_id = frame->call_id;
         outer_id = t->stack[0].call_id;
+        outer_site = t->stack[0].site;
     }
     PyObject *id_object = NULL, *call_object = NULL;
     if (sampled) {
@@ -288,10 +292,10 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
     Py_XDECREF(call_object);
     if ((kind & TW_KIND_INPLACE) && subject != NULL && hooks->update != NULL && tw_tracked.used > 0 &&
         touches_tracked(subject))
-        run_hook_ids(t, source, hooks->update, subject, self->api_id, call_id, outer_id);
+        run_hook_ids(t, source, hooks->update, subject, self->api_id, call_id, outer_id, outer_site);
     if (token != NULL) {
         if (token != Py_None && hooks->boundary_exit != NULL && tw_active.gen == gen)
-            run_hook_ids(t, source, hooks->boundary_exit, token, self->api_id, call_id, outer_id);
+            run_hook_ids(t, source, hooks->boundary_exit, token, self->api_id, call_id, outer_id, outer_site);
         Py_DECREF(token);
     }
     return result;
@@ -317,6 +321,8 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
     tw_frame_t *frame = tw_call_begin(t);
     if (module_id != TW_MODULE_NONE && frame != NULL) /* a constant TW_MODULE_NONE on the common path */
         frame->module_id = module_id;
+    if (tw_active.sites_mode != TW_SITES_OFF && frame != NULL)
+        frame->site = tw_caller_site(frame == t->stack);
     int pushed = 0;
     if (gpu != NULL) {
         /* Kernels launched inside are attributed to this call (gpu.h). Past TW_MAX_DEPTH there is

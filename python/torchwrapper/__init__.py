@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, List
 from . import _core
 from ._core import MethodWrapper, Session, Wrapper, wrap
 from ._api import TorchWrapper, getAPIName, getAttributes, load_config
-from ._files import STATS_COLUMNS, UPDATES_COLUMNS, Record, load, load_modules, load_stats, load_updates
+from ._files import STATS_COLUMNS, UPDATES_COLUMNS, Record, load, load_modules, load_sites, load_stats, load_updates
 from ._discover import DEFAULT_EXCLUDE, SKIP_ATTRIBUTES, SKIP_MODULES, Plan, discover, resolve_exclude
 from ._patch import Patcher, resolve
 from ._schema import schema
@@ -67,7 +67,7 @@ def profile_apis(paths: Iterable[str]) -> Iterator[Session]:
 
 
 __all__ = ["BUILTIN_METRICS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "load_modules", "load_stats",
-           "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile", "Record", "SKIP_ATTRIBUTES",
+           "load_sites", "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile", "Record", "SKIP_ATTRIBUTES",
            "SKIP_MODULES", "Session", "TorchWrapper", "Wrapper", "discover", "getAPIName", "getAttributes",
            "load", "load_config", "profile", "profile_apis", "records", "resolve", "resolve_exclude", "schema", "sql", "step", "wrap",
            "__version__"]

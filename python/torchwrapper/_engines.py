@@ -83,10 +83,10 @@ def _filled_json(kind: str) -> Dict[str, Any]:
 
 def _whole_row(kind: str, header: Tuple[str, ...]) -> str:
     """The column that is null in a CSV line torn by a killed process and never in a whole one: the
-    last written when it is never null (step), else the one the readers always used (the tracing
+    last written when it is never null (step, site), else the one the readers always used (the tracing
     streams: a column that is never null)."""
-    if header and header[-1] == "step":
-        return "step"
+    if header and header[-1] in ("step", "site"):
+        return header[-1]
     return {"calls": "error", "gpu": "pid", "stats": "numel", "updates": "tensor"}[kind]
 
 

@@ -40,6 +40,7 @@ class Record(NamedTuple):
     args: str = ""
     module: Optional[str] = None  # instance path of an nn.Module forward ("" for the model itself)
     step: int = -1                # the step the call began in, from 0 (-1: a file older than the column)
+    site: int = 0                 # where the program made the call: an id of the sites file (0: none)
 
 
 def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -> List[str]:
@@ -59,10 +60,12 @@ def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -
 
 
 def iter_rows(path: str) -> Iterator[tuple]:
-    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args, module, step).
+    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args, module, step,
+    site).
 
     module is the instance path of an nn.Module forward ("" for the model itself), else None; step
-    the step the call began in (from 0), -1 in files written before the column.
+    the step the call began in (from 0), -1 in files written before the column; site the call site's
+    id in the process's sites file, 0 for none and in files written before the column.
     """
     if path.endswith(".csv"):
         with open(path, newline="", encoding="utf-8") as f:
@@ -82,10 +85,11 @@ def iter_rows(path: str) -> Iterator[tuple]:
                 c = [at[name] for name in _ROW_COLUMNS[:12]]
             except KeyError as missing:
                 raise ValueError(f"{path}: no column {missing} in its header {header!r}") from None
-            m, st = at.get("module"), at.get("step")
+            m, st, si = at.get("module"), at.get("step"), at.get("site")
             # the root module is a quoted "" (no module is empty): when the module column is the
-            # last one written, or is followed only by the step
-            root_end = re.compile(r',""(,-?\d*)?\r?\n?$' if st is not None else r',""\r?\n?$')
+            # last one written, or is followed only by numbers (step, site)
+            after = len(header) - 1 - m if m is not None else 0
+            root_end = re.compile(r',""' + r',-?\d*' * after + r'\r?\n?$')
             for row in reader:
                 try:
                     module = None
@@ -93,7 +97,8 @@ def iter_rows(path: str) -> Iterator[tuple]:
                         module = row[m] if row[m] else ("" if root_end.search(last[0]) else None)
                     yield (int(row[c[0]]), row[c[1]], int(row[c[2]]), int(row[c[3]]), int(row[c[4]]),
                            int(row[c[5]]), int(row[c[6]]), int(row[c[7]]), int(row[c[8]]), int(row[c[9]]),
-                           row[c[10]] == "1", row[c[11]], module, int(row[st]) if st is not None else -1)
+                           row[c[10]] == "1", row[c[11]], module, int(row[st]) if st is not None else -1,
+                           int(row[si]) if si is not None else 0)
                 except (IndexError, ValueError):
                     continue  # a line torn by a killed process
     else:
@@ -104,7 +109,8 @@ def iter_rows(path: str) -> Iterator[tuple]:
                 except ValueError:
                     continue  # a line torn by a killed process
                 yield (o["call_id"], o["api"], o["start_ns"], o["cost_ns"], o["self_ns"], o["gpu_ns"], o["pid"],
-                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"], o.get("module"), o.get("step", -1))
+                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"], o.get("module"), o.get("step", -1),
+                       o.get("site", 0))
 
 
 # The tuple iter_rows gives: the call record columns, in their order (the schema's "calls").
@@ -183,6 +189,37 @@ def _frame(path: str, kind: str):
     return frame, torn
 
 
+SITES_FILE_RE = re.compile(r"^sites(-\d+)?\.json$")   # sites.json, or sites-PID.json beside manifest-PID.json
+
+
+def load_sites(out_dir: str) -> Dict[Tuple[int, int], Dict[str, Any]]:
+    """The call sites written in out_dir: {(pid, site id): {"file", "line", "function", "text"}} from
+    every process's sites file (sites.json, sites-PID.json). The record's site column is the id."""
+    sites: Dict[Tuple[int, int], Dict[str, Any]] = {}
+    for name in sorted(os.listdir(out_dir)):
+        if not SITES_FILE_RE.match(name):
+            continue
+        with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+            data = json.load(f)
+        pid = int(data.get("pid", -1))
+        for key, site in data.get("sites", {}).items():
+            sites[pid, int(key)] = site
+    return sites
+
+
+def _site_texts(paths: List[str], frame: Any) -> Any:
+    """The site_text column of frame: each call's site as "file:line function" from the sites files
+    beside its record files, "" for none."""
+    sites: Dict[Tuple[int, int], Dict[str, Any]] = {}
+    for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
+        sites.update(load_sites(directory))
+    if not sites or frame.empty:
+        return [""] * len(frame)
+    text = {key: site.get("text", "") for key, site in sites.items()}
+    return [text.get((pid, site), "") if site else "" for pid, site in zip(frame["pid"].tolist(),
+                                                                           frame["site"].tolist())]
+
+
 def _paths(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]) -> List[str]:
     if isinstance(source, (str, os.PathLike)):
         source = [source]
@@ -212,10 +249,13 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     string there, and module is null for calls that are not module forwards.
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
-    module and step (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
+    module, step and site, and site_text (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
     forward, "" for the model itself and, in CSV files, for other calls, which JSON files give as
     None; files of an older version lack it: ""), step (the step the call began in, counted from 0;
-    -1 in files written before the column). Tracing streams in the directory (stats, updates)
+    -1 in files written before the column), site (where the program made the call: an id of the sites
+    file, 0 for none; config sites) and site_text, that site as "file:line function" from the sites
+    files (sites.json, sites-PID.json) beside the record files ("" for none; the polars and duckdb
+    engines give the site id only: join load_sites()). Tracing streams in the directory (stats, updates)
     are not records: see load_stats() and load_updates(). When the directory holds GPU records, gpu_ns is the
     GPU time of the kernels, copies and memsets each call launched itself. A torn last line (a killed
     process) is skipped, with one warning giving the count. original_names=True gives the original
@@ -231,7 +271,8 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     import pandas
 
     calls, gpus, torn = [], [], 0
-    for path in _paths(source):
+    paths = _paths(source)
+    for path in paths:
         kind = _kind(path)
         if kind not in ("calls", "gpu"):
             continue   # empty, or a tracing stream
@@ -252,6 +293,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
         frame["gpu_ns"] = frame.pop("gpu_from_records").fillna(0).astype("int64")
     frame = frame.sort_values(["start_ns", "pid", "call_id"], kind="stable").reset_index(drop=True)
     frame["api"] = frame["api"].astype("category")
+    frame["site_text"] = _site_texts(paths, frame)
     return original_frame(frame) if original_names else frame
 
 
@@ -328,10 +370,13 @@ def read_stream(out_dir: str, kind: str, columns: Sequence[str], pid: Optional[i
     """The rows of a stream ("stats", "updates") of out_dir's files (of one process if pid is given),
     as tuples of values in the order of columns; JSON nulls and empty CSV fields are None."""
     rows = []
+    # columns a file of an older version lacks: the schema's missing value (site: 0), else None
+    absent = {c["name"]: c["missing"] for c in _schema.schema()["kinds"][kind]["columns"] if "missing" in c}
     for path in record_files(out_dir, pid, kind=kind):
         csv_file = path.endswith(".csv")
         for row in iter_stream_rows(path):
-            rows.append(tuple(_decode(row.get(c), c) if csv_file else row.get(c) for c in columns))
+            rows.append(tuple((_decode(row[c], c) if csv_file else row[c]) if c in row else absent.get(c)
+                              for c in columns))
     return rows
 
 
@@ -379,6 +424,6 @@ def load_modules(out_dir: str, pid: Optional[int] = None) -> Dict[str, Any]:
         return json.load(f)
 
 
-__all__ = ["iter_rows", "iter_stream_rows", "load", "load_modules", "load_stats", "load_updates", "MODULES_FILE",
+__all__ = ["iter_rows", "iter_stream_rows", "load", "load_modules", "load_sites", "SITES_FILE_RE", "load_stats", "load_updates", "MODULES_FILE",
            "ORIGINAL_COLUMNS", "original_frame", "read_rows", "read_stream", "Record", "RECORD_EXTENSIONS",
            "record_files", "STATS_COLUMNS", "UPDATES_COLUMNS"]

@@ -173,7 +173,10 @@ class Profile:
     ``active``, ``repeat`` (torch.profiler.schedule's meaning, in steps; see ``step()``) and
     ``summary`` ("all": summary.json counts every call, the default; "active": only the calls of
     active steps, and wrappers outside them record nothing). ``records``: "all", or "summary" for
-    no per-call records at all (summary.json and the manifest only).
+    no per-call records at all (summary.json and the manifest only). ``sites``: "boundary" (the
+    default: each call that enters torch from code outside torch records the file, line and function
+    of its caller, in the record's ``site`` column and ``sites.json``), "all" (every call's caller) or
+    "off".
 
     ``on_demand`` (needs ``out_dir``): True, or a dict of ``steps`` (default 5) and ``dir`` (default
     out_dir/capture-N): ``python -m torchwrapper capture PID`` or ``kill -USR2 PID`` then makes this
@@ -193,12 +196,12 @@ class Profile:
                  args: Optional[str] = None, per_process_names: Optional[bool] = None, gpu: Optional[str] = None,
                  tensor_stats: Any = None, track: Optional[Sequence[str]] = None,
                  metrics: Optional[Dict[str, Any]] = None, schedule: Optional[Dict[str, Any]] = None,
-                 records: Optional[str] = None, on_demand: Any = None) -> None:
+                 records: Optional[str] = None, on_demand: Any = None, sites: Optional[str] = None) -> None:
         given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
                  "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
                  "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
                  "gpu": gpu, "tensor_stats": tensor_stats, "track": track, "schedule": schedule, "records": records,
-                 "on_demand": on_demand}
+                 "on_demand": on_demand, "sites": sites}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
         c = json.loads(_core.normalize_config(json.dumps(given, default=_unjsonable), defaults="profile"))
@@ -421,7 +424,7 @@ def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[
 
 # Config keys the Session takes (the others are Profile's: modules, include, exclude, tensor_stats, track).
 _SESSION_KEYS = ("out_dir", "format", "file_max_size", "file_name_spec", "max_files", "flush_interval", "buffer_size",
-                 "on_full", "args", "gpu", "schedule", "records", "on_demand")
+                 "on_full", "args", "gpu", "schedule", "records", "on_demand", "sites")
 
 
 def _unjsonable(value: Any) -> str:

@@ -33,7 +33,7 @@ def _col(name: str, type_: str, description: str, unit: Optional[str] = None, nu
 
 _KINDS: Dict[str, Dict[str, Any]] = {
     "calls": {
-        "version": 2,
+        "version": 3,
         "description": "one row per profiled call, in the order calls ended",
         "files": {"csv": "NAME.csv", "json": "NAME.jsonl"},
         "columns": [
@@ -56,6 +56,10 @@ _KINDS: Dict[str, Dict[str, Any]] = {
             _col("step", "int64", "the training step the call began in, from 0: a step ends when an outermost "
                                   "optimizer.step() returns, or at each prof.step() / torchwrapper.step() once "
                                   "one was called (config schedule)", missing=-1),
+            _col("site", "int64", "where the program made the call: an id in the process's sites file "
+                                  "(sites.json, or sites-PID.json beside manifest-PID.json); 0 for none (a call "
+                                  "torch's own code made, config sites \"off\", or a file older than the column)",
+                 missing=0),
         ],
     },
     "gpu": {
@@ -105,7 +109,7 @@ _KINDS: Dict[str, Dict[str, Any]] = {
         ],
     },
     "updates": {
-        "version": 1,
+        "version": 2,
         "description": "in-place updates of parameters and their gradients (config track)",
         "files": {"csv": "NAME.updates.csv", "json": "NAME.updates.jsonl"},
         "columns": [
@@ -117,6 +121,9 @@ _KINDS: Dict[str, Dict[str, Any]] = {
             _col("version", "int64", "the tensor's version counter after the update; null for an "
                                      "attribute event", nullable=True),
             _col("attribute", "string", "set when module.attribute = ... replaced it", nullable=True),
+            _col("site", "int64", "where the program made the outermost call in progress (the line that called "
+                                  "optimizer.step(), say): an id in the sites file, as the calls' site; 0 for none",
+                 missing=0),
         ],
     },
 }
@@ -127,7 +134,9 @@ _SCHEMA: Dict[str, Any] = {
     "kinds": _KINDS,
     "notes": "Files are listed in manifest.json (and manifest-PID.json) with their kind. NAME follows "
              "file_name_spec; CSV files each start with their header line. Readers ignore columns they "
-             "do not know (a newer version) and skip a torn last line (a killed process).",
+             "do not know (a newer version) and skip a torn last line (a killed process). The site "
+             "columns' ids are keys of \"sites\" in sites.json (sites-PID.json), named in the manifest's "
+             "\"sites\": {\"file\", \"line\", \"function\", \"text\"} (text: \"train.py:42 train_step\").",
 }
 
 

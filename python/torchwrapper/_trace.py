@@ -214,11 +214,11 @@ class Tracer:
                 self.warn_once("track", f"parameter tracking failed: {error!r}")
         return api_id
 
-    def boundary_exit(self, token: Any, api_id: int, call_id: int, outer_id: int) -> None:
+    def boundary_exit(self, token: Any, api_id: int, call_id: int, outer_id: int, site: int = 0) -> None:
         api = self.api_name(api_id)
         if self.tracker is not None:
             try:
-                self.tracker.sweep(call_id, api, outer_id)
+                self.tracker.sweep(call_id, api, outer_id, site)
             except Exception as error:  # noqa: BLE001
                 self.warn_once("track", f"parameter tracking failed: {error!r}")
         stats = self.stats
@@ -228,10 +228,10 @@ class Tracer:
             except Exception as error:  # noqa: BLE001
                 self.warn_once("stats", f"gradient statistics failed: {error!r}")
 
-    def update(self, subject: Any, api_id: int, call_id: int, outer_id: int) -> None:
-        """An in-place API ran on a tracked tensor."""
+    def update(self, subject: Any, api_id: int, call_id: int, outer_id: int, site: int = 0) -> None:
+        """An in-place API ran on a tracked tensor (site: where the outermost call in progress was made)."""
         try:
-            self.tracker.update(subject, api_id, call_id, outer_id)
+            self.tracker.update(subject, api_id, call_id, outer_id, site)
         except Exception as error:  # noqa: BLE001
             self.warn_once("track", f"parameter tracking failed: {error!r}")
 

@@ -52,6 +52,7 @@ class _Tracker:
         self.rows_out: List[tuple] = []
         self.setattr_original: Any = None
         self.setattr_installed: Any = None
+        self.site = 0   # the call site of the events being emitted (update, sweep): the outermost call's
 
     # ---- which tensors ------------------------------------------------------------------------
 
@@ -93,7 +94,7 @@ class _Tracker:
 
     def emit(self, call_id: int, api: str, outer_id: int, name: str, kind: str, version: Optional[int],
              attribute: Optional[str] = None) -> None:
-        record = (call_id, api, outer_id, name, kind, version, attribute)
+        record = (call_id, api, outer_id, name, kind, version, attribute, self.site)
         if not _core.step_recorded():  # a step the schedule leaves out (the tracking goes on)
             return
         if self.tracer.sink is None:
@@ -130,8 +131,9 @@ class _Tracker:
         entry.grad_id = self.track(grad, entry.name, "grad", param)
         self.emit(call_id, api, outer_id, entry.name, "grad", grad._version)
 
-    def update(self, subject: Any, api_id: int, call_id: int, outer_id: int) -> None:
+    def update(self, subject: Any, api_id: int, call_id: int, outer_id: int, site: int = 0) -> None:
         """An in-place API ran on a tracked tensor (or a list holding one)."""
+        self.site = site
         api = self.tracer.api_name(api_id)
         items = subject if isinstance(subject, (list, tuple)) else (subject,)
         for tensor in items:
@@ -142,8 +144,9 @@ class _Tracker:
             if self.grads and self.entries.get(hit[0]) is not None and self.entries[hit[0]].kind == "parameter":
                 self._check_grad(hit[0], call_id, api, outer_id)   # clip_grad_norm_(parameters) scales grads
 
-    def sweep(self, call_id: int, api: str, outer_id: int) -> None:
+    def sweep(self, call_id: int, api: str, outer_id: int, site: int = 0) -> None:
         """Every tracked tensor against its last version (around a boundary call)."""
+        self.site = site
         for index in list(self.params.values()):
             self._check(index, call_id, api, outer_id)
             if self.grads:
@@ -187,6 +190,6 @@ class _Tracker:
         if index is not None and self.entries[index].ref() is value and self.entries[index].name == full:
             return   # the same tensor again: `module.bias -= x` sets what __isub__ updated (an event already)
         index = self.track(value, full, "parameter")
-        call_id, outer_id = _core.current_call()
+        call_id, outer_id, self.site = _core.current_call()
         self.emit(call_id, "torch.nn.Module.__setattr__", outer_id, full, "parameter", value._version, name)
         self.entries[index].version = value._version

@@ -81,6 +81,7 @@ static void table_free(group_table_t *t)
     for (size_t i = 0; i < t->capacity; i++) {
         if (t->slots[i] != NULL) {
             free(t->slots[i]->key);
+            free(t->slots[i]->detail);
             free(t->slots[i]->stats.histogram);
             free(t->slots[i]);
         }
@@ -304,6 +305,15 @@ int report_on_row(void *ctx, const tw_row_t *row)
             count_in(r, table_get(&r->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu, row->error);
         }
         break;
+    case BY_SITE: {
+        char site[1200];
+        int n = report_site_key(r, row, site, sizeof site);
+        group_t *g = table_get(&r->groups, site, n < (int)sizeof site ? (size_t)n : sizeof site - 1);
+        count_in(r, g, row->cost_ns, row->self_ns, gpu, row->error);
+        if (g != NULL)
+            report_site_note_api(g, api, (size_t)api_len);
+        break;
+    }
     case BY_PARENT: {
         group_t *self_api = table_get(&r->api_names, api, (size_t)api_len);
         if (self_api == NULL) {
@@ -356,6 +366,7 @@ void report_free(report_t *r)
     report_html_free(r->html_data);
     r->html_data = NULL;
     report_tree_free(&r->tree);
+    report_sites_free(&r->sites);
     table_free(&r->groups);
     table_free(&r->api_names);
     for (size_t i = 0; i < r->pending.capacity; i++)

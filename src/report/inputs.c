@@ -122,6 +122,9 @@ static int add_directory(inputs_t *in, const char *dir, FILE *err)
         int manifest = strncmp(name, "manifest", 8) == 0 && report_has_suffix(name, ".json");
         if (!manifest && !report_has_suffix(name, ".csv") && !report_has_suffix(name, ".jsonl"))
             continue;
+        /* the tracing streams beside the records (config tensor_stats, track) are not call records */
+        if (strstr(name, ".stats.") != NULL || strstr(name, ".updates.") != NULL)
+            continue;
         if (count == capacity) {
             capacity = capacity ? capacity * 2 : 64;
             char **bigger = realloc(names, capacity * sizeof *names);

@@ -94,6 +94,9 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
         r.have_gpu_files |= in.files[i].kind == TW_FILE_GPU;
     if (rc == 0)
         rc = find_origin(&r, &in, err);
+    if (rc == 0 && (o.by == BY_SITE || o.tree_step >= 0)) /* sites.json beside the record files */
+        rc = report_load_sites(&r.sites, &in);
+    r.tree.sites = &r.sites;
     if (rc == 0 && o.trace != NULL && (r.trace = report_trace_open(o.trace, in.origin_ns, err)) == NULL)
         rc = 1;
     if (rc == 0 && (o.folded || o.flamegraph || o.html) && (r.flame = report_flame_new(o.frames_by_module)) == NULL)
@@ -104,6 +107,8 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
         rc = read_all(&r, &in, &stats, err);
     if (rc == 0 && o.by == BY_PARENT)
         report_settle_pending(&r);
+    if (rc == 0 && o.by == BY_SITE)
+        report_site_keys_finish(&r);
     if (rc == 0 && r.flame != NULL)
         rc = write_stacks(&r, &stats, err);
     clock_gettime(CLOCK_MONOTONIC, &t1);

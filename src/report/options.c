@@ -15,8 +15,9 @@
     "processes and ranks), read in one streaming pass.\n\n"                                                        \
     "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"                 \
     "  --top N           the first N rows only\n"                                                                  \
-    "  --by GROUP        api (default), thread, pid, parent (caller > callee), step (no GPU time); module: the\n"  \
-    "                    frames of --folded, --flamegraph and --html are module paths\n"                           \
+    "  --by GROUP        api (default), thread, pid, parent (caller > callee), step, site (where the program\n"    \
+    "                    made the calls, with the APIs called there: config sites); no GPU time by step, site;\n"\
+    "                    module: the frames of --folded, --flamegraph and --html are module paths\n"             \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \
@@ -123,7 +124,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
 {
     static const char *const sorts[] = {"total", "self", "gpu", "calls", "mean", "min", "max", "p50", "p95", "p99",
                                         "name"};
-    static const char *const bys[] = {"api", "thread", "pid", "parent", "step"};
+    static const char *const bys[] = {"api", "thread", "pid", "parent", "step", "site"};
     static const char *const formats[] = {"table", "csv", "json", "markdown"};
     memset(o, 0, sizeof *o);
     o->limit = 1000000;
@@ -173,9 +174,9 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
                                         "p50, p95, p99 or name", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
-            if ((k = pick(value, bys, 5)) < 0)
-                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step or module "
-                                        "(module: with --folded, --flamegraph or --html)", value);
+            if ((k = pick(value, bys, 6)) < 0)
+                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site or "
+                                        "module (module: with --folded, --flamegraph or --html)", value);
             o->by = (group_by_t)k;
             o->frames_by_module = 0;
         } else if (IS("--format")) {

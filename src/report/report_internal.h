@@ -22,6 +22,8 @@ typedef struct group {
     size_t key_len;
     uint64_t hash;
     tw_api_stats_t stats;
+    char *detail;        /* --by site: the APIs called there (sites.c) */
+    size_t detail_count;
 } group_t;
 
 typedef struct group_table {
@@ -53,7 +55,7 @@ typedef struct pending_table {
     size_t capacity, count;
 } pending_table_t;
 
-typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT, BY_STEP } group_by_t;
+typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT, BY_STEP, BY_SITE } group_by_t;
 typedef enum { OUT_TABLE, OUT_CSV, OUT_JSON, OUT_MARKDOWN } out_format_t;
 typedef enum { SORT_TOTAL, SORT_SELF, SORT_GPU, SORT_CALLS, SORT_MEAN, SORT_MIN, SORT_MAX, SORT_P50, SORT_P95,
                SORT_P99, SORT_NAME } sort_key_t;
@@ -129,7 +131,7 @@ typedef struct trace {
 } trace_t;
 
 typedef struct tree_call {
-    uint64_t call_id, start_ns, cost_ns, self_ns, depth;
+    uint64_t call_id, start_ns, cost_ns, self_ns, depth, site;
     char *api, *module;
 } tree_call_t;
 
@@ -138,7 +140,20 @@ typedef struct tree_calls {
     size_t count, capacity;
 } tree_calls_t;
 
+/* The call sites of the run (sites.c): (pid, id) -> "file:line function". */
+typedef struct report_site {
+    int64_t pid;
+    uint64_t id;
+    char *text; /* NULL: an empty slot */
+} report_site_t;
+
+typedef struct report_sites {
+    report_site_t *slots;
+    size_t capacity, count;
+} report_sites_t;
+
 typedef struct tree {
+    const report_sites_t *sites; /* to name the calls' sites */
     int have_tid;
     uint64_t tid;
     int64_t pid;
@@ -165,6 +180,7 @@ typedef struct report {
     tree_t tree;
     struct flame *flame;         /* --folded, --flamegraph, --html */
     struct html_data *html_data; /* --html */
+    report_sites_t sites;
 } report_t;
 
 /* aggregate.c */
@@ -195,6 +211,14 @@ void report_trace_event(trace_t *t, const tw_row_t *row, const inputs_t *in);
 trace_t *report_trace_open(const char *path, int64_t origin_ns, FILE *err);
 int report_trace_close(trace_t *trace);
 void report_trace_free(trace_t *trace);
+
+/* sites.c */
+int report_load_sites(report_sites_t *s, const inputs_t *in);
+const char *report_site_text(const report_sites_t *s, int64_t pid, uint64_t id);
+void report_sites_free(report_sites_t *s);
+int report_site_key(const report_t *r, const tw_row_t *row, char *key, size_t size);
+void report_site_note_api(group_t *g, const char *api, size_t api_len);
+void report_site_keys_finish(report_t *r);
 
 /* print.c */
 void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_stats_t *stats, double seconds);

@@ -43,8 +43,8 @@ static int tree_calls_add(tree_calls_t *c, const tw_row_t *row)
         c->capacity = capacity;
     }
     tree_call_t *t = &c->items[c->count];
-    *t = (tree_call_t){row->call_id, row->start_ns, row->cost_ns, row->self_ns, row->depth, copy_str(row->api),
-                       copy_str(row->module)};
+    *t = (tree_call_t){row->call_id, row->start_ns, row->cost_ns, row->self_ns, row->depth, row->site,
+                       copy_str(row->api), copy_str(row->module)};
     if (t->api == NULL || t->module == NULL) {
         free(t->api);
         free(t->module);
@@ -95,6 +95,9 @@ void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
         fprintf(out, "%*s%s", (int)(2 * (call->depth + 1)), "", call->api);
         if (call->module[0] != '\0')
             fprintf(out, " [%s]", call->module);
+        const char *site = t->sites != NULL ? report_site_text(t->sites, t->pid, call->site) : NULL;
+        if (site != NULL) /* where the program made the call (config sites) */
+            fprintf(out, "  @ %s", site);
         fprintf(out, "  %.3f ms  (self %.3f ms)\n", (double)call->cost_ns / 1e6, (double)call->self_ns / 1e6);
     }
 }

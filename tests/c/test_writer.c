@@ -294,6 +294,7 @@ static void check_module_column(tw_format_t format, const char *ext)
     for (int i = 0; i < 3; i++) {
         tw_frame_t *frame = tw_call_begin(t);
         frame->module_id = modules[i];
+        frame->site = (uint32_t)(7 * i); /* the site column follows the step */
         tw_call_end(t, frame, f.ids[0], 10 * i, 10 * i + 5, 0);
     }
     close_fixture(&f);
@@ -302,11 +303,11 @@ static void check_module_column(tw_format_t format, const char *ext)
     FILE *fp = fopen(path, "r");
     assert_non_null(fp);
     char line[4096];
-    const char *csv_ends[] = {",\"\",0\n", ",\"encoder.layers,\"\"3\"\".self_attn\",0\n", ",,,0\n"};
+    const char *csv_ends[] = {",\"\",0,0\n", ",\"encoder.layers,\"\"3\"\".self_attn\",0,7\n", ",,,0,14\n"};
     const char *json_paths[] = {"", "encoder.layers,\"3\".self_attn", NULL};
     if (format == TW_FORMAT_CSV) {
         assert_non_null(fgets(line, sizeof line, fp));
-        assert_non_null(strstr(line, ",args,module,step\n"));
+        assert_non_null(strstr(line, ",args,module,step,site\n"));
     }
     for (int i = 0; i < 3; i++) {
         assert_non_null(fgets(line, sizeof line, fp));
@@ -323,6 +324,7 @@ static void check_module_column(tw_format_t format, const char *ext)
                 assert_true(cJSON_IsNull(module));
             else
                 assert_string_equal(cJSON_GetStringValue(module), json_paths[i]);
+            assert_int_equal(cJSON_GetObjectItem(o, "site")->valueint, 7 * i);
             cJSON_Delete(o);
         }
     }
@@ -330,7 +332,7 @@ static void check_module_column(tw_format_t format, const char *ext)
     free_fixture(&f);
 }
 
-static void module_paths_are_written_before_the_step_column(void **state)
+static void module_paths_are_written_before_the_step_and_site_columns(void **state)
 {
     check_module_column(TW_FORMAT_CSV, ".csv");
     check_module_column(TW_FORMAT_JSON, ".jsonl");
@@ -363,10 +365,10 @@ static void check_schedule(int summary_active, int summary_only)
         assert_non_null(fp);
         char line[4096];
         assert_non_null(fgets(line, sizeof line, fp)); /* the header */
-        const char *steps[] = {",4\n", ",4\n", ",5\n", ",5\n"};
+        const char *steps[] = {",4,0\n", ",4,0\n", ",5,0\n", ",5,0\n"}; /* step, then site (none) */
         for (int i = 0; i < 4; i++) {
             assert_non_null(fgets(line, sizeof line, fp));
-            assert_string_equal(line + strlen(line) - 3, steps[i]);
+            assert_string_equal(line + strlen(line) - 5, steps[i]);
         }
         assert_null(fgets(line, sizeof line, fp));
         fclose(fp);
@@ -421,8 +423,10 @@ static size_t csv_steps(const char *path, uint32_t *steps, size_t max)
     char line[4096];
     size_t n = 0;
     assert_non_null(fgets(line, sizeof line, fp)); /* the header */
-    while (n < max && fgets(line, sizeof line, fp) != NULL)
+    while (n < max && fgets(line, sizeof line, fp) != NULL) {
+        *strrchr(line, ',') = '\0'; /* the site column, last: the step is before it */
         steps[n++] = (uint32_t)strtoul(strrchr(line, ',') + 1, NULL, 10);
+    }
     fclose(fp);
     return n;
 }
@@ -1214,7 +1218,7 @@ int main(void)
         cmocka_unit_test(csv_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(json_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(json_strings_are_escaped_per_rfc8259),
-        cmocka_unit_test(module_paths_are_written_before_the_step_column),
+        cmocka_unit_test(module_paths_are_written_before_the_step_and_site_columns),
         cmocka_unit_test(a_schedule_writes_the_records_of_active_steps_only),
         cmocka_unit_test(summary_only_writes_the_summary_and_no_record_file),
         cmocka_unit_test(a_capture_writes_its_steps_to_a_dir_of_its_own),

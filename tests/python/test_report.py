@@ -5,6 +5,7 @@ import gzip
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -227,7 +228,7 @@ def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
     assert list(frame["call_id"]) == [1, 2, 4]
     assert list(frame["error"]) == [False, False, True]
     assert list(frame.columns) == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid",
-                                   "depth", "parent_id", "error", "args", "module", "step"]
+                                   "depth", "parent_id", "error", "args", "module", "step", "site", "site_text"]
 
     stray = tmp_path / "notes.csv"
     stray.write_text("name,age\nbob,42\n")
@@ -245,8 +246,8 @@ def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
         tw.load(empty)
 
     done = report("--by", "file", good, check=False)
-    assert done.returncode == 2 and "--by 'file' is not accepted: give api, thread, pid, parent, step or module" \
-        in done.stderr
+    assert done.returncode == 2 and "--by 'file' is not accepted: give api, thread, pid, parent, step, site or " \
+        "module" in done.stderr
     done = report("--window", "5:1", good, check=False)
     assert done.returncode == 2 and "--window '5:1'" in done.stderr
     assert report(check=False).returncode == 2
@@ -293,7 +294,9 @@ def test_tree_prints_one_step_like_call_tree(run_dir):
     """tw-report --tree STEP: the calls of one training step, nested, with module paths; the same
     lines as torchwrapper.call_tree on the same files."""
     done = report("--tree", "2", run_dir)
-    lines = done.stdout.splitlines()
+    # tw-report names each call's site ("  @ file:line function"); call_tree does not
+    lines = [re.sub(r"  @ .*?(?=  [\d.]+ ms  \(self)", "", line) for line in done.stdout.splitlines()]
+    assert any("  @ " in line for line in done.stdout.splitlines())
     assert lines[0].startswith("step 2 (pid ")
     expected = tw.call_tree(tw.load(run_dir, original_names=True), step=2).splitlines()
     # tw-report shows a module path when there is one; call_tree also marks the root model "[]".

@@ -103,7 +103,7 @@ def test_a_recorded_model_is_the_root_with_the_empty_path(tmp_path):
         ]
 
 
-def test_csv_module_column_follows_args_and_step_ends_the_row(tmp_path):
+def test_csv_module_column_follows_args_and_site_ends_the_row(tmp_path):
     model = nn.Linear(3, 3)
     with tw.profile(out_dir=str(tmp_path), format="csv", args="summary") as prof:
         model(torch.randn(1, 3))
@@ -111,7 +111,7 @@ def test_csv_module_column_follows_args_and_step_ends_the_row(tmp_path):
     with open(prof.files[0]) as f:
         header = f.readline().strip().split(",")
     assert header == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid", "depth",
-                      "parent_id", "error", "args", "module", "step"]
+                      "parent_id", "error", "args", "module", "step", "site"]
     import pandas
 
     frame = pandas.read_csv(prof.files[0], keep_default_na=False)

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tw-report, call sites: the sites files beside the record files (sites.json, sites-PID.json, at most
+ * cap sites per process: bounded memory), a row's site as its text ("train.py:42 train_step"), and
+ * --by site's groups with the APIs called from each.
+ */
+#include "config.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report_internal.h"
+
+#define SITE_APIS_SHOWN 4 /* APIs listed per site in --by site; more are counted as "+N more" */
+
+static size_t slot_of(const report_sites_t *s, int64_t pid, uint64_t id)
+{
+    size_t j = report_pid_id_hash(pid, id) & (s->capacity - 1);
+    while (s->slots[j].text != NULL && !(s->slots[j].pid == pid && s->slots[j].id == id))
+        j = (j + 1) & (s->capacity - 1);
+    return j;
+}
+
+static int add_site(report_sites_t *s, int64_t pid, uint64_t id, const char *text)
+{
+    if ((s->count + 1) * 2 > s->capacity) {
+        report_site_t *old = s->slots;
+        size_t old_capacity = s->capacity;
+        s->capacity = s->capacity ? s->capacity * 2 : 256;
+        if ((s->slots = calloc(s->capacity, sizeof *s->slots)) == NULL) {
+            s->slots = old;
+            s->capacity = old_capacity;
+            return TW_ENOMEM;
+        }
+        for (size_t i = 0; i < old_capacity; i++)
+            if (old[i].text != NULL)
+                s->slots[slot_of(s, old[i].pid, old[i].id)] = old[i];
+        free(old);
+    }
+    report_site_t *slot = &s->slots[slot_of(s, pid, id)];
+    char *copy = strdup(text);
+    if (copy == NULL)
+        return TW_ENOMEM;
+    if (slot->text != NULL)
+        free(slot->text); /* the same process's file read twice: the same text */
+    else
+        s->count++;
+    *slot = (report_site_t){pid, id, copy};
+    return 0;
+}
+
+/* Reads one sites file; one that does not parse is not used (its sites show as ids). */
+static void read_sites_file(report_sites_t *s, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = size > 0 ? malloc((size_t)size + 1) : NULL;
+    size_t n = text != NULL ? fread(text, 1, (size_t)size, f) : 0;
+    fclose(f);
+    if (text == NULL)
+        return;
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(root, "pid");
+    const cJSON *sites = cJSON_GetObjectItemCaseSensitive(root, "sites");
+    const cJSON *site;
+    if (!cJSON_IsObject(sites))
+        sites = NULL;
+    cJSON_ArrayForEach(site, sites)
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(site, "text");
+        char *end;
+        unsigned long long id = strtoull(site->string, &end, 10);
+        if (cJSON_IsString(t) && *end == '\0' && add_site(s, cJSON_IsNumber(pid) ? (int64_t)pid->valuedouble : -1, id,
+                                                         t->valuestring) != 0)
+            break;
+    }
+    cJSON_Delete(root);
+}
+
+int report_load_sites(report_sites_t *s, const inputs_t *in)
+{
+    for (size_t i = 0; i < in->count; i++) {
+        /* each directory once: the files of one directory are listed together */
+        const char *path = in->files[i].path, *slash = strrchr(path, '/');
+        size_t dir_len = slash != NULL ? (size_t)(slash - path) : 0;
+        if (i > 0) {
+            const char *prev = in->files[i - 1].path, *prev_slash = strrchr(prev, '/');
+            size_t prev_len = prev_slash != NULL ? (size_t)(prev_slash - prev) : 0;
+            if (prev_len == dir_len && strncmp(prev, path, dir_len) == 0)
+                continue;
+        }
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", dir_len ? (int)dir_len : 1, dir_len ? path : ".");
+        DIR *d = opendir(dir);
+        for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+            if (strncmp(e->d_name, "sites", 5) == 0 && report_has_suffix(e->d_name, ".json")) {
+                char file[8192];
+                snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+                read_sites_file(s, file);
+            }
+        }
+        if (d != NULL)
+            closedir(d);
+    }
+    return 0;
+}
+
+const char *report_site_text(const report_sites_t *s, int64_t pid, uint64_t id)
+{
+    if (id == 0 || s->count == 0)
+        return NULL;
+    const report_site_t *slot = &s->slots[slot_of(s, pid, id)];
+    return slot->text;
+}
+
+void report_sites_free(report_sites_t *s)
+{
+    for (size_t i = 0; i < s->capacity; i++)
+        free(s->slots[i].text);
+    free(s->slots);
+    memset(s, 0, sizeof *s);
+}
+
+/* --by site: the row's group key ("(no site)" for calls torch's own code made). */
+int report_site_key(const report_t *r, const tw_row_t *row, char *key, size_t size)
+{
+    if (row->site == 0)
+        return snprintf(key, size, "(no site: called by torch)");
+    const char *text = report_site_text(&r->sites, row->pid, row->site);
+    if (text != NULL)
+        return snprintf(key, size, "%s", text);
+    return snprintf(key, size, "(site %" PRIu64 " of pid %" PRId64 ": not in a sites file, or past the cap)",
+                    row->site, row->pid);
+}
+
+/* Notes api among the APIs called at group g's site (the first SITE_APIS_SHOWN, then a count). */
+void report_site_note_api(group_t *g, const char *api, size_t api_len)
+{
+    char *list = g->detail;
+    size_t len = list != NULL ? strlen(list) : 0;
+    for (const char *p = list; p != NULL && *p;) { /* ", "-separated */
+        const char *end = strstr(p, ", ");
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (n == api_len && memcmp(p, api, api_len) == 0)
+            return;
+        p = end != NULL ? end + 2 : p + n;
+    }
+    if (g->detail_count++ >= SITE_APIS_SHOWN)
+        return;
+    char *bigger = realloc(list, len + api_len + 3);
+    if (bigger == NULL)
+        return;
+    sprintf(bigger + len, "%s%.*s", len ? ", " : "", (int)api_len, api);
+    g->detail = bigger;
+}
+
+/* After the pass: each site's key gets the APIs called there ("train.py:42 step: torch.relu, ..."). */
+void report_site_keys_finish(report_t *r)
+{
+    for (size_t i = 0; i < r->groups.capacity; i++) {
+        group_t *g = r->groups.slots[i];
+        if (g == NULL || g->detail == NULL)
+            continue;
+        char more[48] = "";
+        if (g->detail_count > SITE_APIS_SHOWN)
+            snprintf(more, sizeof more, ", +%zu more", g->detail_count - SITE_APIS_SHOWN);
+        size_t n = g->key_len + strlen(g->detail) + strlen(more) + 4;
+        char *key = malloc(n);
+        if (key == NULL)
+            continue;
+        g->key_len = (size_t)snprintf(key, n, "%s: %s%s", g->key, g->detail, more);
+        free(g->key);
+        g->key = key; /* the table is not probed again: only printed */
+    }
+}
