@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Call sites: where the program made each recorded call (config sites), read from the calling
- * Python frame with public C API only. The hot path (tw_caller_site, module.h) takes the frame
- * (PyEval_GetFrame: borrowed; CPython makes a frame object once per frame and caches it), its code
- * object and instruction offset, and probes a cache keyed by (code, offset). Here are the slow paths:
+ * Python frame. The hot path (tw_caller_site, module.h) takes the frame (on CPython 3.11/3.12 the
+ * interpreter's own, through the checked mirror of module.h; else PyEval_GetFrame, borrowed, which
+ * makes a frame object once per frame), its code object and instruction offset, and probes a cache
+ * keyed by (code, offset). Here are the slow paths:
  * a key's first call, which decides whether the code is torch's own (by its file, under torch's
  * package directory), computes the line from the offset (PyCode_Addr2Line walks the line table:
  * once per key) and interns (file, line, function) in the C table (sites.h) as C strings, so that
