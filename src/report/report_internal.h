@@ -189,7 +189,7 @@ void report_trace_free(trace_t *trace);
 /* print.c */
 void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_stats_t *stats, double seconds);
 
-/* ---- diff.c: tw-report --diff BASE NEW --------------------------------------------------------------- */
+/* ---- diff.c, diff_output.c: tw-report --diff BASE NEW ------------------------------------------ */
 
 /* A two-sided Mann-Whitney U test (normal approximation, tie and continuity corrections): u is x's U
  * (the pairs (x_i, y_j) with x_i > y_j, ties counting one half), z its signed normal score, p the
@@ -229,7 +229,7 @@ typedef struct diff_run {
 
 typedef struct diff {
     diff_run_t base, new_;
-    diff_row_t *rows; /* sorted: the largest change of a step's time first */
+    diff_row_t *rows; /* sorted: beyond noise first, then the rest; each the largest change first */
     size_t count;
     double step_change_pct, step_p_value; /* the step time's median change, and its test */
     double alpha, min_change_pct, fail_above_pct; /* fail_above_pct < 0: no --fail-above */

@@ -3,7 +3,7 @@
 
 usage: diff_program.py OUT_DIR VARIANT STEPS READ_FD WRITE_FD
 
-VARIANT: "base" (an MLP with SGD, and each step a product of a 128xK and a Kx128 matrix outside
+VARIANT: "base" (an MLP with SGD, and each step a product of a 256xK and a Kx256 matrix outside
 autograd, K = 256); "slow" (the same with K = 310: one API, torch.mm, ~20% slower, nothing else
 changed); "tanh" (base with Tanh in place of ReLU: APIs appear and vanish).
 
@@ -30,7 +30,7 @@ def train():
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), activation, torch.nn.Linear(64, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     k = 310 if variant == "slow" else 256
-    a, b = torch.randn(128, k), torch.randn(k, 128)
+    a, b = torch.randn(256, k), torch.randn(k, 256)  # about half of a step's recorded time
     for _ in range(steps):
         if not os.read(read_fd, 1):
             sys.exit("diff_program: the run before this one in the ring has gone")
