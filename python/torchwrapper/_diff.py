@@ -42,7 +42,7 @@ def diff(base: Source, new: Source, *, steps: Optional[str] = None, api: Union[N
 
     base, new: an output directory, a record file, or a list of them. steps: "FIRST:LAST" for both runs
     (default: the first step, a warm-up, and the last, maybe cut off, are left out). api: glob(s) of APIs
-    to keep. alpha (default 0.001), min_change (percent of BASE's step time, default 2): when a change
+    to keep. alpha (default 0.001), min_change (percent of BASE's step time, default 4): when a change
     counts as beyond noise. fail_above: percent of BASE's step time; rows over it have ``fail_above`` 1
     and ``frame.attrs["failed"]`` is True. ``frame.attrs`` also holds ``base`` and ``new`` (inputs, steps
     compared, step time in ns), ``step_change_pct`` and ``step_p_value``.

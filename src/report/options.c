@@ -35,7 +35,7 @@
     "                    noise; steps 1 to the last but one unless --steps (warm-up and a cut-off last step)\n"   \
     "  --fail-above PCT  --diff: exit status 1 when a regression beyond noise exceeds PCT percent of BASE's step\n" \
     "  --alpha P         --diff: the significance level of the per-step test (default 0.001)\n"                   \
-    "  --min-change PCT  --diff: changes under PCT percent of BASE's step time are not flagged (default 2)\n"          \
+    "  --min-change PCT  --diff: changes under PCT percent of BASE's step time are not flagged (default 4)\n"          \
     "  -h, --help        this text\n"
 
 /* ---- options ----------------------------------------------------------------------------------- */

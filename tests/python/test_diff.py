@@ -108,9 +108,9 @@ def test_the_same_program_run_twice_shows_nothing_beyond_noise(runs):
 
 
 def test_fail_above_exits_1_on_the_slowdown_only_and_says_why(runs):
-    slow = report("--diff", runs["base"], runs["slow"], "--fail-above", "3", check=False)
+    slow = report("--diff", runs["base"], runs["slow"], "--fail-above", "4", check=False)
     assert slow.returncode == 1, slow.stdout
-    assert "--fail-above 3: torch.mm is slower" in slow.stderr
+    assert "--fail-above 4: torch.mm is slower" in slow.stderr
     assert "torch.mm" in slow.stdout  # the table is still printed
     same = report("--diff", runs["base"], runs["again"], "--fail-above", "0", check=False)
     assert same.returncode == 0, same.stderr
@@ -214,6 +214,6 @@ def test_python_diff_is_the_csv_as_a_dataframe(runs):
     pandas.testing.assert_frame_equal(frame, from_csv, check_dtype=False)
     assert frame.iloc[0]["api"] == "torch.mm" and frame.iloc[0]["verdict"] == "regression"
     assert frame.attrs["base"]["steps"] == STEPS - 2 and frame.attrs["failed"] is False
-    gated = tw.diff(runs["base"], runs["slow"], fail_above=3, top=2)
+    gated = tw.diff(runs["base"], runs["slow"], fail_above=4, top=2)
     assert len(gated) == 2 and gated.attrs["failed"] is True
     assert gated.iloc[0]["fail_above"] == 1
