@@ -52,37 +52,90 @@ static PyObject *core_normalize_config(PyObject *module, PyObject *args, PyObjec
     return result;
 }
 
-/* report(argv): tw-report's main, writing to the process's stdout and stderr; returns its status. */
-static PyObject *core_report(PyObject *module, PyObject *arg)
+/* argv for tw_report_main from a sequence of str: borrowed UTF-8 buffers, alive as long as *seq (a new
+ * reference) holds the strings. NULL with an exception set. */
+static char **report_argv(PyObject *arg, PyObject **seq, Py_ssize_t *n)
 {
-    PyObject *seq = PySequence_Fast(arg, "report() takes a list of strings, e.g. ['tw-report', 'output']");
-    if (seq == NULL)
+    *seq = PySequence_Fast(arg, "report() takes a list of strings, e.g. ['tw-report', 'output']");
+    if (*seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    char **argv = PyMem_Calloc((size_t)n + 1, sizeof *argv);
+    *n = PySequence_Fast_GET_SIZE(*seq);
+    char **argv = PyMem_Calloc((size_t)*n + 1, sizeof *argv);
     if (argv == NULL) {
-        Py_DECREF(seq);
-        return PyErr_NoMemory();
+        Py_CLEAR(*seq);
+        PyErr_NoMemory();
+        return NULL;
     }
-    int status = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        /* Borrowed UTF-8 buffers, alive as long as seq holds the strings. */
-        const char *s = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        const char *s = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(*seq, i));
         if (s == NULL) {
-            status = -1;
-            break;
+            PyMem_Free(argv);
+            Py_CLEAR(*seq);
+            return NULL;
         }
         argv[i] = (char *)s;
     }
-    if (status == 0) {
-        /* Pure C from here, minutes on a large run: let other threads run. */
-        Py_BEGIN_ALLOW_THREADS
-        status = tw_report_main((int)n, argv, stdout, stderr);
-        Py_END_ALLOW_THREADS
-    }
+    return argv;
+}
+
+/* report(argv): tw-report's main, writing to the process's stdout and stderr; returns its status. */
+static PyObject *core_report(PyObject *module, PyObject *arg)
+{
+    PyObject *seq;
+    Py_ssize_t n;
+    char **argv = report_argv(arg, &seq, &n);
+    if (argv == NULL)
+        return NULL;
+    int status;
+    /* Pure C from here, minutes on a large run: let other threads run. */
+    Py_BEGIN_ALLOW_THREADS
+    status = tw_report_main((int)n, argv, stdout, stderr);
+    Py_END_ALLOW_THREADS
     PyMem_Free(argv);
     Py_DECREF(seq);
-    return status < 0 ? NULL : PyLong_FromLong(status);
+    return PyLong_FromLong(status);
+}
+
+/* report_output(argv) -> (status, output, messages): the same report, its output and its messages
+ * returned as text rather than written to the process's files (torchwrapper.diff reads tw-report's
+ * CSV or JSON from here: one code path with the program). */
+static PyObject *core_report_output(PyObject *module, PyObject *arg)
+{
+    PyObject *seq;
+    Py_ssize_t n;
+    char **argv = report_argv(arg, &seq, &n);
+    if (argv == NULL)
+        return NULL;
+    char *out_text = NULL, *err_text = NULL;
+    size_t out_len = 0, err_len = 0;
+    FILE *out = open_memstream(&out_text, &out_len);
+    FILE *err = out != NULL ? open_memstream(&err_text, &err_len) : NULL;
+    PyObject *result = NULL;
+    if (out == NULL || err == NULL) {
+        if (out != NULL)
+            fclose(out);
+        free(out_text);
+        PyErr_NoMemory();
+        goto done;
+    }
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tw_report_main((int)n, argv, out, err);
+    fclose(out);
+    fclose(err);
+    Py_END_ALLOW_THREADS
+    PyObject *out_str = PyUnicode_DecodeUTF8(out_text, (Py_ssize_t)out_len, "replace");
+    PyObject *err_str = out_str != NULL ? PyUnicode_DecodeUTF8(err_text, (Py_ssize_t)err_len, "replace") : NULL;
+    if (err_str != NULL)
+        result = Py_BuildValue("(iOO)", status, out_str, err_str);
+    Py_XDECREF(out_str);
+    Py_XDECREF(err_str);
+    free(out_text);
+    free(err_text);
+done:
+    PyMem_Free(argv);
+    Py_DECREF(seq);
+    return result;
 }
 
 /* Whether the current step's calls are recorded (the schedule's active steps, a capture's steps):
@@ -134,6 +187,9 @@ static PyMethodDef core_methods[] = {
      "Whether the active session records the current step's calls (schedule, capture)."},
     {"report", core_report, METH_O,
      "report(argv) -> status: runs tw-report (argv[0] is the program name) on the process's stdout/stderr."},
+    {"report_output", core_report_output, METH_O,
+     "report_output(argv) -> (status, output, messages): runs tw-report (argv[0] is the program name) and\n"
+     "returns what it wrote to stdout and to stderr."},
     {NULL, NULL, 0, NULL},
 };
 

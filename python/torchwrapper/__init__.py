@@ -21,6 +21,7 @@ from ._engines import sql
 from ._profile import Profile, profile
 from ._stats import BUILTIN_METRICS
 from ._tree import call_tree
+from ._diff import DIFF_COLUMNS, diff
 
 __version__ = _core.version
 
@@ -66,8 +67,9 @@ def profile_apis(paths: Iterable[str]) -> Iterator[Session]:
         patcher.restore()
 
 
-__all__ = ["BUILTIN_METRICS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "load_modules", "load_stats",
-           "load_sites", "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile", "Record", "SKIP_ATTRIBUTES",
+__all__ = ["BUILTIN_METRICS", "DIFF_COLUMNS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "diff", "load_modules",
+           "load_stats", "load_sites", "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile",
+           "Record", "SKIP_ATTRIBUTES",
            "SKIP_MODULES", "Session", "TorchWrapper", "Wrapper", "discover", "getAPIName", "getAttributes",
            "load", "load_config", "profile", "profile_apis", "records", "resolve", "resolve_exclude", "schema", "sql", "step", "wrap",
            "__version__"]

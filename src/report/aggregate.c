@@ -373,3 +373,9 @@ void report_free(report_t *r)
         free(r->pending.slots[i].children);
     free(r->pending.slots);
 }
+
+/* The same filters (--api, --pid, --tid, --steps) for tw-report --diff's own pass (diff.c). */
+int report_keep_row(report_t *r, const tw_row_t *row)
+{
+    return keep_row(r, row);
+}

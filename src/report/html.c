@@ -175,7 +175,7 @@ static const char page_style[] =
     ".card b{display:block;font-size:17px}.card span{color:#5f6670;font-size:12px}\n"
     "table{border-collapse:collapse;width:100%;font-size:13px}\n"
     "th,td{padding:3px 8px;border-bottom:1px solid #eef0f2;text-align:right;white-space:nowrap}\n"
-    "th:first-child,td:first-child{text-align:left;white-space:normal;word-break:break-all}\n"
+    "th:first-child,td:first-child{text-align:left;white-space:normal;word-break:break-all;min-width:16em}\n"
     "th{background:#f0f2f5;position:sticky;top:0}\n"
     "table.sortable th{cursor:pointer;user-select:none}\n"
     "th[data-dir=desc]::after{content:' \\25BC'}th[data-dir=asc]::after{content:' \\25B2'}\n"
@@ -184,6 +184,8 @@ static const char page_style[] =
     "tr.slowest td{background:#fde2e1;font-weight:600}\n"
     ".bar{background:#c9d7ee;height:10px;border-radius:2px}\n"
     "tr.slowest .bar{background:#d9534f}\n"
+    "tr.regression td{background:#fde2e1}tr.improvement td{background:#e0f3e3}\n"
+    "tr.appeared td,tr.vanished td{color:#6b7280;font-style:italic}\n"
     ".note{color:#5f6670;font-size:12px}\n"
     "input[type=search]{font:inherit;padding:3px 8px;width:280px;margin:0 0 6px}\n";
 

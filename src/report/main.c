@@ -74,8 +74,13 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
 {
     options_t o;
     int rc = report_parse_options(argc, argv, &o, out, err);
-    if (rc != 0) {
+    if (rc != 0 || o.ndiff_base > 0) { /* --diff reads two runs its own way (diff.c) */
+        if (rc == 0)
+            rc = report_diff_main(&o, out, err);
         free(o.inputs);
+        free(o.diff_base);
+        fflush(out);
+        fflush(err);
         return rc < 0 ? 0 : rc;
     }
     inputs_t in;

@@ -36,7 +36,13 @@
     "                    or of module paths with --by module\n"                                                    \
     "  --flamegraph FILE also write an interactive SVG flame graph (hover, click to zoom, search)\n"               \
     "  --html FILE       also write a one-file HTML report: summary, per-API table, flame graph, steps,\n"         \
-    "                    processes, modules, GPU time (no network needed to open it)\n"                            \
+    "                    processes, modules, GPU time (no network needed to open it); with --diff, the diff\n"     \
+    "  --diff BASE       compare the inputs (NEW) with BASE (a directory or file; repeat for more files): per\n"   \
+    "                    API, time per step in both runs, the change, and whether it is beyond the step-to-step\n" \
+    "                    noise; steps 1 to the last but one unless --steps (warm-up and a cut-off last step)\n"   \
+    "  --fail-above PCT  --diff: exit status 1 when a regression beyond noise exceeds PCT percent of BASE's step\n" \
+    "  --alpha P         --diff: the significance level of the per-step test (default 0.001)\n"                   \
+    "  --min-change PCT  --diff: changes under PCT percent of BASE's step time are not flagged (default 4)\n"          \
     "  -h, --help        this text\n"
 
 /* ---- options ----------------------------------------------------------------------------------- */
@@ -153,6 +159,12 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         const char *eq = strchr(a, '=');
         size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        int diff_rc = report_parse_diff_option(a, name_len, value, argc, o, err); /* diff.c's own options */
+        if (diff_rc >= 0) {
+            if (diff_rc != 0)
+                return diff_rc;
+            continue;
+        }
 #define IS(name) (name_len == strlen(name) && strncmp(a, name, name_len) == 0)
         if (!(IS("--sort") || IS("--top") || IS("--by") || IS("--api") || IS("--pid") || IS("--tid") ||
               IS("--window") || IS("--steps") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
@@ -230,13 +242,16 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
     }
     while (i < argc)
         o->inputs[o->ninputs++] = argv[i++];
+    if (o->ninputs == 0 && o->ndiff_base > 0)
+        return usage_error(err, "--diff BASE compares BASE with the run given as input (NEW): give NEW's directory "
+                                "or record files too (tw-report --diff BASE NEW)");
     if (o->ninputs == 0)
         return usage_error(err, "no input: give an output directory or record files");
     /* --folded, --flamegraph, --html: stacks of API names, or of module paths */
     int stacks = o->folded || o->flamegraph || o->html;
     if (o->frames_by_module && !stacks)
         return usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
-                                "give one of them, or --by api, thread, pid, parent or step for the table");
+                                "give one of them, or --by api, thread, pid, parent, step or site for the table");
     if (stacks && (o->by != BY_API || o->tree_step >= 0))
         return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
                                 "and not --tree");

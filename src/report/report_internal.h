@@ -86,6 +86,11 @@ typedef struct options {
     /* --folded, --flamegraph, --html (flame.c, html.c) */
     const char *folded, *flamegraph, *html;
     int frames_by_module; /* --by module: module paths as frames */
+    /* --diff BASE (repeatable; the positional inputs are NEW), --fail-above, --alpha, --min-change (diff.c) */
+    const char **diff_base;
+    size_t ndiff_base;
+    double diff_fail_above, diff_alpha, diff_min_change; /* diff_alpha 0: the default */
+    int diff_fail_above_given, diff_min_change_given;
 } options_t;
 
 typedef struct input_file {
@@ -250,5 +255,61 @@ void report_html_begin(FILE *out, const char *title);
 void report_html_end(FILE *out);
 void report_html_text(FILE *out, const char *s, size_t len);
 void report_html_free(html_data_t *h);
+/* ---- diff.c, diff_output.c: tw-report --diff BASE NEW ------------------------------------------ */
+
+/* A two-sided Mann-Whitney U test (normal approximation, tie and continuity corrections): u is x's U
+ * (the pairs (x_i, y_j) with x_i > y_j, ties counting one half), z its signed normal score, p the
+ * two-sided p value (NAN when a sample is empty). 0, or TW_ENOMEM. */
+typedef struct mann_whitney {
+    double u, z, p;
+} mann_whitney_t;
+int report_mann_whitney(const double *x, size_t nx, const double *y, size_t ny, mann_whitney_t *out);
+
+typedef enum { DIFF_SAME, DIFF_REGRESSION, DIFF_IMPROVEMENT, DIFF_APPEARED, DIFF_VANISHED } diff_verdict_t;
+
+/* One API in one run: per step (means over the steps compared) and per call. */
+typedef struct diff_side {
+    double calls, total_ns, self_ns;
+    double median_self_ns; /* the median step's self time */
+    uint64_t p50_ns, p99_ns;
+} diff_side_t;
+
+typedef struct diff_row {
+    char *api;
+    diff_verdict_t verdict;
+    diff_side_t base, new_;
+    double change_ns;         /* a step's self time, NEW - BASE: medians (means where both medians are 0) */
+    double change_pct;        /* change_ns in percent of BASE's step time */
+    double self_change_pct, total_change_pct; /* of the means, in percent of BASE's; NAN when BASE's is 0 */
+    double u, p_value;        /* Mann-Whitney of NEW's per-step self times against BASE's */
+    int fails;                /* triggers --fail-above */
+} diff_row_t;
+
+typedef struct diff_run {
+    const char *const *inputs;
+    size_t ninputs, files, steps;
+    uint64_t records;
+    int64_t first_step, last_step, seen_last_step; /* the steps compared; the last step with records */
+    double step_ns, mean_step_ns; /* median and mean over steps of the self time of all calls */
+} diff_run_t;
+
+typedef struct diff {
+    diff_run_t base, new_;
+    diff_row_t *rows; /* sorted: beyond noise first, then the rest; each the largest change first */
+    size_t count;
+    double step_change_pct, step_p_value; /* the step time's median change, and its test */
+    double alpha, min_change_pct, fail_above_pct; /* fail_above_pct < 0: no --fail-above */
+    int failed;
+} diff_t;
+
+int report_parse_diff_option(const char *name, size_t name_len, const char *value, int argc, options_t *o,
+                             FILE *err);
+int report_diff_run(const options_t *o, diff_t *d, FILE *err); /* reads both runs; 0, or 1 after a message */
+void report_diff_write_json(FILE *out, const diff_t *d);       /* the whole diff, as --format json prints it */
+int report_diff_write_html(const diff_t *d, const char *path, FILE *err); /* --html with --diff; 0, or 1 */
+const char *report_diff_verdict_name(diff_verdict_t v);
+void report_diff_free(diff_t *d);
+int report_diff_main(const options_t *o, FILE *out, FILE *err);
+int report_keep_row(report_t *r, const tw_row_t *row); /* aggregate.c's filters, for diff.c's own pass */
 
 #endif

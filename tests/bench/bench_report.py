@@ -171,6 +171,10 @@ def main():
             report_walls.append(wall)
             report_cpus.append(cpu)
             pandas_walls.append(pandas_report(pandas_paths))
+        # --diff: the same files as BASE and as NEW (each run read once: twice the bytes).
+        diff_options = [arg for p in paths for arg in ("--diff", p)]
+        diff_runs = [run_report(paths, diff_options) for _ in range(REPS)]
+        diff_mbs = 2 * size * len(paths) / 1e6 / statistics.median(r[0] for r in diff_runs)
         engines = {}
         for engine in ("duckdb", "polars"):
             runs = [engine_report(engine, paths) for _ in range(REPS)]
@@ -202,12 +206,15 @@ def main():
             "max_rss_mb_all_files": rss_large and round(rss_large, 1),
             "engines": engines,
             "views": views,
+            "diff_mb_s_wall": round(diff_mbs, 1), "diff_max_rss_mb": diff_runs[0][2] and round(max(r[2] for r in diff_runs), 1),
         }
     print(f"tw-report on {results['input_mb']:.0f} MB ({results['files']} files, median of {REPS}): "
           f"{results['tw_report_mb_s_wall']:.0f} MB/s wall, {results['tw_report_mb_s_cpu']:.0f} MB/s of CPU time; "
           f"pandas.read_csv + groupby: {results['pandas_mb_s_wall']:.0f} MB/s -> {results['speedup_vs_pandas']}x; "
           f"max RSS {results['max_rss_mb_one_file']} MB on {FILE_MB} MB, "
           f"{results['max_rss_mb_all_files']} MB on {results['input_mb']:.0f} MB (GNU time)")
+    print(f"tw-report --diff, the {results['input_mb']:.0f} MB as BASE and as NEW: {results['diff_mb_s_wall']:.0f} MB/s "
+          f"wall over both, max RSS {results['diff_max_rss_mb']} MB")
     for engine, row in results["engines"].items():
         print(f"  the same table through torchwrapper.{'sql' if engine == 'duckdb' else 'load'} with {engine}, "
               f"on all {results['input_mb']:.0f} MB: {row['mb_s_wall']:.0f} MB/s, max RSS {row['max_rss_mb']} MB")

@@ -121,6 +121,9 @@ def main(directory):
             add(f"`tw-report --{name}` on {report['input_mb']:.0f} MB; memory one file → all files",
                 f"{row['mb_s_wall']:.0f} MB/s; {row['max_rss_mb_one_file']:.0f} → {row['max_rss_mb_all_files']:.0f} MB",
                 "300 MB/s, flat")
+        if "diff_mb_s_wall" in report:
+            add(f"tw-report --diff, {report['input_mb']:.0f} MB as BASE and as NEW",
+                f"{report['diff_mb_s_wall']:.0f} MB/s, max RSS {report['diff_max_rss_mb']:.0f} MB")
         for engine, row in report.get("engines", {}).items():
             add(f"the same per-API table through {engine} (`torchwrapper.{'sql' if engine == 'duckdb' else 'load'}`)",
                 f"{row['mb_s_wall']:.0f} MB/s, max RSS {row['max_rss_mb']:.0f} MB")

@@ -179,3 +179,24 @@ def test_the_standalone_svg_zooms_and_searches(page, pages, tmp_path):
     assert all((f["fill"] == "#e600e6") == ("relu" in f["name"].lower()) for f in shown)
     screenshot(page, tmp_path, "flame.png", full_page=False)  # an SVG document has no page to scroll
     assert page.problems == []
+
+
+def test_the_diff_page_renders_offline_and_sorts(page, tmp_path):
+    """--html with --diff: two runs of a real training loop compared on one page."""
+    for name in ("base", "new"):
+        tw.TorchWrapper({"out_dir": str(tmp_path / name), "format": "csv"}).start(lambda: train("alexnet_sgd", 6))
+    html = tmp_path / "diff.html"
+    done = subprocess.run([TW_REPORT, "--diff", str(tmp_path / "base"), str(tmp_path / "new"), "--html", str(html)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    page.goto(html.as_uri())
+    page.wait_for_load_state("load")
+    assert page.problems == []
+    assert page.locator("#runs").is_visible() and page.locator("#diff").is_visible()
+    rows = page.locator("#diff-table tbody tr")
+    assert rows.count() > 10
+    page.locator("#diff-table th", has_text="BASE self us/step").click()  # sorts, largest first
+    values = [float(v) for v in page.eval_on_selector_all(
+        "#diff-table tbody tr", "rows => rows.map(r => r.cells[4].textContent)") if v]
+    assert values == sorted(values, reverse=True)
+    screenshot(page, tmp_path, "diff.png")
