@@ -44,6 +44,7 @@ typedef struct waiting {
 
 struct flame {
     int by_module;
+    const report_sites_t *sites; /* call sites as frames (NULL, or no sites files: none) */
     int oom;
     uint64_t self_ns; /* all the self time counted: what the stacks sum to */
     uint64_t calls;   /* all the calls counted */
@@ -263,12 +264,39 @@ static flame_node_t *waiting_get(flame_t *f, int64_t pid, uint64_t call_id)
 
 /* ---- the pass ---------------------------------------------------------------------------------- */
 
-flame_t *report_flame_new(int by_module)
+flame_t *report_flame_new(int by_module, const report_sites_t *sites)
 {
     flame_t *f = calloc(1, sizeof *f);
-    if (f != NULL)
+    if (f != NULL) {
         f->by_module = by_module;
+        f->sites = sites;
+    }
     return f;
+}
+
+/*
+ * Where the program made the call (config sites), as a frame of its own above the call
+ * ("train.py:42 train_step"), or the call's parent itself when the call names no site (or the run
+ * has no sites files). A site frame has no time of its own: stacks still sum to the self times.
+ */
+static flame_node_t *site_parent(flame_t *f, flame_node_t *parent, const tw_row_t *row)
+{
+    const char *text = row->site != 0 && f->sites != NULL ? report_site_text(f->sites, row->pid, row->site) : NULL;
+    if (text == NULL)
+        return parent;
+    const frame_name_t *name = intern(f, text, strnlen(text, 1000), 0);
+    for (flame_node_t *c = parent->child; name != NULL && c != NULL; c = c->next)
+        if (c->name == name)
+            return c;
+    flame_node_t *site = name != NULL ? node_new(f) : NULL;
+    if (site == NULL) {
+        f->oom = 1;
+        return parent;
+    }
+    site->name = name;
+    site->next = parent->child;
+    parent->child = site;
+    return site;
 }
 
 /*
@@ -323,6 +351,8 @@ void report_flame_row(flame_t *f, const tw_row_t *row, int counted)
         f->oom = 1;
         parent = &f->root; /* its time still counts, as an outermost call */
     }
+    if (name != NULL)
+        parent = site_parent(f, parent, row);
     if (name != NULL) {
         add_child(f, parent, node);
     } else { /* no frame of its own: its time and its children's frames belong to its parent's frame */

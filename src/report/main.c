@@ -99,12 +99,13 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
         r.have_gpu_files |= in.files[i].kind == TW_FILE_GPU;
     if (rc == 0)
         rc = find_origin(&r, &in, err);
-    if (rc == 0 && (o.by == BY_SITE || o.tree_step >= 0)) /* sites.json beside the record files */
+    if (rc == 0 && (o.by == BY_SITE || o.tree_step >= 0 || o.folded || o.flamegraph || o.html))
+        /* sites.json beside the record files */
         rc = report_load_sites(&r.sites, &in);
     r.tree.sites = &r.sites;
     if (rc == 0 && o.trace != NULL && (r.trace = report_trace_open(o.trace, in.origin_ns, err)) == NULL)
         rc = 1;
-    if (rc == 0 && (o.folded || o.flamegraph || o.html) && (r.flame = report_flame_new(o.frames_by_module)) == NULL)
+    if (rc == 0 && (o.folded || o.flamegraph || o.html) && (r.flame = report_flame_new(o.frames_by_module, o.frames_by_module ? NULL : &r.sites)) == NULL)
         rc = 1;
     if (rc == 0 && o.html && (r.html_data = report_html_new()) == NULL)
         rc = 1;

@@ -230,7 +230,8 @@ void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_s
 
 /* flame.c: stacks and their self time, built bottom-up as rows return (see there) */
 typedef struct flame flame_t;
-flame_t *report_flame_new(int by_module);
+/* by_module: module paths as frames; sites: call sites as frames above their calls (NULL: none). */
+flame_t *report_flame_new(int by_module, const report_sites_t *sites);
 void report_flame_row(flame_t *f, const tw_row_t *row, int counted);
 void report_flame_settle(flame_t *f);
 uint64_t report_flame_self_ns(const flame_t *f);

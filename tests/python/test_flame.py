@@ -2,6 +2,7 @@
 """tw-report --folded, --flamegraph and --html against an independent reading of the same records
 (the browser's view of them is in test_browser.py)."""
 import csv
+import inspect
 import json
 import os
 import re
@@ -64,7 +65,28 @@ def records(out_dir):
                 rows += [json.loads(line) for line in f]
     return [{"api": r["api"], "self": int(r["self_ns"]), "cost": int(r["cost_ns"]), "pid": int(r["pid"]),
              "call_id": int(r["call_id"]), "parent_id": int(r["parent_id"]), "depth": int(r["depth"]),
-             "module": r.get("module"), "step": int(r["step"])} for r in rows]
+             "module": r.get("module"), "step": int(r["step"]), "site": int(r.get("site") or 0)} for r in rows]
+
+
+def site_texts(out_dir):
+    """(pid, site id) -> "file:line function", from the sites files read with the json module."""
+    texts = {}
+    for name in os.listdir(out_dir):
+        if name.startswith("sites") and name.endswith(".json"):
+            with open(os.path.join(out_dir, name)) as f:
+                table = json.load(f)
+            texts.update({(table["pid"], int(i)): s["text"] for i, s in table["sites"].items()})
+    return texts
+
+
+def frames_of(chain, texts):
+    """A call chain's frames: each call's API, below its call site when it has one."""
+    frames = []
+    for c in chain:
+        if c["site"]:
+            frames.append(texts[(c["pid"], c["site"])])
+        frames.append(c["api"])
+    return frames
 
 
 def chains(rows):
@@ -94,12 +116,17 @@ def test_folded_stacks_sum_exactly_to_the_records_self_time(run_dir, tmp_path):
     report("--folded", folded, run_dir)
     stacks = read_folded(folded)
     assert sum(stacks.values()) == sum(r["self"] for r in rows)
+    texts = site_texts(run_dir)
     expected = defaultdict(int)
     for r, chain in chains(rows):
-        expected[";".join(c["api"] for c in chain)] += r["self"]
+        expected[";".join(frames_of(chain, texts))] += r["self"]
     assert stacks == {k: v for k, v in expected.items() if v > 0}
-    assert "torch.nn.Sequential.forward;torch.nn.Sequential.forward;torch.nn.Linear.forward;" \
-           "torch.nn.functional.linear" in stacks
+    # the model's call, where train() made it, then the modules inside it
+    line = next(i for i, text in enumerate(inspect.getsource(train).splitlines()) if "model(torch.randn" in text)
+    site = f"test_flame.py:{train.__code__.co_firstlineno + line} train"
+    assert any(stack.split(";")[0].endswith(site) and stack.endswith(
+        ";torch.nn.Sequential.forward;torch.nn.Sequential.forward;torch.nn.Linear.forward;torch.nn.functional.linear")
+        for stack in stacks), sorted(stacks)[:5]
 
 
 def test_folded_by_module_has_module_paths_as_frames(run_dir, tmp_path):
@@ -131,10 +158,11 @@ def test_filters_keep_the_context_and_count_only_the_kept_calls(run_dir, tmp_pat
     report("--folded", folded, "--steps", "2:4", run_dir)
     stacks = read_folded(folded)
     assert sum(stacks.values()) == sum(r["self"] for r in rows if 2 <= r["step"] <= 4)
+    texts = site_texts(run_dir)
     expected = defaultdict(int)
     for r, chain in chains(rows):
         if 2 <= r["step"] <= 4:
-            expected[";".join(c["api"] for c in chain)] += r["self"]
+            expected[";".join(frames_of(chain, texts))] += r["self"]
     assert stacks == {k: v for k, v in expected.items() if v > 0}
 
 
