@@ -138,6 +138,7 @@ typedef struct run {
     const char *path;     /* the file being read */
     int no_step_column;   /* a call record without a step: stops the pass */
     int oom;
+    uint64_t beyond;      /* rows of steps past DIFF_MAX_STEPS after the first: skipped */
     tw_read_stats_t stats;
     size_t files;
 } run_t;
@@ -202,7 +203,12 @@ static run_api_t *run_api(run_t *run, const char *name, size_t len)
     return a;
 }
 
-/* Makes room for index i in an array of *count elements of size bytes, zeroing what it adds. */
+/* Steps compared at most: memory is 24 bytes per API and step (a record's step is a 32-bit number,
+ * so a malformed or hostile file could otherwise ask for terabytes). */
+#define DIFF_MAX_STEPS (1u << 22)
+
+/* Makes room for index i (< DIFF_MAX_STEPS) in an array of *count elements of size bytes, zeroing
+ * what it adds. */
 static int grow_to(void **items, size_t *count, size_t i, size_t size)
 {
     if (i < *count)
@@ -210,6 +216,10 @@ static int grow_to(void **items, size_t *count, size_t i, size_t size)
     size_t capacity = *count ? *count * 2 : 64;
     if (capacity <= i)
         capacity = i + 1;
+    if (capacity > DIFF_MAX_STEPS)
+        capacity = DIFF_MAX_STEPS;
+    if (i >= capacity || capacity > SIZE_MAX / size)
+        return TW_ENOMEM;
     char *bigger = realloc(*items, capacity * size);
     if (bigger == NULL)
         return TW_ENOMEM;
@@ -238,6 +248,10 @@ static int diff_on_row(void *ctx, const tw_row_t *row)
     }
     if (row->step < run->first || !report_keep_row(&run->filter, row))
         return 0;
+    if ((uint64_t)(row->step - run->first) >= DIFF_MAX_STEPS) {
+        run->beyond++;
+        return 0;
+    }
     size_t i = (size_t)(row->step - run->first);
     run_api_t *a = run_api(run, row->api.ptr, row->api.len);
     if (a == NULL || grow_to((void **)&a->steps, &a->nsteps, i, sizeof *a->steps) != 0 ||
@@ -594,6 +608,12 @@ int report_diff_run(const options_t *o, diff_t *d, FILE *err)
     int rc = run_read(&base, o, o->diff_base, o->ndiff_base, "BASE", err);
     if (rc == 0)
         rc = run_read(&new_, o, o->inputs, o->ninputs, "NEW", err);
+    for (int k = 0; rc == 0 && k < 2; k++) {
+        const run_t *run = k == 0 ? &base : &new_;
+        if (run->beyond > 0)
+            fprintf(err, "tw-report: %s: %llu records of steps more than %u after the first were left out (give "
+                         "--steps A:B)\n", k == 0 ? "BASE" : "NEW", (unsigned long long)run->beyond, DIFF_MAX_STEPS);
+    }
     if (rc == 0 && (base.oom || new_.oom)) {
         fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
         rc = 1;

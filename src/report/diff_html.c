@@ -112,7 +112,8 @@ int report_diff_write_html(const diff_t *d, const char *path, FILE *err)
         return 1;
     }
     write_page(out, d);
-    if (fclose(out) != 0) {
+    int failed = ferror(out);
+    if (fclose(out) != 0 || failed) { /* a page cut short (a full disk) is an error, not a result */
         fprintf(err, "tw-report: --html '%s' cannot be written: %s\n", path, strerror(errno));
         return 1;
     }

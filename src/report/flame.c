@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../format.h"
 #include "report_internal.h"
 
 /* A frame's name, interned: nodes compare names by pointer. */
@@ -63,6 +64,7 @@ struct flame {
 };
 
 enum { NODES_PER_CHUNK = 4096 };
+enum { FRAME_NAME_MAX = 1000 }; /* bytes of a frame's name kept (cut at a character boundary) */
 
 typedef enum { PKG_NN, PKG_OPTIM, PKG_TENSOR, PKG_TORCH, PKG_USER, PKG_NONE } package_t;
 
@@ -110,6 +112,22 @@ static int names_grow(flame_t *f)
     return 0;
 }
 
+/* ';' separates frames and a line end ends a stack in the folded format: neither is in API names or
+ * module paths, but a name (a site's file, a ModuleDict key) is never allowed to break the format. */
+static inline char frame_char(char c)
+{
+    return c == ';' ? ':' : (c == '\n' || c == '\r') ? ' ' : c;
+}
+
+/* Whether stored (a name as written) is raw once made safe for the format. */
+static int same_name(const char *stored, const char *raw, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (stored[i] != frame_char(raw[i]))
+            return 0;
+    return 1;
+}
+
 /* The interned name (module: a module path, coloured as torch.nn); NULL without memory. */
 static const frame_name_t *intern(flame_t *f, const char *s, size_t len, int module)
 {
@@ -118,7 +136,7 @@ static const frame_name_t *intern(flame_t *f, const char *s, size_t len, int mod
     uint64_t h = report_hash_bytes(s, len, (uint64_t)module);
     size_t j = h & (f->name_capacity - 1);
     for (frame_name_t *n; (n = f->names[j]) != NULL; j = (j + 1) & (f->name_capacity - 1))
-        if (n->hash == h && n->len == len && memcmp(n->text, s, len) == 0)
+        if (n->hash == h && n->len == len && same_name(n->text, s, len))
             return n;
     frame_name_t *n = malloc(sizeof *n);
     char *text = malloc(len + 1);
@@ -127,10 +145,8 @@ static const frame_name_t *intern(flame_t *f, const char *s, size_t len, int mod
         free(text);
         return NULL;
     }
-    /* ';' separates frames and a line end ends a stack in the folded format: neither is in API
-     * names or module paths, but a name is never allowed to break the format. */
     for (size_t i = 0; i < len; i++)
-        text[i] = s[i] == ';' ? ':' : (s[i] == '\n' || s[i] == '\r') ? ' ' : s[i];
+        text[i] = frame_char(s[i]);
     text[len] = '\0';
     *n = (frame_name_t){text, len, h, (int)package_of(s, len, module)};
     f->names[j] = n;
@@ -284,7 +300,7 @@ static flame_node_t *site_parent(flame_t *f, flame_node_t *parent, const tw_row_
     const char *text = row->site != 0 && f->sites != NULL ? report_site_text(f->sites, row->pid, row->site) : NULL;
     if (text == NULL)
         return parent;
-    const frame_name_t *name = intern(f, text, strnlen(text, 1000), 0);
+    const frame_name_t *name = intern(f, text, tw_utf8_cut(text, strlen(text), FRAME_NAME_MAX), 0);
     for (flame_node_t *c = parent->child; name != NULL && c != NULL; c = c->next)
         if (c->name == name)
             return c;
@@ -308,10 +324,10 @@ size_t report_module_label(const tw_row_t *row, const char **label)
 {
     if (row->module.len > 0) {
         *label = row->module.ptr;
-        return row->module.len < 1000 ? row->module.len : 1000;
+        return tw_utf8_cut(row->module.ptr, row->module.len, FRAME_NAME_MAX);
     }
     const char *a = row->api.ptr;
-    size_t n = row->api.len < 1000 ? row->api.len : 1000;
+    size_t n = tw_utf8_cut(a, row->api.len, FRAME_NAME_MAX);
     *label = a;
     if (n > 8 && memcmp(a + n - 8, ".forward", 8) == 0)
         return n - 8;
@@ -322,7 +338,7 @@ void report_flame_row(flame_t *f, const tw_row_t *row, int counted)
 {
     const frame_name_t *name = NULL;
     int outermost = row->parent_id == 0;
-    size_t api_len = row->api.len < 1000 ? row->api.len : 1000;
+    size_t api_len = tw_utf8_cut(row->api.ptr, row->api.len, FRAME_NAME_MAX);
     const char *label = NULL;
     size_t label_len = f->by_module ? report_module_label(row, &label) : 0;
     /* --by module: a call outside every module keeps its API as its frame (optimizer steps,
@@ -577,7 +593,7 @@ static void frame_label(FILE *out, const char *name, size_t len, double width)
     if ((size_t)fit >= len) {
         xml_text(out, name, len);
     } else {
-        xml_text(out, name, (size_t)fit - 2);
+        xml_text(out, name, tw_utf8_cut(name, len, (size_t)fit - 2)); /* whole characters: the SVG stays XML */
         fputs("..", out);
     }
 }

@@ -382,3 +382,22 @@ def test_html_shows_gpu_time_per_api_from_gpu_records(tmp_path):
     assert set(gpu) == {"torch.matmul", "(not attributed)"}
     assert gpu["torch.matmul"][1] == f"{260 / 1e6:.3f}" and gpu["(not attributed)"][1] == f"{100 / 1e6:.3f}"
     assert "gpu ms" in parsed.tables["api-table"][0]
+
+
+def test_site_names_with_separators_and_non_ascii_merge_and_stay_xml(tmp_path):
+    """A site whose file name holds ';' and multi-byte characters: one frame however many calls
+    (the name is made safe for the folded format once, and found again), and the SVG's cut labels
+    keep whole characters (it parses as XML)."""
+    source = "def step(torch):\n    for _ in range(300):\n        torch.add(torch.ones(2), 1)\n"
+    code = compile(source, "données;é/ünïcödé_" + "é" * 40 + ".py", "exec")
+    scope = {}
+    exec(code, scope)
+    out = tmp_path / "run"
+    tw.TorchWrapper({"out_dir": str(out), "format": "csv", "sites": "all"}).start(lambda: scope["step"](torch))
+    folded, svg = tmp_path / "s.folded", tmp_path / "s.svg"
+    report("--folded", folded, "--flamegraph", svg, out)
+    stacks = read_folded(folded)
+    add = [s for s in stacks if s.endswith(";torch.add")]
+    assert len(add) == 1 and add[0].startswith("données:é/ünïcödé_"), add
+    assert sum(stacks.values()) == sum(r["self"] for r in records(out))
+    ET.parse(svg)  # well-formed, labels cut at character boundaries
