@@ -26,6 +26,7 @@ struct tw_ondemand {
     uint64_t default_steps;
     int64_t rank, run_pid;
     pid_t pid;                   /* the process that started it: a forked child leaves it alone */
+    unsigned long long start_time; /* /proc/PID/stat's starttime: the command tells a reused pid by it */
     char control_path[PATH_MAX]; /* PID.json */
     char request_path[PATH_MAX]; /* PID.request */
     struct sigaction previous;   /* the program's SIGUSR2 handler */
@@ -84,6 +85,27 @@ static cJSON *capture_object(const tw_ondemand_t *od)
     return c;
 }
 
+/* This process's start time in clock ticks since boot (/proc/self/stat, field 22), 0 if unknown:
+ * with the pid, it names this process and no later one that reuses the pid. */
+static unsigned long long process_start_time(void)
+{
+    FILE *f = fopen("/proc/self/stat", "re");
+    if (f == NULL)
+        return 0;
+    char line[1024];
+    unsigned long long start = 0;
+    if (fgets(line, sizeof line, f) != NULL) {
+        const char *p = strrchr(line, ')'); /* the command name may hold spaces and ')' */
+        /* the spaces before fields 3 (state) to 22 (starttime) */
+        for (int field = 3; p != NULL && field <= 22; field++)
+            p = strchr(p + 1, ' ');
+        if (p != NULL)
+            start = strtoull(p + 1, NULL, 10);
+    }
+    fclose(f);
+    return start;
+}
+
 /* The control file as things stand (step: the step that begins now). */
 static void write_control(tw_ondemand_t *od, uint64_t step)
 {
@@ -91,6 +113,7 @@ static void write_control(tw_ondemand_t *od, uint64_t step)
     if (o == NULL)
         return;
     cJSON_AddItemToObject(o, "pid", tw_json_uint((uint64_t)od->pid));
+    cJSON_AddItemToObject(o, "start_time", tw_json_uint(od->start_time));
     cJSON_AddItemToObject(o, "rank", od->rank >= 0 ? tw_json_uint((uint64_t)od->rank) : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "run_pid", od->run_pid > 0 ? tw_json_uint((uint64_t)od->run_pid) : cJSON_CreateNull());
     cJSON_AddStringToObject(o, "out_dir", od->out_dir);
@@ -150,6 +173,7 @@ int tw_ondemand_start(const tw_ondemand_config_t *config, tw_ondemand_t **out, c
     od->rank = config->rank;
     od->run_pid = config->run_pid;
     od->pid = getpid();
+    od->start_time = process_start_time();
     if (snprintf(od->control_path, sizeof od->control_path, "%s/%ld.json", dir, (long)od->pid) >=
             (int)sizeof od->control_path ||
         snprintf(od->request_path, sizeof od->request_path, "%s/%ld.request", dir, (long)od->pid) >=
@@ -290,7 +314,11 @@ void tw_ondemand_stop(tw_ondemand_t *od)
     if (od == NULL)
         return;
     if (getpid() == od->pid) {
-        sigaction(SIGUSR2, &od->previous, NULL);
+        /* Put back only our own: a handler the program set since (a checkpoint-on-SIGUSR2 handler)
+         * stays. */
+        struct sigaction now;
+        if (sigaction(SIGUSR2, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == on_signal)
+            sigaction(SIGUSR2, &od->previous, NULL);
         unlink(od->control_path);
         unlink(od->request_path);
         atomic_store(&started, 0);

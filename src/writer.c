@@ -119,6 +119,11 @@ struct tw_writer {
     tw_fileset_t calls;
     tw_stats_t stats;
     uint64_t summary_changes; /* calls and GPU rows added to stats since summary.json was written */
+    /* The captures as this thread sees them: a copy of the list, taken when it grew, so that a
+     * record finds its capture (however many there are) without the lock. */
+    capture_t **capture_view;
+    size_t capture_view_count, capture_view_capacity;
+    size_t first_open_capture; /* of the view: the captures before it are done */
 };
 
 static tw_writer_stream_t *streams_head(tw_writer_t *w);
@@ -263,24 +268,51 @@ static void append_line(tw_writer_t *w, tw_fileset_t *fs, const char *line, size
         write_manifest(w);
 }
 
-/* The capture, of the two newest (older ones' steps are long over), whose steps hold step; or NULL. */
-static inline capture_t *capture_of(capture_t *const recent[2], uint64_t step)
+/* The capture whose steps hold step, or NULL: captures never overlap and come in step order, so a
+ * binary search of the view, the newest (the likeliest) tried first. Writer thread. */
+static inline capture_t *capture_of(const tw_writer_t *w, uint64_t step)
 {
-    for (int i = 0; i < 2; i++)
-        if (recent[i] != NULL && step >= recent[i]->from && step < recent[i]->to)
-            return recent[i];
-    return NULL;
+    size_t n = w->capture_view_count;
+    if (n == 0 || step >= w->capture_view[n - 1]->to)
+        return NULL;
+    if (step >= w->capture_view[n - 1]->from)
+        return w->capture_view[n - 1];
+    size_t lo = 0, hi = n - 1; /* the last capture with from <= step is below hi */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (w->capture_view[mid]->from <= step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    capture_t *c = lo > 0 ? w->capture_view[lo - 1] : NULL;
+    return c != NULL && step < c->to ? c : NULL;
 }
 
-/* recent: the two newest captures (NULL when fewer), read under the lock before the batch. */
-static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk, capture_t *const recent[2])
+/* Takes a new copy of the capture list when it grew (writer thread; the writer's lock held). */
+static void refresh_capture_view(tw_writer_t *w)
+{
+    if (w->capture_view_count == w->capture_count)
+        return;
+    if (w->capture_count > w->capture_view_capacity) {
+        capture_t **view = realloc(w->capture_view, w->capture_capacity * sizeof *view);
+        if (view == NULL)
+            return; /* the old view until memory comes back: its captures still get their records */
+        w->capture_view = view;
+        w->capture_view_capacity = w->capture_capacity;
+    }
+    memcpy(w->capture_view, w->captures, w->capture_count * sizeof *w->captures);
+    w->capture_view_count = w->capture_count;
+}
+
+static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
 {
     char line[TW_LINE_MAX];
     size_t room = w->env.max_size - w->calls.header_len;
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
         unsigned keep = tw_schedule_keeps(&w->schedule, w->summary_only, r->step);
-        capture_t *c = recent[0] != NULL ? capture_of(recent, r->step) : NULL;
+        capture_t *c = w->capture_view_count > 0 ? capture_of(w, r->step) : NULL;
         uint64_t cost_ns = 0, self_ns = 0;
         if ((keep & TW_KEEP_SUMMARY) || c != NULL) {
             cost_ns = tw_clock_duration_ns(&w->clock, r->cost);
@@ -341,6 +373,11 @@ static void finish_capture(tw_writer_t *w, capture_t *c)
     pthread_mutex_unlock(&w->lock);
     write_capture_manifest(w, c);
     write_manifest(w);
+    /* What a finished capture keeps is what the manifests list: a job captured every few minutes
+     * for a week must not hold a write buffer and per-API statistics for each capture. */
+    free(c->files.buf);
+    c->files.buf = NULL;
+    tw_stats_free(&c->stats);
 }
 
 /*
@@ -351,25 +388,25 @@ static void finish_capture(tw_writer_t *w, capture_t *c)
 static void advance_captures(tw_writer_t *w, int closing)
 {
     uint64_t step = atomic_load(&w->step);
-    capture_t *open[16];
-    size_t n = 0;
-    pthread_mutex_lock(&w->lock);
-    for (size_t i = 0; i < w->capture_count && n < 16; i++)
-        if (w->captures[i]->state != CAPTURE_DONE)
-            open[n++] = w->captures[i];
-    pthread_mutex_unlock(&w->lock);
-    for (size_t i = 0; i < n; i++) {
-        capture_t *c = open[i];
+    /* Captures end in order: those before the first open one are done for good. */
+    while (w->first_open_capture < w->capture_view_count &&
+           w->capture_view[w->first_open_capture]->state == CAPTURE_DONE)
+        w->first_open_capture++;
+    for (size_t i = w->first_open_capture; i < w->capture_view_count; i++) {
+        capture_t *c = w->capture_view[i];
+        if (c->state == CAPTURE_DONE)
+            continue;
         if (closing || c->state == CAPTURE_ENDING) {
             finish_capture(w, c);
-        } else if (step >= c->to) {
+            continue;
+        }
+        tw_fileset_flush(&c->env, &c->files);
+        if (step >= c->to) {
             pthread_mutex_lock(&w->lock);
             c->state = CAPTURE_ENDING;
             pthread_mutex_unlock(&w->lock);
         }
     }
-    if (closing && n == 16)
-        advance_captures(w, closing); /* more than 16 open at close: the rest */
 }
 
 /*
@@ -413,8 +450,7 @@ static void *writer_main(void *arg)
         tw_chunk_t *list = tw_queue_wait(w->queue, next_flush, &stop);
         pthread_mutex_lock(&w->lock);
         tw_writer_stream_t *streams = w->streams;
-        capture_t *recent[2] = {w->capture_count > 0 ? w->captures[w->capture_count - 1] : NULL,
-                                w->capture_count > 1 ? w->captures[w->capture_count - 2] : NULL};
+        refresh_capture_view(w);
         int manifest_due = w->manifest_due;
         w->manifest_due = 0;
         pthread_mutex_unlock(&w->lock);
@@ -423,7 +459,7 @@ static void *writer_main(void *arg)
 
         while (list != NULL) {
             tw_chunk_t *next = list->next;
-            write_chunk(w, list, recent);
+            write_chunk(w, list);
             tw_chunk_release(list);
             list = next;
         }
@@ -434,9 +470,6 @@ static void *writer_main(void *arg)
             tw_fileset_flush(&w->env, &w->calls);
             for (tw_writer_stream_t *s = streams; s != NULL; s = s->next)
                 tw_fileset_flush(&w->env, &s->files);
-            for (int i = 0; i < 2; i++)
-                if (recent[i] != NULL && recent[i]->state != CAPTURE_DONE)
-                    tw_fileset_flush(&recent[i]->env, &recent[i]->files);
             advance_captures(w, stop);
             /* summary.json as it stands, so that a long job can be watched (the last one is
              * written at close) */
@@ -484,6 +517,9 @@ static int ensure_thread(void *arg)
 
 static void free_captures(tw_writer_t *w)
 {
+    free(w->capture_view);
+    w->capture_view = NULL;
+    w->capture_view_count = w->capture_view_capacity = w->first_open_capture = 0;
     for (size_t i = 0; i < w->capture_count; i++) {
         capture_t *c = w->captures[i];
         tw_fileset_free(&c->files);

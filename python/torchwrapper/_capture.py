@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import signal
+import stat
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -26,6 +27,42 @@ USAGE = "python -m torchwrapper capture PID [--steps N] [--dir DIR] [--wait] [--
 
 def control_dir() -> str:
     return os.environ.get("TORCHWRAPPER_CONTROL_DIR") or f"/tmp/torchwrapper-{os.geteuid()}"
+
+
+def _start_time(pid: int) -> Optional[int]:
+    """Field 22 of /proc/PID/stat (the start time, in clock ticks since boot), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces and ')'
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def _is_the_profiled_process(state: Dict[str, Any]) -> bool:
+    """Whether state's pid is alive and still the process that wrote state (not a later process that
+    was given the same pid after the profiled one was killed and left its file behind)."""
+    pid = state.get("pid")
+    if not isinstance(pid, int) or pid <= 0 or not _alive(pid):
+        return False
+    start = state.get("start_time")
+    now = _start_time(pid)
+    return not start or now is None or now == start
+
+
+def _check_control_dir(directory: str) -> Optional[str]:
+    """Why directory must not be trusted (its files choose which processes get signals), or None:
+    it must be a real directory of this user's that nobody else can write to."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return None  # nothing there: no profiled process
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{directory} is not a directory"
+    if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{directory} belongs to another user or others can write to it"
+    return None
 
 
 def _alive(pid: int) -> bool:
@@ -52,7 +89,7 @@ def targets(pid: int, directory: Optional[str] = None) -> List[Dict[str, Any]]:
     found = []
     for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
         state = _read(path)
-        if state is None or not _alive(int(state.get("pid", 0))):
+        if not isinstance(state, dict) or not _is_the_profiled_process(state):
             continue
         if state["pid"] == pid or state.get("run_pid") == pid:
             found.append(state)
@@ -73,6 +110,8 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     options = parser.parse_args(argv)
     if options.steps is not None and options.steps < 1:
         parser.error(f"--steps {options.steps} is not accepted: give 1 or more steps")
+    if options.pid <= 0:
+        parser.error(f"PID {options.pid} is not accepted: give a process id (1 or more)")
     if options.timeout <= 0:
         parser.error(f"--timeout {options.timeout:g} is not accepted: give seconds > 0")
     return options
@@ -81,6 +120,11 @@ def _parse(argv: List[str]) -> argparse.Namespace:
 def capture(argv: List[str]) -> int:
     options = _parse(argv)
     directory = control_dir()
+    unsafe = _check_control_dir(directory)
+    if unsafe is not None:
+        sys.stderr.write(f"torchwrapper capture: refused: {unsafe} (set $TORCHWRAPPER_CONTROL_DIR to a directory "
+                         "of your own)\n")
+        return 2
     found = targets(options.pid, directory)
     if not found:
         sys.stderr.write(f"torchwrapper capture: process {options.pid} is not profiled with on-demand capture "

@@ -575,6 +575,38 @@ static void the_summary_is_rewritten_while_the_program_runs(void **state)
     free_fixture(&f);
 }
 
+/* Records reach the writer late (a thread's partial chunk): by then later captures may have begun;
+ * each record still goes to the capture of its step, however many came since. */
+static void records_find_their_capture_among_many(void **state)
+{
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = TW_FORMAT_CSV, .file_max_size = 1 << 20,
+                                          .file_name_spec = "serial", .rank = -1});
+    char dir[512], err[256] = "";
+    uint32_t id = 0;
+    for (uint32_t k = 0; k < 5; k++) { /* captures of steps 0, 1, 2, 3, 4: one step each */
+        snprintf(dir, sizeof dir, "%s/capture-%u", f.dir, k + 1);
+        tw_writer_set_step(f.writer, k);
+        assert_int_equal(tw_writer_capture(f.writer, k, 1, dir, &id, err, sizeof err), 0);
+    }
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    for (uint32_t step = 0; step < 5; step++) { /* step k gets k + 1 calls, all in one late chunk */
+        tw_recorder_set_step(f.rec, step);
+        for (uint32_t i = 0; i <= step; i++)
+            tw_call_end(t, tw_call_begin(t), f.ids[0], 10 * step + i, 10 * step + i + 1, 0);
+    }
+    tw_writer_set_step(f.writer, 5);
+    close_fixture(&f);
+    for (uint32_t k = 1; k <= 5; k++) {
+        tw_writer_capture_stats_t cs;
+        assert_int_equal(tw_writer_capture_stats(f.writer, k, &cs), 0);
+        assert_true(cs.done);
+        assert_int_equal(cs.records_written, k);
+        assert_int_equal(cs.records_late, 0);
+    }
+    free_fixture(&f);
+}
+
 static void an_existing_name_is_never_overwritten(void **state)
 {
     fixture_t f;
@@ -1223,6 +1255,7 @@ int main(void)
         cmocka_unit_test(summary_only_writes_the_summary_and_no_record_file),
         cmocka_unit_test(a_capture_writes_its_steps_to_a_dir_of_its_own),
         cmocka_unit_test(the_summary_is_rewritten_while_the_program_runs),
+        cmocka_unit_test(records_find_their_capture_among_many),
         cmocka_unit_test(a_capture_is_finished_while_the_program_runs_and_counts_late_records),
         cmocka_unit_test(an_existing_name_is_never_overwritten),
         cmocka_unit_test(max_files_keeps_the_newest),

@@ -253,3 +253,41 @@ def test_bad_on_demand_values_and_requests_are_named(tmp_path, job_env):
     assert f"process {os.getpid()} is not profiled with on-demand capture" in result.stderr
     result = capture_cli([os.getpid(), "--steps", "0"], job_env)
     assert result.returncode == 2 and "--steps 0 is not accepted" in result.stderr
+
+
+def test_a_stale_control_file_or_an_unsafe_directory_signals_nobody(tmp_path, job_env):
+    """A file left by a killed process whose pid was given to another process, and a control
+    directory others can write to: the command refuses, and the other process gets no signal
+    (SIGUSR2's default action would end it)."""
+    ctl = tmp_path / "ctl"
+    ctl.mkdir(mode=0o700)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (ctl / f"{bystander.pid}.json").write_text(json.dumps(
+            {"pid": bystander.pid, "start_time": 1, "run_pid": None, "step": 7, "capture": None, "requests": 0}))
+        result = capture_cli([bystander.pid], job_env)
+        assert result.returncode == 2 and "is not profiled with on-demand capture" in result.stderr
+        os.chmod(ctl, 0o777)
+        result = capture_cli([bystander.pid], job_env)
+        assert result.returncode == 2 and "others can write to it" in result.stderr
+        assert bystander.poll() is None  # still running: never signalled
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_handler_the_program_sets_while_profiling_stays_after_stop(tmp_path):
+    got = []
+    previous = signal.getsignal(signal.SIGUSR2)
+    os.environ["TORCHWRAPPER_CONTROL_DIR"] = str(tmp_path / "ctl")
+    try:
+        wrapper = torchwrapper.TorchWrapper({"out_dir": str(tmp_path / "out"), "on_demand": True, "gpu": "off"})
+        wrapper.start()
+        signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))  # a checkpoint handler, say
+        wrapper.stop()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        wait_for(lambda: got, "the program's handler", timeout=10)
+    finally:
+        del os.environ["TORCHWRAPPER_CONTROL_DIR"]
+        signal.signal(signal.SIGUSR2, previous)
+    assert got == [signal.SIGUSR2]
