@@ -21,17 +21,6 @@
 /* The header line of a CSV file of call records. */
 #define TW_CALLS_CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module,step,site\n"
 
-/* Cuts n bytes of UTF-8 back to a character boundary at most max bytes long, so that cut text stays
- * valid UTF-8. */
-static inline size_t tw_utf8_cut(const char *s, size_t n, size_t max)
-{
-    if (n <= max)
-        return n;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
-        max--;
-    return max;
-}
-
 /* Formats record r of chunk into line (at least TW_LINE_MAX bytes) in format, its times converted
  * by clock and its argument text cut to args_max bytes; returns its length. */
 size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock, int64_t pid, const tw_chunk_t *chunk,

@@ -98,6 +98,7 @@ struct tw_writer {
     tw_sites_t *sites;      /* the caller's, or NULL */
     char sites_path[PATH_MAX];
     uint32_t sites_written; /* sites in the file written last */
+    int sites_file_written; /* sites.json exists (even with no site in it) */
 
     /* guarded by lock */
     pthread_mutex_t lock;
@@ -151,13 +152,15 @@ static void write_sites(tw_writer_t *w)
 {
     tw_sites_stats_t st;
     tw_sites_stats(w->sites, &st);
-    if (st.count == w->sites_written && w->end_ns == 0 && w->sites_written != 0)
+    if (w->sites_file_written && st.count == w->sites_written && w->end_ns == 0)
         return;
     int err = tw_sites_write_json(w->sites, w->sites_path, w->env.pid);
-    if (err != 0)
+    if (err != 0) {
         tw_fileset_warn(&w->env, "writing", w->sites_path, err);
-    else
-        w->sites_written = st.count ? st.count : 1;
+    } else {
+        w->sites_written = st.count;
+        w->sites_file_written = 1;
+    }
 }
 
 static const char *const capture_state_names[] = {"recording", "ending", "done"};
@@ -471,6 +474,9 @@ static void *writer_main(void *arg)
             for (tw_writer_stream_t *s = streams; s != NULL; s = s->next)
                 tw_fileset_flush(&w->env, &s->files);
             advance_captures(w, stop);
+            /* sites.json as it stands: a job killed later still has the sites of its records */
+            if (w->sites != NULL && !stop)
+                write_sites(w);
             /* summary.json as it stands, so that a long job can be watched (the last one is
              * written at close) */
             if (w->summary_changes > 0 && !stop) {
@@ -589,6 +595,7 @@ static void fork_child(void *arg)
     snprintf(w->summary_path, sizeof w->summary_path, "%s/summary-%lld.json", w->out_dir, (long long)w->env.pid);
     snprintf(w->sites_path, sizeof w->sites_path, "%s/sites-%lld.json", w->out_dir, (long long)w->env.pid);
     w->sites_written = 0;
+    w->sites_file_written = 0;
 }
 
 static const tw_queue_consumer_t consumer_ops = {ensure_thread, fork_prepare, fork_parent, fork_child};

@@ -25,6 +25,17 @@
 extern "C" {
 #endif
 
+/* Cuts n bytes of UTF-8 back to a character boundary at most max bytes long, so that cut text stays
+ * valid UTF-8. */
+static inline size_t tw_utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+        max--;
+    return max;
+}
+
 /* Decimal digits of v (1 for 0). */
 static inline int tw_decimal_digits(uint64_t v)
 {

@@ -328,7 +328,7 @@ static inline uint32_t tw_caller_site(int outermost)
         uint32_t value = tw_site_value(frame->f_code, tw_iframe_lasti(frame));
         if (TW_UNLIKELY(value & TW_SITE_IN_TORCH))
             return outermost ? tw_site_outside_torch_fast(frame) : TW_SITE_NONE;
-        if (TW_UNLIKELY(value == tw_active.sites_overflow_id))
+        if (TW_UNLIKELY(value == tw_active.sites_overflow_id) && value != TW_SITE_NONE)
             tw_sites_note_overflow(tw_active.sites, 1);
         return value;
     }

@@ -105,7 +105,9 @@ static uint32_t intern_site(PyCodeObject *code, int lasti)
     if (cwd_prefix != NULL && strncmp(file, cwd_prefix, cwd_prefix_len) == 0 && file[cwd_prefix_len] != '\0')
         shown = file + cwd_prefix_len;
     char text[2 * TW_SITE_TEXT_MAX + 32];
-    snprintf(text, sizeof text, "%.1024s:%d %.1024s", shown, line > 0 ? line : 0, function);
+    /* cut at character boundaries: sites.json must stay valid UTF-8 */
+    snprintf(text, sizeof text, "%.*s:%d %.*s", (int)tw_utf8_cut(shown, strlen(shown), 1024), shown,
+             line > 0 ? line : 0, (int)tw_utf8_cut(function, strlen(function), 1024), function);
     return tw_sites_intern(tw_active.sites, file, line > 0 ? (uint32_t)line : 0, function, text);
 }
 
@@ -180,7 +182,8 @@ uint32_t tw_caller_site_public(int outermost)
     uint32_t value = tw_site_value(code, lasti);
     if (value & TW_SITE_IN_TORCH)
         return outermost ? tw_site_outside_torch(frame) : TW_SITE_NONE;
-    if (value == tw_active.sites_overflow_id)
+    /* (NONE first: a session stopped meanwhile has no table, and its overflow id is 0 too) */
+    if (value != TW_SITE_NONE && value == tw_active.sites_overflow_id)
         tw_sites_note_overflow(tw_active.sites, 1);
     return value;
 }

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../format.h"
 #include "report_internal.h"
 
 /* A frame's name, interned: nodes compare names by pointer. */

@@ -316,3 +316,35 @@ def test_files_without_the_site_column_still_load(tmp_path):
     assert done.returncode == 0, done.stderr
     (row,) = csv.DictReader(done.stdout.splitlines())
     assert row["calls"] == "2" and row["site: APIs called there"].startswith("(no site")
+
+
+def test_the_sites_file_follows_a_running_job(tmp_path):
+    """sites.json is rewritten at the flush interval when sites were added (not only at a new file
+    or at stop), so that a job killed before its next rotation still names its records' sites."""
+    import time
+    out = tmp_path / "out"
+
+    def listed(function):
+        try:
+            with open(out / "sites.json") as f:
+                return [s for s in json.load(f)["sites"].values() if s["function"].endswith(function)]
+        except (OSError, ValueError):
+            return []
+
+    def wait_until(done, what):
+        deadline = time.monotonic() + 60
+        while not done() and time.monotonic() < deadline:
+            torch.zeros(1)  # the recording thread hands its chunk over at its next call
+            time.sleep(0.01)
+        assert done(), what
+
+    def later_site():
+        torch.add(torch.ones(2), 1)
+
+    prof = tw.profile(out_dir=str(out), flush_interval=0.05).start()
+    try:
+        wait_until(lambda: listed("wait_until"), "the first file's sites")  # its torch.zeros calls
+        later_site()  # a site the record file's creation did not see
+        wait_until(lambda: listed("later_site"), "sites.json never named a site added while recording")
+    finally:
+        prof.stop()
