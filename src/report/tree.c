@@ -69,14 +69,18 @@ void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
     tree_calls_t *c = &t->selected;
     if ((!t->have_tid || c->count == 0) && t->column_steps > 0) {
         fprintf(err, "tw-report: step %" PRId64 " is not in the records: steps 0 to %" PRId64 " of thread %" PRIu64
-                     " (the step column; --boundary counts boundary calls instead)\n",
-                o->tree_step, t->column_steps - 1, t->tid);
+                     " of pid %" PRId64 " (the step column; --boundary counts boundary calls instead)%s\n",
+                o->tree_step, t->column_steps - 1, t->tid, t->pid,
+                o->npids || o->ntids ? "" : "; the tree is of the first thread read: give --pid N (a rank's) or --tid N "
+                                            "for another");
         return;
     }
     if (!t->have_tid || c->count == 0) {
         fprintf(err, "tw-report: step %" PRId64 " is not in the records: %" PRId64 " step(s) of thread %" PRIu64
-                     ", each ending with an outermost call of '%s' (--boundary)\n",
-                o->tree_step, t->boundaries + (t->pending.count > 0), t->tid, o->boundary);
+                     " of pid %" PRId64 ", each ending with an outermost call of '%s' (--boundary)%s\n",
+                o->tree_step, t->boundaries + (t->pending.count > 0), t->tid, t->pid, o->boundary,
+                o->npids || o->ntids ? "" : "; the tree is of the first thread read: give --pid N (a rank's) or --tid N "
+                                            "for another");
         return;
     }
     qsort(c->items, c->count, sizeof *c->items, compare_tree_calls);
