@@ -112,10 +112,5 @@ int report_diff_write_html(const diff_t *d, const char *path, FILE *err)
         return 1;
     }
     write_page(out, d);
-    int failed = ferror(out);
-    if (fclose(out) != 0 || failed) { /* a page cut short (a full disk) is an error, not a result */
-        fprintf(err, "tw-report: --html '%s' cannot be written: %s\n", path, strerror(errno));
-        return 1;
-    }
-    return 0;
+    return report_close_output(out, path, 0, err);
 }

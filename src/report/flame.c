@@ -513,16 +513,7 @@ int report_flame_write_folded(const flame_t *f, const char *path, FILE *err)
     for (const flame_node_t *c = f->root.child; rc == 0 && c != NULL; c = c->next)
         rc = folded_node(out, c, &p);
     free(p.text);
-    int failed = ferror(out);
-    if (fclose(out) != 0 || failed) {
-        fprintf(err, "tw-report: writing %s failed (disk full?)\n", path);
-        return 1;
-    }
-    if (rc != 0) {
-        fprintf(err, "tw-report: %s\n", tw_strerror(rc));
-        return 1;
-    }
-    return 0;
+    return report_close_output(out, path, rc, err);
 }
 
 /* ---- the SVG flame graph ----------------------------------------------------------------------- */
@@ -797,14 +788,5 @@ int report_flame_write_svg_file(const flame_t *f, const char *path, FILE *err)
     fputs("<?xml version=\"1.0\" standalone=\"no\"?>\n", out);
     int rc = report_flame_write_svg(f, out, "tw-flame", f->by_module ? "Self time by module path"
                                                                       : "Self time by call stack", 30000, 0);
-    int failed = ferror(out);
-    if (fclose(out) != 0 || failed) {
-        fprintf(err, "tw-report: writing %s failed (disk full?)\n", path);
-        return 1;
-    }
-    if (rc != 0) {
-        fprintf(err, "tw-report: %s\n", tw_strerror(rc));
-        return 1;
-    }
-    return 0;
+    return report_close_output(out, path, rc, err);
 }

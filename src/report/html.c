@@ -613,14 +613,5 @@ int report_html_write(const report_t *r, const tw_read_stats_t *stats, FILE *err
     section_gpu(out, r);
     fputs("</main>\n", out);
     report_html_end(out);
-    int failed = ferror(out);
-    if (fclose(out) != 0 || failed) {
-        fprintf(err, "tw-report: writing %s failed (disk full?)\n", path);
-        return 1;
-    }
-    if (rc != 0) {
-        fprintf(err, "tw-report: %s\n", tw_strerror(rc));
-        return 1;
-    }
-    return 0;
+    return report_close_output(out, path, rc, err);
 }

@@ -317,3 +317,17 @@ void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_s
         fputc('\n', note);
     }
 }
+
+int report_close_output(FILE *out, const char *path, int rc, FILE *err)
+{
+    int failed = ferror(out);
+    if (fclose(out) != 0 || failed) { /* a file cut short (a full disk) is an error, not a result */
+        fprintf(err, "tw-report: writing %s failed (disk full?)\n", path);
+        return 1;
+    }
+    if (rc != 0) {
+        fprintf(err, "tw-report: %s\n", tw_strerror(rc));
+        return 1;
+    }
+    return 0;
+}

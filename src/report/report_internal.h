@@ -226,6 +226,9 @@ void report_site_note_api(group_t *g, const char *api, size_t api_len);
 void report_site_keys_finish(report_t *r);
 
 /* print.c */
+/* Closes an output file the report wrote (rc: the writing's own error, 0 or a TW_E* code): 0, or 1
+ * after saying what failed (a write error, or rc). */
+int report_close_output(FILE *out, const char *path, int rc, FILE *err);
 void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_stats_t *stats, double seconds);
 
 /* flame.c: stacks and their self time, built bottom-up as rows return (see there) */

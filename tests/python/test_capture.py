@@ -189,13 +189,20 @@ def test_sigusr2_captures_the_steps_after_the_next_boundary_whatever_the_schedul
     assert summary["torch.optim.SGD.step"] == 2
 
 
-def test_the_programs_own_sigusr2_handler_is_back_after_stop(tmp_path):
+@pytest.mark.parametrize("set_by_the_program", ["before start", "while profiling"])
+def test_the_programs_own_sigusr2_handler_is_there_after_stop(tmp_path, set_by_the_program):
+    """One set before start is put back at stop; one set while profiling (a checkpoint handler,
+    say) stays."""
     got = []
-    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))
+    previous = signal.getsignal(signal.SIGUSR2)
     os.environ["TORCHWRAPPER_CONTROL_DIR"] = str(tmp_path / "ctl")
     try:
+        if set_by_the_program == "before start":
+            signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))
         wrapper = torchwrapper.TorchWrapper({"out_dir": str(tmp_path / "out"), "on_demand": True, "gpu": "off"})
         wrapper.start()
+        if set_by_the_program == "while profiling":
+            signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))
         wrapper.stop()
         os.kill(os.getpid(), signal.SIGUSR2)
         wait_for(lambda: got, "the program's handler", timeout=10)
@@ -274,20 +281,3 @@ def test_a_stale_control_file_or_an_unsafe_directory_signals_nobody(tmp_path, jo
     finally:
         bystander.kill()
         bystander.wait()
-
-
-def test_a_handler_the_program_sets_while_profiling_stays_after_stop(tmp_path):
-    got = []
-    previous = signal.getsignal(signal.SIGUSR2)
-    os.environ["TORCHWRAPPER_CONTROL_DIR"] = str(tmp_path / "ctl")
-    try:
-        wrapper = torchwrapper.TorchWrapper({"out_dir": str(tmp_path / "out"), "on_demand": True, "gpu": "off"})
-        wrapper.start()
-        signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))  # a checkpoint handler, say
-        wrapper.stop()
-        os.kill(os.getpid(), signal.SIGUSR2)
-        wait_for(lambda: got, "the program's handler", timeout=10)
-    finally:
-        del os.environ["TORCHWRAPPER_CONTROL_DIR"]
-        signal.signal(signal.SIGUSR2, previous)
-    assert got == [signal.SIGUSR2]
