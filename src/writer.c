@@ -108,6 +108,8 @@ struct tw_writer {
     pthread_t thread;
     tw_writer_stream_t *streams; /* added under lock, freed by tw_writer_destroy */
     capture_t **captures;        /* appended under lock, oldest first; freed by tw_writer_destroy */
+    tw_chunk_t *batch;           /* the chunks the thread took and has not released yet: a forked
+                                  * child, where the thread is gone, gives them back to the pool */
     size_t capture_count, capture_capacity;
     int manifest_due;            /* a capture began: the writer thread rewrites the manifest */
     _Atomic uint64_t step;       /* the program's step (tw_writer_set_step) */
@@ -452,6 +454,7 @@ static void *writer_main(void *arg)
         int stop;
         tw_chunk_t *list = tw_queue_wait(w->queue, next_flush, &stop);
         pthread_mutex_lock(&w->lock);
+        w->batch = list;
         tw_writer_stream_t *streams = w->streams;
         refresh_capture_view(w);
         int manifest_due = w->manifest_due;
@@ -463,7 +466,10 @@ static void *writer_main(void *arg)
         while (list != NULL) {
             tw_chunk_t *next = list->next;
             write_chunk(w, list);
+            pthread_mutex_lock(&w->lock); /* one step for fork(): released, and no longer in batch */
+            w->batch = next;
             tw_chunk_release(list);
+            pthread_mutex_unlock(&w->lock);
             list = next;
         }
         for (tw_writer_stream_t *s = streams; s != NULL; s = s->next)
@@ -580,6 +586,13 @@ static void fork_child(void *arg)
     pthread_mutex_unlock(&w->lock);
     pthread_mutex_init(&w->lock, NULL);
     w->thread_running = 0;
+    /* The batch the parent's thread was writing: the parent writes it; the child's copies of its
+     * chunks would be lost with the thread that held them. */
+    while (w->batch != NULL) {
+        tw_chunk_t *next = w->batch->next;
+        tw_chunk_release(w->batch);
+        w->batch = next;
+    }
     /* The parent's captures are the parent's: its files, its steps. */
     for (size_t i = 0; i < w->capture_count; i++)
         tw_fileset_fork_child(&w->captures[i]->files);
