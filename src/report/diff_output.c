@@ -70,33 +70,6 @@ static void put_number(FILE *out, double v, size_t c, int json)
         fprintf(out, "%.1f", v);
 }
 
-static void put_json_text(FILE *out, const char *s)
-{
-    size_t len = strlen(s);
-    char *text = malloc(6 * len + 2);
-    if (text == NULL) {
-        fputs("\"\"", out);
-        return;
-    }
-    fwrite(text, 1, (size_t)(tw_json_escape(text, s, len) - text), out);
-    free(text);
-}
-
-static void put_csv_text(FILE *out, const char *s)
-{
-    if (strpbrk(s, ",\"\n\r") == NULL) {
-        fputs(s, out);
-        return;
-    }
-    fputc('"', out);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', out);
-        fputc(*s, out);
-    }
-    fputc('"', out);
-}
-
 static void write_csv(FILE *out, const diff_t *d, size_t shown)
 {
     for (size_t c = 0; c < NCOLUMNS; c++)
@@ -104,7 +77,7 @@ static void write_csv(FILE *out, const diff_t *d, size_t shown)
     fputc('\n', out);
     for (size_t i = 0; i < shown; i++) {
         const diff_row_t *r = &d->rows[i];
-        put_csv_text(out, r->api);
+        report_csv_text(out, r->api);
         fprintf(out, ",%s", report_diff_verdict_name(r->verdict));
         for (size_t c = 2; c < NCOLUMNS; c++) {
             fputc(',', out);
@@ -128,7 +101,7 @@ static void write_json_run(FILE *out, const diff_run_t *r)
     fputs("{\"inputs\":[", out);
     for (size_t i = 0; i < r->ninputs; i++) {
         fputs(i ? "," : "", out);
-        put_json_text(out, r->inputs[i]);
+        report_json_text(out, r->inputs[i]);
     }
     fprintf(out, "],\"files\":%zu,\"records\":%" PRIu64 ",\"steps\":%zu,\"first_step\":%" PRId64
                  ",\"last_step\":%" PRId64 ",\"last_step_seen\":%" PRId64 ",",
@@ -156,7 +129,7 @@ static void write_json_rows(FILE *out, const diff_t *d, size_t shown)
     for (size_t i = 0; i < shown; i++) {
         const diff_row_t *r = &d->rows[i];
         fputs(i ? ",\n{\"api\":" : "\n{\"api\":", out);
-        put_json_text(out, r->api);
+        report_json_text(out, r->api);
         fprintf(out, ",\"verdict\":\"%s\"", report_diff_verdict_name(r->verdict));
         for (size_t c = 2; c < NCOLUMNS; c++) {
             fprintf(out, ",\"%s\":", columns[c].name);
@@ -283,17 +256,6 @@ static void write_table(FILE *out, const diff_t *d, size_t shown, int md)
 
 /* ---- --diff's options, and the command -------------------------------------------------------- */
 
-static int diff_usage_error(FILE *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("tw-report: ", err);
-    vfprintf(err, fmt, ap);
-    fputs("\n(tw-report --help lists the options)\n", err);
-    va_end(ap);
-    return 2;
-}
-
 /* A percentage or a level: a finite number, nothing after it. */
 static int parse_number(const char *s, double *out)
 {
@@ -313,7 +275,7 @@ int report_parse_diff_option(const char *name, size_t name_len, const char *valu
     if (!(IS("--diff") || IS("--fail-above") || IS("--alpha") || IS("--min-change")))
         return -1;
     if (value == NULL)
-        return diff_usage_error(err, "option %.*s needs a value", (int)name_len, name);
+        return report_usage_error(err, "option %.*s needs a value", (int)name_len, name);
     double v;
     if (IS("--diff")) {
         if (o->diff_base == NULL && (o->diff_base = calloc((size_t)argc + 1, sizeof *o->diff_base)) == NULL) {
@@ -323,18 +285,18 @@ int report_parse_diff_option(const char *name, size_t name_len, const char *valu
         o->diff_base[o->ndiff_base++] = value;
     } else if (IS("--fail-above")) {
         if (parse_number(value, &v) != 0 || v < 0)
-            return diff_usage_error(err, "--fail-above '%s' is not accepted: give a percentage of BASE's step time, "
+            return report_usage_error(err, "--fail-above '%s' is not accepted: give a percentage of BASE's step time, "
                                          "a number >= 0 (e.g. 5 or 2.5)", value);
         o->diff_fail_above = v;
         o->diff_fail_above_given = 1;
     } else if (IS("--alpha")) {
         if (parse_number(value, &v) != 0 || !(v > 0 && v < 1))
-            return diff_usage_error(err, "--alpha '%s' is not accepted: give a significance level between 0 and 1, "
+            return report_usage_error(err, "--alpha '%s' is not accepted: give a significance level between 0 and 1, "
                                          "both excluded (e.g. 0.001)", value);
         o->diff_alpha = v;
     } else {
         if (parse_number(value, &v) != 0 || v < 0)
-            return diff_usage_error(err, "--min-change '%s' is not accepted: give a percentage of BASE's step time, "
+            return report_usage_error(err, "--min-change '%s' is not accepted: give a percentage of BASE's step time, "
                                          "a number >= 0 (e.g. 1 or 0.5)", value);
         o->diff_min_change = v;
         o->diff_min_change_given = 1;
@@ -348,7 +310,7 @@ int report_diff_main(const options_t *o, FILE *out, FILE *err)
 {
     if (o->tree_step >= 0 || o->trace != NULL || o->has_window || o->by != BY_API || o->folded || o->flamegraph ||
         o->frames_by_module)
-        return diff_usage_error(err, "--diff compares per API and step: it does not go with %s",
+        return report_usage_error(err, "--diff compares per API and step: it does not go with %s",
                                 o->tree_step >= 0 ? "--tree" : o->trace != NULL ? "--trace"
                                 : o->has_window ? "--window (give --steps)" : o->folded ? "--folded"
                                 : o->flamegraph ? "--flamegraph (--html shows the diff)" : "--by");

@@ -114,7 +114,7 @@ static int parse_steps(const char *s, options_t *o)
     return 0;
 }
 
-static int usage_error(FILE *err, const char *fmt, ...)
+int report_usage_error(FILE *err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -169,35 +169,35 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         if (!(IS("--sort") || IS("--top") || IS("--by") || IS("--api") || IS("--pid") || IS("--tid") ||
               IS("--window") || IS("--steps") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
               IS("--boundary") || IS("--max-depth") || IS("--folded") || IS("--flamegraph") || IS("--html")))
-            return usage_error(err, "unknown option '%.*s'", (int)name_len, a);
+            return report_usage_error(err, "unknown option '%.*s'", (int)name_len, a);
         if (value == NULL)
-            return usage_error(err, "option %s needs a value", a);
+            return report_usage_error(err, "option %s needs a value", a);
         uint64_t n;
         int k;
         if (IS("--folded") || IS("--flamegraph") || IS("--html")) {
             if (value[0] == '\0')
-                return usage_error(err, "%.*s needs a file name", (int)name_len, a);
+                return report_usage_error(err, "%.*s needs a file name", (int)name_len, a);
             *(IS("--folded") ? &o->folded : IS("--flamegraph") ? &o->flamegraph : &o->html) = value;
         } else if (IS("--by") && strcmp(value, "module") == 0) {
             o->frames_by_module = 1;
         } else if (IS("--sort")) {
             if ((k = pick(value, sorts, 11)) < 0)
-                return usage_error(err, "--sort '%s' is not accepted: give total, self, gpu, calls, mean, min, max, "
+                return report_usage_error(err, "--sort '%s' is not accepted: give total, self, gpu, calls, mean, min, max, "
                                         "p50, p95, p99 or name", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
             if ((k = pick(value, bys, 6)) < 0)
-                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site or "
+                return report_usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site or "
                                         "module (module: with --folded, --flamegraph or --html)", value);
             o->by = (group_by_t)k;
             o->frames_by_module = 0;
         } else if (IS("--format")) {
             if ((k = pick(value, formats, 4)) < 0)
-                return usage_error(err, "--format '%s' is not accepted: give table, csv, json or markdown", value);
+                return report_usage_error(err, "--format '%s' is not accepted: give table, csv, json or markdown", value);
             o->format = (out_format_t)k;
         } else if (IS("--top") || IS("--limit") || IS("--tree") || IS("--max-depth")) {
             if (parse_count(value, &n) != 0 || (IS("--tree") && n > INT64_MAX))
-                return usage_error(err, "%.*s '%s' is not a count (a whole number >= 0)", (int)name_len, a, value);
+                return report_usage_error(err, "%.*s '%s' is not a count (a whole number >= 0)", (int)name_len, a, value);
             if (IS("--top"))
                 o->top = (size_t)n;
             else if (IS("--limit"))
@@ -211,7 +211,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             o->boundary_given = 1;
         } else if (IS("--api")) {
             if (o->napis == MAX_FILTERS)
-                return usage_error(err, "at most %d --api globs", MAX_FILTERS);
+                return report_usage_error(err, "at most %d --api globs", MAX_FILTERS);
             o->apis[o->napis++] = value;
         } else if (IS("--pid") || IS("--tid")) {
             int64_t v;
@@ -219,21 +219,21 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             errno = 0;
             v = strtoll(value, &end, 10);
             if (errno != 0 || end == value || *end != '\0')
-                return usage_error(err, "%.*s '%s' is not a process or thread id (a whole number)", (int)name_len, a,
+                return report_usage_error(err, "%.*s '%s' is not a process or thread id (a whole number)", (int)name_len, a,
                                    value);
             if ((IS("--pid") ? o->npids : o->ntids) == MAX_FILTERS)
-                return usage_error(err, "at most %d %.*s filters", MAX_FILTERS, (int)name_len, a);
+                return report_usage_error(err, "at most %d %.*s filters", MAX_FILTERS, (int)name_len, a);
             if (IS("--pid"))
                 o->pids[o->npids++] = v;
             else
                 o->tids[o->ntids++] = (uint64_t)v;
         } else if (IS("--window")) {
             if (parse_window(value, o) != 0)
-                return usage_error(err, "--window '%s' is not accepted: give START:END in seconds after the run's "
+                return report_usage_error(err, "--window '%s' is not accepted: give START:END in seconds after the run's "
                                         "start, START <= END, either may be empty (e.g. 10:20, 5:, :1.5)", value);
         } else if (IS("--steps")) {
             if (parse_steps(value, o) != 0)
-                return usage_error(err, "--steps '%s' is not accepted: give FIRST:LAST, steps counted from 0, FIRST <= "
+                return report_usage_error(err, "--steps '%s' is not accepted: give FIRST:LAST, steps counted from 0, FIRST <= "
                                         "LAST, either may be empty (e.g. 7:9, 10:, :4), or one step (e.g. 5)", value);
         } else if (IS("--trace")) {
             o->trace = value;
@@ -243,17 +243,17 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
     while (i < argc)
         o->inputs[o->ninputs++] = argv[i++];
     if (o->ninputs == 0 && o->ndiff_base > 0)
-        return usage_error(err, "--diff BASE compares BASE with the run given as input (NEW): give NEW's directory "
+        return report_usage_error(err, "--diff BASE compares BASE with the run given as input (NEW): give NEW's directory "
                                 "or record files too (tw-report --diff BASE NEW)");
     if (o->ninputs == 0)
-        return usage_error(err, "no input: give an output directory or record files");
+        return report_usage_error(err, "no input: give an output directory or record files");
     /* --folded, --flamegraph, --html: stacks of API names, or of module paths */
     int stacks = o->folded || o->flamegraph || o->html;
     if (o->frames_by_module && !stacks)
-        return usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
+        return report_usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
                                 "give one of them, or --by api, thread, pid, parent, step or site for the table");
     if (stacks && (o->by != BY_API || o->tree_step >= 0))
-        return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
+        return report_usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
                                 "and not --tree");
     return 0;
 }

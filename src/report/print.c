@@ -57,7 +57,7 @@ static row_values_t values_of(const group_t *g, uint64_t all_self)
                           all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0};
 }
 
-static void csv_text(FILE *out, const char *s)
+void report_csv_text(FILE *out, const char *s)
 {
     if (strpbrk(s, ",\"\n\r") == NULL) {
         fputs(s, out);
@@ -72,7 +72,7 @@ static void csv_text(FILE *out, const char *s)
     fputc('"', out);
 }
 
-static void json_text(FILE *out, const char *s)
+void report_json_text(FILE *out, const char *s)
 {
     size_t len = strlen(s); /* a group key: at most ~1200 bytes */
     char *text = malloc(6 * len + 2);
@@ -194,7 +194,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                 group_title(o->by));
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self);
-            csv_text(out, v.key);
+            report_csv_text(out, v.key);
             fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
                          ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f\n",
                     v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
@@ -208,7 +208,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self);
             fputs(i ? ",\n{\"key\":" : "\n{\"key\":", out);
-            json_text(out, v.key);
+            report_json_text(out, v.key);
             fprintf(out, ",\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"total_ns\":%" PRIu64 ",\"self_ns\":%" PRIu64
                          ",\"gpu_ns\":%" PRIu64 ",\"mean_ns\":%" PRIu64 ",\"min_ns\":%" PRIu64 ",\"p50_ns\":%" PRIu64
                          ",\"p95_ns\":%" PRIu64 ",\"p99_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 ",\"share\":%.4f}",

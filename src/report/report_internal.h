@@ -203,6 +203,8 @@ int report_collect_inputs(const options_t *o, inputs_t *in, FILE *err);
 void report_free_inputs(inputs_t *in);
 
 /* options.c */
+/* A usage error: the message, then where the options are listed; returns 2 (the exit status). */
+int report_usage_error(FILE *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, FILE *err);
 
 /* tree.c */
@@ -229,6 +231,9 @@ void report_site_keys_finish(report_t *r);
 /* Closes an output file the report wrote (rc: the writing's own error, 0 or a TW_E* code): 0, or 1
  * after saying what failed (a write error, or rc). */
 int report_close_output(FILE *out, const char *path, int rc, FILE *err);
+/* s as one CSV field (quoted when it must be), and as a JSON string (quotes included). */
+void report_csv_text(FILE *out, const char *s);
+void report_json_text(FILE *out, const char *s);
 void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_stats_t *stats, double seconds);
 
 /* flame.c: stacks and their self time, built bottom-up as rows return (see there) */
