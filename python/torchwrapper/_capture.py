@@ -153,7 +153,12 @@ def capture(argv: List[str]) -> int:
             continue
         with os.fdopen(fd, "w") as f:
             json.dump(request, f)
-        os.kill(pid, signal.SIGUSR2)
+        try:
+            os.kill(pid, signal.SIGUSR2)
+        except ProcessLookupError:  # it ended meanwhile
+            os.unlink(path)
+            sys.stderr.write(f"torchwrapper capture: {name}: ended before it was asked\n")
+            continue
         asked.append((name, state))
     # The answers come at each process's next step boundary: its control file counts the requests.
     deadline = time.monotonic() + options.timeout
