@@ -80,6 +80,23 @@ void tw_fileset_close(tw_fileset_env_t *env, tw_fileset_t *fs)
     }
 }
 
+int tw_atomic_open(const char *path, char *tmp, size_t tmp_size, mode_t mode)
+{
+    if (snprintf(tmp, tmp_size, "%s.tmp-%lld", path, (long long)getpid()) >= (int)tmp_size)
+        return -ENAMETOOLONG;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+    return fd >= 0 ? fd : -errno;
+}
+
+int tw_atomic_commit(const char *tmp, const char *path, int err)
+{
+    if (err == 0 && rename(tmp, path) != 0)
+        err = errno;
+    if (err != 0)
+        unlink(tmp);
+    return err;
+}
+
 int tw_path_join(char *out, size_t size, const char *dir, const char *name)
 {
     int n = snprintf(out, size, "%s/%s", dir, name);

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "torchwrapper/writer.h"
@@ -81,6 +82,13 @@ void tw_fileset_warn(tw_fileset_env_t *env, const char *what, const char *path, 
 
 /* write() all of data, through EINTR; 0 or an errno value. */
 int tw_write_all(int fd, const char *data, size_t len);
+
+/* A file replaced atomically: tw_atomic_open() opens path.tmp-PID (its name in tmp, O_NOFOLLOW,
+ * mode) and returns its descriptor or -errno; tw_atomic_commit() renames it over path when err (the
+ * writing's first error, 0 or an errno value) is 0, else removes it, and returns the first error.
+ * A reader sees the old file or the new one, never half of one. */
+int tw_atomic_open(const char *path, char *tmp, size_t tmp_size, mode_t mode);
+int tw_atomic_commit(const char *tmp, const char *path, int err);
 
 /* dir/name into out; 0 or TW_ERANGE. */
 int tw_path_join(char *out, size_t size, const char *dir, const char *name);

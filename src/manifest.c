@@ -35,22 +35,15 @@ cJSON *tw_json_uint(uint64_t v)
 int tw_write_file_atomically(const char *path, const char *text, mode_t mode)
 {
     char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%lld", path, (long long)getpid()) >= (int)sizeof tmp)
-        return ENAMETOOLONG;
-    int err = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+    int fd = tw_atomic_open(path, tmp, sizeof tmp, mode);
     if (fd < 0)
-        return errno;
-    err = tw_write_all(fd, text, strlen(text));
+        return -fd;
+    int err = tw_write_all(fd, text, strlen(text));
     if (err == 0)
         err = tw_write_all(fd, "\n", 1);
     if (close(fd) != 0 && err == 0)
         err = errno;
-    if (err == 0 && rename(tmp, path) != 0)
-        err = errno;
-    if (err != 0)
-        unlink(tmp);
-    return err;
+    return tw_atomic_commit(tmp, path, err);
 }
 
 static int write_json_atomically(const char *path, cJSON *root)

@@ -268,17 +268,14 @@ static void put_json_string(FILE *f, const char *s)
 int tw_sites_write_json(tw_sites_t *s, const char *path, int64_t pid)
 {
     char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%lld", path, (long long)getpid()) >= (int)sizeof tmp)
-        return ENAMETOOLONG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int fd = tw_atomic_open(path, tmp, sizeof tmp, 0644);
     if (fd < 0)
-        return errno;
+        return -fd;
     FILE *f = fdopen(fd, "w");
     if (f == NULL) {
         int err = errno;
         close(fd);
-        unlink(tmp);
-        return err;
+        return tw_atomic_commit(tmp, path, err);
     }
     uint64_t overflow = __atomic_load_n(&s->overflow, __ATOMIC_RELAXED);
     pthread_mutex_lock(&s->lock);
@@ -302,9 +299,5 @@ int tw_sites_write_json(tw_sites_t *s, const char *path, int64_t pid)
     int err = ferror(f) ? EIO : 0;
     if (fclose(f) != 0 && err == 0)
         err = errno;
-    if (err == 0 && rename(tmp, path) != 0)
-        err = errno;
-    if (err != 0)
-        unlink(tmp);
-    return err;
+    return tw_atomic_commit(tmp, path, err);
 }

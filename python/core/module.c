@@ -138,6 +138,18 @@ done:
     return result;
 }
 
+PyObject *tw_imported_attribute(const char *module, const char *attribute)
+{
+    PyObject *name = PyUnicode_FromString(module);
+    PyObject *imported = name != NULL ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    PyObject *value = imported != NULL ? PyObject_GetAttrString(imported, attribute) : NULL;
+    Py_XDECREF(imported);
+    if (value == NULL)
+        PyErr_Clear();
+    return value;
+}
+
 /* Whether the current step's calls are recorded (the schedule's active steps, a capture's steps):
  * the tracing streams write rows of those steps only. */
 static PyObject *core_step_recorded(PyObject *module, PyObject *unused)

@@ -350,6 +350,10 @@ void tw_ptr_table_clear(tw_ptr_table_t *table);
 /* The innermost recorded call in progress on this thread, the outermost one and its site: 1, or 0 if none. */
 int tw_current_call(uint64_t *call_id, uint64_t *outer_id, uint32_t *outer_site);
 
+/* module.attribute of a module already imported (the extension never imports torch itself): a new
+ * reference, or NULL without an error when the module is not imported or lacks it. */
+PyObject *tw_imported_attribute(const char *module, const char *attribute);
+
 /* ---- steps (steps.c) ---- */
 
 /* Sets tw_active's step fields for a session that starts recording at step 0 under schedule. */

@@ -146,16 +146,9 @@ static int gpu_reason_known(tw_session_object *self)
  * extension never imports torch itself. */
 static PyObject *find_tensor_type(void)
 {
-    PyObject *name = PyUnicode_FromString("torch._C");
-    PyObject *module = name != NULL ? PyImport_GetModule(name) : NULL;
-    Py_XDECREF(name);
-    PyObject *type = module != NULL ? PyObject_GetAttrString(module, "TensorBase") : NULL;
-    Py_XDECREF(module);
-    if (type == NULL || !PyType_Check(type)) {
-        Py_XDECREF(type);
-        PyErr_Clear();
-        return NULL;
-    }
+    PyObject *type = tw_imported_attribute("torch._C", "TensorBase");
+    if (type != NULL && !PyType_Check(type))
+        Py_CLEAR(type);
     return type;
 }
 

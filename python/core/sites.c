@@ -240,11 +240,7 @@ static int mirror_agrees(void)
  * imported. A new PyMem_Raw string; never raises. */
 static char *find_torch_dir(void)
 {
-    PyObject *name = PyUnicode_FromString("torch");
-    PyObject *torch = name != NULL ? PyImport_GetModule(name) : NULL;
-    Py_XDECREF(name);
-    PyObject *file = torch != NULL ? PyObject_GetAttrString(torch, "__file__") : NULL;
-    Py_XDECREF(torch);
+    PyObject *file = tw_imported_attribute("torch", "__file__");
     const char *path = file != NULL && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : NULL;
     char *dir = NULL;
     const char *slash = path != NULL ? strrchr(path, '/') : NULL;
