@@ -103,6 +103,28 @@ int tw_path_join(char *out, size_t size, const char *dir, const char *name)
     return n < 0 || (size_t)n >= size ? TW_ERANGE : 0;
 }
 
+int tw_make_dirs(const char *dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return ENAMETOOLONG;
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char was = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return errno;
+        if (was == '\0')
+            break;
+        *p = was;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return errno;
+    return S_ISDIR(st.st_mode) ? (access(dir, W_OK | X_OK) == 0 ? 0 : errno) : ENOTDIR;
+}
+
 /* Keeps only the newest max_files files of fs (the current one included). */
 static void enforce_max_files(tw_fileset_env_t *env, tw_fileset_t *fs)
 {

@@ -90,6 +90,10 @@ int tw_write_all(int fd, const char *data, size_t len);
 int tw_atomic_open(const char *path, char *tmp, size_t tmp_size, mode_t mode);
 int tw_atomic_commit(const char *tmp, const char *path, int err);
 
+/* mkdir -p: dir and its missing parents; 0 when dir is then a directory this process can write
+ * into, else a positive errno value (ENOTDIR: not a directory; EACCES: not writable). */
+int tw_make_dirs(const char *dir);
+
 /* dir/name into out; 0 or TW_ERANGE. */
 int tw_path_join(char *out, size_t size, const char *dir, const char *name);
 

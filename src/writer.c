@@ -636,11 +636,12 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
     const char *spec = config->file_name_spec ? config->file_name_spec : config_default_text("file_name_spec", default_spec, sizeof default_spec);
     if (tw_name_spec_check(spec, err, err_size) != 0)
         return TW_EINVAL;
-    if (mkdir(config->out_dir, 0755) != 0 && errno != EEXIST) {
-        snprintf(err, err_size, "out_dir '%s' cannot be created: %s", config->out_dir, strerror(errno));
+    int made = tw_make_dirs(config->out_dir);   /* with its missing parents, as mkdir -p */
+    struct stat st;
+    if (made != 0 && stat(config->out_dir, &st) != 0) {   /* one that exists is checked below */
+        snprintf(err, err_size, "out_dir '%s' cannot be created: %s", config->out_dir, strerror(made));
         return TW_EIO;
     }
-    struct stat st;
     if (stat(config->out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         snprintf(err, err_size, "out_dir '%s' is not a directory", config->out_dir);
         return TW_EIO;
@@ -996,28 +997,6 @@ void tw_writer_stream_stats(tw_writer_stream_t *s, tw_writer_stream_stats_t *sta
 
 /* ---- on-demand captures ------------------------------------------------------------------------- */
 
-/* mkdir -p: dir and its missing parents. 0 or an errno value. */
-static int make_dirs(const char *dir)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return ENAMETOOLONG;
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char was = *p;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return errno;
-        if (was == '\0')
-            break;
-        *p = was;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return errno;
-    return S_ISDIR(st.st_mode) ? (access(dir, W_OK | X_OK) == 0 ? 0 : errno) : ENOTDIR;
-}
 
 /* The writer's manifest keys with "capture": {"id", "steps": [first, last]}, as JSON text. */
 static char *capture_manifest_extra(const tw_writer_t *w, const capture_t *c)
@@ -1061,7 +1040,7 @@ int tw_writer_capture(tw_writer_t *w, uint64_t from_step, uint64_t steps, const 
                  (unsigned long long)last->from, (unsigned long long)(last_to - 1));
         return TW_EBUSY;
     }
-    int e = make_dirs(dir);
+    int e = tw_make_dirs(dir);
     if (e != 0) {
         snprintf(err, err_size, "capture directory '%s' cannot be made: %s", dir, strerror(e));
         return TW_EIO;

@@ -522,6 +522,7 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
             Py_DECREF(args);
             return -1;
         }
+        /* the fields in the order of RECORD_FIELDS (below): readers take them by name */
         PyObject *row = Py_BuildValue("(KNLKKKKIKONNII)", (unsigned long long)r->call_id, name,
                                       (long long)tw_clock_epoch_ns(clock, r->start),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->cost),
@@ -785,8 +786,8 @@ static PyMethodDef session_methods[] = {
     {"start", session_start, METH_NOARGS, "Make every wrapper record into this session."},
     {"stop", session_stop, METH_NOARGS, "Stop recording and gather every thread's records."},
     {"records", session_records, METH_NOARGS,
-     "The records of a stopped session: a list of tuples (call_id, api, start_ns, cost_ns, self_ns, "
-     "gpu_ns, tid, depth, parent_id, error, args, module, step, site), of the schedule's active steps."},
+     "The records of a stopped session: a list of tuples of the fields named by _core.RECORD_FIELDS, "
+     "of the schedule's active steps."},
     {"sites", session_sites, METH_NOARGS,
      "The call sites interned so far: {id: (file, line, function, text)} (the records' site column)."},
     {"stats", session_stats, METH_NOARGS, "Counters: records, dropped, chunks, threads, clock."},
@@ -832,5 +833,13 @@ int tw_session_add_type(PyObject *module, tw_module_state *state)
     state->session_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &session_spec, NULL);
     if (state->session_type == NULL || PyModule_AddType(module, state->session_type) < 0)
         return -1;
-    return 0;
+    /* The names of records()' tuple fields, in the order append_chunk_records builds them, so that
+     * Python reads each by name (torchwrapper.records) and a field added here cannot shift another. */
+    PyObject *fields = Py_BuildValue("(ssssssssssssss)", "call_id", "api", "start_ns", "cost_ns", "self_ns",
+                                     "gpu_ns", "tid", "depth", "parent_id", "error", "args", "module", "step", "site");
+    if (fields == NULL)
+        return -1;
+    int rc = PyModule_AddObjectRef(module, "RECORD_FIELDS", fields);
+    Py_DECREF(fields);
+    return rc;
 }

@@ -7,6 +7,7 @@ Underneath: the C wrapper type (``wrap``), recording sessions (``Session``), dis
 """
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import Iterable, Iterator, List
 
@@ -31,7 +32,8 @@ def records(session: Session) -> List[Record]:
 
     (The session holds them in the order the calls ended, children before their parents.)
     """
-    rows = [Record(*row) for row in session.records()]
+    fields, pid = _core.RECORD_FIELDS, os.getpid()
+    rows = [Record(**dict(zip(fields, row)), pid=pid) for row in session.records()]
     rows.sort(key=lambda r: (r.start_ns, r.call_id))
     return rows
 

@@ -7,10 +7,10 @@ import functools
 import json
 import os
 import types
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
 from . import _core
-from ._files import ORIGINAL_COLUMNS, load, read_rows
+from ._files import ORIGINAL_COLUMNS, Record, load, read_rows
 from ._patch import WRAPPER_TYPES
 from ._patch import generation as _patch_generation
 from ._patch import installed_originals as _installed_originals
@@ -171,19 +171,10 @@ class TorchWrapper:
     @property
     def callRecords(self) -> Dict[str, Any]:
         """Per API: {"TotalTime(ms)": total, 1: {"detailedAPIName", "StartTimestamp", "CostTime(ms)",
-        "Arguments"}, 2: {...}, ...}, in call order. Built from the files, so for runs whose records
-        fit in memory; summary() is cheap at any size."""
+        "Arguments"}, 2: {...}, ...}, in call order (see call_records). Built from the files, so for
+        runs whose records fit in memory; summary() is cheap at any size."""
         if self._call_records is None:
-            detailed = self._profile.detailed_names() if self._profile else {}
-            records: Dict[str, Any] = {}
-            for call_id, api, start, cost, *_rest, args, _module in self._rows():
-                entry = records.get(api)
-                if entry is None:
-                    entry = records[api] = {"TotalTime(ms)": 0.0}
-                entry["TotalTime(ms)"] += cost / 1e6
-                entry[len(entry)] = {"detailedAPIName": detailed.get(api, api), "StartTimestamp": start,
-                                     "CostTime(ms)": cost / 1e6, "Arguments": args}
-            self._call_records = records
+            self._call_records = call_records(self._rows(), self._profile.detailed_names() if self._profile else {})
         return self._call_records
 
     def dataframe(self):
@@ -243,6 +234,26 @@ class TorchWrapper:
         for column in [c for c in frame.columns if c.endswith("_ns")]:
             frame[column[:-3] + "_ms"] = frame.pop(column) / 1e6
         return frame
+
+
+def call_records(rows: Iterable[Record], detailed: Mapping[str, str]) -> Dict[str, Any]:
+    """The original tool's callRecords from records in the order the calls started: per API, its
+    total (summed in ns, then one rounding to ms) and its calls numbered from 1 in that order, each
+    with detailedAPIName (detailed[api], else the API name), StartTimestamp (epoch ns),
+    CostTime(ms) and Arguments (the argument summary, as in the files)."""
+    records: Dict[str, Any] = {}
+    total_ns: Dict[str, int] = {}
+    for r in rows:
+        entry = records.get(r.api)
+        if entry is None:
+            entry = records[r.api] = {"TotalTime(ms)": 0.0}
+            total_ns[r.api] = 0
+        total_ns[r.api] += r.cost_ns
+        entry[len(entry)] = {"detailedAPIName": detailed.get(r.api, r.api), "StartTimestamp": r.start_ns,
+                             "CostTime(ms)": r.cost_ns / 1e6, "Arguments": r.args}
+    for api, entry in records.items():
+        entry["TotalTime(ms)"] = total_ns[api] / 1e6
+    return records
 
 
 # ---- names -----------------------------------------------------------------------------------

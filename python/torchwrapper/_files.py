@@ -41,6 +41,10 @@ class Record(NamedTuple):
     module: Optional[str] = None  # instance path of an nn.Module forward ("" for the model itself)
     step: int = -1                # the step the call began in, from 0 (-1: a file older than the column)
     site: int = 0                 # where the program made the call: an id of the sites file (0: none)
+    pid: int = 0                  # the process that made the call
+
+    # Fields are read by name, never by position: columns were appended before (step, site) and will
+    # be again, and a row unpacked by position silently shifts (callRecords' Arguments became the step).
 
 
 def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -> List[str]:
@@ -59,68 +63,99 @@ def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -
     return [os.path.join(out_dir, n) for n in names if os.path.exists(os.path.join(out_dir, n))]
 
 
-def iter_rows(path: str) -> Iterator[tuple]:
-    """(call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args, module, step,
-    site).
+def iter_rows(path: str) -> Iterator[Record]:
+    """The call records of one file as Records, each field read by its column's name (a file of an
+    older version lacks some columns: the schema's missing value; a newer one may add columns: they
+    are left out).
 
     module is the instance path of an nn.Module forward ("" for the model itself), else None; step
     the step the call began in (from 0), -1 in files written before the column; site the call site's
-    id in the process's sites file, 0 for none and in files written before the column.
+    id in the process's sites file, 0 for none and in files written before the column. A line torn by
+    a killed process is skipped.
     """
     if path.endswith(".csv"):
-        with open(path, newline="", encoding="utf-8") as f:
-            last = [""]
-
-            def lines() -> Iterator[str]:
-                # The csv module reads "" and an empty field alike, and the root module is written
-                # "" (no module: empty): the last physical line of each row tells them apart.
-                for line in f:
-                    last[0] = line
-                    yield line
-
-            reader = csv.reader(lines())
-            header = next(reader, None) or []
-            at = {name: i for i, name in enumerate(header)}   # by name: other versions add columns
+        yield from _iter_csv_rows(path)
+        return
+    with open(path, encoding="utf-8") as f:
+        for line in f:
             try:
-                c = [at[name] for name in _ROW_COLUMNS[:12]]
-            except KeyError as missing:
-                raise ValueError(f"{path}: no column {missing} in its header {header!r}") from None
-            m, st, si = at.get("module"), at.get("step"), at.get("site")
-            # the root module is a quoted "" (no module is empty): when the module column is the
-            # last one written, or is followed only by numbers (step, site)
-            after = len(header) - 1 - m if m is not None else 0
-            root_end = re.compile(r',""' + r',-?\d*' * after + r'\r?\n?$')
-            for row in reader:
-                try:
-                    module = None
-                    if m is not None:
-                        module = row[m] if row[m] else ("" if root_end.search(last[0]) else None)
-                    yield (int(row[c[0]]), row[c[1]], int(row[c[2]]), int(row[c[3]]), int(row[c[4]]),
-                           int(row[c[5]]), int(row[c[6]]), int(row[c[7]]), int(row[c[8]]), int(row[c[9]]),
-                           row[c[10]] == "1", row[c[11]], module, int(row[st]) if st is not None else -1,
-                           int(row[si]) if si is not None else 0)
-                except (IndexError, ValueError):
-                    continue  # a line torn by a killed process
-    else:
-        with open(path, encoding="utf-8") as f:
+                o = json.loads(line)
+                yield Record(**{field: o[field] if field in o else _ABSENT[field] for field in _FIELDS})
+            except (ValueError, KeyError, TypeError):
+                continue  # a line torn by a killed process
+
+
+def _iter_csv_rows(path: str) -> Iterator[Record]:
+    with open(path, newline="", encoding="utf-8") as f:
+        raw: List[str] = []
+
+        def lines() -> Iterator[str]:
+            # The csv module reads "" and an empty field alike, and the root module is written ""
+            # (no module: empty): the record's own text tells them apart. The reader takes exactly
+            # the physical lines of one record before it yields it.
             for line in f:
-                try:
-                    o = json.loads(line)
-                except ValueError:
-                    continue  # a line torn by a killed process
-                yield (o["call_id"], o["api"], o["start_ns"], o["cost_ns"], o["self_ns"], o["gpu_ns"], o["pid"],
-                       o["tid"], o["depth"], o["parent_id"], o["error"], o["args"], o.get("module"), o.get("step", -1),
-                       o.get("site", 0))
+                raw.append(line)
+                yield line
+
+        reader = csv.reader(lines())
+        header = next(reader, None) or []
+        at = {name: i for i, name in enumerate(header)}   # by name: other versions add columns
+        missing = [name for name in _FIELDS if name not in at and name not in _ABSENT]
+        if missing:
+            raise ValueError(f"{path}: no column {missing[0]!r} in its header {header!r}")
+        present = [(name, at[name], _CSV_DECODE[name]) for name in _FIELDS if name in at and name != "module"]
+        absent = {name: _ABSENT[name] for name in _FIELDS if name not in at}
+        m = at.get("module")
+        raw.clear()
+        for row in reader:
+            text = "".join(raw)
+            raw.clear()
+            try:
+                values = {name: decode(row[i]) for name, i, decode in present}
+                if m is not None:
+                    values["module"] = row[m] if row[m] else ("" if _csv_field_quoted(text, m) else None)
+                yield Record(**values, **absent)
+            except (IndexError, ValueError):
+                continue  # a line torn by a killed process
 
 
-# The tuple iter_rows gives: the call record columns, in their order (the schema's "calls").
-_ROW_COLUMNS = _schema.columns("calls")
+def _csv_field_quoted(text: str, index: int) -> bool:
+    """Whether field index of one CSV record's text was written quoted (RFC 4180: a quoted field
+    starts with a quote, and its quotes are doubled inside)."""
+    at = 0
+    for _ in range(index):
+        if text.startswith('"', at):
+            at += 1
+            while True:   # to the quote that ends the field: a doubled one is part of it
+                at = text.find('"', at)
+                if at < 0:
+                    return False
+                if not text.startswith('"', at + 1):
+                    break
+                at += 2
+            at += 1
+        at = text.find(",", at)
+        if at < 0:
+            return False
+        at += 1
+    return text.startswith('"', at)
 
 
-def read_rows(paths: List[str]) -> List[tuple]:
-    """Every row of the files (see iter_rows), in the order the calls started."""
+# The fields of a Record, each from the column of that name (the schema's "calls"); a column a file
+# lacks reads as the schema's missing value for it; the in-memory session has no pid column.
+_FIELDS = tuple(Record._fields)
+_ABSENT: Dict[str, Any] = {c["name"]: c["missing"] for c in _schema.schema()["kinds"]["calls"]["columns"]
+                           if "missing" in c}
+_ABSENT["module"] = None      # a file older than the module column: no module known
+_CSV_DECODE: Dict[str, Any] = {name: int for name in _FIELDS}
+_CSV_DECODE.update(api=str, args=str, module=str, error=lambda text: text == "1")
+assert set(_FIELDS) == set(_schema.columns("calls")), "Record and the schema's calls columns differ"
+
+
+def read_rows(paths: List[str]) -> List[Record]:
+    """Every call record of the files (see iter_rows), in the order the calls started."""
     rows = [row for path in paths for row in iter_rows(path)]
-    rows.sort(key=lambda r: (r[2], r[0]))  # start_ns, then call_id
+    rows.sort(key=lambda r: (r.start_ns, r.pid, r.call_id))
     return rows
 
 
@@ -184,7 +219,7 @@ def _frame(path: str, kind: str):
         if kind != "calls":
             raise ValueError(f"{path}: a row does not parse as a GPU record")
         # (iter_rows gives every column of the schema, those an older file lacks included)
-        frame = pandas.DataFrame([row for row in iter_rows(path)], columns=_ROW_COLUMNS)
+        frame = pandas.DataFrame([row._asdict() for row in iter_rows(path)], columns=list(_FIELDS))
         frame = frame[columns].astype({c: t for c, t in dtypes.items() if t != "str"})
     return frame, torn
 

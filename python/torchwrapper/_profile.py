@@ -341,20 +341,16 @@ class Profile:
     def records(self) -> list:
         """Every record, in the order the calls started (from the files when out_dir was given)."""
         from . import records
-        from ._files import Record
 
         if self.out_dir is None:
             return records(self.session)
-        return [Record(*row[:6], *row[7:]) for row in read_rows(self.files)]  # Record has no pid
+        return read_rows(self.files)
 
     def detailed_names(self) -> Dict[str, str]:
-        """API name -> where the callable is defined (module.qualname)."""
-        out = {}
-        for t in self.plan.targets if self.plan else ():
-            module = getattr(t.obj, "__module__", None) or getattr(getattr(t.obj, "__objclass__", None), "__module__", "")
-            qualname = getattr(t.obj, "__qualname__", None) or getattr(t.obj, "__name__", t.name)
-            out[t.name] = f"{module}.{qualname}" if module else qualname
-        return out
+        """API name -> where the callable is defined, as a dotted path that resolves to it
+        (``torch.nn.modules.linear.Linear.forward``, ``torch._C._VariableFunctions.randn``); the API
+        name itself when no such path is found."""
+        return {t.name: defined_at(t.obj) or t.name for t in (self.plan.targets if self.plan else ())}
 
     def _module_class_names(self) -> List[str]:
         import torch
@@ -414,6 +410,35 @@ class Profile:
     def excluded(self) -> List[Tuple[str, str]]:
         """(name, matching exclude glob) of what the exclude list left unwrapped."""
         return list(self.plan.excluded) if self.plan else []
+
+
+def defined_at(obj: Any) -> Optional[str]:
+    """The dotted path of obj's definition, checked to resolve to obj: its ``__module__`` and
+    ``__qualname__`` when importing one and walking the other leads back to it; for torch's C
+    functions, whose qualname names a class the module does not hold (``torch`` +
+    ``_VariableFunctionsClass.randn``), the object of torch._C that holds them
+    (``torch._C._VariableFunctions.randn``), or the class of a method descriptor
+    (``torch._C.TensorBase.add``). None when nothing resolves."""
+    import sys
+
+    def walk(module_name: Any, qualname: Any) -> Optional[str]:
+        if not isinstance(module_name, str) or not isinstance(qualname, str) or "<locals>" in qualname:
+            return None
+        here: Any = sys.modules.get(module_name)
+        for part in qualname.split("."):
+            here = getattr(here, part, None) if here is not None else None
+        if here is obj or getattr(here, "__wrapped__", None) is obj:
+            return f"{module_name}.{qualname}"
+        return None
+
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    found = walk(module, qualname)
+    if found is None and isinstance(qualname, str) and qualname.startswith("_VariableFunctionsClass."):
+        found = walk("torch._C", "_VariableFunctions." + qualname.split(".", 1)[1])
+    owner = getattr(obj, "__objclass__", None)
+    if found is None and isinstance(owner, type):
+        found = walk(owner.__module__, f"{owner.__qualname__}.{getattr(obj, '__name__', '')}")
+    return found
 
 
 def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[str]] = None,

@@ -429,7 +429,8 @@ class Tracer:
         _core.table_clear("tracked")
         self.closed = True
         self._refs.clear()
-        self.write_modules()
+        if self.session is not None:   # not when the session never started (out_dir refused)
+            self.write_modules()
         self.session = self.sink = None
 
     def warn_once(self, key: str, message: str) -> None:

@@ -21,11 +21,13 @@ def _records(source: Any) -> List[Any]:
         for row in frame.itertuples(index=False):
             values = dict(zip(frame.columns, row))
             module = values.get("Module")
-            out.append(Record(values["Call ID"], values["API Name"], values["Start Timestamp"],
-                              int(round(values["Cost Time (ms)"] * 1e6)), int(round(values["Self Time (ms)"] * 1e6)),
-                              int(round(values["GPU Time (ms)"] * 1e6)), values["Thread"], values["Depth"],
-                              values["Parent ID"], bool(values["Error"]), values["Arguments"],
-                              module if isinstance(module, str) else None))
+            out.append(Record(call_id=values["Call ID"], api=values["API Name"], start_ns=values["Start Timestamp"],
+                              cost_ns=int(round(values["Cost Time (ms)"] * 1e6)),
+                              self_ns=int(round(values["Self Time (ms)"] * 1e6)),
+                              gpu_ns=int(round(values["GPU Time (ms)"] * 1e6)), tid=values["Thread"],
+                              depth=values["Depth"], parent_id=values["Parent ID"], error=bool(values["Error"]),
+                              args=values["Arguments"], module=module if isinstance(module, str) else None,
+                              step=values.get("Step", -1), pid=values.get("PID", 0)))
         return out
     return list(source)
 

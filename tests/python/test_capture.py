@@ -84,7 +84,7 @@ def steps_of(out_dir):
     by_step = collections.defaultdict(set)
     for path in record_files(str(out_dir)):
         for row in iter_rows(path):
-            by_step[row[13]].add((row[6], row[0]))
+            by_step[row.step].add((row.pid, row.call_id))
     return by_step
 
 
@@ -240,7 +240,7 @@ def test_one_command_captures_every_rank_of_a_run_launched_ddp_job(tmp_path, job
     by_pid = collections.defaultdict(set)
     for path in record_files(str(capture_dir)):
         for row in iter_rows(path):
-            by_pid[row[6]].add(row[13])
+            by_pid[row.pid].add(row.step)
     assert sorted(by_pid) == sorted(r["pid"] for r in ranks)
     for steps in by_pid.values():
         assert len(steps) == 3 and max(steps) - min(steps) == 2

@@ -33,7 +33,7 @@ def rows_by_pid(out_dir):
     by_pid = collections.defaultdict(list)
     for path in record_files(str(out_dir)):
         for row in iter_rows(path):
-            by_pid[row[6]].append(row)
+            by_pid[row.pid].append(row)
     return by_pid
 
 
@@ -67,7 +67,7 @@ def test_a_process_started_with_the_variable_profiles_itself_from_its_first_torc
     result = python(["-c", program], tmp_path, armed)
     assert result.returncode == 0, result.stderr
     pid = int(result.stdout)
-    assert [row[1] for row in rows_by_pid(out)[pid]] == ["torch.ones"] + ["torch.add"] * 9
+    assert [row.api for row in rows_by_pid(out)[pid]] == ["torch.ones"] + ["torch.add"] * 9
     assert set(manifests(out)) == {f"manifest-{pid}.json"}  # manifest.json is left to a parent
     # "1": the defaults and $TORCHWRAPPER_<KEY> variables.
     out1 = tmp_path / "out1"
@@ -121,10 +121,10 @@ def test_multiprocessing_children_write_their_own_files(tmp_path, env):
     by_pid = rows_by_pid(tmp_path / "out")
     for method, n in CHILDREN:
         # Each child's calls, all flushed at its exit (fork and forkserver children end in os._exit).
-        assert [row[1] for row in by_pid[children[method]]] == ["torch.ones"] + ["torch.add"] * n, method
+        assert [row.api for row in by_pid[children[method]]] == ["torch.ones"] + ["torch.add"] * n, method
         assert f"manifest-{children[method]}.json" in manifests(tmp_path / "out")
     parent = manifests(tmp_path / "out")["manifest.json"]["pid"]
-    assert [row[1] for row in by_pid[parent]] == ["torch.ones"] + ["torch.add"] * 5  # counted once
+    assert [row.api for row in by_pid[parent]] == ["torch.ones"] + ["torch.add"] * 5  # counted once
     assert set(by_pid) == {parent} | set(children.values())
     # The report at the end adds up the whole run.
     assert "5 record file(s) in" in result.stderr and "from 5 processes" in result.stderr
@@ -164,12 +164,12 @@ def test_dataloader_spawn_and_fork_workers_write_their_records(tmp_path, env):
     for method, counter in made_by.items():
         assert len(counter) == 2, (method, counter)  # two workers, both used
         for pid, items in counter.items():
-            apis = collections.Counter(row[1] for row in by_pid[pid])
+            apis = collections.Counter(row.api for row in by_pid[pid])
             assert apis["torch.tensor"] == items, (method, pid, apis)  # one per item, in the worker
             assert apis["torch.stack"] >= 1  # the worker's collate
             assert f"manifest-{pid}.json" in found
     parent = found["manifest.json"]["pid"]
-    assert "torch.tensor" not in {row[1] for row in by_pid[parent]}  # the workers' calls are theirs only
+    assert "torch.tensor" not in {row.api for row in by_pid[parent]}  # the workers' calls are theirs only
 
 
 TRAIN = """
@@ -220,7 +220,7 @@ def test_torchrun_ddp_ranks_write_their_own_files(tmp_path, env, form):
     for rank, manifest in ranked.items():
         assert manifest["records_written"] > 0
         assert all(f"-rank{rank}-{manifest['pid']}-" in entry["name"] for entry in manifest["files"])
-        apis = collections.Counter(row[1] for row in by_pid[manifest["pid"]])
+        apis = collections.Counter(row.api for row in by_pid[manifest["pid"]])
         assert apis["torch.distributed.all_reduce"] == 1, apis
         assert apis["torch.nn.parallel.DistributedDataParallel.forward"] == 3
         assert apis["torch.distributed.init_process_group"] == 1
@@ -248,4 +248,4 @@ def test_run_under_a_profiled_parent_profiles_once_with_its_own_config(tmp_path,
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "parents").exists()
     (manifest,) = manifests(tmp_path / "out").values()
-    assert [row[1] for row in rows_by_pid(tmp_path / "out")[manifest["pid"]]] == ["torch.ones", "torch.add"]
+    assert [row.api for row in rows_by_pid(tmp_path / "out")[manifest["pid"]]] == ["torch.ones", "torch.add"]

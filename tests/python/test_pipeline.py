@@ -27,7 +27,7 @@ def rows_by_pid(out_dir):
     for name in os.listdir(out_dir):
         if name.endswith((".csv", ".jsonl")):
             for row in iter_rows(os.path.join(out_dir, name)):
-                by_pid.setdefault(row[6], []).append(row)
+                by_pid.setdefault(row.pid, []).append(row)
     return by_pid
 
 
@@ -45,8 +45,8 @@ def test_a_million_calls_fill_capped_files_with_exactly_one_row_each(tmp_path, f
     assert max(os.path.getsize(tmp_path / f) for f in files) <= 1_000_000
     rows = [row for path in prof.files for row in iter_rows(path)]
     assert len(rows) == calls
-    assert {row[1] for row in rows} == {"torch.Tensor.dim"}
-    assert len({row[0] for row in rows}) == calls
+    assert {row.api for row in rows} == {"torch.Tensor.dim"}
+    assert len({row.call_id for row in rows}) == calls
     with open(tmp_path / "manifest.json") as f:
         manifest = json.load(f)
     assert manifest["records_written"] == calls and manifest["records_dropped"] == 0
@@ -84,7 +84,7 @@ LOOP = """
 
 
 def contiguous_calls(out_dir):
-    ids = sorted(row[0] for path in record_files(out_dir) for row in iter_rows(path))
+    ids = sorted(row.call_id for path in record_files(out_dir) for row in iter_rows(path))
     assert ids, "no records"
     assert ids == list(range(1, len(ids) + 1)), "a call is missing"
     return len(ids)
@@ -125,7 +125,7 @@ def test_when_the_writer_falls_behind_drops_are_counted(tmp_path):
         'flush_interval=0.05,', 'flush_interval=0.05, buffer_size="2MiB",'))
     result = subprocess.run(argv + [str(tmp_path), "drop"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    ids = sorted(row[0] for path in record_files(str(tmp_path)) for row in iter_rows(path))
+    ids = sorted(row.call_id for path in record_files(str(tmp_path)) for row in iter_rows(path))
     with open(tmp_path / "manifest.json") as f:
         manifest = json.load(f)
     assert manifest["records_written"] == len(ids)
@@ -205,7 +205,7 @@ def test_a_forked_child_writes_its_own_files(tmp_path):
     assert len(parent) == 1 and len(by_pid[parent[0]]) == 1500  # none of the parent's written twice
     assert os.path.exists(tmp_path / f"manifest-{child}.json")
     assert all(str(child) in name for name in os.listdir(tmp_path)
-               if name.endswith(".jsonl") and any(r[6] == child for r in iter_rows(str(tmp_path / name))))
+               if name.endswith(".jsonl") and any(r.pid == child for r in iter_rows(str(tmp_path / name))))
 
 
 def test_dataloader_fork_workers_write_their_records(tmp_path):

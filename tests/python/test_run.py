@@ -43,7 +43,7 @@ def test_a_script_runs_as_it_would_plainly(program, args):
     ours = [line for line in profiled.stderr.splitlines(True) if line.startswith("torchwrapper: GPU timing unavailable")]
     assert len(ours) <= 1
     assert "".join(line for line in profiled.stderr.splitlines(True) if line not in ours) == plain.stderr
-    apis = [row[1] for path in record_files(str(program / "out")) for row in iter_rows(path)]
+    apis = [row.api for path in record_files(str(program / "out")) for row in iter_rows(path)]
     assert apis == ["torch.ones", "torch.add", "torch.Tensor.sum", "torch.Tensor.item"]
 
 

@@ -206,7 +206,7 @@ def test_files_without_the_step_column_still_read(tmp_path):
     assert list(frame["step"]) == [-1, -1, -1]
     from torchwrapper._files import iter_rows
     rows = list(iter_rows(str(old_csv)))
-    assert [r[12] for r in rows] == ["", None] and [r[13] for r in rows] == [-1, -1]
+    assert [r.module for r in rows] == ["", None] and [r.step for r in rows] == [-1, -1]
     report = subprocess.run([sys.executable, "-m", "torchwrapper", "report", "--format", "csv", str(tmp_path)],
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert report.returncode == 0, report.stderr

@@ -310,7 +310,7 @@ def test_files_without_the_site_column_still_load(tmp_path):
          "tid": 7, "depth": 0, "parent_id": 0, "error": False, "args": "", "module": None, "step": 3}) + "\n")
     frame = tw.load(str(tmp_path))
     assert list(frame["site"]) == [0, 0] and list(frame["site_text"]) == ["", ""]
-    assert [row[-1] for row in iter_rows(str(tmp_path / "old.csv"))] == [0]
+    assert [row.site for row in iter_rows(str(tmp_path / "old.csv"))] == [0]
     done = subprocess.run([TW_REPORT, "--by", "site", "--format", "csv", str(tmp_path)], capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr

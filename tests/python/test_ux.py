@@ -72,7 +72,7 @@ def run(args, cwd):
 
 
 def apis_of(out_dir):
-    return [row[1] for path in record_files(str(out_dir)) for row in iter_rows(path)]
+    return [row.api for path in record_files(str(out_dir)) for row in iter_rows(path)]
 
 
 def test_run_set_takes_one_glob_for_a_list_key_and_plus_keeps_the_defaults(tmp_path):
