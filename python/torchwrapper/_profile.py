@@ -236,7 +236,8 @@ class Profile:
                           manifest=json.dumps(extra, default=str), per_process_names=per_process_names)
         if c["gpu"] != "off":
             output.update(gpu_device=_cuda_available(), cupti_paths=cupti_candidates())
-        self.tracer = Tracer(self.out_dir, stats=stats, track=c["track"], format=c["format"])
+        self.tracer = Tracer(self.out_dir, stats=stats, track=c["track"], format=c["format"],
+                             flush_interval=c["flush_interval"])
         self.session = _core.Session(tracer=self.tracer, **output)
         self.plan: Optional[Plan] = None
         self.patcher = Patcher()

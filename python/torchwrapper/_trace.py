@@ -13,6 +13,19 @@ called on its own at the top level (a loss, a second model) is another root, nam
 while the first one lives: ``CrossEntropyLoss``, ``Discriminator:fc``. A root whose model is later
 found inside a larger one (``model.encoder(x)`` called before ``model(x)``) is taken over by it.
 
+A module made while another one runs and called there without being its child (``loss_fct =
+CrossEntropyLoss()`` inside a forward, as transformers' models do at every step) is *transient*:
+its path is the running module's path and its class in parentheses (``(CrossEntropyLoss)`` inside
+the model itself, ``encoder.layer.0.(Dropout)``), so each step's new instance takes the same path,
+and a dead instance leaves every table. Nothing grows with the steps: roots, table entries and
+paths are bounded by the live modules and the distinct paths.
+
+A model's modules are walked (``named_modules()``) when it is registered and again only when its
+structure may have changed since: torch's global module registration hook marks a registered
+module's root when a child is added to it; a path seen for the first time is checked by a walk of
+the running models. modules.json is rewritten when the tree changed, at most once per flush
+interval, and at stop.
+
 Tensor statistics are in _stats.py, parameter tracking in _track.py, reading the streams back in
 _files.py; their public names stay importable from here.
 """
@@ -22,6 +35,7 @@ import json
 import math
 import os
 import sys
+import time
 import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -42,6 +56,7 @@ class _Root:
         self.index = index        # order of discovery
         self.cls = type(module)
         self.retired = False      # taken over by a model found to contain it
+        self.grown = True         # a child was added to one of its modules since they were walked
 
     def path(self, name: str) -> str:
         if self.prefix is None:
@@ -53,8 +68,9 @@ class Tracer:
     """Hooks called by the C wrappers of a session (see python/core/module.h, tw_hooks_t)."""
 
     def __init__(self, out_dir: Optional[str] = None, stats: Optional[StatsOptions] = None, track: Sequence[str] = (),
-                 format: Optional[str] = None) -> None:
+                 format: Optional[str] = None, flush_interval: float = 1.0) -> None:
         self.out_dir = out_dir
+        self.flush_interval = flush_interval   # modules.json is rewritten at most this often (seconds)
         self.format = format  # the normalized config's "format" (rows are JSON unless "csv"), used with out_dir
         self.kinds = _core.KIND_MODULE_FORWARD
         self.names: Dict[int, Tuple[Any, str]] = {}   # id -> (object, public API name): a discovery plan's
@@ -84,7 +100,13 @@ class Tracer:
         if self.tracker is None:
             self.update = None
         self._pid = os.getpid()
-        self._roots: List[_Root] = []          # live and dead, in order of discovery
+        self._roots: List[_Root] = []          # live ones, in order of discovery (dead ones are dropped)
+        self._root_classes: Dict[str, str] = {}   # path -> class of every root seen (modules.json)
+        self._resolved_kinds: set = set()      # (class name, parent path): transients already checked by a walk
+        self._tree_changed = False             # modules.json is behind the tree
+        self._modules_written = -math.inf      # time.monotonic() of the last write
+        self._registration_hook: Any = None
+        self.counters = {"resolves": 0, "walks": 0, "modules_writes": 0}
         self._owner: Dict[int, _Root] = {}     # id(module) -> its root
         self._refs: Dict[int, weakref.ref] = {}
         self._path: Dict[int, str] = {}        # id(module) -> path
@@ -92,6 +114,7 @@ class Tracer:
         self._calls: Dict[str, int] = {}       # path -> calls of dead instances
         self._warned: set = set()
         self._call_codes: Optional[frozenset] = None
+        self._root_count = 0
         self.closed = False
 
     def class_name(self, cls: type) -> str:
@@ -112,6 +135,9 @@ class Tracer:
     def attach(self, session: Any) -> None:
         """Once the session records: streams for the rows of statistics and updates."""
         self.session = session
+        import torch.nn.modules.module as module_module
+
+        self._registration_hook = module_module.register_module_module_registration_hook(self._child_registered)
         if self.tracker is not None:
             self.tracker.install_setattr()
         if self.out_dir is None:
@@ -257,6 +283,7 @@ class Tracer:
         Module = torch.nn.Module
         if not isinstance(module, Module):
             return
+        self.counters["resolves"] += 1
         # Modules running on the call stack, innermost first: the model is the outermost one that
         # contains this instance. Only nn.Module's own call frames are looked into (their `self`):
         # reading a frame's locals keeps a copy of them until the frame ends, which for these is
@@ -274,23 +301,55 @@ class Tracer:
                     seen.add(id(candidate))
                     running.append(candidate)
             frame = frame.f_back
+        # The innermost running module with a path: a module made inside it is its transient.
+        parent = next((c for c in running if c is not module and self._registered(c) is not None), None)
+        cls = type(module)
+        kind = (f"{cls.__module__}.{cls.__qualname__}", self._path[id(parent)] if parent is not None else None)
+        # A model that was walked, and to which no child was added since, cannot contain a module
+        # its walk did not find: only a kind of module not seen before is checked against it.
+        check_all = kind not in self._resolved_kinds
         for candidate in reversed(running):
-            if candidate is not module and self._contains(candidate, module):
+            if candidate is not module and (check_all or self._may_have_grown(candidate)) and \
+                    self._contains(candidate, module):
                 self._register(candidate)
                 return
         for root in self._live_roots():
             model = root.ref()
-            if model is not None and self._contains(model, module):
+            if model is not None and (check_all or root.grown) and self._contains(model, module):
                 self._register(model)
                 return
-        self._register(module)
+        if len(self._resolved_kinds) < _MAX_KINDS:
+            self._resolved_kinds.add(kind)
+        if parent is not None:
+            self._register_transient(module, parent)
+        else:
+            self._register(module)
+
+    def _registered(self, module: Any) -> Optional[_Root]:
+        """module's root if module has a path (it is alive, so its entry is its own)."""
+        root = self._owner.get(id(module))
+        return root if root is not None and id(module) in self._path else None
+
+    def _may_have_grown(self, module: Any) -> bool:
+        """Whether module may hold a module its root's last walk did not see."""
+        root = self._registered(module)
+        return root is None or root.grown or root.ref() is None
+
+    def _child_registered(self, parent: Any, name: str, child: Any) -> None:
+        """torch's global module registration hook: a child is set on parent (add_module, setattr).
+        Its root is walked again when an unknown module is next called. Returns None (keeps child)."""
+        root = self._owner.get(id(parent))
+        if root is not None:
+            root.grown = True
 
     @staticmethod
     def _contains(model: Any, module: Any) -> bool:
         return any(m is module for m in model.modules())
 
     def _live_roots(self) -> List[_Root]:
-        return [r for r in self._roots if r.ref() is not None and self._owner.get(id(r.ref())) is r]
+        """The roots whose model lives and is not part of another's; dead ones are dropped."""
+        self._roots = [r for r in self._roots if r.ref() is not None and not r.retired]
+        return [r for r in self._roots if self._owner.get(id(r.ref())) is r]
 
     def _root_for(self, model: Any, members: set) -> _Root:
         """The root of model: the one it already is, or a new one (members: ids of its modules,
@@ -307,21 +366,48 @@ class Tracer:
             n = 2
             while prefix in taken:
                 prefix, n = f"{base}#{n}", n + 1
-        root = _Root(model, prefix, len(self._roots))
+        self._root_count += 1
+        root = _Root(model, prefix, self._root_count)
         self._roots.append(root)
+        path = root.path("")
+        if self._root_classes.get(path) != self.class_name(type(model)):
+            self._root_classes[path] = self.class_name(type(model))
+            self._tree_changed = True
         return root
 
     def _register(self, model: Any) -> None:
         """Puts every module of model in the table (again: its structure may have changed)."""
+        self.counters["walks"] += 1
         named = list(model.named_modules())
         root = self._root_for(model, {id(m) for _, m in named})
+        root.grown = False
+        self._add_modules(root, named)
+        if self.stats is not None and self.stats.unchecked_globs:
+            self.stats.check_globs((root.path(n) for n, _ in named), (self.class_name(type(m)) for _, m in named),
+                                   final=True)
+
+    def _register_transient(self, module: Any, parent: Any) -> None:
+        """A module made inside parent's call: named "(Class)" under parent's path in parent's root."""
+        root = self._owner[id(parent)]
+        parent_path = self._path[id(parent)]
+        if root.prefix is None:
+            parent_name = parent_path
+        else:
+            parent_name = "" if parent_path == root.prefix else parent_path[len(root.prefix) + 1:]
+        own = f"({type(module).__name__})"
+        name = f"{parent_name}.{own}" if parent_name else own
+        self._add_modules(root, [(f"{name}.{sub}" if sub else name, m) for sub, m in module.named_modules()])
+
+    def _add_modules(self, root: _Root, named: List[Tuple[str, Any]]) -> None:
+        """Gives each (name in root, module) its path in the table, with a weak reference that takes
+        the entry out when the module dies."""
         for name, module in named:
             key = id(module)
             owner = self._owner.get(key)
             if owner is not None and owner is not root:
                 if owner.ref() is module:
                     self._retire(owner)       # a root that turns out to be part of this model
-                elif owner.ref() is not None:
+                elif owner.ref() is not None and key in self._path:
                     continue                  # shared with a live model seen first: it keeps its path
             path = root.path(name)
             old = self._path.get(key)
@@ -334,17 +420,19 @@ class Tracer:
                 self._refs[key] = weakref.ref(module, self._make_callback(key))
             _core.table_set("modules", module, _core.intern_path(path))
         if self.tracker is not None:
-            self.tracker.register((root.path(n), p) for n, p in model.named_parameters())
-        if self.stats is not None and self.stats.unchecked_globs:
-            self.stats.check_globs((root.path(n) for n, _ in named), (self.class_name(type(m)) for _, m in named),
-                                   final=True)
-        self.write_modules()
+            self.tracker.register((root.path(param_name), param) for name, module in named
+                                  for param_name, param in _own_parameters(name, module))
+        self._maybe_write_modules()
 
     def _retire(self, root: _Root) -> None:
         root.retired = True
         for key, owner in list(self._owner.items()):
             if owner is root:
                 del self._owner[key]
+        path = root.path("")
+        if path in self._root_classes and not any(r.path("") == path for r in self._live_roots()):
+            del self._root_classes[path]
+            self._tree_changed = True
 
     def _describe(self, path: str, name: str, module: Any, root: _Root) -> None:
         info = self._info.get(path)
@@ -352,9 +440,15 @@ class Tracer:
         if name:
             parent = root.path(name.rpartition(".")[0])
         params = {n: list(p.shape) for n, p in module.named_parameters(recurse=False)}
-        entry = {"path": path, "class": self.class_name(type(module)), "parent": parent, "parameters": params,
-                 "calls": info["calls"] if info else 0}
-        self._info[path] = entry
+        cls = self.class_name(type(module))
+        if info is not None and info["class"] == cls and info["parent"] == parent and info["parameters"] == params:
+            return   # the same entry (another instance of a transient path, or a walk again)
+        if len(self._info) >= _MAX_PATHS and info is None:
+            self.warn_once("paths", f"more than {_MAX_PATHS} module paths: modules.json lists the first ones")
+            return
+        self._info[path] = {"path": path, "class": cls, "parent": parent, "parameters": params,
+                            "calls": info["calls"] if info else 0}
+        self._tree_changed = True
 
     def _make_callback(self, key: int) -> Callable[[Any], None]:
         tracer = weakref.ref(self)
@@ -396,12 +490,21 @@ class Tracer:
         for path, entry in self._info.items():
             entry = dict(entry, calls=entry["calls"] + counts.get(path, 0))
             modules.append(entry)
-        roots = [{"path": r.path(""), "class": self.class_name(r.cls)} for r in self._roots if not r.retired]
+        roots = [{"path": path, "class": cls} for path, cls in self._root_classes.items()]
         return {"roots": roots, "modules": modules}
 
+    def _maybe_write_modules(self) -> None:
+        """modules.json when the tree changed, at most once per flush interval (close() writes the
+        last changes)."""
+        if self._tree_changed and time.monotonic() - self._modules_written >= self.flush_interval:
+            self.write_modules()
+
     def write_modules(self) -> None:
+        self._tree_changed = False
+        self._modules_written = time.monotonic()
         if self.out_dir is None:
             return
+        self.counters["modules_writes"] += 1
         pid = os.getpid()
         name = MODULES_FILE if pid == self._pid else f"modules-{pid}.json"
         path = os.path.join(self.out_dir, name)
@@ -422,6 +525,9 @@ class Tracer:
             return
         if self.tracker is not None:
             self.tracker.remove_setattr()
+        if self._registration_hook is not None:
+            self._registration_hook.remove()
+            self._registration_hook = None
         for address, _module_id, calls in _core.table_clear("modules"):
             path = self._path.get(address)
             if path is not None and path in self._info:
@@ -438,6 +544,18 @@ class Tracer:
             return
         self._warned.add(key)
         warnings.warn(f"torchwrapper: {message}", RuntimeWarning, stacklevel=2)
+
+
+# Bounds of what tracing keeps for the run (each is far above what real models reach): paths in
+# modules.json, and kinds of transient module already checked by a walk.
+_MAX_PATHS = 100_000
+_MAX_KINDS = 10_000
+
+
+def _own_parameters(name: str, module: Any) -> Any:
+    """(dotted name under the root, parameter) of module's own parameters."""
+    for n, p in module.named_parameters(recurse=False):
+        yield (f"{name}.{n}" if name else n), p
 
 
 def _json_default(value: Any) -> Any:
