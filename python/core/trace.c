@@ -179,6 +179,16 @@ static PyObject *core_table_clear(PyObject *module, PyObject *name)
     return out;
 }
 
+/* table_size(table) -> (entries, slots): live entries and the slots they take (tombstones included). */
+static PyObject *core_table_size(PyObject *module, PyObject *name)
+{
+    tw_ptr_table_t *table = table_named(name);
+    if (table == NULL)
+        return NULL;
+    return Py_BuildValue("(nn)", (Py_ssize_t)table->used,
+                         (Py_ssize_t)(table->slots != NULL ? table->mask + 1 : 0));
+}
+
 /* intern_path(path) -> module id: TW_MODULE_ROOT for "", else 1 + the path's id in the name table. */
 static PyObject *core_intern_path(PyObject *module, PyObject *path)
 {
@@ -233,6 +243,8 @@ static PyMethodDef trace_methods[] = {
      "table_get(table, obj) -> (value, count) or None"},
     {"table_clear", core_table_clear, METH_O,
      "table_clear(table) -> [(address, value, count)]\n--\n\nEmpties the table; returns what it held."},
+    {"table_size", core_table_size, METH_O,
+     "table_size(table) -> (entries, slots)\n--\n\nHow many objects the table holds, and its capacity."},
     {"intern_path", core_intern_path, METH_O,
      "intern_path(path) -> module id\n--\n\nThe id records carry for a module path (\"\" is the root)."},
     {"module_path", core_module_path, METH_O, "module_path(module_id) -> path or None"},

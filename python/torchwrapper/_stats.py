@@ -112,7 +112,7 @@ class _StatsEngine:
         self.direct: Dict[Any, List[Tuple[Any, list]]] = {}     # device -> (8 numbers, row) of large tensors
         self.inflight: List[Tuple[Any, Any, List[list]]] = []  # (event, host tensor, rows) on CUDA
         self.custom_tensors: Dict[Any, List[Tuple[list, str, Any]]] = {}
-        self.selected: Dict[Tuple[int, type], bool] = {}
+        self.selected: Dict[Tuple[int, str], bool] = {}
         self.weights_done: set = set()
         self.step_modules: Dict[int, Tuple[Any, str]] = {}
         self.disabled: set = set()        # (metric name, module path) whose function failed
@@ -144,7 +144,7 @@ class _StatsEngine:
     # ---- selection -----------------------------------------------------------------------------
 
     def is_selected(self, module: Any, module_id: int, path: str) -> bool:
-        key = (module_id, type(module))
+        key = (module_id, self.tracer.class_name(type(module)))   # names: classes made in a loop die
         hit = self.selected.get(key)
         if hit is None:
             if self.match_all:

@@ -74,7 +74,7 @@ class Tracer:
         self.format = format  # the normalized config's "format" (rows are JSON unless "csv"), used with out_dir
         self.kinds = _core.KIND_MODULE_FORWARD
         self.names: Dict[int, Tuple[Any, str]] = {}   # id -> (object, public API name): a discovery plan's
-        self._class_names: Dict[type, str] = {}
+        self._class_names: Any = weakref.WeakKeyDictionary()   # type -> name (classes made in a loop die)
         self._api_names: Dict[int, str] = {}
         self.sink: Optional[Callable[[str, str], Any]] = None   # (kind, rows text) -> stream of the writer
         self.session: Any = None
@@ -106,7 +106,9 @@ class Tracer:
         self._tree_changed = False             # modules.json is behind the tree
         self._modules_written = -math.inf      # time.monotonic() of the last write
         self._registration_hook: Any = None
-        self.counters = {"resolves": 0, "walks": 0, "modules_writes": 0}
+        # What resolution did, for tests of what must not grow with the run: instances resolved,
+        # walks of a model to find whether it contains one, modules put in the table, writes.
+        self.counters = {"resolves": 0, "contains_walks": 0, "registered_modules": 0, "modules_writes": 0}
         self._owner: Dict[int, _Root] = {}     # id(module) -> its root
         self._refs: Dict[int, weakref.ref] = {}
         self._path: Dict[int, str] = {}        # id(module) -> path
@@ -342,8 +344,8 @@ class Tracer:
         if root is not None:
             root.grown = True
 
-    @staticmethod
-    def _contains(model: Any, module: Any) -> bool:
+    def _contains(self, model: Any, module: Any) -> bool:
+        self.counters["contains_walks"] += 1
         return any(m is module for m in model.modules())
 
     def _live_roots(self) -> List[_Root]:
@@ -377,7 +379,6 @@ class Tracer:
 
     def _register(self, model: Any) -> None:
         """Puts every module of model in the table (again: its structure may have changed)."""
-        self.counters["walks"] += 1
         named = list(model.named_modules())
         root = self._root_for(model, {id(m) for _, m in named})
         root.grown = False
@@ -401,6 +402,7 @@ class Tracer:
     def _add_modules(self, root: _Root, named: List[Tuple[str, Any]]) -> None:
         """Gives each (name in root, module) its path in the table, with a weak reference that takes
         the entry out when the module dies."""
+        self.counters["registered_modules"] += len(named)
         for name, module in named:
             key = id(module)
             owner = self._owner.get(key)

@@ -1,0 +1,259 @@
+# SPDX-License-Identifier: MIT
+"""Nothing the profiler keeps grows with the run's length: modules made at every step (a loss, a
+dropout, a class defined in a loop), models re-made in a search loop and DataLoaders re-made each
+epoch leave the module tables, the roots, modules.json and the walks of the model as they were
+after the first steps. Counts, never timings."""
+import gc
+import json
+import os
+import re
+import weakref
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchwrapper as tw
+from torchwrapper import _core
+
+FAST_FLUSH = 0.001   # modules.json may be written at every change: a count then bounds the writes
+
+
+def snapshot(prof):
+    """What tracing holds now: every table whose size must not depend on the number of steps."""
+    tracer = prof.tracer
+    gc.collect()   # classes and modules in reference cycles: what is left is what something holds
+    return {
+        "roots": len(tracer._live_roots()),
+        "root_paths": len(tracer._root_classes),
+        "paths": len(tracer._path),
+        "refs": len(tracer._refs),
+        "owners": len(tracer._owner),
+        "described": len(tracer._info),
+        "kinds": len(tracer._resolved_kinds),
+        "class_names": len(tracer._class_names),
+        "table": _core.table_size("modules"),
+        "contains_walks": tracer.counters["contains_walks"],
+        "modules_writes": tracer.counters["modules_writes"],
+    }
+
+
+def tree_without_calls(out_dir):
+    with open(os.path.join(out_dir, "modules.json")) as f:
+        tree = json.load(f)
+    for entry in tree["modules"]:
+        entry.pop("calls")
+    return tree
+
+
+def modules_json_size_without_counts(out_dir):
+    """modules.json's size, the digits of its call counts left out (they count the steps)."""
+    with open(os.path.join(out_dir, "modules.json")) as f:
+        return len(re.sub(r'"calls": \d+', '"calls": ', f.read()))
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def run_top_level_loss(out_dir, steps, at_step=None):
+    """The common idiom nn.CrossEntropyLoss()(model(x), y): a new loss module every step, called at
+    the top level. Returns the profile and the snapshot taken after at_step steps."""
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    taken = None
+    with tw.profile(out_dir=out_dir, format="csv", flush_interval=FAST_FLUSH) as prof:
+        for step in range(steps):
+            opt.zero_grad()
+            nn.CrossEntropyLoss()(model(x), y).backward()
+            opt.step()
+            if step + 1 == at_step:
+                taken = snapshot(prof)
+        last = snapshot(prof)
+    return prof, taken, last
+
+
+def test_a_loss_made_at_every_step_keeps_every_table_as_after_fifty_steps(tmp_path):
+    prof, after_50, after_5000 = run_top_level_loss(str(tmp_path / "long"), 5000, at_step=50)
+    assert after_5000 == after_50
+    assert after_50["roots"] == 1 and after_50["root_paths"] == 2   # the model; the loss's root died
+    assert after_50["paths"] <= 6 and after_50["table"][0] <= 6   # live modules: 5 of the model, 1 loss
+    assert after_50["table"][1] <= 64               # slots: tombstones of dead losses are reused
+    assert after_50["contains_walks"] <= 4          # the model is walked while the loss kind is new
+    records = prof.records()
+    losses = [r for r in records if r.api == "torch.nn.CrossEntropyLoss.forward"]
+    assert len(losses) == 5000 and {r.module for r in losses} == {"CrossEntropyLoss"}
+    assert {r.module for r in records if r.api == "torch.nn.Linear.forward"} == {"net.0", "net.2"}
+
+    run_top_level_loss(str(tmp_path / "short"), 50)
+    assert tree_without_calls(str(tmp_path / "long")) == tree_without_calls(str(tmp_path / "short"))
+    assert modules_json_size_without_counts(str(tmp_path / "long")) == \
+        modules_json_size_without_counts(str(tmp_path / "short"))
+    with open(tmp_path / "long" / "modules.json") as f:
+        tree = json.load(f)
+    assert tree["roots"] == [{"path": "", "class": "__main__.MLP" if MLP.__module__ == "__main__" else
+                              f"{MLP.__module__}.MLP"}, {"path": "CrossEntropyLoss", "class": "torch.nn.CrossEntropyLoss"}]
+    (loss,) = [m for m in tree["modules"] if m["path"] == "CrossEntropyLoss"]
+    assert loss["calls"] == 5000
+
+
+class Layer(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.dense = nn.Linear(width, width)
+
+    def forward(self, x):
+        # a dropout made at every call, as some user code does
+        return nn.Dropout(0.0)(torch.relu(self.dense(x)))
+
+
+class BertStyle(nn.Module):
+    """An encoder classifier whose forward makes its loss, as transformers' BERT does."""
+
+    def __init__(self, width=16, layers=3, labels=3):
+        super().__init__()
+        self.embed = nn.Linear(8, width)
+        self.layers = nn.ModuleList(Layer(width) for _ in range(layers))
+        self.classifier = nn.Linear(width, labels)
+
+    def forward(self, x, labels):
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h)
+        logits = self.classifier(h)
+        loss_fct = nn.CrossEntropyLoss()
+        return loss_fct(logits, labels), logits
+
+
+def test_a_model_whose_forward_makes_its_loss_is_walked_once(tmp_path):
+    torch.manual_seed(0)
+    model = BertStyle()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
+    out = str(tmp_path / "out")
+    with tw.profile(out_dir=out, format="json", flush_interval=FAST_FLUSH) as prof:
+        for step in range(5000):
+            opt.zero_grad()
+            model(x, y)[0].backward()
+            opt.step()
+            if step == 49:
+                after_50 = snapshot(prof)
+                registered_50 = prof.tracer.counters["registered_modules"]
+        after_5000 = snapshot(prof)
+        registered_5000 = prof.tracer.counters["registered_modules"]
+    assert after_5000 == after_50
+    assert after_50["roots"] == 1
+    # per step, only the step's own new modules are put in the table (a loss and three dropouts),
+    # never the model's 9: the model is not walked again
+    assert registered_5000 - registered_50 == 4 * 4950
+    live_modules = len(list(model.modules()))
+    assert after_50["paths"] <= live_modules + 4 and after_50["table"][0] <= live_modules + 4
+    records = prof.records()
+    paths = {(r.api, r.module) for r in records if r.module is not None}
+    assert ("torch.nn.CrossEntropyLoss.forward", "(CrossEntropyLoss)") in paths
+    assert {m for a, m in paths if a == "torch.nn.Dropout.forward"} == {f"layers.{i}.(Dropout)" for i in range(3)}
+    assert sum(r.api == "torch.nn.CrossEntropyLoss.forward" for r in records) == 5000
+    tree = tw.load_modules(out)
+    assert [r["path"] for r in tree["roots"]] == [""]
+    by_path = {m["path"]: m for m in tree["modules"]}
+    assert by_path["(CrossEntropyLoss)"]["parent"] == "" and by_path["(CrossEntropyLoss)"]["calls"] == 5000
+    assert by_path["layers.1.(Dropout)"]["parent"] == "layers.1"
+
+
+def test_a_child_added_to_a_running_model_gets_its_own_path(tmp_path):
+    """The registration hook: a module attached to a model after its walk is named as its child,
+    not as a transient."""
+    model = BertStyle()
+    x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
+    with tw.profile(out_dir=str(tmp_path)) as prof:
+        model(x, y)
+        model.layers.append(Layer(16))
+        model(x, y)
+    paths = {r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"}
+    assert "layers.3.dense" in paths
+    assert not any("(" in p and "Linear" in p for p in paths)
+
+
+def test_classes_defined_in_a_loop_leave_no_state_behind(tmp_path):
+    model = MLP()
+    x = torch.randn(4, 8)
+    alive = []
+    with tw.profile(out_dir=str(tmp_path), flush_interval=FAST_FLUSH) as prof:
+        for step in range(600):
+            class Head(nn.Linear):   # a new class object each time, as code in a loop makes
+                pass
+
+            alive.append(weakref.ref(Head))
+            Head(4, 2)(model(x))
+            if step == 49:
+                after_50 = snapshot(prof)
+        after_600 = snapshot(prof)
+    assert after_600 == after_50
+    gc.collect()
+    assert sum(ref() is not None for ref in alive) <= 2   # the profiler keeps none of them alive
+    assert {r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"} >= {"net.0", "Head"}
+
+
+def test_models_remade_in_a_search_loop_keep_one_root(tmp_path):
+    x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    out = str(tmp_path / "out")
+    with tw.profile(out_dir=out, flush_interval=FAST_FLUSH) as prof:
+        for trial in range(300):
+            model = MLP()
+            opt = torch.optim.Adam(model.parameters(), lr=10 ** -(1 + trial % 3))
+            for _ in range(2):
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+            if trial == 9:
+                after_10 = snapshot(prof)
+        after_300 = snapshot(prof)
+    # each new model is walked once, when its first module is called; nothing else changes
+    assert after_300["contains_walks"] - after_10["contains_walks"] == 290
+    assert dict(after_300, contains_walks=0) == dict(after_10, contains_walks=0)
+    assert after_10["roots"] == 1 and after_10["root_paths"] == 1
+    assert after_10["paths"] <= 2 * 5   # this trial's model, and the last one's until it is freed
+    assert {r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"} == {"net.0", "net.2"}
+    tree = tw.load_modules(out)
+    assert len(tree["modules"]) == 5 and tree["roots"] == [{"path": "", "class": tree["modules"][0]["class"]}]
+
+
+def test_dataloaders_remade_each_epoch_leave_no_state_behind(tmp_path):
+    model = MLP()
+    data = [(torch.randn(8), torch.tensor(i % 4)) for i in range(8)]
+    with tw.profile(out_dir=str(tmp_path), flush_interval=FAST_FLUSH, sites="all") as prof:
+        for epoch in range(300):
+            for x, y in torch.utils.data.DataLoader(data, batch_size=4):
+                F.cross_entropy(model(x), y)
+            if epoch == 9:
+                after_10 = snapshot(prof)
+                sites_10 = prof.session.stats()["sites"]
+        after_300 = snapshot(prof)
+        sites_300 = prof.session.stats()["sites"]
+    assert after_300 == after_10
+    assert sites_300 == sites_10   # call sites are places in the code, not iterations
+
+
+@pytest.mark.parametrize("steps", [50, 2000])
+def test_modules_json_is_written_only_when_the_tree_changed(tmp_path, steps):
+    """With a flush interval longer than the run, modules.json is written once while recording
+    (the first model) and once at stop, whatever the number of steps."""
+    torch.manual_seed(0)
+    model = MLP()
+    x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    with tw.profile(out_dir=str(tmp_path), flush_interval=3600.0) as prof:
+        for _ in range(steps):
+            nn.CrossEntropyLoss()(model(x), y)
+        writes_while_recording = prof.tracer.counters["modules_writes"]
+    assert writes_while_recording == 1
+    assert prof.tracer.counters["modules_writes"] == 2
+    assert {m["path"] for m in tw.load_modules(str(tmp_path))["modules"]} == {"", "net", "net.0", "net.1", "net.2",
+                                                                           "CrossEntropyLoss"}
