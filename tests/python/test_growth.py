@@ -257,3 +257,36 @@ def test_modules_json_is_written_only_when_the_tree_changed(tmp_path, steps):
     assert prof.tracer.counters["modules_writes"] == 2
     assert {m["path"] for m in tw.load_modules(str(tmp_path))["modules"]} == {"", "net", "net.0", "net.1", "net.2",
                                                                            "CrossEntropyLoss"}
+
+
+def test_transformers_bert_makes_its_loss_at_every_step_and_nothing_grows(tmp_path):
+    """The real thing: transformers' BertForSequenceClassification builds CrossEntropyLoss() in its
+    forward at every call. Its loss is named under the model, and the model is walked once."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=32, num_labels=3)
+    model = transformers.BertForSequenceClassification(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids, labels = torch.randint(0, 200, (2, 16)), torch.randint(0, 3, (2,))
+    out = str(tmp_path / "out")
+    with tw.profile(out_dir=out, flush_interval=FAST_FLUSH) as prof:
+        for step in range(300):
+            opt.zero_grad()
+            model(input_ids=ids, labels=labels).loss.backward()
+            opt.step()
+            if step == 19:
+                after_20 = snapshot(prof)
+                registered_20 = prof.tracer.counters["registered_modules"]
+        after_300 = snapshot(prof)
+        registered_300 = prof.tracer.counters["registered_modules"]
+    assert after_300 == after_20
+    assert after_20["roots"] == 1
+    new_per_step = (registered_300 - registered_20) / 280
+    assert new_per_step == int(new_per_step) and new_per_step < 5   # the step's own modules, not the model's
+    loss_calls = [r for r in prof.records() if r.api == "torch.nn.CrossEntropyLoss.forward"]
+    assert len(loss_calls) == 300 and {r.module for r in loss_calls} == {"(CrossEntropyLoss)"}
+    tree = tw.load_modules(out)
+    assert tree["roots"] == [{"path": "", "class": "transformers.models.bert.modeling_bert.BertForSequenceClassification"}]
+    (loss,) = [m for m in tree["modules"] if m["path"] == "(CrossEntropyLoss)"]
+    assert loss["parent"] == "" and loss["calls"] == 300
