@@ -105,7 +105,7 @@ class Tracer:
         self._resolved_kinds: set = set()      # (class name, parent path): transients already checked by a walk
         self._tree_changed = False             # modules.json is behind the tree
         self._modules_written = -math.inf      # time.monotonic() of the last write
-        self._registration_hook: Any = None
+        self._registration_hook: Any = None    # torch's dict of them, while ours is in it
         # What resolution did, for tests of what must not grow with the run: instances resolved,
         # walks of a model to find whether it contains one, modules put in the table, writes.
         self.counters = {"resolves": 0, "contains_walks": 0, "registered_modules": 0, "modules_writes": 0}
@@ -139,7 +139,11 @@ class Tracer:
         self.session = session
         import torch.nn.modules.module as module_module
 
-        self._registration_hook = module_module.register_module_module_registration_hook(self._child_registered)
+        # Into torch's dict of global module registration hooks directly, under a key of our own:
+        # register_module_module_registration_hook() would move RemovableHandle.next_id, a class
+        # attribute of torch that stop() must leave as it was.
+        self._registration_hook = module_module._global_module_registration_hooks
+        self._registration_hook[("torchwrapper", id(self))] = self._child_registered
         if self.tracker is not None:
             self.tracker.install_setattr()
         if self.out_dir is None:
@@ -528,7 +532,7 @@ class Tracer:
         if self.tracker is not None:
             self.tracker.remove_setattr()
         if self._registration_hook is not None:
-            self._registration_hook.remove()
+            self._registration_hook.pop(("torchwrapper", id(self)), None)
             self._registration_hook = None
         for address, _module_id, calls in _core.table_clear("modules"):
             path = self._path.get(address)

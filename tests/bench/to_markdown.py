@@ -30,6 +30,29 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
+def add_hf(add, hf):
+    """The rows of bench_hf.py (transformers package models): in-process, through `run`, long run, soak."""
+    titles = {"bert": "BERT", "gpt2": "GPT-2", "llama": "Llama"}
+    threads = hf["machine"]["torch_threads"]
+    for name, row in hf["in_process"].items():
+        run = hf["run"].get(name, {})
+        add(f"`transformers` {titles.get(name, name)}, random init, {threads} threads "
+            f"({row['args none']['records_per_step']:.0f} records/step, {row['plain_ms_per_step']:.1f} ms/step): "
+            "tw.profile args none / summary; `run` args none / defaults",
+            f"{row['args none']['ratio']:.3f}x / {row['args summary']['ratio']:.3f}x; "
+            f"{run.get('run, args none', float('nan')):.3f}x / {run.get('run, defaults', float('nan')):.3f}x",
+            "1.03x / 1.10x; 1.03x / 1.10x")
+    for name, row in hf["long"].items():
+        add(f"`transformers` {titles.get(name, name)} under `run` args none, {row['steps']:,} steps: "
+            "last block / first, plain / profiled",
+            f"{row['plain']['last_over_first']:.3f} / {row['run, args none']['last_over_first']:.3f}", "equal")
+    for name, row in (hf.get("soak") or {}).items():
+        add(f"soak, {titles.get(name, 'toy MLP' if name == 'mlp' else name)}, {row['steps']:,} steps profiled: "
+            "ms/step and RSS, first block → last",
+            f"{row['ms_per_step_first']:.2f} → {row['ms_per_step_last']:.2f} ms, "
+            f"{row['rss_mb_first']:.0f} → {row['rss_mb_last']:.0f} MB", "flat")
+
+
 def main(directory):
     main_run = load(directory, "bench.json")
     training = load(directory, "bench-training.json")
@@ -37,6 +60,7 @@ def main(directory):
     writer = load(directory, "bench-writer.txt")
     trace = load(directory, "bench-trace.json")
     transformer = load(directory, "bench-transformer.json")
+    hf = load(directory, "bench-hf.txt")
     rows = []
 
     def add(what, measured, target="—"):
@@ -101,6 +125,8 @@ def main(directory):
             if process:
                 add("the same under `python -m torchwrapper run` (separate processes): args none / default",
                     f"{process['run, args none']:.3f}x / {process['run, default args']:.3f}x", "1.03x / 1.10x")
+    if hf and not hf.get("skipped"):
+        add_hf(add, hf)
     if trace:
         add("model tracing: module path per module forward", f"+{trace['probe_ns']:.1f} ns", "no measurable cost")
         add(f"tensor statistics, CNN step ({trace['tensors_per_step']} tensors): extra / their own ops",

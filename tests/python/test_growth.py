@@ -171,12 +171,17 @@ def test_a_model_whose_forward_makes_its_loss_is_walked_once(tmp_path):
 def test_a_child_added_to_a_running_model_gets_its_own_path(tmp_path):
     """The registration hook: a module attached to a model after its walk is named as its child,
     not as a transient."""
+    import torch.nn.modules.module as module_module
+
+    hooks_before = dict(module_module._global_module_registration_hooks)
     model = BertStyle()
     x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
     with tw.profile(out_dir=str(tmp_path)) as prof:
         model(x, y)
+        assert len(module_module._global_module_registration_hooks) == len(hooks_before) + 1
         model.layers.append(Layer(16))
         model(x, y)
+    assert module_module._global_module_registration_hooks == hooks_before   # ours is gone
     paths = {r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"}
     assert "layers.3.dense" in paths
     assert not any("(" in p and "Linear" in p for p in paths)

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The libtorch layer: what torchwrapper sees below torch's Python surface, through libtorch's C++
+ * API (at::RecordFunction callbacks), behind C functions. Built against the headers of the torch
+ * found at configure time into a shared object of its own (torchwrapper/_torch.so), which the
+ * extension loads with dlopen only after checking that the running torch is that one
+ * (tw_torch_built_with()), so that another torch is refused with one line and nothing else breaks.
+ *
+ * Threading: the hooks run on whatever thread runs an operator or an autograd node, with or without
+ * the GIL (autograd's device threads never hold it). They must not touch Python objects.
+ */
+#ifndef TORCHWRAPPER_TORCH_LAYER_H
+#define TORCHWRAPPER_TORCH_LAYER_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tw_torch_hooks {
+    /* A forward operator that records for autograd starts on this thread: the node it creates will
+     * have sequence number seq; thread is torch's id of this thread (RecordFunction::threadId). */
+    void (*forward_op)(int64_t seq, uint64_t thread);
+    /* An autograd node starts on this thread: its name (AddmmBackward0; valid during the call), the
+     * sequence number of the forward operator that created it (-1: none, as AccumulateGrad) and
+     * torch's id of the thread that ran that operator. */
+    void (*node_begin)(const char *name, int64_t seq, uint64_t forward_thread);
+    /* The node begun last on this thread ends. */
+    void (*node_end)(void);
+} tw_torch_hooks_t;
+
+/* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
+const char *tw_torch_built_with(void);
+
+/* Registers the callbacks (global: every thread). hooks must stay valid until tw_torch_stop().
+ * Returns 0, or -EBUSY when already started, or -ENOMEM. */
+int tw_torch_start(const tw_torch_hooks_t *hooks);
+
+/* Removes the callbacks. A hook already running on another thread may still finish after this
+ * returns: the caller makes its hooks inert before (see python/core/backward.c). */
+void tw_torch_stop(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

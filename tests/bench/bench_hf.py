@@ -1,0 +1,426 @@
+# SPDX-License-Identifier: MIT
+"""The overhead on models of the `transformers` package (Hugging Face), trained from random
+initialisation (small configs, nothing downloaded): BertForSequenceClassification (whose forward
+makes a CrossEntropyLoss() module on every call), GPT2LMHeadModel and LlamaForCausalLM (RMSNorm,
+rotary positions, gated SiLU MLP, grouped-query attention), each trained with AdamW on generated
+tokens (loss.backward(), opt.step(), opt.zero_grad()), at torch's default thread count (nothing
+here calls torch.set_num_threads). Measured:
+
+  in-process: tw.profile(out_dir, format="csv") with args "none" and with args "summary"; each
+    repetition times a block of STEPS profiled steps (after a warm-up block in the same session)
+    next to a block of plain steps, adjacent, which one first alternating, the order of the modes
+    rotating; the median over REPS of profiled / plain.
+  through `python -m torchwrapper run`, with its defaults and with `--set args=none`: this file
+    run as a program (`bench_hf.py --worker MODEL STEPS BLOCKS`, which prints each block's loop
+    time), plain and profiled processes alternating; the ratio of the loop time of blocks 1.. (block
+    0 warms up), median over the process repetitions.
+  a long run: BERT and GPT-2 under `run --set args=none` for LONG_BLOCKS blocks of 200 steps after
+    a warm-up block, next to the same plain program; per process, the last block's time per step
+    over the first's (and the slope of a line through all blocks). A profiled ratio above the plain
+    one is a per-step cost that grows with the step count (a module made in each step once did so).
+  soak (BENCH=full or BENCH_SOAK=1): 20,000 steps in-process under tw.profile (CSV, args none) of a
+    toy MLP calling nn.CrossEntropyLoss()(model(x), y) and of the BERT model; time per step and RSS
+    of the first and the last block of 1,000 steps.
+
+Prints a table, then one JSON line with every figure and the machine (CPU, thread count, torch and
+transformers versions); `make bench` tees it into build/bench-hf.txt. Without `transformers` it
+prints a SKIP line (and a JSON line saying so) and exits 0.
+BENCH=quick (the default; a few minutes), full (more repetitions, a longer long run, the soak) or
+smoke (a few steps of each: checks that the script runs; its figures mean nothing).
+BENCH_HF_MODELS=bert,gpt2 picks models; BENCH_REPS overrides the in-process repetitions.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from types import ModuleType
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODE = os.environ.get("BENCH", "quick")
+SIZES = {
+    #        in-process       processes through `run`           long run                     soak
+    "smoke": dict(reps=2, steps=3, proc_reps=1, proc_steps=3, proc_blocks=3, long_block=5, long_blocks=3,
+                  long_reps=1, soak_steps=40, soak_block=10),
+    "quick": dict(reps=7, steps=20, proc_reps=3, proc_steps=20, proc_blocks=4, long_block=200, long_blocks=10,
+                  long_reps=1, soak_steps=20000, soak_block=1000),
+    "full": dict(reps=15, steps=20, proc_reps=5, proc_steps=20, proc_blocks=6, long_block=200, long_blocks=15,
+                 long_reps=3, soak_steps=20000, soak_block=1000),
+}[MODE]
+REPS = int(os.environ.get("BENCH_REPS", 0)) or SIZES["reps"]
+SOAK = MODE == "full" or os.environ.get("BENCH_SOAK") == "1"
+MODELS = os.environ.get("BENCH_HF_MODELS", "bert,gpt2,llama").split(",")
+LONG_MODELS = [m for m in ("bert", "gpt2") if m in MODELS]
+VOCAB, HIDDEN, HEADS, LAYERS, INTERMEDIATE, POSITIONS, SEQ, BATCH = 1000, 128, 4, 2, 256, 64, 32, 4
+
+
+# ---- the workloads ---------------------------------------------------------------------------------
+
+def import_transformers() -> Optional[ModuleType]:
+    """The PyPI package, or None: this folder holds a transformers.py of its own (the hand-written
+    models of bench_transformer.py), which `python tests/bench/X.py` and `run` put first on
+    sys.path, so that folder leaves sys.path before the import."""
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+    local = sys.modules.get("transformers")
+    if local is not None and os.path.dirname(os.path.abspath(getattr(local, "__file__", "") or "")) == HERE:
+        del sys.modules["transformers"]
+    try:
+        import transformers
+    except ImportError:
+        return None
+    transformers.logging.set_verbosity_error()   # config notices (e.g. the default loss) on every build
+    return transformers
+
+
+def _bert(hf: ModuleType):
+    config = hf.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                           intermediate_size=INTERMEDIATE, max_position_embeddings=POSITIONS, num_labels=4)
+    inputs = {"input_ids": torch.randint(0, VOCAB, (BATCH, SEQ)), "labels": torch.randint(0, 4, (BATCH,))}
+    return hf.BertForSequenceClassification(config), inputs
+
+
+def _gpt2(hf: ModuleType):
+    # bos/eos inside the small vocabulary (GPT-2's are 50256), which the config checks
+    config = hf.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=POSITIONS,
+                           bos_token_id=0, eos_token_id=0)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    return hf.GPT2LMHeadModel(config), {"input_ids": ids, "labels": ids}
+
+
+def _llama(hf: ModuleType):
+    config = hf.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                            num_key_value_heads=HEADS // 2, intermediate_size=INTERMEDIATE,
+                            max_position_embeddings=POSITIONS)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    return hf.LlamaForCausalLM(config), {"input_ids": ids, "labels": ids}
+
+
+BUILDERS = {"bert": _bert, "gpt2": _gpt2, "llama": _llama}
+TITLES = {"bert": "BertForSequenceClassification", "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
+          "mlp": "toy MLP, nn.CrossEntropyLoss() each step"}
+
+
+def training_step(model: nn.Module, inputs: Dict[str, torch.Tensor]) -> Callable[[], None]:
+    """The loop body users write: forward with labels (the model computes its loss), backward,
+    AdamW step, gradients cleared."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        loss = model(**inputs).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return step
+
+
+def make_step(hf: Optional[ModuleType], name: str) -> Callable[[], None]:
+    torch.manual_seed(0)
+    if name == "mlp":
+        return mlp_step()
+    return training_step(*BUILDERS[name](hf))
+
+
+def mlp_step() -> Callable[[], None]:
+    """The idiom the soak is about: a loss module made anew in every step."""
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+
+    def step() -> None:
+        loss = nn.CrossEntropyLoss()(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return step
+
+
+# ---- measuring --------------------------------------------------------------------------------------
+
+def timed(step: Callable[[], None], steps: int) -> int:
+    """Wall time of `steps` calls of step, in ns."""
+    t0 = time.perf_counter_ns()
+    for _ in range(steps):
+        step()
+    return time.perf_counter_ns() - t0
+
+
+def rss_kb() -> int:
+    """This process's resident set now (VmRSS), in KiB; the peak (ru_maxrss) where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def worker(name: str, steps: int, blocks: int) -> None:
+    """The program that `run` profiles: BLOCKS blocks of STEPS steps, one JSON line per block."""
+    hf = import_transformers()
+    if hf is None and name != "mlp":
+        raise SystemExit("bench_hf.py --worker: the transformers package is not importable")
+    step = make_step(hf, name)
+    for block in range(blocks):
+        ns = timed(step, steps)
+        print(json.dumps({"block": block, "ns": ns, "rss_kb": rss_kb()}), flush=True)
+
+
+def profiled_block(tw: ModuleType, step: Callable[[], None], steps: int, out_dir: str, args: str) -> Tuple[int, float]:
+    """A fresh session (CSV files, `args`), a warm-up block in it (first calls, first chunks), then
+    the timed block; (ns, records per step)."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    prof = tw.profile(out_dir=out_dir, format="csv", args=args)
+    prof.start()
+    try:
+        timed(step, steps)
+        ns = timed(step, steps)
+    finally:
+        prof.stop()
+    return ns, prof.stats()["records"] / (2 * steps)
+
+
+def in_process(tw: ModuleType, hf: ModuleType, name: str, tmp: str) -> dict:
+    step = make_step(hf, name)
+    steps = SIZES["steps"]
+    for _ in range(3):
+        timed(step, steps)
+    out_dir = os.path.join(tmp, "in-process")
+    modes = ["args none", "args summary"]
+    ratios: Dict[str, List[float]] = {m: [] for m in modes}
+    records: Dict[str, float] = {}
+    plains: List[int] = []
+    for rep in range(REPS):
+        gc.collect()
+        for mode in modes[rep % 2:] + modes[:rep % 2]:
+            args = mode.split()[1]
+            # each profiled block against a plain block beside it; which one first alternates
+            if rep % 2:
+                plain = timed(step, steps)
+                profiled, records[mode] = profiled_block(tw, step, steps, out_dir, args)
+            else:
+                profiled, records[mode] = profiled_block(tw, step, steps, out_dir, args)
+                plain = timed(step, steps)
+            plains.append(plain)
+            ratios[mode].append(profiled / plain)
+    row = {"plain_ms_per_step": round(statistics.median(plains) / steps / 1e6, 3)}
+    for mode in modes:
+        row[mode] = {"ratio": round(statistics.median(ratios[mode]), 4),
+                     "records_per_step": round(records[mode], 1)}
+    return row
+
+
+def child_env() -> Dict[str, str]:
+    """This environment without torchwrapper's variables, so that the plain processes stay plain
+    (e.g. when this benchmark itself is run under `run`)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TORCHWRAPPER_")}
+
+
+def run_worker(cmd: List[str]) -> List[dict]:
+    """Runs one worker process; its blocks ({"block", "ns", "rss_kb"})."""
+    result = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=3600)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}): {result.stderr[-2000:]}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def commands(name: str, steps: int, blocks: int, out_dir: str) -> Dict[str, List[str]]:
+    """The worker plain, under `run` with its defaults and under `run --set args=none`. --no-report:
+    the report is printed after the program has ended, outside the loop time measured."""
+    program = [os.path.abspath(__file__), "--worker", name, str(steps), str(blocks)]
+    run = [sys.executable, "-m", "torchwrapper", "run", "--no-report", "-o", out_dir]
+    return {"plain": [sys.executable, *program],
+            "run, defaults": [*run, "--", *program],
+            "run, args none": [*run, "--set", "args=none", "--", *program]}
+
+
+def through_run(name: str, tmp: str) -> dict:
+    """Loop time of blocks 1.. of the worker under `run` over the plain worker's, processes
+    interleaved (the order rotating), median over the repetitions."""
+    out_dir = os.path.join(tmp, "run")
+    steps = SIZES["proc_steps"]
+    cmds = commands(name, steps, SIZES["proc_blocks"], out_dir)
+    loops: Dict[str, List[int]] = {key: [] for key in cmds}
+    for rep in range(SIZES["proc_reps"]):
+        keys = list(cmds)
+        for key in keys[rep % len(keys):] + keys[:rep % len(keys)]:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            loops[key].append(sum(b["ns"] for b in run_worker(cmds[key])[1:]))
+    plain = loops.pop("plain")
+    steady_steps = steps * (SIZES["proc_blocks"] - 1)
+    row = {"plain_ms_per_step": round(statistics.median(plain) / steady_steps / 1e6, 3)}
+    for key, values in loops.items():
+        row[key] = round(statistics.median(v / p for v, p in zip(values, plain)), 4)
+    return row
+
+
+def slope_pct_per_1000(per_step: List[float], block: int) -> float:
+    """The least-squares line through the blocks' time per step, as % of the mean per 1,000 steps."""
+    n = len(per_step)
+    if n < 2:
+        return 0.0
+    xs = [i * block for i in range(n)]
+    mx, my = sum(xs) / n, sum(per_step) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, per_step)) / sum((x - mx) ** 2 for x in xs)
+    return 100.0 * slope * 1000 / my
+
+
+def drift(blocks: List[dict], block: int) -> dict:
+    """Blocks after the warm-up: last over first time per step, the slope, RSS first and last."""
+    steady = blocks[1:]
+    per_step = [b["ns"] / block / 1e6 for b in steady]
+    return {"last_over_first": round(per_step[-1] / per_step[0], 4),
+            "slope_pct_per_1000_steps": round(slope_pct_per_1000(per_step, block), 2),
+            "ms_per_step": [round(v, 3) for v in per_step],
+            "rss_mb_first": round(steady[0]["rss_kb"] / 1024, 1), "rss_mb_last": round(steady[-1]["rss_kb"] / 1024, 1)}
+
+
+def long_run(name: str, tmp: str) -> dict:
+    """The plain worker and the worker under `run --set args=none`, LONG_BLOCKS blocks of 200 steps
+    after a warm-up block; the medians over the process pairs, and the last pair's blocks."""
+    out_dir = os.path.join(tmp, "long")
+    block, blocks = SIZES["long_block"], SIZES["long_blocks"] + 1
+    cmds = commands(name, block, blocks, out_dir)
+    cmds = {"plain": cmds["plain"], "run, args none": cmds["run, args none"]}
+    runs: Dict[str, List[dict]] = {key: [] for key in cmds}
+    for rep in range(SIZES["long_reps"]):
+        for key in (list(cmds) if rep % 2 == 0 else list(cmds)[::-1]):
+            shutil.rmtree(out_dir, ignore_errors=True)
+            runs[key].append(drift(run_worker(cmds[key]), block))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    row = {"steps": block * SIZES["long_blocks"], "block": block}
+    for key, drifts in runs.items():
+        row[key] = dict(drifts[-1], last_over_first=statistics.median(d["last_over_first"] for d in drifts),
+                        slope_pct_per_1000_steps=statistics.median(d["slope_pct_per_1000_steps"] for d in drifts),
+                        last_over_first_each=[d["last_over_first"] for d in drifts])
+    plain = statistics.mean(row["plain"]["ms_per_step"])
+    row["ratio"] = round(statistics.mean(row["run, args none"]["ms_per_step"]) / plain, 4)
+    return row
+
+
+def soak(tw: ModuleType, hf: Optional[ModuleType], name: str, tmp: str) -> dict:
+    """SOAK_STEPS steps in one session (CSV, args none) after a warm-up block; time per step and RSS
+    of each block of SOAK_BLOCK steps, first and last reported."""
+    step = make_step(hf, name)
+    block, blocks = SIZES["soak_block"], SIZES["soak_steps"] // SIZES["soak_block"]
+    out_dir = os.path.join(tmp, "soak")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    timed(step, block)
+    per_step: List[float] = []
+    rss: List[int] = []
+    with tw.profile(out_dir=out_dir, format="csv", args="none"):
+        for _ in range(blocks):
+            per_step.append(timed(step, block) / block / 1e6)
+            rss.append(rss_kb())
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return {"steps": block * blocks, "block": block,
+            "ms_per_step_first": round(per_step[0], 4), "ms_per_step_last": round(per_step[-1], 4),
+            "last_over_first": round(per_step[-1] / per_step[0], 4),
+            "ms_per_step_min": round(min(per_step), 4), "ms_per_step_max": round(max(per_step), 4),
+            "slope_pct_per_1000_steps": round(slope_pct_per_1000(per_step, block), 2),
+            "rss_mb_first": round(rss[0] / 1024, 1), "rss_mb_last": round(rss[-1] / 1024, 1)}
+
+
+# ---- reporting --------------------------------------------------------------------------------------
+
+def machine(hf: ModuleType) -> dict:
+    # the load average, at the start and (load_end) at the end: at torch's default thread count, one
+    # busy core elsewhere makes every step many times slower, so figures from a loaded machine say so
+    return {"cpu": cpu_name(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(), "torch": torch.__version__, "transformers": hf.__version__,
+            "load_start": load_average()}
+
+
+def load_average() -> Optional[float]:
+    """The 1-minute load average, None where the system has none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def print_model(name: str, inproc: dict, run: dict) -> None:
+    print(f"  {TITLES[name]}: plain {inproc['plain_ms_per_step']:.2f} ms/step in-process, "
+          f"{run['plain_ms_per_step']:.2f} ms/step as its own process", flush=True)
+    for mode in ("args none", "args summary"):
+        v = inproc[mode]
+        print(f"    tw.profile, CSV, {mode:13} {v['ratio']:.3f}x  ({v['records_per_step']:.0f} records/step)")
+    for key in ("run, defaults", "run, args none"):
+        print(f"    python -m torchwrapper {key:15} {run[key]:.3f}x  (loop time, separate processes)", flush=True)
+
+
+def print_long(name: str, row: dict) -> None:
+    print(f"  {TITLES[name]}, {row['steps']:,} steps in blocks of {row['block']} (after a warm-up block), "
+          f"`run --set args=none` / plain: {row['ratio']:.3f}x")
+    for key in ("plain", "run, args none"):
+        v = row[key]
+        print(f"    {key:15} last block / first {v['last_over_first']:.3f}, slope "
+              f"{v['slope_pct_per_1000_steps']:+.2f} %/1000 steps, RSS {v['rss_mb_first']:.0f} -> "
+              f"{v['rss_mb_last']:.0f} MB", flush=True)
+
+
+def print_soak(name: str, row: dict) -> None:
+    print(f"  {TITLES[name]}, {row['steps']:,} steps under tw.profile (CSV, args none), blocks of {row['block']}: "
+          f"{row['ms_per_step_first']:.3f} -> {row['ms_per_step_last']:.3f} ms/step ({row['last_over_first']:.3f}x; "
+          f"blocks {row['ms_per_step_min']:.3f}..{row['ms_per_step_max']:.3f}), RSS {row['rss_mb_first']:.0f} -> "
+          f"{row['rss_mb_last']:.0f} MB", flush=True)
+
+
+def main() -> None:
+    hf = import_transformers()
+    if hf is None:
+        print("SKIP bench_hf.py: the transformers package is not importable (pip install transformers)")
+        print(json.dumps({"bench": "hf", "skipped": "transformers not importable"}))
+        return
+    import torchwrapper as tw
+    results = {"bench": "hf", "mode": MODE, "reps": REPS, "steps_per_block": SIZES["steps"],
+               "process_reps": SIZES["proc_reps"], "machine": machine(hf),
+               "in_process": {}, "run": {}, "long": {}, "soak": None}
+    print(f"transformers models, random init, {torch.get_num_threads()} torch threads (BENCH={MODE}; in-process: "
+          f"median of {REPS} interleaved repetitions of {SIZES['steps']} steps; `run`: median of "
+          f"{SIZES['proc_reps']} process repetitions; profiled / plain):", flush=True)
+    with tempfile.TemporaryDirectory(prefix="tw-bench-hf-") as tmp:
+        for name in MODELS:
+            results["in_process"][name] = in_process(tw, hf, name, tmp)
+            results["run"][name] = through_run(name, tmp)
+            print_model(name, results["in_process"][name], results["run"][name])
+        print("long run (a per-step cost that grows shows as a profiled last/first above the plain one):")
+        for name in LONG_MODELS:
+            results["long"][name] = long_run(name, tmp)
+            print_long(name, results["long"][name])
+        if SOAK:
+            print("soak:")
+            results["soak"] = {}
+            for name in ["mlp"] + [m for m in ("bert",) if m in MODELS]:
+                results["soak"][name] = soak(tw, hf, name, tmp)
+                print_soak(name, results["soak"][name])
+    results["machine"]["load_end"] = load_average()
+    print(f"load average {results['machine']['load_start']} at the start, {results['machine']['load_end']} at the end "
+          f"({os.cpu_count()} CPUs)")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        main()
