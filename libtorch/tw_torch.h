@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* The layer is compiled with hidden visibility: these are its only exported symbols. */
+#define TW_TORCH_API __attribute__((visibility("default")))
+
 typedef struct tw_torch_hooks {
     /* A forward operator that records for autograd starts on this thread: the node it creates will
      * have sequence number seq; thread is torch's id of this thread (RecordFunction::threadId). */
@@ -31,15 +34,15 @@ typedef struct tw_torch_hooks {
 } tw_torch_hooks_t;
 
 /* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
-const char *tw_torch_built_with(void);
+TW_TORCH_API const char *tw_torch_built_with(void);
 
 /* Registers the callbacks (global: every thread). hooks must stay valid until tw_torch_stop().
  * Returns 0, or -EBUSY when already started, or -ENOMEM. */
-int tw_torch_start(const tw_torch_hooks_t *hooks);
+TW_TORCH_API int tw_torch_start(const tw_torch_hooks_t *hooks);
 
 /* Removes the callbacks. A hook already running on another thread may still finish after this
  * returns: the caller makes its hooks inert before (see python/core/backward.c). */
-void tw_torch_stop(void);
+TW_TORCH_API void tw_torch_stop(void);
 
 #ifdef __cplusplus
 }

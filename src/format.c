@@ -87,7 +87,19 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
                         const tw_record_t *r, size_t args_max)
 {
     const char *args = chunk->text + r->args_offset;
-    size_t args_len = tw_utf8_cut(args, r->args_len, args_max);
+    size_t args_len;
+    /* A backward node: its text is the link to the forward call that created it, not arguments. */
+    uint64_t fwd_call_id = 0;
+    uint32_t fwd_api_id = 0;
+    const char *fwd_api = NULL;
+    if ((r->flags & TW_RECORD_BACKWARD) && r->args_len == TW_BACKWARD_LINK_SIZE) {
+        tw_backward_link_unpack(args, &fwd_call_id, &fwd_api_id);
+        fwd_api = fwd_call_id != 0 ? tw_api_name(fwd_api_id) : NULL;
+        args_len = 0;
+    } else {
+        args_len = tw_utf8_cut(args, r->args_len, args_max);
+    }
+    size_t fwd_api_len = fwd_api != NULL ? strnlen(fwd_api, TW_API_NAME_MAX) : 0;
     const char *api = tw_api_name(r->api_id);
     if (api == NULL)
         api = "?";
@@ -133,6 +145,11 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         p = tw_format_u64(p, r->step);
         *p++ = ',';
         p = tw_format_u64(p, r->site);
+        *p++ = ',';
+        p = tw_format_u64(p, fwd_call_id);
+        *p++ = ',';
+        if (fwd_api != NULL)
+            p = put_csv_text(p, fwd_api, fwd_api_len);
         *p++ = '\n';
     } else {
         memcpy(p, "{\"call_id\":", 11);
@@ -176,6 +193,10 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         p = tw_format_u64(p + 8, r->step);
         memcpy(p, ",\"site\":", 8);
         p = tw_format_u64(p + 8, r->site);
+        memcpy(p, ",\"fwd_call_id\":", 15);
+        p = tw_format_u64(p + 15, fwd_call_id);
+        memcpy(p, ",\"fwd_api\":", 11);
+        p = tw_json_escape(p + 11, fwd_api != NULL ? fwd_api : "", fwd_api_len);
         *p++ = '}';
         *p++ = '\n';
     }

@@ -15,11 +15,12 @@
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/writer.h"
 
-/* One formatted record: escaped API name, module path and arguments (6 bytes per byte at worst in JSON). */
-#define TW_LINE_MAX (12 * TW_API_NAME_MAX + 6 * TW_ARGS_MAX + 512)
+/* One formatted record: escaped API name, module path, forward API and arguments (6 bytes per byte at
+ * worst in JSON). */
+#define TW_LINE_MAX (18 * TW_API_NAME_MAX + 6 * TW_ARGS_MAX + 512)
 
 /* The header line of a CSV file of call records. */
-#define TW_CALLS_CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module,step,site\n"
+#define TW_CALLS_CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module,step,site,fwd_call_id,fwd_api\n"
 
 /* Formats record r of chunk into line (at least TW_LINE_MAX bytes) in format, its times converted
  * by clock and its argument text cut to args_max bytes; returns its length. */

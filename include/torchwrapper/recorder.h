@@ -30,8 +30,24 @@ extern "C" {
 #define TW_ARGS_MAX 512        /* bytes of argument text per record, at most */
 
 enum {
-    TW_RECORD_ERROR = 1u << 0, /* the call raised */
+    TW_RECORD_ERROR = 1u << 0,    /* the call raised */
+    /* an autograd node (libtorch layer): its argument text is the link to the forward call that
+     * created it, TW_BACKWARD_LINK_SIZE bytes (tw_backward_link_pack), not a summary */
+    TW_RECORD_BACKWARD = 1u << 1,
 };
+
+/* A backward node's link: the forward call's id (0: none found) and API id, little-endian. */
+#define TW_BACKWARD_LINK_SIZE 12
+static inline void tw_backward_link_pack(char *out, uint64_t call_id, uint32_t api_id)
+{
+    memcpy(out, &call_id, 8);
+    memcpy(out + 8, &api_id, 4);
+}
+static inline void tw_backward_link_unpack(const char *in, uint64_t *call_id, uint32_t *api_id)
+{
+    memcpy(call_id, in, 8);
+    memcpy(api_id, in + 8, 4);
+}
 
 /*
  * The nn.Module instance a call ran on (module forwards): its path in its model, as named by
@@ -85,6 +101,7 @@ typedef struct tw_frame {
     uint32_t module_id;   /* TW_MODULE_*: set by the caller between begin and end */
     uint32_t step;        /* the recorder's step when the call began */
     uint32_t site;        /* sites.h: set by the caller between begin and end (0: none) */
+    uint32_t api_id;      /* set by the caller between begin and end: what backward nodes link to */
 } tw_frame_t;
 
 typedef struct tw_recorder tw_recorder_t;

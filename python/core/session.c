@@ -5,6 +5,7 @@
  * One session records at a time in a process.
  */
 #include "module.h"
+#include "backward.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -46,6 +47,13 @@ typedef struct {
     char gpu_reason[1024]; /* why GPU timing is off, "" when on or not asked for */
     tw_sites_mode_t sites_mode;
     tw_sites_t *sites;     /* call sites (sites.h), NULL with sites "off"; the writer writes it */
+    /* backward nodes (config aten "backward", backward.h) */
+    int aten_backward;       /* asked for */
+    char *torch_layer;       /* the libtorch layer's path, NULL when it was not built */
+    char *torch_version;     /* torch.__version__ of the running torch */
+    int backward_on;         /* recording them */
+    char backward_reason[512]; /* why not, "" when on or not asked for */
+    uint64_t backward_unlinked; /* nodes whose forward call was not found */
 } tw_session_object;
 
 static uint64_t last_gen;
@@ -209,16 +217,18 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
                                "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args",
                                "per_process_names", "gpu", "gpu_device", "cupti_paths", "tracer", "schedule", "records",
-                               "on_demand", "sites", NULL};
+                               "on_demand", "sites", "aten", "torch_layer", NULL};
     /* values[i]: tw_session_config_keywords[i], NULL when not given (the validator's default applies) */
     PyObject *values[TW_SESSION_CONFIG_KEYWORDS] = {NULL};
     PyObject *manifest = Py_None, *cupti_paths = Py_None, *tracer = Py_None;
+    const char *torch_layer = NULL, *torch_version = NULL;
     long long rank = -1;
     int per_process_names = 0, gpu_device = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOOOOOO:Session", keywords, &values[0], &values[1],
-                                     &values[2], &values[3], &values[4], &values[5], &values[6], &values[7], &rank,
-                                     &manifest, &values[8], &per_process_names, &values[9], &gpu_device,
-                                     &cupti_paths, &tracer, &values[10], &values[11], &values[12], &values[13]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOOOOOOO(zz):Session", keywords, &values[0],
+                                     &values[1], &values[2], &values[3], &values[4], &values[5], &values[6],
+                                     &values[7], &rank, &manifest, &values[8], &per_process_names, &values[9],
+                                     &gpu_device, &cupti_paths, &tracer, &values[10], &values[11], &values[12],
+                                     &values[13], &values[14], &torch_layer, &torch_version))
         return NULL;
     if (manifest != Py_None && !PyUnicode_Check(manifest)) {
         PyErr_Format(PyExc_TypeError, "manifest must be JSON object text, not '%.200s'", Py_TYPE(manifest)->tp_name);
@@ -229,11 +239,17 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         return NULL;
     const char *gpu = tw_config_str(config, "gpu"), *args_mode = tw_config_str(config, "args");
     const char *out_dir = tw_config_str(config, "out_dir"), *records = tw_config_str(config, "records");
-    const char *sites = tw_config_str(config, "sites");
+    const char *sites = tw_config_str(config, "sites"), *aten = tw_config_str(config, "aten");
     tw_session_object *self = (tw_session_object *)type->tp_alloc(type, 0);
-    if (self == NULL || gpu == NULL || args_mode == NULL || records == NULL || sites == NULL ||
+    if (self == NULL || gpu == NULL || args_mode == NULL || records == NULL || sites == NULL || aten == NULL ||
         tw_config_schedule(config, &self->schedule) < 0)
         goto fail;
+    self->aten_backward = strcmp(aten, "backward") == 0;
+    if ((torch_layer != NULL && (self->torch_layer = tw_dup_cstr(torch_layer)) == NULL) ||
+        (torch_version != NULL && (self->torch_version = tw_dup_cstr(torch_version)) == NULL)) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     self->summary_only = strcmp(records, "summary") == 0;
     self->state = SESSION_NEW;
     self->args_mode = strcmp(args_mode, "summary") == 0 ? TW_ARGS_SUMMARY
@@ -351,6 +367,8 @@ static void session_dealloc(PyObject *op)
     PyMem_RawFree(self->file_name_spec);
     PyMem_RawFree(self->manifest_json);
     PyMem_RawFree(self->ondemand_dir);
+    PyMem_RawFree(self->torch_layer);
+    PyMem_RawFree(self->torch_version);
     type->tp_free(op);
     Py_DECREF(type);
 }
@@ -428,6 +446,10 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     tw_active.gpu = tw_gpu_hooks(self->gpu);
     tw_active.gen = ++last_gen;
     self->state = SESSION_ACTIVE;
+    if (self->aten_backward)
+        self->backward_on = tw_backward_session_start(self->torch_layer, self->torch_version, self->recorder,
+                                                      self->clock.source, tw_active.gen, self->backward_reason,
+                                                      sizeof self->backward_reason) == 0;
     Py_RETURN_NONE;
 }
 
@@ -440,6 +462,9 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
         return NULL;
     }
     tw_active.gen = 0;
+    if (self->backward_on) /* returns once no hook of libtorch's threads is in the recorder */
+        self->backward_unlinked = tw_backward_stop();
+    self->backward_on = 0;
     tw_active.idle = 0;
     tw_active.recorder = NULL;
     tw_active.writer = NULL;
@@ -510,9 +535,21 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
         PyObject *name = api_name_object(ctx, r->api_id);
         if (name == NULL)
             return -1;
-        PyObject *args = PyUnicode_DecodeUTF8(chunk->text + r->args_offset, r->args_len, "replace");
+        uint64_t fwd_call_id = 0;
+        uint32_t fwd_api_id = 0, args_len = r->args_len;
+        if ((r->flags & TW_RECORD_BACKWARD) && args_len == TW_BACKWARD_LINK_SIZE) { /* a node's link */
+            tw_backward_link_unpack(chunk->text + r->args_offset, &fwd_call_id, &fwd_api_id);
+            args_len = 0;
+        }
+        PyObject *args = PyUnicode_DecodeUTF8(chunk->text + r->args_offset, args_len, "replace");
         if (args == NULL) {
             Py_DECREF(name);
+            return -1;
+        }
+        PyObject *fwd_api = fwd_call_id != 0 ? api_name_object(ctx, fwd_api_id) : PyUnicode_FromString("");
+        if (fwd_api == NULL) {
+            Py_DECREF(name);
+            Py_DECREF(args);
             return -1;
         }
         const char *module_path = tw_module_path(r->module_id);
@@ -520,17 +557,19 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
         if (module == NULL) {
             Py_DECREF(name);
             Py_DECREF(args);
+            Py_DECREF(fwd_api);
             return -1;
         }
         /* the fields in the order of RECORD_FIELDS (below): readers take them by name */
-        PyObject *row = Py_BuildValue("(KNLKKKKIKONNII)", (unsigned long long)r->call_id, name,
+        PyObject *row = Py_BuildValue("(KNLKKKKIKONNIIKN)", (unsigned long long)r->call_id, name,
                                       (long long)tw_clock_epoch_ns(clock, r->start),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->cost),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->self), 0ull,
                                       (unsigned long long)chunk->tid, (unsigned int)r->depth,
                                       (unsigned long long)r->parent_id,
                                       (r->flags & TW_RECORD_ERROR) ? Py_True : Py_False, args, module,
-                                      (unsigned int)r->step, (unsigned int)r->site);
+                                      (unsigned int)r->step, (unsigned int)r->site,
+                                      (unsigned long long)fwd_call_id, fwd_api);
         if (row == NULL)
             return -1;
         int err = PyList_Append(ctx->list, row);
@@ -578,6 +617,22 @@ static int add_gpu_stats(tw_session_object *self, PyObject *out)
         extra = Py_BuildValue("{ssss}", "gpu", "off", "gpu_unavailable",
                               self->gpu_reason[0] ? self->gpu_reason : NULL);
     }
+    if (extra == NULL)
+        return -1;
+    int rc = PyDict_Update(out, extra);
+    Py_DECREF(extra);
+    return rc;
+}
+
+/* stats()["backward"]: "on" while backward nodes are recorded (or were, in a stopped session), else
+ * "off"; "backward_unavailable": why not when asked for; "backward_unlinked": nodes whose forward
+ * call was not found. */
+static int add_backward_stats(tw_session_object *self, PyObject *out)
+{
+    int on = self->aten_backward && self->backward_reason[0] == '\0' && self->state != SESSION_NEW;
+    PyObject *extra = Py_BuildValue("{sssssK}", "backward", on ? "on" : "off", "backward_unavailable",
+                                    self->backward_reason[0] ? self->backward_reason : NULL, "backward_unlinked",
+                                    (unsigned long long)self->backward_unlinked);
     if (extra == NULL)
         return -1;
     int rc = PyDict_Update(out, extra);
@@ -645,7 +700,8 @@ static PyObject *session_stats(PyObject *op, PyObject *unused)
                                   "threads", (unsigned long long)stats.threads, "clock",
                                   self->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic", "ticks_per_ns",
                                   self->clock.ticks_per_ns, "step", (unsigned int)tw_recorder_step(self->recorder));
-    if (out == NULL || add_gpu_stats(self, out) < 0 || add_sites_stats(self, out) < 0) {
+    if (out == NULL || add_gpu_stats(self, out) < 0 || add_sites_stats(self, out) < 0 ||
+        add_backward_stats(self, out) < 0) {
         Py_XDECREF(out);
         return NULL;
     }
@@ -835,8 +891,9 @@ int tw_session_add_type(PyObject *module, tw_module_state *state)
         return -1;
     /* The names of records()' tuple fields, in the order append_chunk_records builds them, so that
      * Python reads each by name (torchwrapper.records) and a field added here cannot shift another. */
-    PyObject *fields = Py_BuildValue("(ssssssssssssss)", "call_id", "api", "start_ns", "cost_ns", "self_ns",
-                                     "gpu_ns", "tid", "depth", "parent_id", "error", "args", "module", "step", "site");
+    PyObject *fields = Py_BuildValue("(ssssssssssssssss)", "call_id", "api", "start_ns", "cost_ns", "self_ns",
+                                     "gpu_ns", "tid", "depth", "parent_id", "error", "args", "module", "step", "site",
+                                     "fwd_call_id", "fwd_api");
     if (fields == NULL)
         return -1;
     int rc = PyModule_AddObjectRef(module, "RECORD_FIELDS", fields);

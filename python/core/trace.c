@@ -8,6 +8,7 @@
  * the weak reference's callback, before the address can be reused.
  */
 #include "module.h"
+#include "backward.h"
 
 tw_ptr_table_t tw_modules;
 tw_ptr_table_t tw_tracked;
@@ -179,6 +180,12 @@ static PyObject *core_table_clear(PyObject *module, PyObject *name)
     return out;
 }
 
+/* backward_stray_hooks() -> how many libtorch hooks ran while no session recorded (backward.c). */
+static PyObject *core_backward_stray_hooks(PyObject *module, PyObject *unused)
+{
+    return PyLong_FromUnsignedLongLong(tw_backward_stray_hooks());
+}
+
 /* table_size(table) -> (entries, slots): live entries and the slots they take (tombstones included). */
 static PyObject *core_table_size(PyObject *module, PyObject *name)
 {
@@ -243,6 +250,8 @@ static PyMethodDef trace_methods[] = {
      "table_get(table, obj) -> (value, count) or None"},
     {"table_clear", core_table_clear, METH_O,
      "table_clear(table) -> [(address, value, count)]\n--\n\nEmpties the table; returns what it held."},
+    {"backward_stray_hooks", core_backward_stray_hooks, METH_NOARGS,
+     "backward_stray_hooks() -> count\n--\n\nlibtorch hooks that ran while no session recorded backward nodes."},
     {"table_size", core_table_size, METH_O,
      "table_size(table) -> (entries, slots)\n--\n\nHow many objects the table holds, and its capacity."},
     {"intern_path", core_intern_path, METH_O,

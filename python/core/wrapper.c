@@ -231,6 +231,7 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
     uint32_t outer_site = 0; /* where the program made the outermost call in progress (updates carry it) */
     if (frame != NULL) {
         frame->module_id = module_id;
+        frame->api_id = self->api_id;
         if (tw_active.sites_mode != TW_SITES_OFF)
             frame->site = tw_caller_site(frame == t->stack);
         call_id = frame->call_id;
@@ -319,6 +320,8 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         t->paused--;
     }
     tw_frame_t *frame = tw_call_begin(t);
+    if (frame != NULL)
+        frame->api_id = self->api_id;
     if (module_id != TW_MODULE_NONE && frame != NULL) /* a constant TW_MODULE_NONE on the common path */
         frame->module_id = module_id;
     if (tw_active.sites_mode != TW_SITES_OFF && frame != NULL)

@@ -42,6 +42,8 @@ class Record(NamedTuple):
     step: int = -1                # the step the call began in, from 0 (-1: a file older than the column)
     site: int = 0                 # where the program made the call: an id of the sites file (0: none)
     pid: int = 0                  # the process that made the call
+    fwd_call_id: int = 0          # an autograd node's forward call (its call_id; 0: none, or not a node)
+    fwd_api: str = ""             # that forward call's API
 
     # Fields are read by name, never by position: columns were appended before (step, site) and will
     # be again, and a row unpacked by position silently shifts (callRecords' Arguments became the step).
@@ -148,7 +150,7 @@ _ABSENT: Dict[str, Any] = {c["name"]: c["missing"] for c in _schema.schema()["ki
                            if "missing" in c}
 _ABSENT["module"] = None      # a file older than the module column: no module known
 _CSV_DECODE: Dict[str, Any] = {name: int for name in _FIELDS}
-_CSV_DECODE.update(api=str, args=str, module=str, error=lambda text: text == "1")
+_CSV_DECODE.update(api=str, args=str, module=str, fwd_api=str, error=lambda text: text == "1")
 assert set(_FIELDS) == set(_schema.columns("calls")), "Record and the schema's calls columns differ"
 
 

@@ -186,6 +186,12 @@ class Profile:
     memset is recorded with the call that launched it, in ``*.gpu.csv`` / ``*.gpu.jsonl`` files;
     otherwise says once why not and profiles CPU time), "on" (the same, but start() raises
     RuntimeError when GPU timing is unavailable) or "off".
+
+    ``aten``: "backward" (the default) records every autograd node a backward pass evaluates
+    (AddmmBackward0, ...) as a record of its own, charged to the forward call that created it (its
+    ``fwd_call_id`` and ``fwd_api`` columns, and that call's module and site); it needs the libtorch
+    layer built against this torch, and is off otherwise (``stats()["backward_unavailable"]`` says
+    why). "off" records none.
     """
 
     def __init__(self, modules: Optional[Sequence[str]] = None, include: Optional[Sequence[str]] = None,
@@ -196,12 +202,13 @@ class Profile:
                  args: Optional[str] = None, per_process_names: Optional[bool] = None, gpu: Optional[str] = None,
                  tensor_stats: Any = None, track: Optional[Sequence[str]] = None,
                  metrics: Optional[Dict[str, Any]] = None, schedule: Optional[Dict[str, Any]] = None,
-                 records: Optional[str] = None, on_demand: Any = None, sites: Optional[str] = None) -> None:
+                 records: Optional[str] = None, on_demand: Any = None, sites: Optional[str] = None,
+                 aten: Optional[str] = None) -> None:
         given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
                  "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
                  "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
                  "gpu": gpu, "tensor_stats": tensor_stats, "track": track, "schedule": schedule, "records": records,
-                 "on_demand": on_demand, "sites": sites}
+                 "on_demand": on_demand, "sites": sites, "aten": aten}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
         c = json.loads(_core.normalize_config(json.dumps(given, default=_unjsonable), defaults="profile"))
@@ -236,6 +243,8 @@ class Profile:
                           manifest=json.dumps(extra, default=str), per_process_names=per_process_names)
         if c["gpu"] != "off":
             output.update(gpu_device=_cuda_available(), cupti_paths=cupti_candidates())
+        if c["aten"] != "off":
+            output.update(torch_layer=_torch_layer())
         self.tracer = Tracer(self.out_dir, stats=stats, track=c["track"], format=c["format"],
                              flush_interval=c["flush_interval"])
         self.session = _core.Session(tracer=self.tracer, **output)
@@ -413,6 +422,16 @@ class Profile:
         return list(self.plan.excluded) if self.plan else []
 
 
+def _torch_layer() -> Tuple[Optional[str], Optional[str]]:
+    """(path of the libtorch layer, torch.__version__): the session loads the layer when the two
+    match what it was built against; (None, None) when it was not built or torch is not imported."""
+    torch = sys.modules.get("torch")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch.so")
+    if torch is None or not os.path.exists(path):
+        return None, getattr(torch, "__version__", None)
+    return path, str(torch.__version__)
+
+
 def defined_at(obj: Any) -> Optional[str]:
     """The dotted path of obj's definition, checked to resolve to obj: its ``__module__`` and
     ``__qualname__`` when importing one and walking the other leads back to it; for torch's C
@@ -450,7 +469,7 @@ def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[
 
 # Config keys the Session takes (the others are Profile's: modules, include, exclude, tensor_stats, track).
 _SESSION_KEYS = ("out_dir", "format", "file_max_size", "file_name_spec", "max_files", "flush_interval", "buffer_size",
-                 "on_full", "args", "gpu", "schedule", "records", "on_demand", "sites")
+                 "on_full", "args", "gpu", "schedule", "records", "on_demand", "sites", "aten")
 
 
 def _unjsonable(value: Any) -> str:

@@ -33,7 +33,7 @@ def _col(name: str, type_: str, description: str, unit: Optional[str] = None, nu
 
 _KINDS: Dict[str, Dict[str, Any]] = {
     "calls": {
-        "version": 3,
+        "version": 4,
         "description": "one row per profiled call, in the order calls ended",
         "files": {"csv": "NAME.csv", "json": "NAME.jsonl"},
         "columns": [
@@ -60,6 +60,12 @@ _KINDS: Dict[str, Dict[str, Any]] = {
                                   "(sites.json, or sites-PID.json beside manifest-PID.json); 0 for none (a call "
                                   "torch's own code made, config sites \"off\", or a file older than the column)",
                  missing=0),
+            _col("fwd_call_id", "int64", "for an autograd node (config aten \"backward\"; its api is the node's "
+                                         "name, AddmmBackward0): the call_id of the forward call that created it, "
+                                         "whose module and site the node's module and site are; 0 for other calls, "
+                                         "for nodes no forward call made (AccumulateGrad), and in older files",
+                 missing=0),
+            _col("fwd_api", "string", "that forward call's API name (\"\" when fwd_call_id is 0)", missing=""),
         ],
     },
     "gpu": {

@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Backward nodes as records (config aten "backward"): each autograd node evaluated in a backward
+ * pass (AddmmBackward0, ..., torch::autograd::AccumulateGrad) becomes a record of its own, charged
+ * to the forward call that created it.
+ *
+ * The libtorch layer (libtorch/tw_torch.h, loaded with dlopen from the package's _torch.so) calls
+ * three hooks here, on any thread, with or without the GIL:
+ * - forward_op(seq, thread): a forward operator that records for autograd. The node it creates
+ *   will carry sequence number seq; we note, under (thread, seq), the innermost profiled call in
+ *   progress on this thread (its call id and API), the innermost module forward around it and the
+ *   nearest call site. A ring per forward thread, indexed by seq: bounded, no lock.
+ * - node_begin(name, seq, forward_thread) / node_end(): a node, recorded like a profiled call on
+ *   this thread's recorder state (so that on the CPU, where backward runs on the calling thread,
+ *   nodes nest under torch.autograd.backward and take their time out of its self time). Its record
+ *   carries the link found under (forward_thread, seq): module and site in the record's own fields,
+ *   the forward call id and API as 12 bytes in place of the argument text (TW_RECORD_BACKWARD).
+ *
+ * Threading contract. Hooks run without the GIL, while stop() runs with it on another thread. Each
+ * hook marks its thread busy (a sequentially consistent store) and then checks that the session it
+ * belongs to still records (a sequentially consistent load); stop() first ends recording (a
+ * sequentially consistent store) and then waits for every thread's busy mark to clear. Either the
+ * hook sees recording ended, or stop() sees it busy and waits: no hook touches a recorder, or a
+ * ring, after stop() has collected and freed them (Dekker's handshake). Checked under
+ * ThreadSanitizer (make check-tsan).
+ */
+#include "module.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../libtorch/tw_torch.h"
+#include "backward.h"
+
+/* ---- the layer ---------------------------------------------------------------------------------- */
+
+static void *layer;                    /* dlopen handle of _torch.so, kept for the process */
+static const char *(*layer_built_with)(void);
+static int (*layer_start)(const tw_torch_hooks_t *);
+static void (*layer_stop)(void);
+
+int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size)
+{
+    if (layer != NULL) {
+        if (strcmp(layer_built_with(), torch_version) == 0)
+            return 0;
+        snprintf(why, why_size, "the libtorch layer was built against torch %s and this is torch %s",
+                 layer_built_with(), torch_version);
+        return -1;
+    }
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL) {
+        snprintf(why, why_size, "the libtorch layer %s cannot be loaded: %s", path, dlerror());
+        return -1;
+    }
+    const char *(*built_with)(void) = (const char *(*)(void))dlsym(handle, "tw_torch_built_with");
+    int (*start)(const tw_torch_hooks_t *) = (int (*)(const tw_torch_hooks_t *))dlsym(handle, "tw_torch_start");
+    void (*stop)(void) = (void (*)(void))dlsym(handle, "tw_torch_stop");
+    if (built_with == NULL || start == NULL || stop == NULL) {
+        snprintf(why, why_size, "the libtorch layer %s lacks its entry points", path);
+        dlclose(handle);
+        return -1;
+    }
+    if (strcmp(built_with(), torch_version) != 0) {
+        snprintf(why, why_size,
+                 "the libtorch layer was built against torch %s and this is torch %s: backward nodes are off "
+                 "(reinstall torchwrapper with this torch to have them)",
+                 built_with(), torch_version);
+        dlclose(handle);
+        return -1;
+    }
+    layer = handle;
+    layer_built_with = built_with;
+    layer_start = start;
+    layer_stop = stop;
+    return 0;
+}
+
+/* ---- forward links: (forward thread, sequence number) -> the call that created the node ---------- */
+
+#define LINK_RINGS 64          /* forward threads told apart (torch's thread ids modulo this) */
+#define LINK_SLOTS (1u << 14)  /* nodes between a forward op and its backward, per forward thread */
+
+typedef struct {
+    /* tag: 0 while being written, else ((thread << 40) ^ (seq + 1)) of what the other fields hold */
+    _Atomic uint64_t tag;
+    _Atomic uint64_t call_id;
+    _Atomic uint64_t api_module; /* api_id << 32 | module_id */
+    _Atomic uint32_t site;
+} link_slot_t;
+
+static _Atomic(link_slot_t *) rings[LINK_RINGS];
+
+static uint64_t link_tag(uint64_t thread, int64_t seq)
+{
+    return (thread << 40) ^ ((uint64_t)seq + 1);
+}
+
+/* ---- per-thread state --------------------------------------------------------------------------- */
+
+#define NODE_DEPTH 64      /* nodes open at once on one thread (reentrant backward) */
+#define NAME_CACHE 256     /* node names -> API ids, per thread */
+#define MAX_THREADS 1024   /* threads that ever ran a hook while recording */
+
+typedef struct {
+    int begun;             /* tw_call_begin() was called (its frame may still be NULL: too deep) */
+    tw_frame_t *frame;
+    uint64_t start;
+    uint32_t api_id;
+    uint64_t fwd_call_id;
+    uint32_t fwd_api;
+} node_open_t;
+
+typedef struct {
+    _Atomic int busy;      /* inside a hook (see the threading contract) */
+    uint64_t gen;          /* the session the fields below belong to */
+    tw_thread_t *t;        /* its recorder state for this thread */
+    uint32_t open;         /* nodes begun and not ended on this thread */
+    node_open_t nodes[NODE_DEPTH];
+    struct {
+        uint64_t hash;
+        char name[48];
+        uint32_t api_id;
+    } names[NAME_CACHE];
+} node_thread_t;
+
+static _Atomic(node_thread_t *) threads[MAX_THREADS];
+static _Atomic unsigned thread_count;
+static _Thread_local node_thread_t *self;
+
+/* What a session gives the hooks: its generation (0: none records), recorder and clock. */
+static _Atomic uint64_t recording_gen;
+static tw_recorder_t *recording_recorder;
+static tw_clock_source_t recording_clock;
+static uint64_t dropped_links;         /* nodes whose forward call was overwritten in its ring */
+/* hooks called while no session records: between a stop's end of recording and the removal of the
+ * callbacks, or never once they are removed (the tests check that stop leaves none in libtorch) */
+static _Atomic uint64_t stray_hooks;
+
+uint64_t tw_backward_stray_hooks(void)
+{
+    return atomic_load(&stray_hooks);
+}
+
+static node_thread_t *this_thread(void)
+{
+    if (TW_LIKELY(self != NULL))
+        return self;
+    unsigned index = atomic_fetch_add(&thread_count, 1);
+    if (index >= MAX_THREADS)
+        return NULL; /* counted by the caller as not recorded */
+    node_thread_t *st = calloc(1, sizeof *st);
+    if (st == NULL)
+        return NULL;
+    atomic_store(&threads[index], st); /* before its first busy mark: see tw_backward_stop() */
+    self = st;
+    return st;
+}
+
+/* Enters a hook: the thread's state, marked busy, when a session records; else NULL. */
+static node_thread_t *hook_enter(void)
+{
+    node_thread_t *st = this_thread();
+    if (st == NULL)
+        return NULL;
+    atomic_store(&st->busy, 1);
+    uint64_t gen = atomic_load(&recording_gen);
+    if (gen == 0) {
+        atomic_store_explicit(&st->busy, 0, memory_order_release);
+        atomic_fetch_add_explicit(&stray_hooks, 1, memory_order_relaxed);
+        return NULL;
+    }
+    if (st->gen != gen) {
+        st->gen = gen;
+        st->open = 0;
+        st->t = tw_recorder_attach(recording_recorder);
+    }
+    return st;
+}
+
+static void hook_leave(node_thread_t *st)
+{
+    atomic_store_explicit(&st->busy, 0, memory_order_release);
+}
+
+/* ---- the hooks ---------------------------------------------------------------------------------- */
+
+static void on_forward_op(int64_t seq, uint64_t thread)
+{
+    node_thread_t *st = hook_enter();
+    if (st == NULL)
+        return;
+    tw_thread_t *t = st->t;
+    if (t == NULL || t->depth == 0 || t->depth > TW_MAX_DEPTH) /* not inside a profiled call */
+        goto out;
+    link_slot_t *ring = atomic_load_explicit(&rings[thread % LINK_RINGS], memory_order_acquire);
+    if (ring == NULL) {
+        link_slot_t *fresh = calloc(LINK_SLOTS, sizeof *fresh);
+        if (fresh == NULL)
+            goto out;
+        if (!atomic_compare_exchange_strong(&rings[thread % LINK_RINGS], &ring, fresh))
+            free(fresh);   /* another thread with the same ring index made it first */
+        else
+            ring = fresh;
+    }
+    const tw_frame_t *inner = &t->stack[t->depth - 1];
+    uint32_t module_id = TW_MODULE_NONE, site = 0;
+    for (const tw_frame_t *f = inner; f >= t->stack && (module_id == TW_MODULE_NONE || site == 0); f--) {
+        if (module_id == TW_MODULE_NONE)
+            module_id = f->module_id;
+        if (site == 0)
+            site = f->site;
+    }
+    link_slot_t *slot = &ring[(uint64_t)seq & (LINK_SLOTS - 1)];
+    atomic_store_explicit(&slot->tag, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&slot->call_id, inner->call_id, memory_order_relaxed);
+    atomic_store_explicit(&slot->api_module, (uint64_t)inner->api_id << 32 | module_id, memory_order_relaxed);
+    atomic_store_explicit(&slot->site, site, memory_order_relaxed);
+    atomic_store_explicit(&slot->tag, link_tag(thread, seq), memory_order_release);
+out:
+    hook_leave(st);
+}
+
+/* The call that created the node (seq, thread), or 0: none (AccumulateGrad), or overwritten. */
+static uint64_t find_link(int64_t seq, uint64_t thread, uint32_t *api_id, uint32_t *module_id, uint32_t *site)
+{
+    if (seq < 0)
+        return 0;
+    link_slot_t *ring = atomic_load_explicit(&rings[thread % LINK_RINGS], memory_order_acquire);
+    if (ring == NULL)
+        return 0;
+    link_slot_t *slot = &ring[(uint64_t)seq & (LINK_SLOTS - 1)];
+    uint64_t want = link_tag(thread, seq);
+    if (atomic_load_explicit(&slot->tag, memory_order_acquire) != want)
+        goto lost;
+    uint64_t call_id = atomic_load_explicit(&slot->call_id, memory_order_relaxed);
+    uint64_t api_module = atomic_load_explicit(&slot->api_module, memory_order_relaxed);
+    uint32_t where = atomic_load_explicit(&slot->site, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&slot->tag, memory_order_relaxed) != want)
+        goto lost;
+    *api_id = (uint32_t)(api_module >> 32);
+    *module_id = (uint32_t)api_module;
+    *site = where;
+    return call_id;
+lost:
+    __atomic_fetch_add(&dropped_links, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The API id of a node's name: a per-thread cache in front of the (locked) name table. */
+static uint32_t node_api(node_thread_t *st, const char *name)
+{
+    uint64_t h = hash_name(name);
+    unsigned i = (unsigned)h & (NAME_CACHE - 1);
+    if (st->names[i].hash == h && strcmp(st->names[i].name, name) == 0)
+        return st->names[i].api_id;
+    uint32_t id;
+    if (tw_api_intern(name, &id) != 0)
+        return UINT32_MAX;
+    if (strlen(name) < sizeof st->names[i].name) {
+        st->names[i].hash = h;
+        strcpy(st->names[i].name, name);
+        st->names[i].api_id = id;
+    }
+    return id;
+}
+
+static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread)
+{
+    node_thread_t *st = hook_enter();
+    if (st == NULL)
+        return;
+    if (st->open >= NODE_DEPTH) {
+        st->open++;
+        goto out;
+    }
+    node_open_t *node = &st->nodes[st->open++];
+    node->begun = 0;
+    tw_thread_t *t = st->t;
+    if (t == NULL || t->paused)
+        goto out;
+    uint32_t api_id = node_api(st, name);
+    if (api_id == UINT32_MAX)
+        goto out;
+    uint32_t fwd_api = 0, module_id = TW_MODULE_NONE, site = 0;
+    node->fwd_call_id = find_link(seq, forward_thread, &fwd_api, &module_id, &site);
+    node->fwd_api = fwd_api;
+    node->api_id = api_id;
+    node->begun = 1;
+    node->frame = tw_call_begin(t);
+    if (node->frame != NULL) {
+        node->frame->api_id = api_id;
+        node->frame->module_id = module_id;
+        node->frame->site = site;
+    }
+    node->start = tw_clock_ticks(recording_clock);
+out:
+    hook_leave(st);
+}
+
+static void on_node_end(void)
+{
+    uint64_t end = tw_clock_ticks(recording_clock);
+    node_thread_t *st = hook_enter();
+    if (st == NULL)
+        return;
+    if (st->open == 0) /* begun before this session recorded */
+        goto out;
+    if (--st->open >= NODE_DEPTH)
+        goto out;
+    node_open_t *node = &st->nodes[st->open];
+    if (node->begun) {
+        char link[TW_BACKWARD_LINK_SIZE];
+        tw_backward_link_pack(link, node->fwd_call_id, node->fwd_api);
+        tw_call_end_args(st->t, node->frame, node->api_id, node->start, end, TW_RECORD_BACKWARD, link, sizeof link);
+    }
+out:
+    hook_leave(st);
+}
+
+static const tw_torch_hooks_t hooks = {on_forward_op, on_node_begin, on_node_end};
+
+/* ---- sessions ------------------------------------------------------------------------------------ */
+
+int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, uint64_t gen, char *why, size_t why_size)
+{
+    if (layer == NULL) {
+        snprintf(why, why_size, "the libtorch layer is not loaded");
+        return -1;
+    }
+    recording_recorder = recorder;
+    recording_clock = clock;
+    atomic_store(&recording_gen, gen);
+    int rc = layer_start(&hooks);
+    if (rc != 0) {
+        atomic_store(&recording_gen, 0);
+        snprintf(why, why_size, "the libtorch layer cannot register its callbacks: %s", tw_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+int tw_backward_session_start(const char *layer_path, const char *torch_version, tw_recorder_t *recorder,
+                              tw_clock_source_t clock, uint64_t gen, char *why, size_t why_size)
+{
+    if (layer_path == NULL || torch_version == NULL) {
+        snprintf(why, why_size, "the libtorch layer was not built (configure found no torch for its Python, or no C++20 "
+                                "compiler)");
+        return -1;
+    }
+    if (tw_backward_load(layer_path, torch_version, why, why_size) != 0)
+        return -1;
+    return tw_backward_start(recorder, clock, gen, why, why_size);
+}
+
+uint64_t tw_backward_stop(void)
+{
+    if (atomic_load(&recording_gen) == 0)
+        return 0;
+    atomic_store(&recording_gen, 0);
+    unsigned n = atomic_load(&thread_count);
+    if (n > MAX_THREADS)
+        n = MAX_THREADS;
+    for (unsigned i = 0; i < n; i++) {
+        node_thread_t *st = atomic_load(&threads[i]);
+        while (st != NULL && atomic_load(&st->busy))
+            sched_yield(); /* a hook finishing its record: one append at most */
+    }
+    layer_stop();
+    /* No hook touches a ring now (busy marks are clear and recording has ended): free them, so that
+     * a next session starts with no link from this one. */
+    for (unsigned i = 0; i < LINK_RINGS; i++)
+        free(atomic_exchange(&rings[i], NULL));
+    return __atomic_exchange_n(&dropped_links, 0, __ATOMIC_RELAXED);
+}

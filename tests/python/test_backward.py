@@ -1,0 +1,258 @@
+# SPDX-License-Identifier: MIT
+"""Inside backward (config aten "backward"): every autograd node a backward pass evaluates is a
+record of its own, named as torch names it, charged to the forward call, module and site that
+created it; compared with torch.profiler's autograd events on real training steps."""
+import collections
+import os
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchwrapper as tw
+from torchwrapper import _core
+
+LAYER = os.path.join(os.path.dirname(os.path.abspath(tw.__file__)), "_torch.so")
+pytestmark = pytest.mark.skipif(not os.path.exists(LAYER), reason="the libtorch layer was not built (configure)")
+
+PROFILER_PREFIX = "autograd::engine::evaluate_function: "
+
+
+def is_node(record):
+    return record.fwd_call_id != 0 or record.api.endswith(("Backward0", "Backward1", "AccumulateGrad")) or \
+        "Backward" in record.api
+
+
+class MLP(nn.Module):
+    def __init__(self, widths=(8, 16, 24, 4)):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = F.relu(x)
+        return x
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 6, 3)
+        self.bn = nn.BatchNorm2d(6)
+        self.conv2 = nn.Conv2d(6, 8, 3, padding=1)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn(self.conv1(x))), 2)
+        x = F.relu(self.conv2(x)).mean(dim=(2, 3))
+        return self.head(x)
+
+
+def transformer_block():
+    return nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+
+
+WORKLOADS = {
+    "mlp": (lambda: MLP(), lambda: torch.randn(4, 8), lambda out: out.pow(2).mean()),
+    "cnn": (lambda: SmallCNN(), lambda: torch.randn(2, 3, 10, 10), lambda out: F.cross_entropy(out, torch.tensor([1, 3]))),
+    "transformer": (transformer_block, lambda: torch.randn(2, 5, 16), lambda out: out.square().mean()),
+}
+
+
+def one_step(model, x, loss_of, opt):
+    opt.zero_grad()
+    loss_of(model(x)).backward()
+    opt.step()
+
+
+def profiler_nodes(make_model, make_input, loss_of):
+    torch.manual_seed(0)
+    model, x = make_model(), make_input()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    one_step(model, x, loss_of, opt)   # warm-up, as in the profiled run
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        one_step(model, x, loss_of, opt)
+    return collections.Counter(e.name[len(PROFILER_PREFIX):] for e in prof.events()
+                               if e.name.startswith(PROFILER_PREFIX))
+
+
+def torchwrapper_nodes(make_model, make_input, loss_of, **config):
+    torch.manual_seed(0)
+    model, x = make_model(), make_input()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    one_step(model, x, loss_of, opt)
+    with tw.profile(**config) as prof:
+        one_step(model, x, loss_of, opt)
+    return prof, model
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_backward_nodes_are_the_nodes_torch_profiler_sees(workload):
+    expected = profiler_nodes(*WORKLOADS[workload])
+    assert expected, "torch.profiler saw no autograd node"
+    prof, _ = torchwrapper_nodes(*WORKLOADS[workload])
+    assert prof.session.stats()["backward"] == "on"
+    records = prof.records()
+    (backward,) = [r for r in records if r.api == "torch.Tensor.backward"]
+    nodes = [r for r in records if r.parent_id == backward.call_id or
+             (r.depth > backward.depth and backward.start_ns <= r.start_ns <= backward.start_ns + backward.cost_ns
+              and r.tid == backward.tid and r.api in expected)]
+    assert collections.Counter(r.api for r in nodes if r.api in expected or "Backward" in r.api
+                               or r.api.endswith("AccumulateGrad")) == expected
+    # the nodes ran inside the backward call on this (CPU) thread: its self time is what is left
+    children = [r for r in records if r.parent_id == backward.call_id]
+    assert backward.self_ns <= backward.cost_ns - sum(r.cost_ns for r in children) + 1000
+
+
+def test_each_linear_layers_nodes_are_charged_to_its_module_and_call():
+    widths = (8, 16, 24, 4)
+    prof, model = torchwrapper_nodes(lambda: MLP(widths), lambda: torch.randn(4, 8), lambda out: out.pow(2).mean())
+    records = prof.records()
+    by_id = {r.call_id: r for r in records}
+    addmm = [r for r in records if r.api == "AddmmBackward0"]
+    assert len(addmm) == 3
+    for node in addmm:
+        forward = by_id[node.fwd_call_id]
+        assert forward.api == node.fwd_api == "torch.nn.functional.linear"
+        parent = by_id[forward.parent_id]   # the module forward around it
+        assert parent.api == "torch.nn.Linear.forward" and node.module == parent.module
+        assert node.step == forward.step
+        # the module is the right one, by its shapes: its input width is in the forward's arguments
+    assert sorted(r.module for r in addmm) == ["layers.0", "layers.1", "layers.2"]
+    relu = [r for r in records if r.api == "ReluBackward0"]
+    assert len(relu) == 2 and {by_id[r.fwd_call_id].api for r in relu} == {"torch.relu"}   # F.relu calls torch.relu: the innermost
+    accumulate = [r for r in records if r.api == "torch::autograd::AccumulateGrad"]
+    assert len(accumulate) == 6 and all(r.fwd_call_id == 0 and r.fwd_api == "" for r in accumulate)
+    assert prof.session.stats()["backward_unlinked"] == 0
+
+
+def test_files_hold_the_nodes_and_their_forward_calls(tmp_path):
+    for fmt in ("csv", "json"):
+        out = str(tmp_path / fmt)
+        prof, _ = torchwrapper_nodes(lambda: MLP(), lambda: torch.randn(4, 8), lambda out: out.pow(2).mean(),
+                                     out_dir=out, format=fmt)
+        rows = prof.records()
+        frame = tw.load(out)
+        nodes = frame[frame["fwd_call_id"] != 0]
+        assert len(nodes) == sum(r.fwd_call_id != 0 for r in rows) > 0
+        calls = frame.set_index("call_id")
+        for _, node in nodes.iterrows():
+            assert calls.loc[node["fwd_call_id"], "api"] == node["fwd_api"]
+        assert set(nodes["api"]) >= {"AddmmBackward0", "ReluBackward0"}
+        assert (frame[frame["fwd_call_id"] == 0]["fwd_api"] == "").all()
+
+
+def test_no_grad_and_inference_mode_make_no_nodes():
+    model, x = MLP(), torch.randn(4, 8)
+    with tw.profile() as prof:
+        with torch.no_grad():
+            model(x)
+        with torch.inference_mode():
+            model(x)
+    assert not [r for r in prof.records() if r.fwd_call_id or "Backward" in r.api]
+
+
+def test_retain_graph_grad_and_double_backward():
+    model, x = MLP(), torch.randn(4, 8, requires_grad=True)
+    with tw.profile() as prof:
+        loss = model(x).pow(2).mean()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        (gx,) = torch.autograd.grad(model(x).sum(), x, create_graph=True)
+        gx.pow(2).sum().backward()
+    records = prof.records()
+    addmm = [r for r in records if r.api == "AddmmBackward0"]
+    # twice for the retained graph, once for grad(), and again in the double backward's graph
+    assert len(addmm) >= 9
+    by_id = {r.call_id: r for r in records}
+    assert all(by_id[r.fwd_call_id].api == "torch.nn.functional.linear" for r in addmm if r.fwd_call_id in by_id)
+    first, second = addmm[:3], addmm[3:6]
+    assert [r.fwd_call_id for r in first] == [r.fwd_call_id for r in second]   # the same forward calls
+
+
+def test_backward_from_two_threads_at_once():
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def train(seed):
+        try:
+            torch.manual_seed(seed)
+            model, x = MLP(), torch.randn(16, 8)
+            barrier.wait()
+            for _ in range(20):
+                model(x).pow(2).mean().backward()
+        except Exception as error:   # noqa: BLE001 - reported below
+            errors.append(error)
+
+    with tw.profile() as prof:
+        threads = [threading.Thread(target=train, args=(seed,)) for seed in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors
+    records = prof.records()
+    by_id = {r.call_id: r for r in records}
+    addmm = [r for r in records if r.api == "AddmmBackward0"]
+    assert len(addmm) == 2 * 20 * 3
+    for node in addmm:
+        forward = by_id[node.fwd_call_id]
+        assert forward.tid == node.tid and forward.api == "torch.nn.functional.linear"
+    assert len({r.tid for r in addmm}) == 2
+
+
+def test_results_identical_and_nothing_left_in_libtorch_after_stop():
+    def run(profiled):
+        torch.manual_seed(0)
+        model = MLP()
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        x = torch.randn(8, 8)
+        losses = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [p.detach().clone() for p in model.parameters()]
+
+    plain = run(False)
+    with tw.profile() as prof:
+        profiled = run(True)
+    assert prof.session.stats()["backward"] == "on"
+    assert plain[0] == profiled[0] and all(torch.equal(a, b) for a, b in zip(plain[1], profiled[1]))
+    stray = _core.backward_stray_hooks()
+    run(False)   # after stop: no callback of ours is left in libtorch
+    assert _core.backward_stray_hooks() == stray
+    with tw.profile() as again:   # a second session records again
+        run(True)
+    assert any(r.api == "AddmmBackward0" for r in again.records())
+
+
+def test_aten_off_records_no_node_and_bad_values_are_named():
+    model, x = MLP(), torch.randn(4, 8)
+    with tw.profile(aten="off") as prof:
+        model(x).sum().backward()
+    assert not [r for r in prof.records() if "Backward" in r.api]
+    assert prof.session.stats()["backward"] == "off"
+    with pytest.raises(ValueError, match="config key 'aten': \"yes\" is not accepted: give one of: backward off"):
+        tw.profile(aten="yes")
+
+
+def test_a_layer_built_for_another_torch_is_refused_with_one_line():
+    session = tw.Session(aten="backward", torch_layer=(LAYER, "0.0.1"))
+    session.start()
+    torch.ones(2, requires_grad=True).sum().backward()
+    session.stop()
+    stats = session.stats()
+    assert stats["backward"] == "off"
+    assert stats["backward_unavailable"] == (f"the libtorch layer was built against torch {torch.__version__} and "
+                                             "this is torch 0.0.1: backward nodes are off (reinstall torchwrapper "
+                                             "with this torch to have them)") or \
+        stats["backward_unavailable"] == (f"the libtorch layer was built against torch {torch.__version__} and this "
+                                          "is torch 0.0.1")
+    assert "\n" not in stats["backward_unavailable"]
