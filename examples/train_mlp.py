@@ -48,21 +48,42 @@ def train(steps: int, seed: int = 0):
 
 
 def report(records: list, wall_ns: int, top: int) -> None:
-    totals = defaultdict(lambda: [0, 0, 0, float("inf"), 0])
+    """Per API: calls, total and self time, and "bwd ms": the autograd nodes of the backward passes
+    charged to that API's calls (the forward call that created each node). The nodes' own rows are
+    summed into that column, not listed."""
+    totals = defaultdict(lambda: [0, 0, 0, float("inf"), 0, 0])
+    nodes = [r for r in records if is_node(r)]
     for r in records:
+        if is_node(r):
+            if r.fwd_call_id:
+                totals[r.fwd_api][5] += r.cost_ns
+            continue
         t = totals[r.api]
         t[0] += 1
         t[1] += r.cost_ns
         t[2] += r.self_ns
         t[3] = min(t[3], r.cost_ns)
         t[4] = max(t[4], r.cost_ns)
-    print(f"\n{'API':36} {'calls':>7} {'total ms':>9} {'self ms':>9} {'mean us':>9} {'min us':>8} {'max us':>9}")
-    for api, (calls, total, self_ns, low, high) in sorted(totals.items(), key=lambda kv: -kv[1][2])[:top]:
-        print(f"{api:36} {calls:7d} {total / 1e6:9.2f} {self_ns / 1e6:9.2f} {total / calls / 1e3:9.2f} "
-              f"{low / 1e3:8.2f} {high / 1e3:9.2f}")
-    print(f"\n{len(records)} calls of {len(totals)} APIs recorded (top {top} by self time above); "
+    print(f"\n{'API':36} {'calls':>7} {'total ms':>9} {'self ms':>9} {'bwd ms':>8} {'mean us':>9} {'min us':>8} "
+          f"{'max us':>9}")
+    rows = sorted(totals.items(), key=lambda kv: -(kv[1][2] + kv[1][5]))[:top]
+    for api, (calls, total, self_ns, low, high, bwd) in rows:
+        print(f"{api:36} {calls:7d} {total / 1e6:9.2f} {self_ns / 1e6:9.2f} {bwd / 1e6:8.2f} "
+              f"{total / max(calls, 1) / 1e3:9.2f} {low / 1e3:8.2f} {high / 1e3:9.2f}")
+    if nodes:
+        charged = sum(r.cost_ns for r in nodes if r.fwd_call_id)
+        print(f"\nbackward: {len(nodes)} autograd nodes, {sum(r.cost_ns for r in nodes) / 1e6:.2f} ms; "
+              f"{charged / 1e6:.2f} ms charged to the forward calls that made them (bwd ms), the rest is "
+              f"AccumulateGrad (gradients into parameters)")
+    print(f"\n{len(records)} records of {len(totals)} APIs (top {top} by self + bwd time above); "
           f"outermost calls cover {sum(r.cost_ns for r in records if r.depth == 0) / wall_ns:.0%} of the "
           f"profiled run's {wall_ns / 1e6:.0f} ms")
+
+
+def is_node(record) -> bool:
+    """An autograd node of a backward pass (recorded with config aten "backward", the default)."""
+    return record.fwd_call_id != 0 or record.api == "torch::autograd::AccumulateGrad" or \
+        record.api.endswith(("Backward0", "Backward1"))
 
 
 def main() -> None:
