@@ -20,7 +20,7 @@ static const char *const column_names[COL_COUNT] = {
     [COL_DEPTH] = "depth",     [COL_PARENT_ID] = "parent_id", [COL_ERROR] = "error",   [COL_ARGS] = "args",
     [COL_KIND] = "kind",       [COL_NAME] = "name",       [COL_END_NS] = "end_ns",     [COL_DEVICE] = "device",
     [COL_STREAM] = "stream",   [COL_CORRELATION_ID] = "correlation_id", [COL_MODULE] = "module", [COL_STEP] = "step",
-    [COL_SITE] = "site",
+    [COL_SITE] = "site",       [COL_FWD_CALL_ID] = "fwd_call_id", [COL_FWD_API] = "fwd_api",
 };
 
 column_t tw_column_of(const char *s, size_t len)
@@ -110,6 +110,7 @@ int tw_set_field(tw_row_t *row, column_t col, const char *s, size_t len)
     case COL_DEPTH: return parse_u64(s, len, &row->depth);
     case COL_STEP: return parse_i64(s, len, &row->step);
     case COL_SITE: return parse_u64(s, len, &row->site);
+    case COL_FWD_CALL_ID: return parse_u64(s, len, &row->fwd_call_id);
     case COL_DEVICE: return parse_i64(s, len, &row->device);
     case COL_STREAM: return parse_i64(s, len, &row->stream);
     case COL_CORRELATION_ID: return parse_u64(s, len, &row->correlation_id);
@@ -126,6 +127,7 @@ int tw_set_field(tw_row_t *row, column_t col, const char *s, size_t len)
     case COL_KIND: row->gpu_kind = (tw_str_t){s, len}; return 0;
     case COL_NAME: row->name = (tw_str_t){s, len}; return 0;
     case COL_MODULE: row->module = (tw_str_t){s, len}; return 0;
+    case COL_FWD_API: row->fwd_api = (tw_str_t){s, len}; return 0;
     default: return 0; /* a column of a newer version */
     }
 }

@@ -34,6 +34,8 @@ typedef enum {
     COL_MODULE,
     COL_STEP,
     COL_SITE,
+    COL_FWD_CALL_ID,
+    COL_FWD_API,
     COL_COUNT
 } column_t;
 

@@ -58,6 +58,8 @@ typedef struct tw_row {
     int64_t step;       /* calls: the step the call began in (schedule.h); -1 in older files without it */
     uint64_t site;      /* calls: the call site's id in the process's sites file (sites.h); 0: none, and in
                          * older files without the column */
+    uint64_t fwd_call_id; /* calls: for an autograd node, the forward call that created it; else 0 */
+    tw_str_t fwd_api;   /* calls: that forward call's API, or empty */
 } tw_row_t;
 
 /* Called for every row; a non-zero return stops the reading and is returned by tw_read_*. */

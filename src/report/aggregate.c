@@ -285,6 +285,13 @@ int report_on_row(void *ctx, const tw_row_t *row)
     switch (r->o->by) {
     case BY_API:
         count_in(r, table_get(&r->groups, api, (size_t)api_len), row->cost_ns, row->self_ns, gpu, row->error);
+        if (row->fwd_call_id != 0 && row->fwd_api.len > 0) { /* an autograd node: its cost is its forward API's bwd */
+            group_t *f = table_get(&r->groups, row->fwd_api.ptr, row->fwd_api.len < 1000 ? row->fwd_api.len : 1000);
+            if (f != NULL)
+                f->bwd_ns += row->cost_ns;
+            else
+                r->oom = 1;
+        }
         break;
     case BY_THREAD:
         k = tw_format_i64(k, row->pid);

@@ -44,7 +44,7 @@ static int compare_groups(const void *a, const void *b, void *arg)
 
 typedef struct row_values {
     const char *key;
-    uint64_t calls, errors, total, self, gpu, mean, min, p50, p95, p99, max;
+    uint64_t calls, errors, total, self, gpu, mean, min, p50, p95, p99, max, bwd;
     double share;
 } row_values_t;
 
@@ -53,7 +53,7 @@ static row_values_t values_of(const group_t *g, uint64_t all_self)
     const tw_api_stats_t *s = &g->stats;
     return (row_values_t){g->key, s->calls, s->errors, s->total_ns, s->self_ns, s->gpu_ns,
                           s->calls ? s->total_ns / s->calls : 0, s->min_ns, tw_stats_percentile(s, 0.50),
-                          tw_stats_percentile(s, 0.95), tw_stats_percentile(s, 0.99), s->max_ns,
+                          tw_stats_percentile(s, 0.95), tw_stats_percentile(s, 0.99), s->max_ns, g->bwd_ns,
                           all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0};
 }
 
@@ -184,20 +184,26 @@ fail:
  * names whole). */
 #define NAME_CAP 100
 
-static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n, uint64_t all_self, int any_gpu)
+/* any_bwd: some API has autograd nodes charged to it (a "bwd" column: after self time in the table,
+ * last in CSV and JSON, so that runs without backward nodes read as before). */
+static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n, uint64_t all_self, int any_gpu,
+                       int any_bwd)
 {
-    static const char *const heads[] = {"calls", "total ms", "self ms", "gpu ms", "mean us", "min us",
+    static const char *const heads[] = {"calls", "total ms", "self ms", "bwd ms", "gpu ms", "mean us", "min us",
                                         "p50 us", "p95 us", "p99 us", "max us", "share %"};
-    enum { NCOLS = 11 };
+    enum { NCOLS = 12 };
     if (o->format == OUT_CSV) {
-        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share\n",
-                group_title(o->by));
+        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share%s\n",
+                group_title(o->by), any_bwd ? ",bwd_ns" : "");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self);
             report_csv_text(out, v.key);
             fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
-                         ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f\n",
+                         ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f",
                     v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
+            if (any_bwd)
+                fprintf(out, ",%" PRIu64, v.bwd);
+            fputc('\n', out);
         }
         return;
     }
@@ -211,8 +217,11 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
             report_json_text(out, v.key);
             fprintf(out, ",\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"total_ns\":%" PRIu64 ",\"self_ns\":%" PRIu64
                          ",\"gpu_ns\":%" PRIu64 ",\"mean_ns\":%" PRIu64 ",\"min_ns\":%" PRIu64 ",\"p50_ns\":%" PRIu64
-                         ",\"p95_ns\":%" PRIu64 ",\"p99_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 ",\"share\":%.4f}",
+                         ",\"p95_ns\":%" PRIu64 ",\"p99_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 ",\"share\":%.4f",
                     v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
+            if (any_bwd)
+                fprintf(out, ",\"bwd_ns\":%" PRIu64, v.bwd);
+            fputc('}', out);
         }
         fputs("\n]}\n", out);
         return;
@@ -233,14 +242,15 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         snprintf(cells[i][0], 24, "%" PRIu64, v.calls);
         print_ms(cells[i][1], 24, v.total);
         print_ms(cells[i][2], 24, v.self);
-        print_ms(cells[i][3], 24, v.gpu);
-        print_us(cells[i][4], 24, v.mean);
-        print_us(cells[i][5], 24, v.min);
-        print_us(cells[i][6], 24, v.p50);
-        print_us(cells[i][7], 24, v.p95);
-        print_us(cells[i][8], 24, v.p99);
-        print_us(cells[i][9], 24, v.max);
-        snprintf(cells[i][10], 24, "%.1f", v.share);
+        print_ms(cells[i][3], 24, v.bwd);
+        print_ms(cells[i][4], 24, v.gpu);
+        print_us(cells[i][5], 24, v.mean);
+        print_us(cells[i][6], 24, v.min);
+        print_us(cells[i][7], 24, v.p50);
+        print_us(cells[i][8], 24, v.p95);
+        print_us(cells[i][9], 24, v.p99);
+        print_us(cells[i][10], 24, v.max);
+        snprintf(cells[i][11], 24, "%.1f", v.share);
         for (int c = 0; c < NCOLS; c++)
             if (strlen(cells[i][c]) > width[c + 1])
                 width[c + 1] = strlen(cells[i][c]);
@@ -248,7 +258,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     const char *sep = md ? " | " : "  ";
     fprintf(out, "%s%-*s", md ? "| " : "", (int)width[0], group_title(o->by));
     for (int c = 0; c < NCOLS; c++)
-        if (c != 3 || any_gpu)
+        if ((c != 3 || any_bwd) && (c != 4 || any_gpu))
             fprintf(out, "%s%*s", sep, (int)width[c + 1], heads[c]);
     fputs(md ? " |\n" : "\n", out);
     if (md) {
@@ -256,7 +266,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         for (size_t i = 0; i < width[0] + 2; i++)
             fputc('-', out);
         for (int c = 0; c < NCOLS; c++)
-            if (c != 3 || any_gpu)
+            if ((c != 3 || any_bwd) && (c != 4 || any_gpu))
                 fprintf(out, "|%.*s:", (int)width[c + 1] + 1, "--------------------------------");
         fputs("|\n", out);
     }
@@ -264,7 +274,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         fprintf(out, "%s%s%*s", md ? "| " : "", names[i], (int)(width[0] - text_columns(names[i])), "");
         free(names[i]);
         for (int c = 0; c < NCOLS; c++)
-            if (c != 3 || any_gpu)
+            if ((c != 3 || any_bwd) && (c != 4 || any_gpu))
                 fprintf(out, "%s%*s", sep, (int)width[c + 1], cells[i][c]);
         fputs(md ? " |\n" : "\n", out);
     }
@@ -280,12 +290,13 @@ void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_s
     group_t **order = calloc(r->groups.count ? r->groups.count : 1, sizeof *order);
     size_t n = 0;
     uint64_t all_self = 0;
-    int any_gpu = 0;
+    int any_gpu = 0, any_bwd = 0;
     for (size_t i = 0; order != NULL && i < r->groups.capacity; i++) {
         if (r->groups.slots[i] != NULL) {
             order[n++] = r->groups.slots[i];
             all_self += r->groups.slots[i]->stats.self_ns;
             any_gpu |= r->groups.slots[i]->stats.gpu_ns != 0;
+            any_bwd |= r->groups.slots[i]->bwd_ns != 0;
         }
     }
     qsort_r(order, n, sizeof *order, compare_groups, (void *)&o->sort);
@@ -293,7 +304,7 @@ void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_s
     if (stats->rows == 0 && in->count > 0)
         fprintf(err, "tw-report: the record files hold no records yet (%zu file%s)\n", in->count,
                 in->count == 1 ? "" : "s");
-    print_rows(out, o, order, shown, all_self, any_gpu || r->have_gpu_files);
+    print_rows(out, o, order, shown, all_self, any_gpu || r->have_gpu_files, any_bwd);
     free(order);
     /* The footer goes under the terminal table; with CSV, JSON or Markdown it goes to err, and only
      * when something was skipped, so that the output stays clean. */

@@ -22,6 +22,7 @@ typedef struct group {
     size_t key_len;
     uint64_t hash;
     tw_api_stats_t stats;
+    uint64_t bwd_ns;     /* --by api: the autograd nodes charged to this API's calls (their fwd_api) */
     char *detail;        /* --by site: the APIs called there (sites.c) */
     size_t detail_count;
 } group_t;

@@ -256,3 +256,21 @@ def test_a_layer_built_for_another_torch_is_refused_with_one_line():
         stats["backward_unavailable"] == (f"the libtorch layer was built against torch {torch.__version__} and this "
                                           "is torch 0.0.1")
     assert "\n" not in stats["backward_unavailable"]
+
+
+def test_tw_report_charges_each_apis_nodes_to_its_bwd_column(tmp_path):
+    import csv
+    import subprocess
+    import sys
+
+    out = str(tmp_path / "out")
+    torchwrapper_nodes(lambda: MLP(), lambda: torch.randn(4, 8), lambda o: o.pow(2).mean(), out_dir=out, format="csv")
+    frame = tw.load(out)
+    nodes = frame[frame["fwd_call_id"] != 0]
+    expected = nodes.groupby("fwd_api")["cost_ns"].sum().to_dict()
+    done = subprocess.run([sys.executable, "-m", "torchwrapper", "report", "--format", "csv", out], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert done.returncode == 0, done.stderr
+    rows = {row["api"]: row for row in csv.DictReader(done.stdout.splitlines())}
+    assert {api: int(row["bwd_ns"]) for api, row in rows.items() if int(row["bwd_ns"])} == expected
+    assert int(rows["AddmmBackward0"]["calls"]) == 3   # the nodes keep rows of their own
