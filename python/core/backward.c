@@ -29,6 +29,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -337,8 +338,24 @@ static const tw_torch_hooks_t hooks = {on_forward_op, on_node_begin, on_node_end
 
 /* ---- sessions ------------------------------------------------------------------------------------ */
 
+/* In a forked child only the forking thread exists: a busy mark another thread left there would make
+ * the child's stop() wait forever. (The forking thread is not inside a hook: fork is called from
+ * Python code, and hooks never call out.) */
+static void after_fork_in_child(void)
+{
+    unsigned n = atomic_load(&thread_count);
+    for (unsigned i = 0; i < n && i < MAX_THREADS; i++) {
+        node_thread_t *st = atomic_load(&threads[i]);
+        if (st != NULL)
+            atomic_store(&st->busy, 0);
+    }
+}
+
 int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, uint64_t gen, char *why, size_t why_size)
 {
+    static int atfork_registered;
+    if (!atfork_registered)
+        atfork_registered = pthread_atfork(NULL, NULL, after_fork_in_child) == 0;
     if (layer == NULL) {
         snprintf(why, why_size, "the libtorch layer is not loaded");
         return -1;

@@ -274,3 +274,38 @@ def test_tw_report_charges_each_apis_nodes_to_its_bwd_column(tmp_path):
     rows = {row["api"]: row for row in csv.DictReader(done.stdout.splitlines())}
     assert {api: int(row["bwd_ns"]) for api, row in rows.items() if int(row["bwd_ns"])} == expected
     assert int(rows["AddmmBackward0"]["calls"]) == 3   # the nodes keep rows of their own
+
+
+def test_a_forked_child_records_its_own_backward_nodes(tmp_path):
+    """A forked child (a DataLoader worker, a fork of the training process) inherits libtorch's
+    callbacks: its nodes go to its own files, and the parent's and the child's stops both return."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os, sys, torch, torchwrapper as tw
+        model = torch.nn.Linear(4, 3)
+        x = torch.randn(2, 4)
+        with tw.profile(out_dir=sys.argv[1], format="csv"):
+            model(x).sum().backward()
+            pid = os.fork()
+            if pid == 0:
+                for _ in range(3):
+                    model(x).sum().backward()
+                sys.exit(0)
+            model(x).sum().backward()
+            os.waitpid(pid, 0)
+        print(pid)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    child = int(done.stdout.split()[-1])
+    frame = tw.load(str(tmp_path))
+    nodes = frame[frame["api"] == "AddmmBackward0"]
+    assert (nodes["pid"] == child).sum() == 3 and (nodes["pid"] != child).sum() == 2
+    calls = frame.set_index(["pid", "call_id"])
+    for _, node in nodes.iterrows():
+        assert calls.loc[(node["pid"], node["fwd_call_id"]), "api"] == "torch.nn.functional.linear"
