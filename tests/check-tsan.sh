@@ -1,0 +1,49 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# make check-tsan: builds a copy of the tree with ThreadSanitizer (the C library, the extension and
+# the libtorch layer) and runs (1) the cmocka tests, whose recorder and writer tests run threads,
+# and (2) tests/tsan_backward.py in the regular interpreter with the TSan runtime preloaded: backward
+# passes on several threads without the GIL (autograd's nodes recorded there) while sessions start
+# and stop on another, which is the handshake of python/core/backward.c. Any TSan report fails it.
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+build=${TSAN_BUILD_DIR:-$src/build/tsan}
+rm -rf "$build"
+mkdir -p "$build"
+if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+    echo "check-tsan: needs a git checkout of torchwrapper (it copies the sources git knows of)" >&2
+    exit 1
+fi
+(cd "$src" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | (cd "$build" && tar -xf -)
+cd "$build"
+autoreconf -fi >/dev/null 2>&1
+flags="-fsanitize=thread -fno-omit-frame-pointer -g -O1"
+./configure -q PYTHON="$python" CFLAGS="$flags" CXXFLAGS="$flags" LDFLAGS="-fsanitize=thread" >/dev/null
+make -s -j"$(nproc)" >/dev/null 2>&1
+status=0
+c_tests=$(make -s print-c-tests | tr ' ' '\n' | grep -v fuzz | tr '\n' ' ')
+TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" make -s check TESTS="$c_tests" >/dev/null 2>&1 || status=$?
+for log in tests/c/*.log; do
+    if grep -q "WARNING: ThreadSanitizer" "$log"; then
+        echo "ThreadSanitizer report in $log:"; cat "$log"; status=1
+    fi
+    echo "tsan: ${log%.log}: $(grep -E 'PASSED|FAILED' "$log" | head -n 1)"
+done
+# The interpreter and torch are not instrumented: TSan sees the accesses of our code (and the
+# libc calls it intercepts), which is where the contract lives. Reports go to a file per process.
+preload=$(gcc -print-file-name=libtsan.so)
+rm -f tsan-python.*
+if LD_PRELOAD="$preload" TSAN_OPTIONS="log_path=$build/tsan-python report_signal_unsafe=0 ignore_noninstrumented_modules=1" \
+    PYTHONPATH="$build/build/python" "$python" "$src/tests/tsan_backward.py"; then
+    echo "tsan: tests/tsan_backward.py: ran"
+else
+    echo "tsan: tests/tsan_backward.py failed"; status=1
+fi
+for report in tsan-python.*; do
+    [ -f "$report" ] || continue
+    if grep -q "WARNING: ThreadSanitizer" "$report"; then
+        echo "ThreadSanitizer report from tests/tsan_backward.py ($report):"; cat "$report"; status=1
+    fi
+done
+exit $status
