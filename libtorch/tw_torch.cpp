@@ -2,6 +2,7 @@
 // The libtorch layer (tw_torch.h): at::RecordFunction callbacks that hand autograd nodes and the
 // forward operators that create them to the extension's C hooks. C++ only because libtorch's
 // callback API is C++; every decision about what to record is made in C.
+#include <atomic>
 #include <cerrno>
 #include <memory>
 #include <new>
@@ -16,7 +17,10 @@
 
 namespace {
 
-const tw_torch_hooks_t *hooks = nullptr;
+// Set by the first start and never cleared: a node begun before a stop still gets its end callback
+// after it (RecordFunction keeps the callbacks it started with), on another thread; the hooks know
+// by themselves that nothing records any more. Only the extension's one static table is passed.
+std::atomic<const tw_torch_hooks_t *> hooks{nullptr};
 at::CallbackHandle forward_handle = 0;
 at::CallbackHandle backward_handle = 0;
 
@@ -26,19 +30,19 @@ std::unique_ptr<at::ObserverContext> on_forward_op(const at::RecordFunction &fn)
 {
     int64_t seq = fn.seqNr();
     if (seq >= 0)
-        hooks->forward_op(seq, fn.threadId());
+        hooks.load(std::memory_order_acquire)->forward_op(seq, fn.threadId());
     return nullptr;
 }
 
 std::unique_ptr<at::ObserverContext> on_node_begin(const at::RecordFunction &fn)
 {
-    hooks->node_begin(fn.name(), fn.seqNr(), fn.forwardThreadId());
+    hooks.load(std::memory_order_acquire)->node_begin(fn.name(), fn.seqNr(), fn.forwardThreadId());
     return nullptr;
 }
 
 void on_node_end(const at::RecordFunction &, at::ObserverContext *)
 {
-    hooks->node_end();
+    hooks.load(std::memory_order_acquire)->node_end();
 }
 
 } // namespace
@@ -50,10 +54,11 @@ extern "C" const char *tw_torch_built_with(void)
 
 extern "C" int tw_torch_start(const tw_torch_hooks_t *given)
 {
-    if (hooks != nullptr)
+    const tw_torch_hooks_t *current = hooks.load(std::memory_order_acquire);
+    if (forward_handle != 0 || (current != nullptr && current != given))
         return -EBUSY;
     try {
-        hooks = given;
+        hooks.store(given, std::memory_order_release);
         forward_handle = at::addGlobalCallback(
             at::RecordFunctionCallback(on_forward_op).needsInputs(false).needsIds(false).scopes(
                 {at::RecordScope::FUNCTION}));
@@ -77,5 +82,4 @@ extern "C" void tw_torch_stop(void)
     if (backward_handle != 0)
         at::removeCallback(backward_handle);
     forward_handle = backward_handle = 0;
-    hooks = nullptr;
 }

@@ -36,12 +36,14 @@ typedef struct tw_torch_hooks {
 /* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
 TW_TORCH_API const char *tw_torch_built_with(void);
 
-/* Registers the callbacks (global: every thread). hooks must stay valid until tw_torch_stop().
- * Returns 0, or -EBUSY when already started, or -ENOMEM. */
+/* Registers the callbacks (global: every thread). hooks must stay valid for the life of the process
+ * (a node begun before a stop ends after it), and be the same at every start. Returns 0, or -EBUSY
+ * when already started (or with other hooks), or -ENOMEM. */
 TW_TORCH_API int tw_torch_start(const tw_torch_hooks_t *hooks);
 
-/* Removes the callbacks. A hook already running on another thread may still finish after this
- * returns: the caller makes its hooks inert before (see python/core/backward.c). */
+/* Removes the callbacks. A hook already running on another thread may still run after this returns
+ * (an end callback of a node begun before): the caller makes its hooks inert before (see
+ * python/core/backward.c). */
 TW_TORCH_API void tw_torch_stop(void);
 
 #ifdef __cplusplus

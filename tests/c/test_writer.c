@@ -20,12 +20,13 @@
 
 /* write() as the library sees it: the executable's definition interposes on libc's, so errors can
  * be injected into the writer thread's writes. */
-static volatile int inject_errno;
+static int inject_errno; /* set by the test thread, read by the writer thread: atomic accesses */
 
 ssize_t write(int fd, const void *buf, size_t count)
 {
-    if (inject_errno != 0 && fd > 2) {
-        errno = inject_errno;
+    int injected = __atomic_load_n(&inject_errno, __ATOMIC_RELAXED);
+    if (injected != 0 && fd > 2) {
+        errno = injected;
         return -1;
     }
     return syscall(SYS_write, fd, buf, count);
@@ -642,14 +643,14 @@ static void an_existing_name_is_never_overwritten(void **state)
 
 typedef struct manifest_reader {
     const char *path;
-    volatile int stop;
+    int stop; /* atomic accesses: set by the test thread, polled by the reader */
     int reads, complete, incomplete;
 } manifest_reader_t;
 
 static void *read_manifests(void *arg)
 {
     manifest_reader_t *m = arg;
-    while (!m->stop) {
+    while (!__atomic_load_n(&m->stop, __ATOMIC_RELAXED)) {
         FILE *fp = fopen(m->path, "r");
         if (fp == NULL)
             continue;
@@ -682,7 +683,7 @@ static void a_manifest_read_during_rotation_is_always_complete(void **state)
     for (int i = 0; i < 20; i++)
         record_calls(f.rec, f.ids, 2000);
     close_fixture(&f);
-    m.stop = 1;
+    __atomic_store_n(&m.stop, 1, __ATOMIC_RELAXED);
     pthread_join(reader, NULL);
     assert_true(m.reads > 0);
     assert_int_equal(m.incomplete, 0);
@@ -759,11 +760,11 @@ static void a_full_disk_drops_and_counts_and_goes_on(void **state)
         open_fixture(&f, config);
         record_calls(f.rec, f.ids, 3000);
         tw_recorder_collect(f.rec);
-        inject_errno = errors[k];
+        __atomic_store_n(&inject_errno, errors[k], __ATOMIC_RELAXED);
         record_calls(f.rec, f.ids, 2000); /* the program goes on recording */
         tw_recorder_collect(f.rec);
         assert_int_equal(tw_writer_close(f.writer), TW_EIO);
-        inject_errno = 0;
+        __atomic_store_n(&inject_errno, 0, __ATOMIC_RELAXED);
         tw_writer_stats_t ws;
         tw_writer_stats(f.writer, &ws);
         assert_int_equal(ws.write_errno, errors[k]);
