@@ -143,6 +143,15 @@ static uint64_t dropped_links;         /* nodes whose forward call was overwritt
  * callbacks, or never once they are removed (the tests check that stop leaves none in libtorch) */
 static _Atomic uint64_t stray_hooks;
 
+/* tw_active.idle, for hooks on threads without the GIL (relaxed: a node at a step boundary may go
+ * either way, as a call on another thread would) */
+static _Atomic int hooks_idle;
+
+void tw_backward_set_idle(int idle)
+{
+    atomic_store_explicit(&hooks_idle, idle, memory_order_relaxed);
+}
+
 uint64_t tw_backward_stray_hooks(void)
 {
     return atomic_load(&stray_hooks);
@@ -197,7 +206,8 @@ static void on_forward_op(int64_t seq, uint64_t thread)
     if (st == NULL)
         return;
     tw_thread_t *t = st->t;
-    if (t == NULL || t->depth == 0 || t->depth > TW_MAX_DEPTH) /* not inside a profiled call */
+    if (t == NULL || t->depth == 0 || t->depth > TW_MAX_DEPTH || /* not inside a profiled call */
+        atomic_load_explicit(&hooks_idle, memory_order_relaxed))
         goto out;
     link_slot_t *ring = atomic_load_explicit(&rings[thread % LINK_RINGS], memory_order_acquire);
     if (ring == NULL) {
@@ -293,7 +303,7 @@ static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread
     node_open_t *node = &st->nodes[st->open++];
     node->begun = 0;
     tw_thread_t *t = st->t;
-    if (t == NULL || t->paused)
+    if (t == NULL || t->paused || atomic_load_explicit(&hooks_idle, memory_order_relaxed))
         goto out;
     uint32_t api_id = node_api(st, name);
     if (api_id == UINT32_MAX)

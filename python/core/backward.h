@@ -25,6 +25,10 @@ int tw_backward_session_start(const char *layer_path, const char *torch_version,
  * libtorch. Returns the nodes whose forward call was not found (overwritten in its ring). */
 uint64_t tw_backward_stop(void);
 
+/* Whether the current step records nothing (tw_active.idle, mirrored for threads without the GIL):
+ * then no node is recorded either. */
+void tw_backward_set_idle(int idle);
+
 /* Hooks run while no session recorded (see backward.c), for tests. */
 uint64_t tw_backward_stray_hooks(void);
 

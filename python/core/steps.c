@@ -13,6 +13,7 @@
  * All of it runs with the GIL held.
  */
 #include "module.h"
+#include "backward.h"
 
 /* The state of the current step applied to what the hot path reads. */
 static void apply_state(void)
@@ -25,6 +26,7 @@ static void apply_state(void)
     /* A session that keeps its records in memory has no summary.json to count idle steps' calls for:
      * they are not recorded at all, so that memory holds the recorded steps only. */
     tw_active.idle = state == TW_STEP_IDLE && (tw_active.schedule.summary_active || tw_active.writer == NULL);
+    tw_backward_set_idle(tw_active.idle); /* autograd's nodes follow the same schedule */
 }
 
 void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode)

@@ -316,6 +316,13 @@ int report_on_row(void *ctx, const tw_row_t *row)
         char site[1200];
         int n = report_site_key(r, row, site, sizeof site);
         group_t *g = table_get(&r->groups, site, n < (int)sizeof site ? (size_t)n : sizeof site - 1);
+        if (row->fwd_call_id != 0) { /* an autograd node charged to the site of its forward call: its bwd */
+            if (g != NULL)
+                g->bwd_ns += row->cost_ns;
+            else
+                r->oom = 1;
+            break;
+        }
         count_in(r, g, row->cost_ns, row->self_ns, gpu, row->error);
         if (g != NULL)
             report_site_note_api(g, api, (size_t)api_len);

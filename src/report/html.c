@@ -127,7 +127,9 @@ void report_html_row(html_data_t *h, const tw_row_t *row)
     size_t len = report_module_label(row, &label);
     if (len > 0) {
         group_t *g = report_group_get(&h->modules, label, len);
-        if (g == NULL || tw_api_stats_add(&g->stats, row->cost_ns, row->self_ns, row->gpu_ns, row->error) != 0)
+        if (g != NULL && row->fwd_call_id != 0) /* an autograd node charged to the module: its backward */
+            g->bwd_ns += row->cost_ns;
+        else if (g == NULL || tw_api_stats_add(&g->stats, row->cost_ns, row->self_ns, row->gpu_ns, row->error) != 0)
             h->oom = 1;
     }
 }
@@ -533,9 +535,11 @@ static void section_modules(FILE *out, const report_t *r)
     uint64_t top = order[0]->stats.total_ns;
     fprintf(out, "<section id=\"modules\"><h2>Modules (top %zu of %zu)</h2>\n<p class=\"note\">Each module's "
                  "forward calls: total includes the modules and calls inside it; the model is named by its "
-                 "class.</p>\n<table class=\"sortable\" id=\"module-table\"><thead><tr><th>module</th>"
+                 "class; bwd: the autograd nodes its forward created, in backward passes.</p>\n"
+                 "<table class=\"sortable\" id=\"module-table\"><thead><tr><th>module</th>"
                  "<th class=\"num\">calls</th><th class=\"num\" data-dir=\"desc\">total ms</th>"
-                 "<th class=\"num\">self ms</th><th class=\"num\">mean us</th><th class=\"num\">p95 us</th>"
+                 "<th class=\"num\">self ms</th><th class=\"num\">bwd ms</th><th class=\"num\">mean us</th>"
+                 "<th class=\"num\">p95 us</th>"
                  "<th style=\"width:25%%\"></th></tr></thead><tbody>\n",
             shown, n);
     for (size_t i = 0; i < shown; i++) {
@@ -546,6 +550,8 @@ static void section_modules(FILE *out, const report_t *r)
         ms(out, s->total_ns);
         fputs("</td><td>", out);
         ms(out, s->self_ns);
+        fputs("</td><td>", out);
+        ms(out, order[i]->bwd_ns);
         fputs("</td><td>", out);
         us(out, s->calls ? s->total_ns / s->calls : 0);
         fputs("</td><td>", out);

@@ -16,17 +16,21 @@ here calls torch.set_num_threads). Measured:
     0 warms up), median over the process repetitions.
   a long run: BERT and GPT-2 under `run --set args=none` for LONG_BLOCKS blocks of 200 steps after
     a warm-up block, next to the same plain program; per process, the last block's time per step
-    over the first's (and the slope of a line through all blocks). A profiled ratio above the plain
-    one is a per-step cost that grows with the step count (a module made in each step once did so).
+    over the first's, the median of the last three over that of the first three, and the slope of a
+    line through all blocks. A profiled ratio above the plain one is a per-step cost that grows with
+    the step count (a module made in each step once did so).
   soak (BENCH=full or BENCH_SOAK=1): 20,000 steps in-process under tw.profile (CSV, args none) of a
     toy MLP calling nn.CrossEntropyLoss()(model(x), y) and of the BERT model; time per step and RSS
     of the first and the last block of 1,000 steps.
 
 Prints a table, then one JSON line with every figure and the machine (CPU, thread count, torch and
-transformers versions); `make bench` tees it into build/bench-hf.txt. Without `transformers` it
-prints a SKIP line (and a JSON line saying so) and exits 0.
-BENCH=quick (the default; a few minutes), full (more repetitions, a longer long run, the soak) or
-smoke (a few steps of each: checks that the script runs; its figures mean nothing).
+transformers versions, the load average at the start and the end); `make bench` tees it into
+build/bench-hf.txt. At torch's default thread count (one per core) another busy process makes
+steps many times slower, now and then: figures are only worth taking on an otherwise idle machine.
+Without `transformers` it prints a SKIP line (and a JSON line saying so) and exits 0.
+BENCH=quick (the default: about 14,000 training steps and 31 processes, a few minutes on an idle
+machine), full (more repetitions, a longer long run, the soak) or smoke (a few steps of each:
+checks that the script runs; its figures mean nothing).
 BENCH_HF_MODELS=bert,gpt2 picks models; BENCH_REPS overrides the in-process repetitions.
 """
 from __future__ import annotations
@@ -277,10 +281,14 @@ def slope_pct_per_1000(per_step: List[float], block: int) -> float:
 
 
 def drift(blocks: List[dict], block: int) -> dict:
-    """Blocks after the warm-up: last over first time per step, the slope, RSS first and last."""
+    """Blocks after the warm-up: last over first time per step; the median of the last three over
+    that of the first three (one block slowed by a neighbour on a shared machine moves the first
+    figure, not this one); the slope; RSS first and last."""
     steady = blocks[1:]
     per_step = [b["ns"] / block / 1e6 for b in steady]
+    k = max(1, min(3, len(per_step) // 2))
     return {"last_over_first": round(per_step[-1] / per_step[0], 4),
+            "last3_over_first3": round(statistics.median(per_step[-k:]) / statistics.median(per_step[:k]), 4),
             "slope_pct_per_1000_steps": round(slope_pct_per_1000(per_step, block), 2),
             "ms_per_step": [round(v, 3) for v in per_step],
             "rss_mb_first": round(steady[0]["rss_kb"] / 1024, 1), "rss_mb_last": round(steady[-1]["rss_kb"] / 1024, 1)}
@@ -302,6 +310,7 @@ def long_run(name: str, tmp: str) -> dict:
     row = {"steps": block * SIZES["long_blocks"], "block": block}
     for key, drifts in runs.items():
         row[key] = dict(drifts[-1], last_over_first=statistics.median(d["last_over_first"] for d in drifts),
+                        last3_over_first3=statistics.median(d["last3_over_first3"] for d in drifts),
                         slope_pct_per_1000_steps=statistics.median(d["slope_pct_per_1000_steps"] for d in drifts),
                         last_over_first_each=[d["last_over_first"] for d in drifts])
     plain = statistics.mean(row["plain"]["ms_per_step"])
@@ -373,7 +382,8 @@ def print_long(name: str, row: dict) -> None:
           f"`run --set args=none` / plain: {row['ratio']:.3f}x")
     for key in ("plain", "run, args none"):
         v = row[key]
-        print(f"    {key:15} last block / first {v['last_over_first']:.3f}, slope "
+        print(f"    {key:15} last block / first {v['last_over_first']:.3f} (last 3 / first 3 "
+              f"{v['last3_over_first3']:.3f}), slope "
               f"{v['slope_pct_per_1000_steps']:+.2f} %/1000 steps, RSS {v['rss_mb_first']:.0f} -> "
               f"{v['rss_mb_last']:.0f} MB", flush=True)
 

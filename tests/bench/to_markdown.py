@@ -44,8 +44,10 @@ def add_hf(add, hf):
             "1.03x / 1.10x; 1.03x / 1.10x")
     for name, row in hf["long"].items():
         add(f"`transformers` {titles.get(name, name)} under `run` args none, {row['steps']:,} steps: "
-            "last block / first, plain / profiled",
-            f"{row['plain']['last_over_first']:.3f} / {row['run, args none']['last_over_first']:.3f}", "equal")
+            "last block / first (last 3 / first 3), plain / profiled",
+            f"{row['plain']['last_over_first']:.3f} ({row['plain']['last3_over_first3']:.3f}) / "
+            f"{row['run, args none']['last_over_first']:.3f} ({row['run, args none']['last3_over_first3']:.3f})",
+            "equal")
     for name, row in (hf.get("soak") or {}).items():
         add(f"soak, {titles.get(name, 'toy MLP' if name == 'mlp' else name)}, {row['steps']:,} steps profiled: "
             "ms/step and RSS, first block → last",

@@ -304,11 +304,12 @@ static void check_module_column(tw_format_t format, const char *ext)
     FILE *fp = fopen(path, "r");
     assert_non_null(fp);
     char line[4096];
-    const char *csv_ends[] = {",\"\",0,0\n", ",\"encoder.layers,\"\"3\"\".self_attn\",0,7\n", ",,,0,14\n"};
+    /* module, step, site, then fwd_call_id and fwd_api (not a backward node: 0 and empty) */
+    const char *csv_ends[] = {",\"\",0,0,0,\n", ",\"encoder.layers,\"\"3\"\".self_attn\",0,7,0,\n", ",,,0,14,0,\n"};
     const char *json_paths[] = {"", "encoder.layers,\"3\".self_attn", NULL};
     if (format == TW_FORMAT_CSV) {
         assert_non_null(fgets(line, sizeof line, fp));
-        assert_non_null(strstr(line, ",args,module,step,site\n"));
+        assert_non_null(strstr(line, ",args,module,step,site,fwd_call_id,fwd_api\n"));
     }
     for (int i = 0; i < 3; i++) {
         assert_non_null(fgets(line, sizeof line, fp));
@@ -366,10 +367,11 @@ static void check_schedule(int summary_active, int summary_only)
         assert_non_null(fp);
         char line[4096];
         assert_non_null(fgets(line, sizeof line, fp)); /* the header */
-        const char *steps[] = {",4,0\n", ",4,0\n", ",5,0\n", ",5,0\n"}; /* step, then site (none) */
+        /* step, then site (none), fwd_call_id and fwd_api (not a node) */
+        const char *steps[] = {",4,0,0,\n", ",4,0,0,\n", ",5,0,0,\n", ",5,0,0,\n"};
         for (int i = 0; i < 4; i++) {
             assert_non_null(fgets(line, sizeof line, fp));
-            assert_string_equal(line + strlen(line) - 5, steps[i]);
+            assert_string_equal(line + strlen(line) - 8, steps[i]);
         }
         assert_null(fgets(line, sizeof line, fp));
         fclose(fp);
@@ -425,7 +427,9 @@ static size_t csv_steps(const char *path, uint32_t *steps, size_t max)
     size_t n = 0;
     assert_non_null(fgets(line, sizeof line, fp)); /* the header */
     while (n < max && fgets(line, sizeof line, fp) != NULL) {
-        *strrchr(line, ',') = '\0'; /* the site column, last: the step is before it */
+        /* the last columns are step, site, fwd_call_id, fwd_api (empty here): cut three */
+        for (int cut = 0; cut < 3; cut++)
+            *strrchr(line, ',') = '\0';
         steps[n++] = (uint32_t)strtoul(strrchr(line, ',') + 1, NULL, 10);
     }
     fclose(fp);

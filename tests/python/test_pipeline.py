@@ -60,7 +60,8 @@ def test_a_million_calls_fill_capped_files_with_exactly_one_row_each(tmp_path, f
         import pandas
         frame = pandas.read_json(prof.files[0], lines=True)
         assert list(frame.columns) == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid",
-                                       "depth", "parent_id", "error", "args", "module", "step", "site"]
+                                       "depth", "parent_id", "error", "args", "module", "step", "site", "fwd_call_id",
+                                       "fwd_api"]
 
 
 MADE = 50_000   # the loops below say "made" after this many calls
@@ -171,7 +172,7 @@ def test_kill_9_leaves_files_that_parse_and_at_most_a_flush_interval_at_risk(tmp
         body = lines[1:]
         torn_tail = body[-1]  # "" after a final newline; else the one line a kill may cut
         for line in body[:-1]:
-            assert len(line.split(",")) == 15, line  # no torn record inside a file
+            assert len(line.split(",")) == 17, line  # no torn record inside a file
         assert torn_tail == "" or path == files[-1]
         total += len(body) - 1
     assert total >= MADE

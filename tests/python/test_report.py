@@ -228,7 +228,8 @@ def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
     assert list(frame["call_id"]) == [1, 2, 4]
     assert list(frame["error"]) == [False, False, True]
     assert list(frame.columns) == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid",
-                                   "depth", "parent_id", "error", "args", "module", "step", "site", "site_text"]
+                                   "depth", "parent_id", "error", "args", "module", "step", "site", "fwd_call_id",
+                                   "fwd_api", "site_text"]
 
     stray = tmp_path / "notes.csv"
     stray.write_text("name,age\nbob,42\n")
