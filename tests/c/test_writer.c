@@ -281,6 +281,58 @@ static void json_strings_are_escaped_per_rfc8259(void **state)
     cJSON_Delete(parsed);
 }
 
+/* An autograd node (TW_RECORD_BACKWARD) carries the link to its forward call in place of argument
+ * text: written as the fwd_call_id and fwd_api columns, with empty arguments, in CSV and JSON. */
+static void check_backward_columns(tw_format_t format, const char *ext)
+{
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = format, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                          .rank = -1});
+    uint32_t node, linear;
+    assert_int_equal(tw_api_intern("AddmmBackward0", &node), 0);
+    assert_int_equal(tw_api_intern("torch.nn.functional.linear", &linear), 0);
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    tw_frame_t *frame = tw_call_begin(t);
+    uint64_t forward = frame->call_id;
+    tw_call_end_args(t, frame, linear, 0, 5, 0, "(1,)", 4);
+    char link[TW_BACKWARD_LINK_SIZE];
+    tw_backward_link_pack(link, forward, linear);
+    frame = tw_call_begin(t);
+    frame->site = 3;
+    tw_call_end_args(t, frame, node, 10, 15, TW_RECORD_BACKWARD, link, sizeof link);
+    close_fixture(&f);
+    char path[512], line[4096], want[128];
+    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    if (format == TW_FORMAT_CSV) {
+        assert_non_null(fgets(line, sizeof line, fp)); /* header */
+        assert_non_null(fgets(line, sizeof line, fp));
+        assert_non_null(strstr(line, ",\"(1,)\",,0,0,0,\n")); /* args, module, step, site, no link */
+        assert_non_null(fgets(line, sizeof line, fp));
+        snprintf(want, sizeof want, ",0,,,0,3,%llu,torch.nn.functional.linear\n", (unsigned long long)forward);
+        assert_string_equal(line + strlen(line) - strlen(want), want); /* error, empty args, ..., the link */
+    } else {
+        assert_non_null(fgets(line, sizeof line, fp));
+        assert_non_null(strstr(line, "\"fwd_call_id\":0,\"fwd_api\":\"\"}"));
+        assert_non_null(fgets(line, sizeof line, fp));
+        cJSON *o = cJSON_Parse(line);
+        assert_non_null(o);
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "args")), "");
+        assert_int_equal(cJSON_GetObjectItem(o, "fwd_call_id")->valuedouble, (double)forward);
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "fwd_api")), "torch.nn.functional.linear");
+        cJSON_Delete(o);
+    }
+    fclose(fp);
+    free_fixture(&f);
+}
+
+static void a_backward_node_names_its_forward_call_in_place_of_arguments(void **state)
+{
+    check_backward_columns(TW_FORMAT_CSV, ".csv");
+    check_backward_columns(TW_FORMAT_JSON, ".jsonl");
+}
+
 /* Module calls: the path in the module column, before step ("" for the root, quoted in CSV so that it differs from
  * a call with no module, which leaves it empty; null in JSON). */
 static void check_module_column(tw_format_t format, const char *ext)
@@ -1256,6 +1308,7 @@ int main(void)
         cmocka_unit_test(json_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(json_strings_are_escaped_per_rfc8259),
         cmocka_unit_test(module_paths_are_written_before_the_step_and_site_columns),
+        cmocka_unit_test(a_backward_node_names_its_forward_call_in_place_of_arguments),
         cmocka_unit_test(a_schedule_writes_the_records_of_active_steps_only),
         cmocka_unit_test(summary_only_writes_the_summary_and_no_record_file),
         cmocka_unit_test(a_capture_writes_its_steps_to_a_dir_of_its_own),
