@@ -54,6 +54,10 @@ LIBS_DIR = NAME + ".libs"
 RPATH_LDFLAGS = "-Wl,-rpath,\\$$ORIGIN/../" + LIBS_DIR
 AUTOTOOLS_PACKAGES = "autoconf automake libtool autoconf-archive pkg-config"
 
+# torch's own libraries, which the libtorch layer (_torch.so) links: torch has loaded them when the
+# layer is loaded (by soname), so they are neither bundled nor looked for through RUNPATH.
+TORCH_LIBS = re.compile(r"^lib(torch|torch_cpu|torch_cuda|torch_global_deps|c10|c10_cuda)\.so(\.\d+)*$")
+
 # Libraries every Linux system has (the manylinux policies' list): never bundled.
 SYSTEM_LIBS = re.compile(
     r"^(linux-vdso|linux-gate|ld-linux[-\w]*|ld64|libc|libm|libdl|librt|libpthread|libutil|libnsl|"
@@ -279,7 +283,11 @@ def _configure(srcdir: str, builddir: str, prefix: str, extra_ldflags: str) -> N
     _say("configure PYTHON=%s" % sys.executable)
     log = os.path.join(builddir, "configure.out")
     ldflags = " ".join(x for x in (extra_ldflags, os.environ.get("LDFLAGS", "")) if x)
-    args = [os.path.join(srcdir, "configure"), "PYTHON=" + sys.executable, "--prefix=" + prefix]
+    # pip's build isolation hides the environment's own packages from this interpreter; `-I` (isolated
+    # mode: no PYTHONPATH, no user site) sees them again, so that the libtorch layer is built against
+    # the torch installed where the package goes.
+    args = [os.path.join(srcdir, "configure"), "PYTHON=" + sys.executable, "TORCH_PYTHON=" + sys.executable + " -I",
+            "--prefix=" + prefix]
     if ldflags:
         args.append("LDFLAGS=" + ldflags)
     try:
@@ -381,7 +389,7 @@ def _bundle_libraries(wheel_root: str, staged_libdirs: Sequence[str]) -> List[st
                              % (rel, ":".join(absolute)))
         resolved = _resolve(elf)
         for soname in needed:
-            if SYSTEM_LIBS.match(soname):
+            if SYSTEM_LIBS.match(soname) or TORCH_LIBS.match(soname):
                 continue
             if elf.startswith(libs_dir + os.sep):
                 raise BuildError("%s needs %s, another library that is not part of the base system: "

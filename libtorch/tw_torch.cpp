@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: MIT
-// The libtorch layer (tw_torch.h): at::RecordFunction callbacks that hand autograd nodes and the
-// forward operators that create them to the extension's C hooks. C++ only because libtorch's
+// The libtorch layer (tw_torch.h): an at::RecordFunction callback that hands autograd nodes to the
+// extension's C hooks, and the thread's autograd sequence number for the wrappers. Only the
+// BACKWARD_FUNCTION scope is observed: with no FUNCTION-scope callback, torch's dispatcher makes no
+// RecordFunction per operator (what a per-operator callback would cost on every op, measured:
+// about 1 us per node on a chain of small ops). C++ only because libtorch's
 // callback API is C++; every decision about what to record is made in C.
 #include <atomic>
 #include <cerrno>
 #include <memory>
 #include <new>
 
+#include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <torch/headeronly/version.h>
 
@@ -21,18 +25,7 @@ namespace {
 // after it (RecordFunction keeps the callbacks it started with), on another thread; the hooks know
 // by themselves that nothing records any more. Only the extension's one static table is passed.
 std::atomic<const tw_torch_hooks_t *> hooks{nullptr};
-at::CallbackHandle forward_handle = 0;
 at::CallbackHandle backward_handle = 0;
-
-// Forward operators: only those that record for autograd carry a sequence number (>= 0). No end
-// callback: nothing is needed when they return.
-std::unique_ptr<at::ObserverContext> on_forward_op(const at::RecordFunction &fn)
-{
-    int64_t seq = fn.seqNr();
-    if (seq >= 0)
-        hooks.load(std::memory_order_acquire)->forward_op(seq, fn.threadId());
-    return nullptr;
-}
 
 std::unique_ptr<at::ObserverContext> on_node_begin(const at::RecordFunction &fn)
 {
@@ -47,6 +40,16 @@ void on_node_end(const at::RecordFunction &, at::ObserverContext *)
 
 } // namespace
 
+extern "C" uint64_t tw_torch_sequence_peek(void)
+{
+    return at::sequence_number::peek();
+}
+
+extern "C" uint64_t tw_torch_thread_id(void)
+{
+    return at::RecordFunction::currentThreadId();
+}
+
 extern "C" const char *tw_torch_built_with(void)
 {
     return TW_TORCH_VERSION;
@@ -55,13 +58,10 @@ extern "C" const char *tw_torch_built_with(void)
 extern "C" int tw_torch_start(const tw_torch_hooks_t *given)
 {
     const tw_torch_hooks_t *current = hooks.load(std::memory_order_acquire);
-    if (forward_handle != 0 || (current != nullptr && current != given))
+    if (backward_handle != 0 || (current != nullptr && current != given))
         return -EBUSY;
     try {
         hooks.store(given, std::memory_order_release);
-        forward_handle = at::addGlobalCallback(
-            at::RecordFunctionCallback(on_forward_op).needsInputs(false).needsIds(false).scopes(
-                {at::RecordScope::FUNCTION}));
         backward_handle = at::addGlobalCallback(
             at::RecordFunctionCallback(on_node_begin, on_node_end).needsInputs(false).needsIds(false).scopes(
                 {at::RecordScope::BACKWARD_FUNCTION}));
@@ -77,9 +77,7 @@ extern "C" int tw_torch_start(const tw_torch_hooks_t *given)
 
 extern "C" void tw_torch_stop(void)
 {
-    if (forward_handle != 0)
-        at::removeCallback(forward_handle);
     if (backward_handle != 0)
         at::removeCallback(backward_handle);
-    forward_handle = backward_handle = 0;
+    backward_handle = 0;
 }

@@ -22,9 +22,6 @@ extern "C" {
 #define TW_TORCH_API __attribute__((visibility("default")))
 
 typedef struct tw_torch_hooks {
-    /* A forward operator that records for autograd starts on this thread: the node it creates will
-     * have sequence number seq; thread is torch's id of this thread (RecordFunction::threadId). */
-    void (*forward_op)(int64_t seq, uint64_t thread);
     /* An autograd node starts on this thread: its name (AddmmBackward0; valid during the call), the
      * sequence number of the forward operator that created it (-1: none, as AccumulateGrad) and
      * torch's id of the thread that ran that operator. */
@@ -32,6 +29,15 @@ typedef struct tw_torch_hooks {
     /* The node begun last on this thread ends. */
     void (*node_end)(void);
 } tw_torch_hooks_t;
+
+/* This thread's autograd sequence number: the one the next node created here will carry
+ * (at::sequence_number::peek; a thread-local counter, so nodes created between two reads have the
+ * numbers in between). */
+TW_TORCH_API uint64_t tw_torch_sequence_peek(void);
+
+/* torch's id of this thread, as backward nodes name the thread that created them
+ * (RecordFunction::currentThreadId). */
+TW_TORCH_API uint64_t tw_torch_thread_id(void);
 
 /* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
 TW_TORCH_API const char *tw_torch_built_with(void);

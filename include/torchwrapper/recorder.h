@@ -102,6 +102,7 @@ typedef struct tw_frame {
     uint32_t step;        /* the recorder's step when the call began */
     uint32_t site;        /* sites.h: set by the caller between begin and end (0: none) */
     uint32_t api_id;      /* set by the caller between begin and end: what backward nodes link to */
+    uint64_t seq_begin;   /* the autograd sequence number when the call began (backward nodes' links) */
 } tw_frame_t;
 
 typedef struct tw_recorder tw_recorder_t;

@@ -4,17 +4,21 @@
  * pass (AddmmBackward0, ..., torch::autograd::AccumulateGrad) becomes a record of its own, charged
  * to the forward call that created it.
  *
+ * The links: every profiled call notes this thread's autograd sequence number when it begins
+ * (tw_torch_sequence_peek, through tw_active.seq_peek); when it ends, the nodes created meanwhile
+ * have the numbers in between, and each of those not already claimed by a call inside it (which
+ * ended first) is noted as the call's, under (torch's thread id, sequence number): the call id, API,
+ * the innermost module forward around it and the nearest call site. A ring per forward thread,
+ * indexed by sequence number: bounded, no lock. No per-operator callback is needed (one would make
+ * torch build a RecordFunction for every operator: about 1 us per node, measured).
+ *
  * The libtorch layer (libtorch/tw_torch.h, loaded with dlopen from the package's _torch.so) calls
- * three hooks here, on any thread, with or without the GIL:
- * - forward_op(seq, thread): a forward operator that records for autograd. The node it creates
- *   will carry sequence number seq; we note, under (thread, seq), the innermost profiled call in
- *   progress on this thread (its call id and API), the innermost module forward around it and the
- *   nearest call site. A ring per forward thread, indexed by seq: bounded, no lock.
- * - node_begin(name, seq, forward_thread) / node_end(): a node, recorded like a profiled call on
- *   this thread's recorder state (so that on the CPU, where backward runs on the calling thread,
- *   nodes nest under torch.autograd.backward and take their time out of its self time). Its record
- *   carries the link found under (forward_thread, seq): module and site in the record's own fields,
- *   the forward call id and API as 12 bytes in place of the argument text (TW_RECORD_BACKWARD).
+ * node_begin(name, seq, forward_thread) / node_end() on whatever thread runs a node, with or
+ * without the GIL: the node is recorded like a profiled call on this thread's recorder state (so
+ * that on the CPU, where backward runs on the calling thread, nodes nest under
+ * torch.autograd.backward and take their time out of its self time). Its record carries the link
+ * found under (forward_thread, seq): module and site in the record's own fields, the forward call
+ * id and API as 12 bytes in place of the argument text (TW_RECORD_BACKWARD).
  *
  * Threading contract. Hooks run without the GIL, while stop() runs with it on another thread. Each
  * hook marks its thread busy (a sequentially consistent store) and then checks that the session it
@@ -42,6 +46,8 @@
 
 static void *layer;                    /* dlopen handle of _torch.so, kept for the process */
 static const char *(*layer_built_with)(void);
+static uint64_t (*layer_peek)(void);
+static uint64_t (*layer_thread_id)(void);
 static int (*layer_start)(const tw_torch_hooks_t *);
 static void (*layer_stop)(void);
 
@@ -62,7 +68,9 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
     const char *(*built_with)(void) = (const char *(*)(void))dlsym(handle, "tw_torch_built_with");
     int (*start)(const tw_torch_hooks_t *) = (int (*)(const tw_torch_hooks_t *))dlsym(handle, "tw_torch_start");
     void (*stop)(void) = (void (*)(void))dlsym(handle, "tw_torch_stop");
-    if (built_with == NULL || start == NULL || stop == NULL) {
+    uint64_t (*peek)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_sequence_peek");
+    uint64_t (*thread_id)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_thread_id");
+    if (built_with == NULL || start == NULL || stop == NULL || peek == NULL || thread_id == NULL) {
         snprintf(why, why_size, "the libtorch layer %s lacks its entry points", path);
         dlclose(handle);
         return -1;
@@ -79,6 +87,8 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
     layer_built_with = built_with;
     layer_start = start;
     layer_stop = stop;
+    layer_peek = peek;
+    layer_thread_id = thread_id;
     return 0;
 }
 
@@ -200,42 +210,53 @@ static void hook_leave(node_thread_t *st)
 
 /* ---- the hooks ---------------------------------------------------------------------------------- */
 
-static void on_forward_op(int64_t seq, uint64_t thread)
+uint64_t (*tw_backward_peek_function(void))(void)
 {
-    node_thread_t *st = hook_enter();
-    if (st == NULL)
+    return layer_peek;
+}
+
+/* torch's id of this thread, + 1 (0: not read yet) */
+static _Thread_local uint64_t torch_thread_plus1;
+
+void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame)
+{
+    uint64_t end = layer_peek(), begin = frame->seq_begin;
+    if (end == begin || atomic_load_explicit(&hooks_idle, memory_order_relaxed))
         return;
-    tw_thread_t *t = st->t;
-    if (t == NULL || t->depth == 0 || t->depth > TW_MAX_DEPTH || /* not inside a profiled call */
-        atomic_load_explicit(&hooks_idle, memory_order_relaxed))
-        goto out;
+    if (torch_thread_plus1 == 0)
+        torch_thread_plus1 = layer_thread_id() + 1;
+    uint64_t thread = torch_thread_plus1 - 1;
     link_slot_t *ring = atomic_load_explicit(&rings[thread % LINK_RINGS], memory_order_acquire);
     if (ring == NULL) {
         link_slot_t *fresh = calloc(LINK_SLOTS, sizeof *fresh);
         if (fresh == NULL)
-            goto out;
+            return;
         if (!atomic_compare_exchange_strong(&rings[thread % LINK_RINGS], &ring, fresh))
-            free(fresh);   /* another thread with the same ring index made it first */
+            free(fresh); /* another thread with the same ring index made it first */
         else
             ring = fresh;
     }
-    const tw_frame_t *inner = &t->stack[t->depth - 1];
     uint32_t module_id = TW_MODULE_NONE, site = 0;
-    for (const tw_frame_t *f = inner; f >= t->stack && (module_id == TW_MODULE_NONE || site == 0); f--) {
+    for (const tw_frame_t *f = frame; f >= t->stack && (module_id == TW_MODULE_NONE || site == 0); f--) {
         if (module_id == TW_MODULE_NONE)
             module_id = f->module_id;
         if (site == 0)
             site = f->site;
     }
-    link_slot_t *slot = &ring[(uint64_t)seq & (LINK_SLOTS - 1)];
-    atomic_store_explicit(&slot->tag, 0, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&slot->call_id, inner->call_id, memory_order_relaxed);
-    atomic_store_explicit(&slot->api_module, (uint64_t)inner->api_id << 32 | module_id, memory_order_relaxed);
-    atomic_store_explicit(&slot->site, site, memory_order_relaxed);
-    atomic_store_explicit(&slot->tag, link_tag(thread, seq), memory_order_release);
-out:
-    hook_leave(st);
+    if (end - begin > LINK_SLOTS)
+        begin = end - LINK_SLOTS;
+    for (uint64_t seq = begin; seq < end; seq++) {
+        link_slot_t *slot = &ring[seq & (LINK_SLOTS - 1)];
+        uint64_t tag = link_tag(thread, (int64_t)seq);
+        if (atomic_load_explicit(&slot->tag, memory_order_relaxed) == tag)
+            continue; /* made inside a call within this one, which claimed it when it ended */
+        atomic_store_explicit(&slot->tag, 0, memory_order_relaxed);
+        atomic_thread_fence(memory_order_release);
+        atomic_store_explicit(&slot->call_id, frame->call_id, memory_order_relaxed);
+        atomic_store_explicit(&slot->api_module, (uint64_t)frame->api_id << 32 | module_id, memory_order_relaxed);
+        atomic_store_explicit(&slot->site, site, memory_order_relaxed);
+        atomic_store_explicit(&slot->tag, tag, memory_order_release);
+    }
 }
 
 /* The call that created the node (seq, thread), or 0: none (AccumulateGrad), or overwritten. */
@@ -344,7 +365,7 @@ out:
     hook_leave(st);
 }
 
-static const tw_torch_hooks_t hooks = {on_forward_op, on_node_begin, on_node_end};
+static const tw_torch_hooks_t hooks = {on_node_begin, on_node_end};
 
 /* ---- sessions ------------------------------------------------------------------------------------ */
 

@@ -29,6 +29,13 @@ uint64_t tw_backward_stop(void);
  * then no node is recorded either. */
 void tw_backward_set_idle(int idle);
 
+/* The wrappers' side of the links (GIL held; only while tw_active.seq_peek is set, to the layer's
+ * sequence number reader that tw_backward_peek_function() gives): seq_peek() when a call begins,
+ * into frame->seq_begin; tw_backward_link_call() when it ends, before its record is appended: the
+ * nodes created during the call are noted as its own. */
+uint64_t (*tw_backward_peek_function(void))(void);
+void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame);
+
 /* Hooks run while no session recorded (see backward.c), for tests. */
 uint64_t tw_backward_stray_hooks(void);
 

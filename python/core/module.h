@@ -220,6 +220,9 @@ typedef struct {
     tw_sites_mode_t sites_mode;    /* call sites recorded (sites.c) */
     tw_sites_t *sites;             /* the session's table of them, while sites_mode != OFF */
     uint32_t sites_overflow_id;    /* its id of the sites past its cap */
+    /* aten "backward": the autograd sequence number of this thread (backward.h), read when a call
+     * begins and ends to link the nodes it creates to it; NULL when backward nodes are off */
+    uint64_t (*seq_peek)(void);
 } tw_active_t;
 
 int tw_args_init(void);

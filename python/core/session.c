@@ -450,6 +450,7 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
         self->backward_on = tw_backward_session_start(self->torch_layer, self->torch_version, self->recorder,
                                                       self->clock.source, tw_active.gen, self->backward_reason,
                                                       sizeof self->backward_reason) == 0;
+    tw_active.seq_peek = self->backward_on ? tw_backward_peek_function() : NULL;
     Py_RETURN_NONE;
 }
 
@@ -462,6 +463,7 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
         return NULL;
     }
     tw_active.gen = 0;
+    tw_active.seq_peek = NULL;
     if (self->backward_on) /* returns once no hook of libtorch's threads is in the recorder */
         self->backward_unlinked = tw_backward_stop();
     self->backward_on = 0;

@@ -13,6 +13,7 @@
  * method allocated. Wrapper never binds, like a builtin function.
  */
 #include "module.h"
+#include "backward.h"
 #include "wrapper.h"
 
 #include <structmember.h>
@@ -232,6 +233,8 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
     if (frame != NULL) {
         frame->module_id = module_id;
         frame->api_id = self->api_id;
+        if (TW_UNLIKELY(tw_active.seq_peek != NULL))
+            frame->seq_begin = tw_active.seq_peek();
         if (tw_active.sites_mode != TW_SITES_OFF)
             frame->site = tw_caller_site(frame == t->stack);
         call_id = frame->call_id;
@@ -283,6 +286,8 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
         Py_XDECREF(token);
         return result;
     }
+    if (TW_UNLIKELY(tw_active.seq_peek != NULL) && frame != NULL)
+        tw_backward_link_call(t, frame); /* the autograd nodes this call created are its own */
     tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text, args_len);
 
     if (sampled && result != NULL && hooks->module_exit != NULL) {
@@ -320,8 +325,11 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         t->paused--;
     }
     tw_frame_t *frame = tw_call_begin(t);
-    if (frame != NULL)
+    if (frame != NULL) {
         frame->api_id = self->api_id;
+        if (TW_UNLIKELY(tw_active.seq_peek != NULL)) /* aten "backward": where the call's nodes begin */
+            frame->seq_begin = tw_active.seq_peek();
+    }
     if (module_id != TW_MODULE_NONE && frame != NULL) /* a constant TW_MODULE_NONE on the common path */
         frame->module_id = module_id;
     if (tw_active.sites_mode != TW_SITES_OFF && frame != NULL)
@@ -341,9 +349,12 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         gpu->pop(gpu->kind, NULL);
     /* The call may have ended the session (stop() from inside a profiled call, or from another
      * thread while this one waited for the GIL): then t belongs to a dead session. */
-    if (TW_LIKELY(tw_active.gen == gen))
+    if (TW_LIKELY(tw_active.gen == gen)) {
+        if (TW_UNLIKELY(tw_active.seq_peek != NULL) && frame != NULL)
+            tw_backward_link_call(t, frame); /* the autograd nodes this call created are its own */
         tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text,
                          args_len);
+    }
     return result;
 }
 
