@@ -8,17 +8,7 @@ set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 build=${ASAN_BUILD_DIR:-$src/build/asan}
-rm -rf "$build"
-mkdir -p "$build"
-# A configured source tree cannot host a VPATH build: build from a copy of the sources (the files
-# git tracks or would track: uncommitted changes included, build outputs not).
-if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-    echo "check-asan: needs a git checkout of torchwrapper (it copies the sources git knows of)" >&2
-    exit 1
-fi
-(cd "$src" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | (cd "$build" && tar -xf -)
-cd "$build"
-autoreconf -fi >/dev/null 2>&1
+. "$src/tests/copy-tree.sh"
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 ./configure -q PYTHON="$python" CFLAGS="$flags" LDFLAGS="-fsanitize=address,undefined" >/dev/null
 make -s -j"$(nproc)" >/dev/null 2>&1

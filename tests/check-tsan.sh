@@ -9,15 +9,7 @@ set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 build=${TSAN_BUILD_DIR:-$src/build/tsan}
-rm -rf "$build"
-mkdir -p "$build"
-if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-    echo "check-tsan: needs a git checkout of torchwrapper (it copies the sources git knows of)" >&2
-    exit 1
-fi
-(cd "$src" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | (cd "$build" && tar -xf -)
-cd "$build"
-autoreconf -fi >/dev/null 2>&1
+. "$src/tests/copy-tree.sh"
 flags="-fsanitize=thread -fno-omit-frame-pointer -g -O1"
 ./configure -q PYTHON="$python" CFLAGS="$flags" CXXFLAGS="$flags" LDFLAGS="-fsanitize=thread" >/dev/null
 make -s -j"$(nproc)" >/dev/null 2>&1

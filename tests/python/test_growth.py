@@ -53,6 +53,20 @@ def modules_json_size_without_counts(out_dir):
         return len(re.sub(r'"calls": \d+', '"calls": ', f.read()))
 
 
+def train_and_snapshot(loss_of_step, opt, steps, at_step, **config):
+    """steps optimizer steps of loss_of_step() under tw.profile(**config): the profile, and the
+    snapshot and registered-module count after at_step steps and after the last."""
+    with tw.profile(flush_interval=FAST_FLUSH, **config) as prof:
+        for step in range(steps):
+            opt.zero_grad()
+            loss_of_step().backward()
+            opt.step()
+            if step + 1 == at_step:
+                early = snapshot(prof), prof.tracer.counters["registered_modules"]
+        late = snapshot(prof), prof.tracer.counters["registered_modules"]
+    return prof, early, late
+
+
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()
@@ -139,16 +153,8 @@ def test_a_model_whose_forward_makes_its_loss_is_walked_once(tmp_path):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
     out = str(tmp_path / "out")
-    with tw.profile(out_dir=out, format="json", flush_interval=FAST_FLUSH) as prof:
-        for step in range(5000):
-            opt.zero_grad()
-            model(x, y)[0].backward()
-            opt.step()
-            if step == 49:
-                after_50 = snapshot(prof)
-                registered_50 = prof.tracer.counters["registered_modules"]
-        after_5000 = snapshot(prof)
-        registered_5000 = prof.tracer.counters["registered_modules"]
+    prof, (after_50, registered_50), (after_5000, registered_5000) = train_and_snapshot(
+        lambda: model(x, y)[0], opt, 5000, 50, out_dir=out, format="json")
     assert after_5000 == after_50
     assert after_50["roots"] == 1
     # per step, only the step's own new modules are put in the table (a loss and three dropouts),
@@ -275,16 +281,8 @@ def test_transformers_bert_makes_its_loss_at_every_step_and_nothing_grows(tmp_pa
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids, labels = torch.randint(0, 200, (2, 16)), torch.randint(0, 3, (2,))
     out = str(tmp_path / "out")
-    with tw.profile(out_dir=out, flush_interval=FAST_FLUSH) as prof:
-        for step in range(300):
-            opt.zero_grad()
-            model(input_ids=ids, labels=labels).loss.backward()
-            opt.step()
-            if step == 19:
-                after_20 = snapshot(prof)
-                registered_20 = prof.tracer.counters["registered_modules"]
-        after_300 = snapshot(prof)
-        registered_300 = prof.tracer.counters["registered_modules"]
+    prof, (after_20, registered_20), (after_300, registered_300) = train_and_snapshot(
+        lambda: model(input_ids=ids, labels=labels).loss, opt, 300, 20, out_dir=out)
     assert after_300 == after_20
     assert after_20["roots"] == 1
     new_per_step = (registered_300 - registered_20) / 280
