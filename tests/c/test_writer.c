@@ -835,6 +835,8 @@ static void a_full_disk_drops_and_counts_and_goes_on(void **state)
 
 static void a_forked_child_writes_its_own_files(void **state)
 {
+    if (getenv("TW_UNDER_TSAN") != NULL)
+        skip(); /* ThreadSanitizer cannot follow a fork of a threaded process ("dup thread") */
     fixture_t f;
     tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
                                  .rank = -1};
@@ -1266,6 +1268,8 @@ static void stream_rows_are_refused_and_counted_when_bad_or_late(void **state)
 
 static void a_forked_child_writes_its_own_stream_files(void **state)
 {
+    if (getenv("TW_UNDER_TSAN") != NULL)
+        skip(); /* ThreadSanitizer cannot follow a fork of a threaded process ("dup thread") */
     fixture_t f;
     tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
                                  .rank = -1};
