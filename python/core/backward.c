@@ -148,6 +148,9 @@ static _Thread_local node_thread_t *self;
 static _Atomic uint64_t recording_gen;
 static tw_recorder_t *recording_recorder;
 static tw_clock_source_t recording_clock;
+/* CUPTI's push/pop while GPU timing is on, else NULL: kernels launched inside a node are then
+ * attributed to the node's record, as those launched inside a profiled call are to the call's */
+static const tw_gpu_hooks_t *recording_gpu;
 static uint64_t dropped_links;         /* nodes whose forward call was overwritten in its ring */
 /* hooks called while no session records: between a stop's end of recording and the removal of the
  * callbacks, or never once they are removed (the tests check that stop leaves none in libtorch) */
@@ -214,6 +217,15 @@ uint64_t (*tw_backward_peek_function(void))(void)
 {
     return layer_peek;
 }
+
+/* The external correlation ids this thread pushed for its open nodes, by nesting level: kept apart
+ * from the recording state, because a node must pop what it pushed even when the session stopped
+ * recording meanwhile (CUPTI's stacks are per thread and outlive sessions). Begin and end hooks
+ * alternate per thread like the nodes they bracket. */
+static _Thread_local struct {
+    uint32_t depth;
+    const tw_gpu_hooks_t *pushed[NODE_DEPTH];
+} gpu_nodes;
 
 /* torch's id of this thread, + 1 (0: not read yet) */
 static _Thread_local uint64_t torch_thread_plus1;
@@ -314,6 +326,9 @@ static uint32_t node_api(node_thread_t *st, const char *name)
 
 static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread)
 {
+    uint32_t level = gpu_nodes.depth++;
+    if (level < NODE_DEPTH)
+        gpu_nodes.pushed[level] = NULL;
     node_thread_t *st = hook_enter();
     if (st == NULL)
         return;
@@ -339,6 +354,10 @@ static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread
         node->frame->api_id = api_id;
         node->frame->module_id = module_id;
         node->frame->site = site;
+        const tw_gpu_hooks_t *gpu = recording_gpu;
+        if (gpu != NULL && level < NODE_DEPTH &&
+            gpu->push(gpu->kind, tw_gpu_external_id(node->frame->call_id, api_id)) == 0)
+            gpu_nodes.pushed[level] = gpu;
     }
     node->start = tw_clock_ticks(recording_clock);
 out:
@@ -348,6 +367,13 @@ out:
 static void on_node_end(void)
 {
     uint64_t end = tw_clock_ticks(recording_clock);
+    if (gpu_nodes.depth > 0) {
+        uint32_t level = --gpu_nodes.depth;
+        if (level < NODE_DEPTH && gpu_nodes.pushed[level] != NULL) {
+            gpu_nodes.pushed[level]->pop(gpu_nodes.pushed[level]->kind, NULL);
+            gpu_nodes.pushed[level] = NULL;
+        }
+    }
     node_thread_t *st = hook_enter();
     if (st == NULL)
         return;
@@ -382,7 +408,8 @@ static void after_fork_in_child(void)
     }
 }
 
-int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, uint64_t gen, char *why, size_t why_size)
+int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen,
+                      char *why, size_t why_size)
 {
     static int atfork_registered;
     if (!atfork_registered)
@@ -393,6 +420,7 @@ int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, uint64_t
     }
     recording_recorder = recorder;
     recording_clock = clock;
+    recording_gpu = gpu; /* published with recording_gen below */
     atomic_store(&recording_gen, gen);
     int rc = layer_start(&hooks);
     if (rc != 0) {
@@ -404,7 +432,8 @@ int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, uint64_t
 }
 
 int tw_backward_session_start(const char *layer_path, const char *torch_version, tw_recorder_t *recorder,
-                              tw_clock_source_t clock, uint64_t gen, char *why, size_t why_size)
+                              tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, char *why,
+                              size_t why_size)
 {
     if (layer_path == NULL || torch_version == NULL) {
         snprintf(why, why_size, "the libtorch layer was not built (configure found no torch for its Python, or no C++20 "
@@ -413,7 +442,7 @@ int tw_backward_session_start(const char *layer_path, const char *torch_version,
     }
     if (tw_backward_load(layer_path, torch_version, why, why_size) != 0)
         return -1;
-    return tw_backward_start(recorder, clock, gen, why, why_size);
+    return tw_backward_start(recorder, clock, gpu, gen, why, why_size);
 }
 
 uint64_t tw_backward_stop(void)

@@ -18,6 +18,7 @@ import torchwrapper as tw
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import gpu_loops  # noqa: E402
 import gpu_workloads  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available())")
@@ -144,3 +145,38 @@ def test_a_training_loop_gets_its_gpu_time(tmp_path):
     print(f"training: {unattributed / ours_total:.1%} of the GPU time is unattributed (autograd's threads), "
           f"{stats['gpu_kernels']} kernels, {stats['gpu_memcpys']} copies, {stats['gpu_memsets']} memsets")
     save_figures()
+
+
+@pytest.fixture(scope="module")
+def kineto_loops():
+    """torch.profiler's view of every loop of gpu_loops.py, from one fresh process."""
+    result = subprocess.run([sys.executable, os.path.join(HERE, "gpu_loops.py"), *gpu_loops.LOOPS],
+                            capture_output=True, text=True, timeout=900,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(gpu_loops.LOOPS))
+def test_a_training_loop_is_seen_as_torch_profiler_sees_it(tmp_path, name, kineto_loops):
+    """The same steps of a real loop (a CNN, a GPT-2-class LM in fp32 and under bf16 autocast, a
+    compiled model, two streams, non_blocking copies and a pinned DataLoader, CUDA graph replays):
+    the same kernels, copies and memsets as torch.profiler; the same GPU time by kind; backward
+    kernels charged to their node and, through it, to the forward call and module that made it."""
+    ours = gpu_loops.torchwrapper_view(name, str(tmp_path))
+    theirs = kineto_loops[name]
+    compared = gpu_loops.compare(ours, theirs)
+    FIGURES.setdefault("loops", {})[name] = {"torchwrapper": ours, "compared": compared}
+    save_figures()
+    print(f"{name}: {compared['counts']}, unattributed {ours['unattributed']}, backward {ours['backward']}, "
+          f"ops within 5% {compared['ops_within_5pct']}/{compared['ops_compared']}")
+    assert ours["stats"]["gpu_dropped"] == 0
+    assert ours["counts"] == theirs["counts"]
+    for kind, ratio in compared["time_ratio_by_kind"].items():
+        if theirs["times_ns"][kind] >= 100_000:
+            assert abs(ratio - 1) <= AGREEMENT, (kind, ratio)
+    total = sum(ours["times_ns"].values())
+    assert ours["unattributed"]["ns"] <= AGREEMENT * total, ours["unattributed"]
+    if ours["backward_nodes"]:  # a loop with a backward pass: its kernels are charged to forward calls
+        assert ours["backward"]["kernels"] > 0
+        assert ours["backward"]["charged_to_forward"] >= 0.9 * ours["backward"]["kernels"], ours["backward"]

@@ -1,0 +1,55 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# On a GPU machine with CUDA, CUPTI (the nvidia-cuda-cupti wheel), a CUDA build of torch and Python
+# under python3, but no package manager and no network: builds torchwrapper from what
+# tests/gpu/prepare.sh put in .gpu/, then runs the GPU figures (tests/gpu/figures.py, side by side
+# with torch.profiler), the GPU tests (tests/python/test_gpu.py) and a share of the suite on that
+# machine's torch. Everything it prints and the figures' JSON go to OUT.
+#   sh tests/gpu/run.sh OUT
+# Each stage has a time limit (seconds): TW_GPU_BUILD_S, TW_GPU_FIGURES_S, TW_GPU_TESTS_S.
+set -u
+OUT=${1:?usage: run.sh OUT}
+mkdir -p "$OUT"
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+DEPS=/tmp/tw-deps
+SRC=/tmp/tw-src
+LIBDIR=$DEPS/usr/lib/x86_64-linux-gnu
+say() { echo "== $(date +%T) $*"; }
+
+say "environment"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.is_available())"
+gcc --version | head -1; g++ --version | head -1
+python3 -c "import site; print(site.getsitepackages())"
+
+say "unpacking libcsv, cJSON and zlib's headers into $DEPS"
+mkdir -p "$DEPS"
+for deb in "$TOP"/.gpu/*.deb; do
+    dpkg -x "$deb" "$DEPS" 2>/dev/null || (cd /tmp && ar x "$deb" data.tar.xz && tar xJf data.tar.xz -C "$DEPS")
+done
+
+say "build"
+rm -rf "$SRC" && mkdir -p "$SRC"
+tar xzf "$TOP"/.gpu/torchwrapper-*.tar.gz -C "$SRC" --strip-components=1
+cd "$SRC" || exit 1
+export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+timeout "${TW_GPU_BUILD_S:-240}" sh -c "./configure -q PYTHON=python3 CPPFLAGS='-I$DEPS/usr/include' \
+    LDFLAGS='-L$LIBDIR -Wl,-rpath,$LIBDIR' CJSON_CFLAGS='-I$DEPS/usr/include/cjson' CJSON_LIBS=-lcjson \
+    ZLIB_CFLAGS='-I$DEPS/usr/include' ZLIB_LIBS=-lz && make -s -j\$(nproc) >$OUT/make.log 2>&1" \
+    || { tail -40 "$OUT/make.log" config.log 2>/dev/null | tail -80; exit 1; }
+grep -A12 "^torchwrapper" config.log | head -1 >/dev/null
+sed -n '/^  GPU timing/p;/^  libtorch layer/p' config.log 2>/dev/null
+export PYTHONPATH="$SRC/build/python"
+python3 -c "import torchwrapper as tw, torch; p = tw.profile(gpu='on', aten='backward'); p.start(); torch.randn(2, device='cuda').sum(); p.stop(); s = p.stats(); print({k: v for k, v in s.items() if k.startswith(('gpu', 'backward'))})"
+
+cd "$TOP" || exit 1
+say "figures (side by side with torch.profiler)"
+PYTHONUNBUFFERED=1 timeout "${TW_GPU_FIGURES_S:-300}" python3 tests/gpu/figures.py "$OUT/gpu-figures.json" ${TW_GPU_FIGURES_ARGS:-}
+say "tests/python/test_gpu.py"
+PYTHONUNBUFFERED=1 TW_GPU_BENCH_JSON="$OUT/test-gpu.json" timeout "${TW_GPU_TESTS_S:-200}" \
+    python3 -m pytest -q -s -p no:cacheprovider -p no:randomly tests/python/test_gpu.py 2>&1 | tail -40
+say "a share of the suite on this machine's torch ($(python3 -c 'import torch; print(torch.__version__)'))"
+PYTHONUNBUFFERED=1 timeout "${TW_GPU_SUITE_S:-150}" python3 -m pytest -q -x -p no:cacheprovider -p no:randomly \
+    -n 8 tests/python/test_api.py tests/python/test_api_records.py tests/python/test_backward.py \
+    tests/python/test_wrapper.py tests/python/test_trace.py 2>&1 | tail -25
+say "done"
