@@ -40,6 +40,12 @@ void tw_backward_set_idle(int idle);
 uint64_t (*tw_backward_peek_function(void))(void);
 void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame);
 
+/* GPU timing: the CUPTI hooks with which the last node that ended on this thread left its external
+ * id pushed, or NULL; tw_backward_gpu_settle() pops it. The wrappers call it when a call ends on a
+ * thread where it is set (see backward.c, gpu_nodes). */
+extern _Thread_local const tw_gpu_hooks_t *tw_backward_gpu_ended;
+void tw_backward_gpu_settle(void);
+
 /* Hooks run while no session recorded (see backward.c), for tests. */
 uint64_t tw_backward_stray_hooks(void);
 

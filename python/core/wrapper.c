@@ -278,6 +278,8 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
     uint64_t end = tw_clock_ticks(source);
     if (pushed)
         gpu->pop(gpu->kind, NULL);
+    if (gpu != NULL && tw_backward_gpu_ended != NULL) /* a backward node ran on this thread inside */
+        tw_backward_gpu_settle();
     if (module_call)
         thread_cache.module_depth--;
     if (TW_UNLIKELY(tw_active.gen != gen)) {
@@ -347,6 +349,8 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
     uint64_t end = tw_clock_ticks(source);
     if (pushed) /* always, even if the session ended meanwhile: CUPTI's stack is per thread */
         gpu->pop(gpu->kind, NULL);
+    if (gpu != NULL && tw_backward_gpu_ended != NULL) /* a backward node ran on this thread inside */
+        tw_backward_gpu_settle();
     /* The call may have ended the session (stop() from inside a profiled call, or from another
      * thread while this one waited for the GIL): then t belongs to a dead session. */
     if (TW_LIKELY(tw_active.gen == gen)) {

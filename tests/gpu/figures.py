@@ -5,8 +5,9 @@
              backward nodes on) and, in a fresh process, under torch.profiler: GPU activities by
              kind (counts, time), per-operator GPU time, what is unattributed (call_id 0), and
              backward kernels charged to their node and the forward call's module;
-  overhead   whole training loops: plain, torchwrapper GPU timing off and on (one process), plain
-             and torch.profiler CPU+CUDA (another): interleaved blocks, median of ROUNDS;
+  overhead   whole training loops: plain, torchwrapper GPU timing off and on, with the defaults and
+             lean (args none, sites off, aten off) (one process), plain and torch.profiler CPU+CUDA
+             (another): interleaved blocks, median of ROUNDS;
   drops      CUPTI's buffers under a loop of many tiny kernels, at the defaults;
   conflict   torch.profiler started while torchwrapper holds CUPTI.
 
@@ -90,8 +91,9 @@ def timed(mode, r):
         with profile(activities=acts):
             t0 = time.perf_counter(); run(steps); t = time.perf_counter() - t0
         return t
-    gpu = "on" if mode == "tw_gpu_on" and device == "cuda" else "off"
-    with tw.profile(out_dir=os.path.join(tmp, f"{mode}-{r}"), format="csv", gpu=gpu):
+    gpu = "on" if mode.startswith("tw_gpu_on") and device == "cuda" else "off"
+    lean = dict(args="none", sites="off", aten="off") if mode.endswith("_lean") else {}
+    with tw.profile(out_dir=os.path.join(tmp, f"{mode}-{r}"), format="csv", gpu=gpu, **lean):
         t0 = time.perf_counter(); run(steps); t = time.perf_counter() - t0
     return t
 for m in modes:  # each mode once before timing: first-session costs (names, sites) are not per step
@@ -111,7 +113,7 @@ def section_overhead(args, results):
         if name not in args.loops:
             continue
         out[name] = {}
-        for label, modes in (("torchwrapper", "plain,tw_gpu_off,tw_gpu_on"), ("torch_profiler", "plain,torch.profiler")):
+        for label, modes in (("torchwrapper", "plain,tw_gpu_off,tw_gpu_on,tw_gpu_off_lean,tw_gpu_on_lean"), ("torch_profiler", "plain,torch.profiler")):
             cmd = [sys.executable, "-c", OVERHEAD_CHILD, os.path.join(HERE, "..", "python"), name, modes,
                    str(args.rounds), str(args.steps), args.device, "1" if args.small else "0"]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)

@@ -49,7 +49,8 @@ say "tests/python/test_gpu.py"
 PYTHONUNBUFFERED=1 TW_GPU_BENCH_JSON="$OUT/test-gpu.json" timeout "${TW_GPU_TESTS_S:-200}" \
     python3 -m pytest -q -s -p no:cacheprovider -p no:randomly tests/python/test_gpu.py 2>&1 | tail -40
 say "a share of the suite on this machine's torch ($(python3 -c 'import torch; print(torch.__version__)'))"
-PYTHONUNBUFFERED=1 timeout "${TW_GPU_SUITE_S:-150}" python3 -m pytest -q -x -p no:cacheprovider -p no:randomly \
+PYTHONUNBUFFERED=1 timeout "${TW_GPU_SUITE_S:-150}" python3 -m pytest -q -p no:cacheprovider -p no:randomly \
     -n 8 tests/python/test_api.py tests/python/test_api_records.py tests/python/test_backward.py \
-    tests/python/test_wrapper.py tests/python/test_trace.py 2>&1 | tail -25
+    tests/python/test_wrapper.py tests/python/test_trace.py tests/python/test_args.py tests/python/test_growth.py \
+    tests/python/test_run.py tests/python/test_report.py 2>&1 | grep -E "^(FAILED|ERROR)|passed|failed" | tail -30
 say "done"

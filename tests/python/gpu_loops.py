@@ -219,6 +219,22 @@ LOOPS: Dict[str, Callable[..., Callable[[int], None]]] = {
     "copies": copies, "cuda_graph": cuda_graph}
 
 
+def _compiles() -> int:
+    """Graphs torch.compile has compiled in this process so far."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    return int(dynamo.counters["stats"]["unique_graphs"]) if dynamo is not None else 0
+
+
+def activity_name(name: str) -> str:
+    """A GPU activity's name, the same from both profilers: torchwrapper writes copies as "memcpy
+    HtoD", torch.profiler as "Memcpy HtoD (Pinned -> Device)"; memsets as "memset" and "Memset (Device)"."""
+    if name.startswith(("Memcpy", "memcpy")):
+        return "memcpy " + name.split()[1]
+    if name.startswith(("Memset", "memset")):
+        return "memset"
+    return name[:120]
+
+
 def activity_kind(name: str) -> str:
     """torch.profiler's GPU event name -> kernel | memcpy | memset (torchwrapper's kinds)."""
     if name.startswith("Memcpy"):
@@ -236,18 +252,22 @@ def profiler_view(name: str, steps: int = LOOP_STEPS, device: str = "cuda", smal
     torch.backends.cudnn.benchmark = False
     run = LOOPS[name](device, small)
     run(2)  # warm up: handles, allocator, compilation
+    compiles = -_compiles()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities) as prof:
         run(steps)
     counts: Dict[str, int] = defaultdict(int)
     times: Dict[str, float] = defaultdict(float)
     by_name: Dict[str, float] = defaultdict(float)
+    count_by_name: Dict[str, int] = defaultdict(int)
     for event in prof.events():
         if event.device_type == DeviceType.CUDA:  # times in us
             ns = (event.time_range.end - event.time_range.start) * 1000.0
             counts[activity_kind(event.name)] += 1
             times[activity_kind(event.name)] += ns
             by_name[event.name[:200]] += ns
+            count_by_name[activity_name(event.name)] += 1
+    compiles += _compiles()
     ops = {}
     for avg in prof.key_averages():
         total_us = getattr(avg, "device_time_total", None)
@@ -255,7 +275,8 @@ def profiler_view(name: str, steps: int = LOOP_STEPS, device: str = "cuda", smal
             total_us = avg.cuda_time_total
         if total_us > 0:
             ops[avg.key] = {"ns": total_us * 1000.0, "count": avg.count}
-    return {"counts": dict(counts), "times_ns": dict(times), "kernels": dict(by_name), "ops": ops}
+    return {"counts": dict(counts), "times_ns": dict(times), "kernels": dict(by_name), "ops": ops,
+            "count_by_name": dict(count_by_name), "compiles": compiles}
 
 
 def read_kind(out_dir, kind):
@@ -284,13 +305,15 @@ def torchwrapper_view(name: str, out: str, device: str = "cuda", small: bool = F
     torch.backends.cudnn.benchmark = False
     run = LOOPS[name](device, small)
     run(2)
+    compiles = -_compiles()
     with tw.profile(out_dir=out, format="csv", gpu="on" if device == "cuda" else "off", aten="backward") as prof:
         run(steps)
+    compiles += _compiles()
     stats = prof.stats()
     calls = {int(r["call_id"]): r for r in read_kind(out, "calls")}
     gpu = read_kind(out, "gpu") if device == "cuda" else []
     counts, times = defaultdict(int), defaultdict(int)
-    by_api, by_name = defaultdict(int), defaultdict(int)
+    by_api, by_name, count_by_name = defaultdict(int), defaultdict(int), defaultdict(int)
     by_module = defaultdict(lambda: {"forward_ns": 0, "backward_ns": 0})
     unattributed = {"count": 0, "ns": 0, "names": defaultdict(int)}
     backward = {"kernels": 0, "ns": 0, "charged_to_forward": 0}
@@ -299,6 +322,7 @@ def torchwrapper_view(name: str, out: str, device: str = "cuda", small: bool = F
         counts[row["kind"]] += 1
         times[row["kind"]] += ns
         by_name[row["name"][:200]] += ns
+        count_by_name[activity_name(row["name"])] += 1
         call = calls.get(int(row["call_id"]))
         if call is None:
             unattributed["count"] += 1
@@ -320,7 +344,7 @@ def torchwrapper_view(name: str, out: str, device: str = "cuda", small: bool = F
     nodes = sum(1 for c in calls.values() if c.get("fwd_api") or int(c.get("fwd_call_id") or 0))
     return {"counts": dict(counts), "times_ns": dict(times), "by_api_ns": dict(by_api), "kernels": dict(by_name),
             "by_module_ns": dict(by_module), "unattributed": unattributed, "backward": backward,
-            "calls": len(calls), "backward_nodes": nodes,
+            "calls": len(calls), "backward_nodes": nodes, "count_by_name": dict(count_by_name), "compiles": compiles,
             "stats": {k: v for k, v in stats.items() if k.startswith(("gpu", "backward", "records", "cupti"))}}
 
 
@@ -331,11 +355,18 @@ def compare(ours, theirs):
     out["time_ratio_by_kind"] = {k: ours["times_ns"].get(k, 0) / v for k, v in theirs["times_ns"].items() if v}
     ops = {}
     for api, ns in ours["by_api_ns"].items():
-        key = FORWARD_OPS.get(api, api)  # backward nodes: the same name in both (AddmmBackward0)
+        # a backward node: what torch.profiler charges to its evaluate_function (the node, and the
+        # engine's work on its gradients right after it), as torchwrapper does
+        key = f"autograd::engine::evaluate_function: {api}"
+        if key not in theirs["ops"]:
+            key = FORWARD_OPS.get(api, api)
         ref = theirs["ops"].get(key)
         if ref is not None and ref["ns"] >= 50_000:
             ops[f"{api} ~ {key}"] = {"torchwrapper_ns": ns, "torch_profiler_ns": ref["ns"], "ratio": ns / ref["ns"]}
     out["ops"] = ops
+    names = set(ours["count_by_name"]) | set(theirs["count_by_name"])
+    out["count_differences"] = {n: [ours["count_by_name"].get(n, 0), theirs["count_by_name"].get(n, 0)] for n in names
+                                if ours["count_by_name"].get(n, 0) != theirs["count_by_name"].get(n, 0)}
     ratios = [o["ratio"] for o in ops.values()]
     out["ops_within_5pct"] = sum(1 for r in ratios if abs(r - 1) <= 0.05)
     out["ops_compared"] = len(ratios)

@@ -166,10 +166,11 @@ def test_a_training_loop_is_seen_as_torch_profiler_sees_it(tmp_path, name, kinet
     ours = gpu_loops.torchwrapper_view(name, str(tmp_path))
     theirs = kineto_loops[name]
     compared = gpu_loops.compare(ours, theirs)
-    FIGURES.setdefault("loops", {})[name] = {"torchwrapper": ours, "compared": compared}
+    FIGURES.setdefault("loops", {})[name] = {"torchwrapper": ours, "torch_profiler": theirs, "compared": compared}
     save_figures()
-    print(f"{name}: {compared['counts']}, unattributed {ours['unattributed']}, backward {ours['backward']}, "
-          f"ops within 5% {compared['ops_within_5pct']}/{compared['ops_compared']}")
+    print(f"{name}: {compared['counts']}, differences {compared['count_differences']}, unattributed "
+          f"{ours['unattributed']}, backward {ours['backward']}, ops within 5% "
+          f"{compared['ops_within_5pct']}/{compared['ops_compared']}, compiles {ours['compiles']}/{theirs['compiles']}")
     assert ours["stats"]["gpu_dropped"] == 0
     assert ours["counts"] == theirs["counts"]
     for kind, ratio in compared["time_ratio_by_kind"].items():

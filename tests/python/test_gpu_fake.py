@@ -261,3 +261,58 @@ def test_another_cupti_subscriber_is_named(fake, tmp_path):
     session.start()  # CUPTI free again: GPU timing on
     session.stop()
     assert session.stats()["gpu"] == "on"
+
+
+@cpu_only
+@needs_fake
+def test_kernels_of_backward_nodes_are_charged_to_the_node_and_through_it_to_the_forward_call(fake, tmp_path):
+    """On a GPU, backward's kernels are launched by autograd's nodes, on threads where no profiled call
+    runs: each node pushes its own id, so they are charged to the node, whose record names the forward
+    call that made it. What the engine does right after a node (accumulating and casting its
+    gradients) is charged to that node too: its id stays pushed until the next node or profiled call."""
+    from torchwrapper._profile import _torch_layer
+
+    layer = _torch_layer()
+    if layer[0] is None:
+        pytest.skip("the libtorch layer was not built")
+
+    def kernel(name):
+        t = fake.fake_cupti_now()
+        return fake.fake_cupti_launch(0, name.encode(), 0, t, t + 100, 0, 7)
+
+    class Launch(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            kernel("node_kernel")
+            return grad * 2
+
+    forward = tw.wrap(lambda x: Launch.apply(x), "my.forward")
+    after = tw.wrap(lambda: kernel("after_kernel"), "my.after")
+    session = tw.Session(out_dir=str(tmp_path), format="csv", gpu="on", gpu_device=True, aten="backward",
+                         torch_layer=layer)
+    session.start()
+    assert session.stats()["backward"] == "on", session.stats()
+    x = torch.ones(3, requires_grad=True)
+    node_kernels = []
+    for _ in range(3):
+        forward(x).sum().backward()  # not a profiled call: the nodes run on this thread, after it
+        node_kernels.append(after())
+    assert fake.fake_cupti_depth(CUSTOM2) == 0  # the last node's id was popped when my.after ended
+    pid = os.fork()
+    if pid == 0:  # a forked child's nodes push nothing (no CUPTI call after fork)
+        forward(x).sum().backward()
+        os._exit(0 if fake.fake_cupti_depth(CUSTOM2) == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    session.stop()
+    calls = {int(r["call_id"]): r for r in read_csv(tmp_path, "calls") if int(r["pid"]) == os.getpid()}
+    gpu = read_csv(tmp_path, "gpu")
+    assert session.stats()["gpu_unattributed"] == 0
+    charged = [calls[int(r["call_id"])] for r in gpu if r["name"] == "node_kernel"]
+    assert len(charged) == 3 and {c["api"] for c in charged} == {"LaunchBackward"}
+    assert {calls[int(c["fwd_call_id"])]["api"] for c in charged} == {"my.forward"}
+    assert {calls[int(r["call_id"])]["api"] for r in gpu if r["name"] == "after_kernel"} == {"my.after"}
