@@ -15,7 +15,6 @@
  */
 #include "config.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -33,6 +32,7 @@
 #include "format.h"
 #include "torchwrapper/queue.h"
 #include "cupti_lib.h"
+#include "demangle.h"
 
 const char *tw_gpu_library_path(void);
 
@@ -157,19 +157,6 @@ static tw_gpu_t *owner;
 
 /* ---- rows ----------------------------------------------------------------------------------------- */
 
-/* __cxa_demangle, when the process has a C++ runtime (torch brings one): kernel names come mangled. */
-typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
-static demangle_fn find_demangler(void)
-{
-    static demangle_fn fn;
-    static int looked;
-    if (!looked) {
-        fn = (demangle_fn)(void (*)(void))dlsym(RTLD_DEFAULT, "__cxa_demangle");
-        looked = 1;
-    }
-    return fn;
-}
-
 static int64_t to_epoch(const tw_gpu_t *g, uint64_t t)
 {
     return t == 0 ? 0 : (int64_t)t + g->offset_ns;
@@ -186,13 +173,9 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
         api = "";
         api_id = TW_API_ID_NONE;
     }
-    char *demangled = NULL;
-    if (kind == 0 && name != NULL && name[0] == '_' && name[1] == 'Z' && find_demangler() != NULL) {
-        int status = -1;
-        demangled = find_demangler()(name, NULL, NULL, &status);
-        if (status == 0 && demangled != NULL)
-            name = demangled;
-    }
+    char demangled[NAME_MAX_BYTES + 1];
+    if (kind == 0 && tw_demangle(name, demangled, sizeof demangled))
+        name = demangled;
     if (name == NULL)
         name = kind_names[kind];
     size_t name_len = tw_utf8_cut(name, strlen(name), NAME_MAX_BYTES);
@@ -261,7 +244,6 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
         }
         break;
     }
-    free(demangled);
 }
 
 static const char *memcpy_name(uint8_t copy_kind)

@@ -8,6 +8,8 @@
   overhead   whole training loops: plain, torchwrapper GPU timing off and on, with the defaults and
              lean (args none, sites off, aten off) (one process), plain and torch.profiler CPU+CUDA
              (another): interleaved blocks, median of ROUNDS;
+  launch     what one launch of a tiny kernel costs: plain, torchwrapper GPU timing off and on,
+             torch.profiler;
   drops      CUPTI's buffers under a loop of many tiny kernels, at the defaults;
   conflict   torch.profiler started while torchwrapper holds CUPTI.
 
@@ -78,7 +80,7 @@ import json, os, statistics, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
 import torch, gpu_loops, torchwrapper as tw
 name, modes, rounds, steps, device, small = sys.argv[2], sys.argv[3].split(","), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7] == "1"
-run = gpu_loops.LOOPS[name](device, small)
+run = (gpu_loops.LOOPS.get(name) or getattr(gpu_loops, name))(device, small)
 run(3)
 times = {m: [] for m in modes}
 tmp = tempfile.mkdtemp(prefix="tw-overhead-")
@@ -125,6 +127,24 @@ def section_overhead(args, results):
             print(f"[overhead] {name} {label}: " + (str({m: round(v, 4) for m, v in res['ratio'].items()})
                                                      if "ratio" in res else "ERROR " + res["error"][-400:]), flush=True)
     results["overhead"] = out
+
+
+def section_launch(args, results):
+    """What one launch of a tiny kernel costs: plain, torchwrapper GPU timing off and on, torch.profiler."""
+    out = {}
+    steps = 20_000
+    for label, modes in (("torchwrapper", "plain,tw_gpu_off,tw_gpu_on"), ("torch_profiler", "plain,torch.profiler")):
+        cmd = [sys.executable, "-c", OVERHEAD_CHILD, os.path.join(HERE, "..", "python"), "tiny_kernels", modes,
+               str(args.rounds), str(steps), args.device, "1" if args.small else "0"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        if proc.returncode != 0:
+            out[label] = {"error": proc.stderr[-3000:]}
+            continue
+        res = json.loads(proc.stdout.splitlines()[-1])
+        res["ns_per_launch"] = {m: s * 1e9 / steps for m, s in res["median_s"].items()}
+        out[label] = res
+        print(f"[launch] {label}: ns per launch {({m: round(v) for m, v in res['ns_per_launch'].items()})}", flush=True)
+    results["launch"] = out
 
 
 def section_drops(args, results):
@@ -210,7 +230,7 @@ def main():
     args.loops = args.loops.split(",")
     results = {"environment": environment()}
     print(f"[env] {results['environment']}", flush=True)
-    sections = {"loops": section_loops, "overhead": section_overhead, "drops": section_drops,
+    sections = {"loops": section_loops, "overhead": section_overhead, "launch": section_launch, "drops": section_drops,
                 "conflict": section_conflict}
     for name in args.sections.split(","):
         t0 = time.perf_counter()

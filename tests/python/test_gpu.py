@@ -173,6 +173,8 @@ def test_a_training_loop_is_seen_as_torch_profiler_sees_it(tmp_path, name, kinet
           f"{compared['ops_within_5pct']}/{compared['ops_compared']}, compiles {ours['compiles']}/{theirs['compiles']}")
     assert ours["stats"]["gpu_dropped"] == 0
     assert ours["counts"] == theirs["counts"]
+    assert compared["count_differences"] == {}  # kernel by kernel, demangled names as torch.profiler's
+    assert compared["ops_within_5pct"] == compared["ops_compared"], compared["ops"]
     for kind, ratio in compared["time_ratio_by_kind"].items():
         if theirs["times_ns"][kind] >= 100_000:
             assert abs(ratio - 1) <= AGREEMENT, (kind, ratio)

@@ -316,3 +316,24 @@ def test_kernels_of_backward_nodes_are_charged_to_the_node_and_through_it_to_the
     assert len(charged) == 3 and {c["api"] for c in charged} == {"LaunchBackward"}
     assert {calls[int(c["fwd_call_id"])]["api"] for c in charged} == {"my.forward"}
     assert {calls[int(r["call_id"])]["api"] for r in gpu if r["name"] == "after_kernel"} == {"my.after"}
+
+
+@cpu_only
+@needs_fake
+def test_kernel_names_are_demangled_as_torch_profiler_shows_them(fake, tmp_path):
+    """CUPTI names kernels by their mangled C++ symbols. In a torch process libstdc++ is loaded local
+    to torch's extension modules, out of dlsym(RTLD_DEFAULT)'s sight: on an H200 every name stayed
+    mangled until the demangler was looked up by soname too."""
+    launch = tw.wrap(lambda name: fake.fake_cupti_launch(0, name, 0, fake.fake_cupti_now(), fake.fake_cupti_now() + 5,
+                                                         0, 7), "my.launch")
+    names = [b"_ZN2at6native18elementwise_kernelILi128ELi2EEEvi", b"_Z11scal_kernelIfEvPf", b"plain_kernel",
+             b"_Znot_a_valid_name"]
+    session = gpu_session(tmp_path)
+    session.start()
+    for _ in range(3):  # the second and third time from the demangler's cache
+        for name in names:
+            launch(name)
+    session.stop()
+    seen = [r["name"] for r in read_csv(tmp_path, "gpu")]
+    assert seen == ["void at::native::elementwise_kernel<128, 2>(int)", "void scal_kernel<float>(float*)",
+                    "plain_kernel", "_Znot_a_valid_name"] * 3
