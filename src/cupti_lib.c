@@ -28,6 +28,27 @@
 cupti_lib_t tw_cupti;
 tw_gpu_hooks_t tw_cupti_hooks;
 
+/* Every entry point is called through a pointer of cupti_lib_t: its type is checked here against the
+ * declaration in the cupti.h this is built with (CUDA 12's and 13's: make check-cupti-lib), so that a
+ * signature CUPTI changes fails the build instead of the call. The fake CUPTI of the tests defines
+ * the same functions against the same header, so it cannot drift either. */
+#define TW_SAME_TYPE(field, function)                                                                      \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(tw_cupti.field), __typeof__(&function)),       \
+                   "cupti_lib_t." #field " is not the type of " #function " in cupti.h")
+TW_SAME_TYPE(get_version, cuptiGetVersion);
+TW_SAME_TYPE(get_result_string, cuptiGetResultString);
+TW_SAME_TYPE(subscribe, cuptiSubscribe);
+TW_SAME_TYPE(unsubscribe, cuptiUnsubscribe);
+TW_SAME_TYPE(enable, cuptiActivityEnable);
+TW_SAME_TYPE(disable, cuptiActivityDisable);
+TW_SAME_TYPE(register_callbacks, cuptiActivityRegisterCallbacks);
+TW_SAME_TYPE(flush_all, cuptiActivityFlushAll);
+TW_SAME_TYPE(next_record, cuptiActivityGetNextRecord);
+TW_SAME_TYPE(dropped_records, cuptiActivityGetNumDroppedRecords);
+TW_SAME_TYPE(push, cuptiActivityPushExternalCorrelationId);
+TW_SAME_TYPE(pop, cuptiActivityPopExternalCorrelationId);
+TW_SAME_TYPE(timestamp, cuptiGetTimestamp);
+
 const char *tw_gpu_library_path(void)
 {
     return tw_cupti.path;

@@ -24,6 +24,9 @@
 
 #include <cupti.h>
 
+/* the records a real library of this header's release writes (and the layout checks) */
+#include "../../src/cupti_layout.h"
+
 #define EXPORT __attribute__((visibility("default")))
 #define STACK_MAX 64
 #define KINDS 8 /* external correlation kinds: CUPTI_EXTERNAL_CORRELATION_KIND_SIZE is 6 */
@@ -236,9 +239,9 @@ EXPORT CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t
 static size_t record_size(CUpti_ActivityKind kind)
 {
     switch (kind) {
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(CUpti_ActivityKernel10);
-    case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(CUpti_ActivityMemcpy6);
-    case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(CUpti_ActivityMemset4);
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return sizeof(TW_CUPTI_KERNEL_NEWEST);
+    case CUPTI_ACTIVITY_KIND_MEMCPY: return sizeof(TW_CUPTI_MEMCPY_NEWEST);
+    case CUPTI_ACTIVITY_KIND_MEMSET: return sizeof(TW_CUPTI_MEMSET_NEWEST);
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return sizeof(CUpti_ActivityExternalCorrelation);
     case CUPTI_ACTIVITY_KIND_RUNTIME: return sizeof(CUpti_ActivityAPI);
     default: return 0;
@@ -445,7 +448,7 @@ EXPORT uint32_t fake_cupti_launch(int kind, const char *name, int copy_kind, uin
         }
     }
     if (kind == 0) {
-        CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)room(&device_buffer, sizeof *k);
+        TW_CUPTI_KERNEL_NEWEST *k = (TW_CUPTI_KERNEL_NEWEST *)room(&device_buffer, sizeof *k);
         if (k != NULL) {
             k->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
             k->start = start;
@@ -458,7 +461,7 @@ EXPORT uint32_t fake_cupti_launch(int kind, const char *name, int copy_kind, uin
                 device_buffer.incomplete = 1;
         }
     } else if (kind == 1) {
-        CUpti_ActivityMemcpy6 *m = (CUpti_ActivityMemcpy6 *)room(&device_buffer, sizeof *m);
+        TW_CUPTI_MEMCPY_NEWEST *m = (TW_CUPTI_MEMCPY_NEWEST *)room(&device_buffer, sizeof *m);
         if (m != NULL) {
             m->kind = CUPTI_ACTIVITY_KIND_MEMCPY;
             m->copyKind = (uint8_t)copy_kind;
@@ -466,7 +469,7 @@ EXPORT uint32_t fake_cupti_launch(int kind, const char *name, int copy_kind, uin
             m->correlationId = correlation;
         }
     } else {
-        CUpti_ActivityMemset4 *m = (CUpti_ActivityMemset4 *)room(&device_buffer, sizeof *m);
+        TW_CUPTI_MEMSET_NEWEST *m = (TW_CUPTI_MEMSET_NEWEST *)room(&device_buffer, sizeof *m);
         if (m != NULL) {
             m->kind = CUPTI_ACTIVITY_KIND_MEMSET;
             m->start = start, m->end = end, m->deviceId = device, m->streamId = stream;
