@@ -106,12 +106,18 @@ class Patcher:
         if self.wrappers:   # wrappers made by install() before: share them (rare; the general loop)
             return self._install_plan_one_by_one(plan, kinds)
         prepared = _prepared(plan)
-        # The per-start work, in three bulk steps (a start is inside the user's code): ~4,000
-        # wrappers in one C call, one C install loop over the places prepared with the plan.
-        wrappers = self.plan_wrappers = _core.wrap_many(prepared.specs, kinds)
-        installed = list(wrappers)
-        for index, kind in prepared.bound_kinds:
-            installed[index] = staticmethod(wrappers[index]) if kind == "staticmethod" else classmethod(wrappers[index])
+        # The per-start work, in bulk (a start is inside the user's code): ~4,000 wrappers in one C
+        # call at the first start of the plan, then one C install loop over the places prepared
+        # with the plan.
+        made = prepared.wrappers.get(kinds)
+        if made is None:
+            wrappers = _shared_wrappers(prepared.specs, kinds)
+            installed = list(wrappers)
+            for index, kind in prepared.bound_kinds:
+                installed[index] = staticmethod(wrappers[index]) if kind == "staticmethod" else classmethod(wrappers[index])
+            made = prepared.wrappers[kinds] = (wrappers, installed)
+        wrappers, installed = made
+        self.plan_wrappers = wrappers
         self.wrappers.update(zip(prepared.ids, wrappers))
         self._originals.extend(prepared.originals)
         return self._install_items(prepared.places, installed)
@@ -217,6 +223,25 @@ class _TraceKinds:
         return kind
 
 
+# Every wrapper a plan made, for the process: (id(original), name, bind, kinds) -> (original, wrapper).
+# A later plan (torch modules imported since, another config) reuses them: torch.compile's guards
+# check the identity of what torch's namespaces hold, and a new object at each start made every
+# profile recompile compiled functions (see _Prepared.wrappers). Bounded by torch's callables times
+# the few tracing-kind sets a process uses; the originals are kept so that their ids stay theirs.
+_WRAPPERS: Dict[Tuple[int, str, Optional[bool], int], Tuple[Any, Any]] = {}
+
+
+def _shared_wrappers(specs: List[Tuple[Any, str, Optional[bool], int]], kinds: int) -> List[Any]:
+    """The wrappers of specs (as _core.wrap_many makes them), made once per process."""
+    keys = [(id(original), name, bind, spec_kinds & kinds) for original, name, bind, spec_kinds in specs]
+    missing = [i for i, key in enumerate(keys) if key not in _WRAPPERS]
+    if missing:
+        made = _core.wrap_many([specs[i] for i in missing], kinds)
+        for i, wrapper in zip(missing, made):
+            _WRAPPERS[keys[i]] = (specs[i][0], wrapper)
+    return [_WRAPPERS[key][1] for key in keys]
+
+
 # How a wrapper binds, by the kind of class attribute it replaces (None: decided from the original).
 _BINDS = {"staticmethod": False, "classmethod": True}
 
@@ -230,6 +255,11 @@ class _Prepared(NamedTuple):
     originals: List[Any]
     bound_kinds: List[Tuple[int, str]]                  # (target index, "staticmethod" | "classmethod")
     places: List[Tuple[int, Any, str, Any]]             # (target index, owner, attr, raw)
+    # tracing kinds -> (wrappers, what is installed): made by the first start, reused by the later
+    # ones, so that a function torch.compile compiled while a profile ran finds the same objects in
+    # torch's namespaces at the next profile (its guards check their identity) instead of recompiling
+    # at every start and, past torch._dynamo's recompile limit, running uncompiled for good
+    wrappers: Dict[int, Tuple[List[Any], List[Any]]]
 
 
 def _prepared(plan: "Plan") -> _Prepared:
@@ -242,7 +272,8 @@ def _prepared(plan: "Plan") -> _Prepared:
             specs=[(t.obj, t.name, binds.get(t.kind), k) for t, k in zip(plan.targets, kinds)],
             kinds=kinds, ids=[id(t.obj) for t in plan.targets], originals=[t.obj for t in plan.targets],
             bound_kinds=[(i, t.kind) for i, t in enumerate(plan.targets) if t.kind in binds],
-            places=[(i, owner, attr, raw) for i, t in enumerate(plan.targets) for owner, attr, raw in t.places])
+            places=[(i, owner, attr, raw) for i, t in enumerate(plan.targets) for owner, attr, raw in t.places],
+            wrappers={})
         plan.prepared = prepared
     return prepared
 
