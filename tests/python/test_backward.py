@@ -295,15 +295,17 @@ def test_a_forked_child_records_its_own_backward_nodes(tmp_path):
                     model(x).sum().backward()
                 sys.exit(0)
             model(x).sum().backward()
-            os.waitpid(pid, 0)
-        print(pid)
+            _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), pid)
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    child = int(done.stdout.split()[-1])
+    child_status, child = (int(word) for word in done.stdout.split()[-2:])
+    assert child_status == 0, done.stderr  # the child's own stop (at its exit) returned
     frame = tw.load(str(tmp_path))
+    assert (frame["pid"] == child).sum() > 0, "the child wrote no records"
     nodes = frame[frame["api"] == "AddmmBackward0"]
     assert (nodes["pid"] == child).sum() == 3 and (nodes["pid"] != child).sum() == 2
     calls = frame.set_index(["pid", "call_id"])
