@@ -311,3 +311,126 @@ def test_a_forked_child_records_its_own_backward_nodes(tmp_path):
     calls = frame.set_index(["pid", "call_id"])
     for _, node in nodes.iterrows():
         assert calls.loc[(node["pid"], node["fwd_call_id"]), "api"] == "torch.nn.functional.linear"
+
+
+def test_checkpointed_blocks_recompute_under_backward_and_their_nodes_are_charged_to_the_block():
+    """torch.utils.checkpoint recomputes a block's forward during backward: the recomputed calls are
+    recorded with the block's module path, and the block's nodes (made by the first forward; the
+    recomputation only saves tensors again) are charged to the first forward's calls."""
+    import torch.utils.checkpoint as checkpoint
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.head(checkpoint.checkpoint(self.block, x, use_reentrant=False))
+
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(4, 8, requires_grad=True)
+    expected_grad = None
+    for profiled in (False, True):
+        model.zero_grad()
+        x.grad = None
+        if profiled:
+            with tw.profile() as prof:
+                model(x).sum().backward()
+        else:
+            model(x).sum().backward()
+            expected_grad = x.grad.clone()
+    assert torch.equal(x.grad, expected_grad)  # results identical
+    records = prof.records()
+    by_id = {r.call_id: r for r in records}
+    addmm = [r for r in records if r.api == "AddmmBackward0"]
+    assert sorted(r.module for r in addmm) == ["block.0", "block.2", "head"]
+    for node in addmm:
+        assert by_id[node.fwd_call_id].api == "torch.nn.functional.linear"
+    # the block's forward ran twice, once recomputed inside backward: that time is the block's too
+    linears = [r for r in records if r.api == "torch.nn.Linear.forward" and r.module in ("block.0", "block.2")]
+    assert len(linears) == 4
+    first_backward_node = min(r.call_id for r in records if r.fwd_call_id)
+    assert sum(r.call_id > first_backward_node for r in linears) == 2
+    assert prof.session.stats()["backward_unlinked"] == 0
+
+
+def test_tensor_and_module_hooks_run_inside_backward_and_nodes_stay_linked():
+    torch.manual_seed(0)
+    model = MLP()
+    seen = []
+    model.layers[1].register_full_backward_hook(lambda module, gin, gout: seen.append("module"))
+    x = torch.randn(4, 8, requires_grad=True)
+    x.register_hook(lambda grad: seen.append("tensor") or grad * 2)
+    with tw.profile() as prof:
+        model(x).pow(2).mean().backward()
+    assert seen == ["module", "tensor"]
+    records = prof.records()
+    addmm = [r for r in records if r.api == "AddmmBackward0"]
+    assert sorted(r.module for r in addmm) == ["layers.0", "layers.1", "layers.2"]
+    # full backward hooks add their own nodes (BackwardHookFunctionBackward), linked like the rest
+    hooks = [r for r in records if r.api == "BackwardHookFunctionBackward"]
+    assert hooks and all(r.fwd_call_id != 0 for r in hooks)
+    assert prof.session.stats()["backward_unlinked"] == 0
+
+
+def test_a_compiled_model_s_backward_is_one_node_charged_to_the_compiled_call():
+    torch.manual_seed(0)
+    model = MLP()
+    compiled = torch.compile(model, backend="aot_eager")  # AOTAutograd's joint graph, no code generation
+    x = torch.randn(4, 8)
+    compiled(x).pow(2).mean().backward()  # compiles
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    with tw.profile() as prof:
+        compiled(x).pow(2).mean().backward()
+    assert all(torch.equal(p.grad, e) for p, e in zip(model.parameters(), expected))
+    records = prof.records()
+    by_id = {r.call_id: r for r in records}
+    nodes = [r for r in records if r.api == "CompiledFunctionBackward"]
+    assert len(nodes) == 1 and nodes[0].fwd_call_id != 0
+    # charged to a call made while the compiled graph's forward ran
+    assert by_id[nodes[0].fwd_call_id].api == nodes[0].fwd_api != ""
+    assert prof.session.stats()["backward_unlinked"] == 0
+
+
+DDP_PROGRAM = """
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp, torchwrapper as tw
+
+def main(rank, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2)))
+    x = torch.randn(4, 8) + rank
+    model(x).sum().backward()   # warm-up: DDP's first backward builds its buckets
+    with tw.profile(out_dir=os.path.join(out, str(rank)), format="csv"):
+        model(x).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    dist.all_reduce(grads[0])
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(main, args=(sys.argv[1],), nprocs=2)
+"""
+
+
+def test_ddp_with_gloo_its_allreduce_runs_inside_backward_and_every_node_is_recorded(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "ddp.py").write_text(DDP_PROGRAM)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, str(tmp_path / "ddp.py"), str(tmp_path / "out"), str(port)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for rank in ("0", "1"):
+        frame = tw.load(str(tmp_path / "out" / rank))
+        nodes = frame[frame["api"] == "AddmmBackward0"]
+        assert len(nodes) == 2 and set(nodes["module"]) == {"module.0", "module.1"}
+        forwards = frame.set_index("call_id").loc[nodes["fwd_call_id"]]
+        assert set(forwards["api"]) == {"torch.nn.functional.linear"}
