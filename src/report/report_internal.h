@@ -134,6 +134,13 @@ typedef struct trace {
     /* (pid, call id) of the calls that launched GPU work, for the flow arrows. */
     struct launch *launches;
     size_t launch_capacity, nlaunches;
+    /* The last calls seen, by (pid, call id) in a direct-mapped table (TRACE_RECENT slots), for the
+     * arrows from a forward call to the backward nodes it created: a node comes at most a step after
+     * its forward call, and the table stays 2 MB however long the run. NULL until a call is seen. */
+    struct recent_call { int64_t pid; uint64_t call_id, tid; int64_t ts; } *recent;
+    /* Nodes met before their forward call (another thread's records can reach the files first),
+     * by (pid, forward call id), probed over a few slots: drawn when the forward call comes. */
+    struct pending_node { int64_t pid; uint64_t fwd_call_id, call_id, tid; int64_t ts; } *pending;
 } trace_t;
 
 typedef struct tree_call {

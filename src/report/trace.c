@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tw-report, --trace: the Chrome trace event file (Perfetto, chrome://tracing), gzip or plain, with
- * GPU rows and flow arrows.
+ * GPU rows and flow arrows (call -> its GPU work; forward call -> the backward nodes it created).
  */
 #include "config.h"
 
@@ -131,6 +131,64 @@ static int launch_has(const trace_t *t, int64_t pid, uint64_t call_id)
     return t->launch_capacity != 0 && t->launches[launch_slot(t, pid, call_id)].call_id != 0;
 }
 
+#define TRACE_RECENT (1u << 16)
+
+static struct recent_call *recent_slot(trace_t *t, int64_t pid, uint64_t call_id)
+{
+    if (t->recent == NULL && (t->recent = calloc(TRACE_RECENT, sizeof *t->recent)) == NULL)
+        return NULL; /* no arrows */
+    return &t->recent[report_pid_id_hash(pid, call_id) & (TRACE_RECENT - 1)];
+}
+
+#define TRACE_PENDING (1u << 14)
+#define TRACE_PROBES 8
+
+static void arrow(trace_t *t, int64_t pid, uint64_t node_id, uint64_t fwd_tid, int64_t fwd_ts, uint64_t node_tid,
+                  int64_t node_ts)
+{
+    trace_printf(t, "{\"ph\":\"s\",\"name\":\"backward\",\"cat\":\"backward\",\"id\":\"b%" PRId64 ".%" PRIu64
+                    "\",\"pid\":%" PRId64 ",\"tid\":%" PRIu64, pid, node_id, pid, fwd_tid);
+    trace_time(t, "ts", fwd_ts);
+    trace_printf(t, "},\n{\"ph\":\"f\",\"bp\":\"e\",\"name\":\"backward\",\"cat\":\"backward\",\"id\":\"b%" PRId64
+                    ".%" PRIu64 "\",\"pid\":%" PRId64 ",\"tid\":%" PRIu64, pid, node_id, pid, node_tid);
+    trace_time(t, "ts", node_ts);
+    TRACE_LIT(t, "},\n");
+}
+
+/* An arrow from the forward call that created a backward node to the node, Perfetto drawing it
+ * between the two slices: now when the forward call is among the recent calls, else when it comes. */
+static void backward_arrow(trace_t *t, const tw_row_t *row, uint64_t tid, int64_t ts)
+{
+    struct recent_call *fwd = recent_slot(t, row->pid, row->fwd_call_id);
+    if (fwd != NULL && fwd->call_id == row->fwd_call_id && fwd->pid == row->pid) {
+        arrow(t, row->pid, row->call_id, fwd->tid, fwd->ts, tid, ts);
+        return;
+    }
+    if (t->pending == NULL && (t->pending = calloc(TRACE_PENDING, sizeof *t->pending)) == NULL)
+        return;
+    size_t home = report_pid_id_hash(row->pid, row->fwd_call_id) & (TRACE_PENDING - 1), j = home;
+    for (int i = 0; i < TRACE_PROBES && t->pending[j].fwd_call_id != 0; i++)
+        j = (j + 1) & (TRACE_PENDING - 1);
+    if (t->pending[j].fwd_call_id != 0)
+        j = home; /* full around home: the oldest arrow there is not drawn */
+    t->pending[j] = (struct pending_node){row->pid, row->fwd_call_id, row->call_id, tid, ts};
+}
+
+/* The arrows to the nodes of call (pid, call_id) that came before it. */
+static void pending_arrows(trace_t *t, int64_t pid, uint64_t call_id, uint64_t tid, int64_t ts)
+{
+    if (t->pending == NULL)
+        return;
+    size_t j = report_pid_id_hash(pid, call_id) & (TRACE_PENDING - 1);
+    for (int i = 0; i < TRACE_PROBES; i++, j = (j + 1) & (TRACE_PENDING - 1)) {
+        struct pending_node *p = &t->pending[j];
+        if (p->fwd_call_id == call_id && p->pid == pid) {
+            arrow(t, pid, p->call_id, tid, ts, p->tid, p->ts);
+            p->fwd_call_id = 0;
+        }
+    }
+}
+
 /* GPU activity goes on tracks of its own: tid 2^32 + device * 2^16 + stream, named after both. */
 static uint64_t gpu_track(const tw_row_t *row)
 {
@@ -187,6 +245,14 @@ void report_trace_event(trace_t *t, const tw_row_t *row, const inputs_t *in)
         TRACE_LIT(t, "}}");
     }
     TRACE_LIT(t, ",\n");
+    if (!gpu) {
+        if (row->fwd_call_id != 0)
+            backward_arrow(t, row, tid, ts);
+        struct recent_call *slot = recent_slot(t, row->pid, row->call_id);
+        if (slot != NULL)
+            *slot = (struct recent_call){row->pid, row->call_id, tid, ts};
+        pending_arrows(t, row->pid, row->call_id, tid, ts);
+    }
     /* A flow arrow from the call that launched GPU work to each piece of it. */
     if (row->call_id != 0 && (gpu || launch_has(t, row->pid, row->call_id))) {
         trace_printf(t, "{\"ph\":\"%s\",\"name\":\"launch\",\"cat\":\"gpu_launch\",\"id\":\"%" PRId64 ".%" PRIu64
@@ -240,5 +306,7 @@ void report_trace_free(trace_t *trace)
         return;
     free(trace->tracks);
     free(trace->launches);
+    free(trace->recent);
+    free(trace->pending);
     free(trace);
 }

@@ -434,3 +434,35 @@ def test_ddp_with_gloo_its_allreduce_runs_inside_backward_and_every_node_is_reco
         assert len(nodes) == 2 and set(nodes["module"]) == {"module.0", "module.1"}
         forwards = frame.set_index("call_id").loc[nodes["fwd_call_id"]]
         assert set(forwards["api"]) == {"torch.nn.functional.linear"}
+
+
+def test_the_trace_draws_an_arrow_from_each_forward_call_to_its_backward_nodes(tmp_path):
+    import json
+    import subprocess
+
+    build = os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", ".."))
+    tw_report = os.path.join(build, "tw-report")
+
+    torch.manual_seed(0)
+    model, x = MLP(), torch.randn(4, 8)
+    with tw.profile(out_dir=str(tmp_path / "run"), format="csv") as prof:
+        model(x).pow(2).mean().backward()
+    nodes = {r.call_id: r for r in prof.records() if r.fwd_call_id}
+    calls = {r.call_id: r for r in prof.records()}
+    # and a run whose node rows come before their forward call's (another thread's records can)
+    (tmp_path / "reversed").mkdir()
+    (tmp_path / "reversed" / "tw-7-0001.csv").write_text(
+        "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module,step,site,"
+        "fwd_call_id,fwd_api\n"
+        "9,AddmmBackward0,5000,100,100,0,7,8,0,0,0,,fc,0,0,2,torch.nn.functional.linear\n"
+        "2,torch.nn.functional.linear,1000,300,300,0,7,7,1,1,0,,,0,0,0,\n")
+    for run, expected in (("run", {n: (calls[r.fwd_call_id].tid, r.tid) for n, r in nodes.items()}),
+                          ("reversed", {9: (7, 8)})):
+        trace = tmp_path / f"{run}.json"
+        done = subprocess.run([tw_report, "--trace", str(trace), str(tmp_path / run)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "backward"]
+        starts = {e["id"]: e for e in events if e["ph"] == "s"}
+        ends = {e["id"]: e for e in events if e["ph"] == "f"}
+        got = {int(i.split(".")[1]): (starts[i]["tid"], ends[i]["tid"]) for i in starts if i in ends}
+        assert got == expected and len(starts) == len(ends) == len(expected)
