@@ -16,7 +16,6 @@
 #include "config.h"
 
 #include <dlfcn.h>
-
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>

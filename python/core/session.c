@@ -448,8 +448,8 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     self->state = SESSION_ACTIVE;
     if (self->aten_backward)
         self->backward_on = tw_backward_session_start(self->torch_layer, self->torch_version, self->recorder,
-                                                      self->clock.source, tw_active.gpu, tw_active.gen, self->backward_reason,
-                                                      sizeof self->backward_reason) == 0;
+                                                      self->clock.source, tw_active.gpu, tw_active.gen,
+                                                      self->backward_reason, sizeof self->backward_reason) == 0;
     tw_active.seq_peek = self->backward_on ? tw_backward_peek_function() : NULL;
     Py_RETURN_NONE;
 }

@@ -284,6 +284,7 @@ def profiler_view(name: str, steps: int = LOOP_STEPS, device: str = "cuda", smal
 
 
 def read_kind(out_dir, kind):
+    """Rows of the files of one kind ("calls", "gpu") that the manifest lists."""
     with open(os.path.join(out_dir, "manifest.json")) as f:
         manifest = json.load(f)
     rows = []

@@ -4,7 +4,6 @@ torch.profiler's CUDA time for the same work within 5%. (What GPU timing costs p
 tests/bench/bench_gpu.py, in make bench.)
 
 Figures are printed (pytest -s) and, with TW_GPU_BENCH_JSON=path, written there as JSON."""
-import csv
 import json
 import os
 import subprocess
@@ -34,16 +33,7 @@ def save_figures():
             json.dump(FIGURES, f, indent=2)
 
 
-def read_kind(out_dir, kind):
-    """Rows of the files of one kind ("calls", "gpu") that the manifest lists."""
-    with open(os.path.join(out_dir, "manifest.json")) as f:
-        manifest = json.load(f)
-    rows = []
-    for entry in manifest["files"]:
-        if entry["kind"] == kind and not entry.get("removed_by_max_files"):
-            with open(os.path.join(out_dir, entry["name"]), newline="") as f:
-                rows.extend(csv.DictReader(f))
-    return rows
+read_kind, duration = gpu_loops.read_kind, gpu_loops.duration  # rows of the manifest's files of a kind
 
 
 def profiled_run(name, out_dir):
@@ -67,10 +57,6 @@ def reference(name):
                             text=True, timeout=600, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])
-
-
-def duration(row):
-    return int(row["end_ns"]) - int(row["start_ns"]) if int(row["end_ns"]) else 0
 
 
 def gpu_ns_per_call(gpu_rows):
