@@ -4,7 +4,8 @@
 # the libtorch layer) and runs (1) the cmocka tests, whose recorder and writer tests run threads,
 # and (2) tests/tsan_backward.py in the regular interpreter with the TSan runtime preloaded: backward
 # passes on several threads without the GIL (autograd's nodes recorded there) while sessions start
-# and stop on another, which is the handshake of python/core/backward.c. Any TSan report fails it.
+# and stop on another, which is the handshake of python/core/backward.c (every other session timing
+# the GPU against the fake CUPTI, so that nodes push their ids there). Any TSan report fails it.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
@@ -28,7 +29,7 @@ done
 # libc calls it intercepts), which is where the contract lives. Reports go to a file per process.
 preload=$(gcc -print-file-name=libtsan.so)
 rm -f tsan-python.*
-if LD_PRELOAD="$preload" TSAN_OPTIONS="log_path=$build/tsan-python report_signal_unsafe=0 ignore_noninstrumented_modules=1 die_after_fork=0" \
+if TW_CUPTI_LIBRARY="$build/tests/c/.libs/fake_cupti.so" LD_PRELOAD="$preload" TSAN_OPTIONS="log_path=$build/tsan-python report_signal_unsafe=0 ignore_noninstrumented_modules=1 die_after_fork=0" \
     PYTHONPATH="$build/build/python" "$python" "$src/tests/tsan_backward.py"; then
     echo "tsan: tests/tsan_backward.py: ran"
 else

@@ -1,18 +1,29 @@
 # SPDX-License-Identifier: MIT
 """Run by tests/check-tsan.sh under ThreadSanitizer: backward passes on four threads (autograd
 releases the GIL, so the nodes' hooks run without it) while the main thread starts and stops
-sessions, so that stops land in the middle of nodes. Exits non-zero if a check fails; TSan's
+sessions, so that stops land in the middle of nodes. With TW_CUPTI_LIBRARY set (check-tsan points
+it at the fake CUPTI), every other session times the GPU too, as if torch had seen a device: the
+nodes then push and pop their CUPTI ids on those threads. Exits non-zero if a check fails; TSan's
 reports are read by the script."""
+import os
+import tempfile
 import threading
+import warnings
 
 import torch
 import torch.nn as nn
 
 import torchwrapper as tw
+import torchwrapper._profile as profile_module
 
+FAKE_CUPTI = os.environ.get("TW_CUPTI_LIBRARY")
+if FAKE_CUPTI:
+    profile_module._cuda_available = lambda: True  # GPU timing "on" against the fake
 torch.set_num_threads(1)
 stop = threading.Event()
 errors = []
+# the profiler's warnings (a file it cannot write, a model it cannot find) are failures here
+warnings.showwarning = lambda message, category, *rest, **kw: errors.append(f"{category.__name__}: {message}")
 
 
 def train(seed: int) -> None:
@@ -29,18 +40,27 @@ def train(seed: int) -> None:
 workers = [threading.Thread(target=train, args=(seed,)) for seed in range(4)]
 for w in workers:
     w.start()
-nodes = 0
+nodes = gpu_sessions = 0
 for round_ in range(30):
-    with tw.profile() as prof:
+    gpu = bool(FAKE_CUPTI) and round_ % 2 == 1
+    out_dir = tempfile.mkdtemp(prefix="tw-tsan-") if gpu else None
+    with tw.profile(**(dict(out_dir=out_dir, format="csv", gpu="on") if gpu else {})) as prof:
         for _ in range(3):
             torch.ones(4, requires_grad=True).sum().backward()
-    nodes += sum(r.api == "AddmmBackward0" for r in prof.records())
-    assert prof.session.stats()["backward"] == "on", prof.session.stats()
+    stats = prof.session.stats()
+    assert stats["backward"] == "on", stats
+    if gpu:
+        assert stats["gpu"] == "on", stats
+        gpu_sessions += 1
+        nodes += int((tw.load(out_dir)["api"] == "AddmmBackward0").sum())
+    else:
+        nodes += sum(r.api == "AddmmBackward0" for r in prof.records())
 stop.set()
 for w in workers:
     w.join()
 if errors:
-    raise SystemExit(f"a training thread failed: {errors[0]!r}")
+    raise SystemExit(f"a training thread failed, or the profiler warned: {errors[0]!r}")
 if nodes == 0:
     raise SystemExit("no backward node was recorded on the training threads")
-print(f"tsan_backward: {nodes} AddmmBackward0 nodes recorded across 30 sessions")
+print(f"tsan_backward: {nodes} AddmmBackward0 nodes recorded across 30 sessions ({gpu_sessions} timing the "
+      f"GPU against the fake CUPTI)")

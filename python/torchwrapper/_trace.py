@@ -35,6 +35,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -105,6 +106,11 @@ class Tracer:
         self._resolved_kinds: set = set()      # (class name, parent path): transients already checked by a walk
         self._tree_changed = False             # modules.json is behind the tree
         self._modules_written = -math.inf      # time.monotonic() of the last write
+        # Models run on several threads (a training thread each, DataParallel's replicas) reach
+        # write_modules at once: one writes, through a temporary file of its own, at a time (two
+        # writers once shared the temporary file, and the second's rename failed).
+        self._modules_lock = threading.Lock()
+        self._modules_lock_pid = os.getpid()
         self._registration_hook: Any = None    # torch's dict of them, while ours is in it
         # What resolution did, for tests of what must not grow with the run: instances resolved,
         # walks of a model to find whether it contains one, modules put in the table, writes.
@@ -506,6 +512,12 @@ class Tracer:
             self.write_modules()
 
     def write_modules(self) -> None:
+        if self._modules_lock_pid != os.getpid():  # a forked child: another thread may have held it
+            self._modules_lock, self._modules_lock_pid = threading.Lock(), os.getpid()
+        with self._modules_lock:
+            self._write_modules()
+
+    def _write_modules(self) -> None:
         self._tree_changed = False
         self._modules_written = time.monotonic()
         if self.out_dir is None:
@@ -514,7 +526,7 @@ class Tracer:
         pid = os.getpid()
         name = MODULES_FILE if pid == self._pid else f"modules-{pid}.json"
         path = os.path.join(self.out_dir, name)
-        tmp = f"{path}.tmp-{pid}"
+        tmp = f"{path}.tmp-{pid}-{threading.get_ident()}"
         try:
             tree = self.modules()
             with open(tmp, "w") as f:  # one module per line: readable, and diffs well
