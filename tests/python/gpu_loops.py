@@ -326,6 +326,15 @@ def torchwrapper_view(name: str, out: str, device: str = "cuda", small: bool = F
     by_module = defaultdict(lambda: {"forward_ns": 0, "backward_ns": 0})
     unattributed = {"count": 0, "ns": 0, "names": defaultdict(int)}
     backward = {"kernels": 0, "ns": 0, "charged_to_forward": 0}
+
+    def module_of(call):
+        """The module path of a call: its own, else its nearest caller's (F.linear inside Linear.forward)."""
+        for _ in range(64):
+            if call is None or call.get("module"):
+                break
+            call = calls.get(int(call.get("parent_id") or 0))
+        return (call or {}).get("module") or "-"
+
     for row in gpu:
         ns = duration(row)
         counts[row["kind"]] += 1
@@ -346,9 +355,9 @@ def torchwrapper_view(name: str, out: str, device: str = "cuda", small: bool = F
             owner = calls.get(fwd)
             if owner is not None:
                 backward["charged_to_forward"] += 1
-                by_module[owner.get("module") or "-"]["backward_ns"] += ns
+                by_module[module_of(owner)]["backward_ns"] += ns
         else:
-            by_module[call.get("module") or "-"]["forward_ns"] += ns
+            by_module[module_of(call)]["forward_ns"] += ns
     unattributed["names"] = dict(sorted(unattributed["names"].items(), key=lambda kv: -kv[1])[:10])
     nodes = sum(1 for c in calls.values() if c.get("fwd_api") or int(c.get("fwd_call_id") or 0))
     calls_by_api: Dict[str, int] = defaultdict(int)
