@@ -4,7 +4,7 @@
 # under python3, but no package manager and no network: builds torchwrapper from what
 # tests/gpu/prepare.sh put in .gpu/, then runs the GPU figures (tests/gpu/figures.py, side by side
 # with torch.profiler), the GPU tests (tests/python/test_gpu.py) and a share of the suite on that
-# machine's torch. Everything it prints and the figures' JSON go to OUT.
+# machine's torch. Everything it prints and the figures' JSON go to OUT (about 4 minutes on an H200).
 #   sh tests/gpu/run.sh OUT
 # Each stage has a time limit (seconds): TW_GPU_BUILD_S, TW_GPU_FIGURES_S, TW_GPU_TESTS_S.
 set -u
@@ -43,7 +43,9 @@ python3 -c "import tempfile, torch, torchwrapper as tw; p = tw.profile(out_dir=t
 
 cd "$TOP" || exit 1
 say "figures (side by side with torch.profiler)"
-PYTHONUNBUFFERED=1 timeout "${TW_GPU_FIGURES_S:-300}" python3 tests/gpu/figures.py "$OUT/gpu-figures.json" ${TW_GPU_FIGURES_ARGS:-}
+# (the loops side by side with torch.profiler are test_gpu.py's below: its figures go to test-gpu.json)
+PYTHONUNBUFFERED=1 timeout "${TW_GPU_FIGURES_S:-300}" python3 tests/gpu/figures.py "$OUT/gpu-figures.json" \
+    ${TW_GPU_FIGURES_ARGS:---sections overhead,launch,drops,conflict}
 say "tests/python/test_gpu.py"
 PYTHONUNBUFFERED=1 TW_GPU_BENCH_JSON="$OUT/test-gpu.json" timeout "${TW_GPU_TESTS_S:-200}" \
     python3 -m pytest -q -s -p no:cacheprovider -p no:randomly tests/python/test_gpu.py 2>&1 | tail -40
