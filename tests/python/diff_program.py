@@ -22,6 +22,10 @@ import torchwrapper as tw
 out_dir, variant, steps, read_fd, write_fd = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
     int(sys.argv[5])
 torch.set_num_threads(1)  # the runs take turns on one core each; two threads would fight over two
+# ... and on the same core: left to the scheduler, each run tends to stay on a core of its own, and
+# whatever else loads one core (another program, a kernel thread) then slows one run and not the
+# other, step after step: "the same program run twice" once showed torch.mm 7% slower in one run.
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def train():
