@@ -11,7 +11,7 @@
 #     the C side loads it with every entry point and reads its version; starting GPU timing without a
 #     driver fails with one line naming the cause, and CPU records are still written
 #     (tests/c/test_cupti_lib.c).
-# About 3 minutes; the wheels are downloaded once (pip's cache).
+# About 2 minutes here; the wheels are downloaded once (pip's cache).
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}

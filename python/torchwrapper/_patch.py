@@ -226,7 +226,8 @@ class _TraceKinds:
 # Every wrapper a plan made, for the process: (id(original), name, bind, kinds) -> (original, wrapper).
 # A later plan (torch modules imported since, another config) reuses them: torch.compile's guards
 # check the identity of what torch's namespaces hold, and a new object at each start made every
-# profile recompile compiled functions (see _Prepared.wrappers). Bounded by torch's callables times
+# profile recompile compiled functions, and past torch._dynamo's recompile limit run uncompiled for
+# good. Bounded by torch's callables times
 # the few tracing-kind sets a process uses; the originals are kept so that their ids stay theirs.
 _WRAPPERS: Dict[Tuple[int, str, Optional[bool], int], Tuple[Any, Any]] = {}
 
@@ -255,10 +256,8 @@ class _Prepared(NamedTuple):
     originals: List[Any]
     bound_kinds: List[Tuple[int, str]]                  # (target index, "staticmethod" | "classmethod")
     places: List[Tuple[int, Any, str, Any]]             # (target index, owner, attr, raw)
-    # tracing kinds -> (wrappers, what is installed): made by the first start, reused by the later
-    # ones, so that a function torch.compile compiled while a profile ran finds the same objects in
-    # torch's namespaces at the next profile (its guards check their identity) instead of recompiling
-    # at every start and, past torch._dynamo's recompile limit, running uncompiled for good
+    # tracing kinds -> (wrappers, what is installed), as the first start of the plan took them from
+    # _WRAPPERS: later starts skip looking up ~4,000 keys there (the objects are the same)
     wrappers: Dict[int, Tuple[List[Any], List[Any]]]
 
 

@@ -109,21 +109,26 @@ print(json.dumps({"median_s": med, "ratio": {m: med[m] / med["plain"] for m in m
 """
 
 
+def timed_modes(args, loop, modes, steps):
+    """OVERHEAD_CHILD in a fresh process: loop's blocks of steps in each of modes (comma-separated),
+    interleaved; its JSON ({"median_s", "ratio", "times"}), or {"error": its stderr's end}."""
+    cmd = [sys.executable, "-c", OVERHEAD_CHILD, os.path.join(HERE, "..", "python"), loop, modes, str(args.rounds),
+           str(steps), args.device, "1" if args.small else "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-3000:]}
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 def section_overhead(args, results):
     out = {}
     for name in ("gpt2", "cnn"):
         if name not in args.loops:
             continue
         out[name] = {}
-        for label, modes in (("torchwrapper", "plain,tw_gpu_off,tw_gpu_on,tw_gpu_off_lean,tw_gpu_on_lean"), ("torch_profiler", "plain,torch.profiler")):
-            cmd = [sys.executable, "-c", OVERHEAD_CHILD, os.path.join(HERE, "..", "python"), name, modes,
-                   str(args.rounds), str(args.steps), args.device, "1" if args.small else "0"]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-            if proc.returncode != 0:
-                out[name][label] = {"error": proc.stderr[-3000:]}
-            else:
-                out[name][label] = json.loads(proc.stdout.splitlines()[-1])
-            res = out[name][label]
+        for label, modes in (("torchwrapper", "plain,tw_gpu_off,tw_gpu_on,tw_gpu_off_lean,tw_gpu_on_lean"),
+                             ("torch_profiler", "plain,torch.profiler")):
+            res = out[name][label] = timed_modes(args, name, modes, args.steps)
             print(f"[overhead] {name} {label}: " + (str({m: round(v, 4) for m, v in res['ratio'].items()})
                                                      if "ratio" in res else "ERROR " + res["error"][-400:]), flush=True)
     results["overhead"] = out
@@ -134,15 +139,10 @@ def section_launch(args, results):
     out = {}
     steps = 20_000
     for label, modes in (("torchwrapper", "plain,tw_gpu_off,tw_gpu_on"), ("torch_profiler", "plain,torch.profiler")):
-        cmd = [sys.executable, "-c", OVERHEAD_CHILD, os.path.join(HERE, "..", "python"), "tiny_kernels", modes,
-               str(args.rounds), str(steps), args.device, "1" if args.small else "0"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        if proc.returncode != 0:
-            out[label] = {"error": proc.stderr[-3000:]}
+        res = out[label] = timed_modes(args, "tiny_kernels", modes, steps)
+        if "error" in res:
             continue
-        res = json.loads(proc.stdout.splitlines()[-1])
         res["ns_per_launch"] = {m: s * 1e9 / steps for m, s in res["median_s"].items()}
-        out[label] = res
         print(f"[launch] {label}: ns per launch {({m: round(v) for m, v in res['ns_per_launch'].items()})}", flush=True)
     results["launch"] = out
 
