@@ -28,6 +28,11 @@ typedef struct tw_torch_hooks {
     void (*node_begin)(const char *name, int64_t seq, uint64_t forward_thread);
     /* The node begun last on this thread ends. */
     void (*node_end)(void);
+    /* An operator starts on this thread (aten::mm; valid during the call): only when started with
+     * operators (config aten "all"). */
+    void (*op_begin)(const char *name);
+    /* The operator begun last on this thread ends. */
+    void (*op_end)(void);
 } tw_torch_hooks_t;
 
 /* This thread's autograd sequence number: the one the next node created here will carry
@@ -42,10 +47,12 @@ TW_TORCH_API uint64_t tw_torch_thread_id(void);
 /* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
 TW_TORCH_API const char *tw_torch_built_with(void);
 
-/* Registers the callbacks (global: every thread). hooks must stay valid for the life of the process
- * (a node begun before a stop ends after it), and be the same at every start. Returns 0, or -EBUSY
- * when already started (or with other hooks), or -ENOMEM. */
-TW_TORCH_API int tw_torch_start(const tw_torch_hooks_t *hooks);
+/* Registers the callbacks (global: every thread): autograd nodes, and with operators nonzero every
+ * operator too (a FUNCTION-scope callback: torch then builds a RecordFunction for each operator, which
+ * costs about 1 us an operator). hooks must stay valid for the life of the process (a node begun
+ * before a stop ends after it), and be the same at every start. Returns 0, or -EBUSY when already
+ * started (or with other hooks), or -ENOMEM. */
+TW_TORCH_API int tw_torch_start(const tw_torch_hooks_t *hooks, int operators);
 
 /* Removes the callbacks. A hook already running on another thread may still run after this returns
  * (an end callback of a node begun before): the caller makes its hooks inert before (see

@@ -136,7 +136,7 @@ static const struct config_key {
     {"records", KEY_CHOICE, {"\"all\""}, "all summary"},
     {"on_demand", KEY_ON_DEMAND, {"null"}, NULL},
     {"sites", KEY_CHOICE, {"\"boundary\""}, "boundary off all"},
-    {"aten", KEY_CHOICE, {"\"backward\""}, "backward off"},
+    {"aten", KEY_CHOICE, {"\"backward\""}, "backward off all"},
 };
 
 /* The default of key for an entry point (JSON text). */

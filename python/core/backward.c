@@ -48,7 +48,7 @@ static void *layer;                    /* dlopen handle of _torch.so, kept for t
 static const char *(*layer_built_with)(void);
 static uint64_t (*layer_peek)(void);
 static uint64_t (*layer_thread_id)(void);
-static int (*layer_start)(const tw_torch_hooks_t *);
+static int (*layer_start)(const tw_torch_hooks_t *, int);
 static void (*layer_stop)(void);
 
 int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size)
@@ -66,7 +66,7 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
         return -1;
     }
     const char *(*built_with)(void) = (const char *(*)(void))dlsym(handle, "tw_torch_built_with");
-    int (*start)(const tw_torch_hooks_t *) = (int (*)(const tw_torch_hooks_t *))dlsym(handle, "tw_torch_start");
+    int (*start)(const tw_torch_hooks_t *, int) = (int (*)(const tw_torch_hooks_t *, int))dlsym(handle, "tw_torch_start");
     void (*stop)(void) = (void (*)(void))dlsym(handle, "tw_torch_stop");
     uint64_t (*peek)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_sequence_peek");
     uint64_t (*thread_id)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_thread_id");
@@ -120,6 +120,7 @@ static uint64_t link_tag(uint64_t thread, int64_t seq)
 
 typedef struct {
     int begun;             /* tw_call_begin() was called (its frame may still be NULL: too deep) */
+    int is_op;             /* an operator's (aten "all"), not a node's */
     tw_frame_t *frame;
     uint64_t start;
     uint32_t api_id;
@@ -341,6 +342,56 @@ static uint32_t node_api(node_thread_t *st, const char *name)
     return id;
 }
 
+/* Opens a record on this thread for a node or an operator that starts (st from hook_enter()): its
+ * entry in st->nodes, with begun set and frame begun when it is recorded (name NULL: an entry that
+ * is not recorded, for its end to pop). Its start is read last. */
+static node_open_t *open_record(node_thread_t *st, const char *name, int is_op)
+{
+    if (st->open >= NODE_DEPTH) {
+        st->open++;
+        return NULL;
+    }
+    node_open_t *node = &st->nodes[st->open++];
+    node->begun = 0;
+    node->is_op = is_op;
+    tw_thread_t *t = st->t;
+    if (name == NULL || t == NULL || t->paused || atomic_load_explicit(&hooks_idle, memory_order_relaxed))
+        return NULL;
+    uint32_t api_id = node_api(st, name);
+    if (api_id == UINT32_MAX)
+        return NULL;
+    /* An operator dispatching to one of the same name (aten::mean to aten::mean.dim's kernel) is one
+     * record, as torch.profiler shows it: the inner one is not recorded */
+    const node_open_t *outer = node - 1;
+    if (is_op && node > st->nodes && outer->begun && outer->is_op && outer->api_id == api_id)
+        return NULL;
+    node->api_id = api_id;
+    node->fwd_call_id = 0;
+    node->fwd_api = 0;
+    node->begun = 1;
+    node->frame = tw_call_begin(t);
+    return node;
+}
+
+/* Closes the record open_record() opened last on this thread; a node's carries its link. */
+static void close_record(node_thread_t *st, uint64_t end, int is_node)
+{
+    if (st->open == 0) /* begun before this session recorded */
+        return;
+    if (--st->open >= NODE_DEPTH)
+        return;
+    node_open_t *node = &st->nodes[st->open];
+    if (!node->begun)
+        return;
+    if (is_node) {
+        char link[TW_BACKWARD_LINK_SIZE];
+        tw_backward_link_pack(link, node->fwd_call_id, node->fwd_api);
+        tw_call_end_args(st->t, node->frame, node->api_id, node->start, end, TW_RECORD_BACKWARD, link, sizeof link);
+    } else {
+        tw_call_end(st->t, node->frame, node->api_id, node->start, end, 0);
+    }
+}
+
 static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread)
 {
     tw_backward_gpu_settle();
@@ -350,35 +401,22 @@ static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread
     node_thread_t *st = hook_enter();
     if (st == NULL)
         return;
-    if (st->open >= NODE_DEPTH) {
-        st->open++;
-        goto out;
+    node_open_t *node = open_record(st, name, 0);
+    if (node != NULL) {
+        uint32_t fwd_api = 0, module_id = TW_MODULE_NONE, site = 0;
+        node->fwd_call_id = find_link(seq, forward_thread, &fwd_api, &module_id, &site);
+        node->fwd_api = fwd_api;
+        if (node->frame != NULL) {
+            node->frame->api_id = node->api_id;
+            node->frame->module_id = module_id;
+            node->frame->site = site;
+            const tw_gpu_hooks_t *gpu = recording_gpu;
+            if (gpu != NULL && level < NODE_DEPTH &&
+                gpu->push(gpu->kind, tw_gpu_external_id(node->frame->call_id, node->api_id)) == 0)
+                gpu_nodes.pushed[level] = gpu;
+        }
+        node->start = tw_clock_ticks(recording_clock);
     }
-    node_open_t *node = &st->nodes[st->open++];
-    node->begun = 0;
-    tw_thread_t *t = st->t;
-    if (t == NULL || t->paused || atomic_load_explicit(&hooks_idle, memory_order_relaxed))
-        goto out;
-    uint32_t api_id = node_api(st, name);
-    if (api_id == UINT32_MAX)
-        goto out;
-    uint32_t fwd_api = 0, module_id = TW_MODULE_NONE, site = 0;
-    node->fwd_call_id = find_link(seq, forward_thread, &fwd_api, &module_id, &site);
-    node->fwd_api = fwd_api;
-    node->api_id = api_id;
-    node->begun = 1;
-    node->frame = tw_call_begin(t);
-    if (node->frame != NULL) {
-        node->frame->api_id = api_id;
-        node->frame->module_id = module_id;
-        node->frame->site = site;
-        const tw_gpu_hooks_t *gpu = recording_gpu;
-        if (gpu != NULL && level < NODE_DEPTH &&
-            gpu->push(gpu->kind, tw_gpu_external_id(node->frame->call_id, api_id)) == 0)
-            gpu_nodes.pushed[level] = gpu;
-    }
-    node->start = tw_clock_ticks(recording_clock);
-out:
     hook_leave(st);
 }
 
@@ -396,21 +434,40 @@ static void on_node_end(void)
     node_thread_t *st = hook_enter();
     if (st == NULL)
         return;
-    if (st->open == 0) /* begun before this session recorded */
-        goto out;
-    if (--st->open >= NODE_DEPTH)
-        goto out;
-    node_open_t *node = &st->nodes[st->open];
-    if (node->begun) {
-        char link[TW_BACKWARD_LINK_SIZE];
-        tw_backward_link_pack(link, node->fwd_call_id, node->fwd_api);
-        tw_call_end_args(st->t, node->frame, node->api_id, node->start, end, TW_RECORD_BACKWARD, link, sizeof link);
-    }
-out:
+    close_record(st, end, 1);
     hook_leave(st);
 }
 
-static const tw_torch_hooks_t hooks = {on_node_begin, on_node_end};
+/* Operators (config aten "all"): records nested under the call or node that runs them, with no link
+ * and no GPU id of their own (kernels stay charged to the profiled call or node around them, whose
+ * GPU time is then the whole of its operators'). */
+static void on_op_begin(const char *name)
+{
+    node_thread_t *st = hook_enter();
+    if (st == NULL)
+        return;
+    /* torch's own wrapper of each node: the node inside is a record already */
+    static const char engine[] = "autograd::engine::evaluate_function: ";
+    node_open_t *op = open_record(st, strncmp(name, engine, sizeof engine - 1) == 0 ? NULL : name, 1);
+    if (op != NULL) {
+        if (op->frame != NULL)
+            op->frame->api_id = op->api_id;
+        op->start = tw_clock_ticks(recording_clock);
+    }
+    hook_leave(st);
+}
+
+static void on_op_end(void)
+{
+    uint64_t end = tw_clock_ticks(recording_clock);
+    node_thread_t *st = hook_enter();
+    if (st == NULL)
+        return;
+    close_record(st, end, 0);
+    hook_leave(st);
+}
+
+static const tw_torch_hooks_t hooks = {on_node_begin, on_node_end, on_op_begin, on_op_end};
 
 /* ---- sessions ------------------------------------------------------------------------------------ */
 
@@ -433,7 +490,7 @@ static void after_fork_in_child(void)
 }
 
 int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen,
-                      char *why, size_t why_size)
+                      int operators, char *why, size_t why_size)
 {
     static int atfork_registered;
     if (!atfork_registered)
@@ -446,7 +503,7 @@ int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, const tw
     recording_clock = clock;
     recording_gpu = gpu; /* published with recording_gen below */
     atomic_store(&recording_gen, gen);
-    int rc = layer_start(&hooks);
+    int rc = layer_start(&hooks, operators);
     if (rc != 0) {
         atomic_store(&recording_gen, 0);
         snprintf(why, why_size, "the libtorch layer cannot register its callbacks: %s", tw_strerror(rc));
@@ -456,8 +513,8 @@ int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, const tw
 }
 
 int tw_backward_session_start(const char *layer_path, const char *torch_version, tw_recorder_t *recorder,
-                              tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, char *why,
-                              size_t why_size)
+                              tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, int operators,
+                              char *why, size_t why_size)
 {
     if (layer_path == NULL || torch_version == NULL) {
         snprintf(why, why_size, "the libtorch layer was not built (configure found no torch for its Python, or no C++20 "
@@ -466,7 +523,7 @@ int tw_backward_session_start(const char *layer_path, const char *torch_version,
     }
     if (tw_backward_load(layer_path, torch_version, why, why_size) != 0)
         return -1;
-    return tw_backward_start(recorder, clock, gpu, gen, why, why_size);
+    return tw_backward_start(recorder, clock, gpu, gen, operators, why, why_size);
 }
 
 uint64_t tw_backward_stop(void)

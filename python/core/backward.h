@@ -14,16 +14,16 @@
  * (torch.__version__). 0, or -1 with the reason in why (one line for the user). */
 int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size);
 
-/* Backward nodes go to recorder from now on (gen: the session's generation, not 0); with gpu (CUPTI's
- * hooks while GPU timing is on, else NULL), the kernels a node launches are attributed to its
- * record. 0, or -1 with the reason in why. */
+/* Backward nodes go to recorder from now on (gen: the session's generation, not 0), and with operators
+ * nonzero every operator too (config aten "all"); with gpu (CUPTI's hooks while GPU timing is on, else
+ * NULL), the kernels a node launches are attributed to its record. 0, or -1 with the reason in why. */
 int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen,
-                      char *why, size_t why_size);
+                      int operators, char *why, size_t why_size);
 
 /* Loads the layer (layer_path NULL: not built) and starts; 0, or -1 with the reason in why. */
 int tw_backward_session_start(const char *layer_path, const char *torch_version, tw_recorder_t *recorder,
-                              tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, char *why,
-                              size_t why_size);
+                              tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, int operators,
+                              char *why, size_t why_size);
 
 /* Ends recording: when it returns, no hook touches the recorder; the callbacks are removed from
  * libtorch. Returns the nodes whose forward call was not found (overwritten in its ring). */

@@ -48,7 +48,8 @@ typedef struct {
     tw_sites_mode_t sites_mode;
     tw_sites_t *sites;     /* call sites (sites.h), NULL with sites "off"; the writer writes it */
     /* backward nodes (config aten "backward", backward.h) */
-    int aten_backward;       /* asked for */
+    int aten_backward;       /* asked for (aten "backward" or "all") */
+    int aten_operators;      /* aten "all": every operator a record too */
     char *torch_layer;       /* the libtorch layer's path, NULL when it was not built */
     char *torch_version;     /* torch.__version__ of the running torch */
     int backward_on;         /* recording them */
@@ -244,7 +245,8 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     if (self == NULL || gpu == NULL || args_mode == NULL || records == NULL || sites == NULL || aten == NULL ||
         tw_config_schedule(config, &self->schedule) < 0)
         goto fail;
-    self->aten_backward = strcmp(aten, "backward") == 0;
+    self->aten_operators = strcmp(aten, "all") == 0;
+    self->aten_backward = self->aten_operators || strcmp(aten, "backward") == 0;
     if ((torch_layer != NULL && (self->torch_layer = tw_dup_cstr(torch_layer)) == NULL) ||
         (torch_version != NULL && (self->torch_version = tw_dup_cstr(torch_version)) == NULL)) {
         PyErr_NoMemory();
@@ -449,7 +451,7 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     if (self->aten_backward)
         self->backward_on = tw_backward_session_start(self->torch_layer, self->torch_version, self->recorder,
                                                       self->clock.source, tw_active.gpu, tw_active.gen,
-                                                      self->backward_reason, sizeof self->backward_reason) == 0;
+                                                      self->aten_operators, self->backward_reason, sizeof self->backward_reason) == 0;
     tw_active.seq_peek = self->backward_on ? tw_backward_peek_function() : NULL;
     Py_RETURN_NONE;
 }

@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: MIT
-"""What recording backward nodes (config aten "backward") costs, against aten "off" in the same
-process, interleaved, medians of REPS repetitions:
+"""What recording backward nodes (config aten "backward") and every operator (aten "all") cost,
+against aten "off" in the same process, interleaved, medians of REPS repetitions:
 
   per node: a chain of NODES small element-wise ops (each a node: MulBackward0), forward and
     backward timed in blocks; (backward - off) / nodes. The forward ops' sequence-number links are
-    paid in the forward, the nodes' records in the backward: both are counted, per node.
+    paid in the forward, the nodes' records in the backward: both are counted, per node. And
+    (all - backward) / operators: what each operator's record costs (torch's RecordFunction for it
+    included: it builds one per operator only when a FUNCTION-scope callback is registered).
   whole training: the GPT-2-class and BERT-class loops of tests/bench/transformers.py (files on,
     CSV, args none), each profiling mode as a ratio to the unprofiled block of the same
-    repetition: aten off, aten backward, and torch.profiler (CPU) for reference.
+    repetition: aten off, backward and all, and torch.profiler (CPU) for reference.
 
 Run by `make bench`; BENCH=full for more repetitions.
 """
@@ -50,18 +52,23 @@ def per_node(tmp):
     torch.set_num_threads(1)
     x = torch.ones(8, requires_grad=True)
     chain_block(x)
-    diffs, off_ns = [], []
+    diffs, off_ns, op_diffs = [], [], []
+    ops = None
     for rep in range(REPS):
         times = {}
-        for aten in (("off", "backward") if rep % 2 == 0 else ("backward", "off")):
+        for aten in (("off", "backward", "all") if rep % 2 == 0 else ("all", "backward", "off")):
             out = os.path.join(tmp, f"chain-{aten}")
             shutil.rmtree(out, ignore_errors=True)
-            with tw.profile(out_dir=out, format="csv", args="none", aten=aten):
+            with tw.profile(out_dir=out, format="csv", args="none", aten=aten) as prof:
                 chain_block(x)   # warm: chunks and rings in place
                 times[aten] = chain_block(x)
+            if aten == "all" and ops is None:   # operators per pass, counted once
+                ops = sum(1 for r in prof.records() if r.api.startswith("aten::")) / (2 * CHAIN_BLOCK)
         diffs.append((times["backward"] - times["off"]) / (CHAIN_BLOCK * (NODES + 1)))
         off_ns.append(times["off"] / (CHAIN_BLOCK * (NODES + 1)))
-    return {"per_node_ns": statistics.median(diffs), "per_op_off_ns": statistics.median(off_ns), "reps": REPS}
+        op_diffs.append((times["all"] - times["backward"]) / (CHAIN_BLOCK * ops))
+    return {"per_node_ns": statistics.median(diffs), "per_op_off_ns": statistics.median(off_ns),
+            "per_operator_ns": statistics.median(op_diffs), "operators_per_pass": ops, "reps": REPS}
 
 
 def training(name, tmp):
@@ -88,7 +95,7 @@ def training(name, tmp):
             return timed()
 
     modes = {"aten off": lambda: profiled("off"), "aten backward": lambda: profiled("backward"),
-             "torch.profiler": torch_profiler}
+             "aten all": lambda: profiled("all"), "torch.profiler": torch_profiler}
     ratios = {m: [] for m in modes}
     for rep in range(REPS):
         order = list(modes) if rep % 2 == 0 else list(reversed(modes))
@@ -103,7 +110,9 @@ def main() -> None:
     try:
         node = per_node(tmp)
         print(f"backward nodes: +{node['per_node_ns']:.1f} ns per node (aten backward - off; a node and its forward "
-              f"op's link), chain op at aten off {node['per_op_off_ns']:.0f} ns, median of {node['reps']}")
+              f"op's link), chain op at aten off {node['per_op_off_ns']:.0f} ns; operators: "
+              f"+{node['per_operator_ns']:.1f} ns per operator (aten all - backward, "
+              f"{node['operators_per_pass']:.0f} a pass), median of {node['reps']}")
         results = {"per_node": node}
         for name in ("gpt", "bert"):
             r = training(name, tmp)

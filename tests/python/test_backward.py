@@ -239,8 +239,59 @@ def test_aten_off_records_no_node_and_bad_values_are_named():
         model(x).sum().backward()
     assert not [r for r in prof.records() if "Backward" in r.api]
     assert prof.session.stats()["backward"] == "off"
-    with pytest.raises(ValueError, match="config key 'aten': \"yes\" is not accepted: give one of: backward off"):
+    with pytest.raises(ValueError, match="config key 'aten': \"yes\" is not accepted: give one of: backward off all"):
         tw.profile(aten="yes")
+
+
+def profiler_operators(make_model, make_input, loss_of):
+    torch.manual_seed(0)
+    model, x = make_model(), make_input()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    one_step(model, x, loss_of, opt)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        one_step(model, x, loss_of, opt)
+    return collections.Counter(e.name for e in prof.events() if e.name.startswith("aten::"))
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_aten_all_records_every_operator_torch_profiler_sees(workload):
+    expected = profiler_operators(*WORKLOADS[workload])
+    assert expected["aten::mm"] + expected["aten::addmm"] + expected["aten::convolution"] > 0
+    prof, _ = torchwrapper_nodes(*WORKLOADS[workload], aten="all", args="none")
+    records = prof.records()
+    # on the thread that ran the step; operators that torch's worker threads run (an intra-op pool's
+    # aten::empty) are recorded too, where torch.profiler (thread-local callbacks) has none
+    tid = threading.get_native_id()
+    assert collections.Counter(r.api for r in records if r.api.startswith("aten::") and r.tid == tid) == expected
+    # the nodes are all there too, as with aten "backward"
+    assert collections.Counter(r.api for r in records if is_node(r) and not r.api.startswith("aten::")) == \
+        profiler_nodes(*WORKLOADS[workload])
+
+
+def test_aten_all_nests_operators_under_the_calls_and_nodes_that_run_them():
+    prof, _ = torchwrapper_nodes(lambda: MLP(), lambda: torch.randn(4, 8), lambda out: out.pow(2).mean(),
+                                 aten="all", args="none")
+    records = prof.records()
+    by_id = {r.call_id: r for r in records}
+    addmm = [r for r in records if r.api == "aten::addmm"]
+    assert len(addmm) == 3
+    for op in addmm:   # aten::addmm inside aten::linear inside the profiled torch.nn.functional.linear
+        linear = by_id[op.parent_id]
+        assert linear.api == "aten::linear" and by_id[linear.parent_id].api == "torch.nn.functional.linear"
+    for node in [r for r in records if r.api == "AddmmBackward0"]:
+        ops = [r for r in records if r.parent_id == node.call_id]
+        assert ops and all(r.api.startswith("aten::") for r in ops)
+        assert node.fwd_api == "torch.nn.functional.linear"   # nodes keep their link
+        assert node.self_ns <= node.cost_ns - sum(r.cost_ns for r in ops) + 1000
+    # every operator is inside a profiled call or a node: none is outermost
+    assert all(r.parent_id != 0 for r in records if r.api.startswith("aten::"))
+    stray = _core.backward_stray_hooks()
+    torch.ones(3, requires_grad=True).mul(2).sum().backward()   # after stop: no callback of ours left
+    assert _core.backward_stray_hooks() == stray
+    with tw.profile(aten="backward", args="none") as again:   # the next session observes nodes only
+        MLP()(torch.randn(2, 8)).sum().backward()
+    assert not [r for r in again.records() if r.api.startswith("aten::")]
+    assert any(r.api == "AddmmBackward0" for r in again.records())
 
 
 def test_a_layer_built_for_another_torch_is_refused_with_one_line():
