@@ -337,7 +337,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
 # The original tool's DataFrame columns first, then ours.
 ORIGINAL_COLUMNS = ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp", "Cost Time (ms)", "Arguments",
                     "Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID", "Parent ID", "Error",
-                    "Module", "Step"]
+                    "Module", "Step", "Forward Call ID", "Forward API"]
 
 
 def original_frame(frame):
@@ -362,6 +362,9 @@ def original_frame(frame):
         "Error": frame["error"],
         "Module": frame["module"],
         "Step": frame["step"],
+        # autograd nodes (config aten "backward"): the forward call that created them; 0 and "" else
+        "Forward Call ID": frame["fwd_call_id"] if "fwd_call_id" in frame else 0,
+        "Forward API": frame["fwd_api"] if "fwd_api" in frame else "",
     }, columns=ORIGINAL_COLUMNS)
 
 

@@ -191,7 +191,9 @@ class Profile:
     (AddmmBackward0, ...) as a record of its own, charged to the forward call that created it (its
     ``fwd_call_id`` and ``fwd_api`` columns, and that call's module and site); it needs the libtorch
     layer built against this torch, and is off otherwise (``stats()["backward_unavailable"]`` says
-    why). "off" records none.
+    why). "all" records every aten operator as well (aten::addmm, ...), nested under the call or
+    node that ran it (torch then builds a RecordFunction per operator: it costs more). "off"
+    records none.
     """
 
     def __init__(self, modules: Optional[Sequence[str]] = None, include: Optional[Sequence[str]] = None,

@@ -27,13 +27,14 @@ def _records(source: Any) -> List[Any]:
                               gpu_ns=int(round(values["GPU Time (ms)"] * 1e6)), tid=values["Thread"],
                               depth=values["Depth"], parent_id=values["Parent ID"], error=bool(values["Error"]),
                               args=values["Arguments"], module=module if isinstance(module, str) else None,
-                              step=values.get("Step", -1), pid=values.get("PID", 0)))
+                              step=values.get("Step", -1), pid=values.get("PID", 0),
+                              fwd_call_id=int(values.get("Forward Call ID", 0) or 0)))
         return out
     return list(source)
 
 
 def call_tree(source: Any, step: Optional[int] = None, boundary: Optional[str] = None,
-              max_depth: Optional[int] = None, tid: Optional[int] = None) -> str:
+              max_depth: Optional[int] = None, tid: Optional[int] = None, backward: str = "charged") -> str:
     """The calls of one step as an indented tree: each call with its module path, cost and self time.
 
     source: a Profile, a TorchWrapper, records, or ``TorchWrapper.dataframe()``. step=None prints
@@ -41,7 +42,12 @@ def call_tree(source: Any, step: Optional[int] = None, boundary: Optional[str] =
     decided the steps (optimizer steps, prof.step(), a schedule), or, for records without it or
     with ``boundary`` given, steps that end with an outermost call whose API matches ``boundary``
     (default "torch.optim.*.step"). Only the calls of thread ``tid`` (default: the first call's).
+    backward: where autograd nodes go (config aten "backward"): "charged" (the default: under the
+    forward call that created them, when it is shown, marked "(backward)") or "timeline" (where
+    they ran, under the backward call), as ``tw-report --tree --backward``.
     """
+    if backward not in ("charged", "timeline"):
+        raise ValueError(f"backward={backward!r} is not accepted: give 'charged' or 'timeline'")
     records = sorted(_records(source), key=lambda r: (r.start_ns, r.call_id))
     if not records:
         return ""
@@ -71,6 +77,23 @@ def call_tree(source: Any, step: Optional[int] = None, boundary: Optional[str] =
     for r in records:
         if r.depth > 0:
             children.setdefault(r.parent_id, []).append(r)
+    if backward == "charged":   # nodes move below their forward call when it is shown
+        shown: Dict[int, Any] = {}
+        pending = list(roots)
+        while pending:
+            r = pending.pop()
+            shown[r.call_id] = r
+            pending.extend(children.get(r.call_id, ()))
+        charged: Dict[int, List[Any]] = {}
+        for r in sorted(shown.values(), key=lambda r: (r.start_ns, r.call_id)):
+            fwd = getattr(r, "fwd_call_id", 0)
+            parent = fwd if fwd and fwd in shown else r.parent_id if r.parent_id in shown else None
+            if parent is not None:
+                charged.setdefault(parent, []).append(r)
+            elif r.depth > 0:   # a shown call whose parent is not: a root of its own, as tw-report shows it
+                roots.append(r)
+        children = charged
+        roots.sort(key=lambda r: (r.start_ns, r.call_id))
     lines: List[str] = []
     total = sum(r.cost_ns for r in roots)
     count = [0]
@@ -78,7 +101,8 @@ def call_tree(source: Any, step: Optional[int] = None, boundary: Optional[str] =
     def walk(r: Any, level: int) -> None:
         count[0] += 1
         module = f" [{r.module}]" if getattr(r, "module", None) is not None else ""
-        lines.append(f"{'  ' * level}{r.api}{module}  {r.cost_ns / 1e6:.3f} ms  (self {r.self_ns / 1e6:.3f} ms)")
+        mark = "  (backward)" if backward == "charged" and getattr(r, "fwd_call_id", 0) else ""
+        lines.append(f"{'  ' * level}{r.api}{module}{mark}  {r.cost_ns / 1e6:.3f} ms  (self {r.self_ns / 1e6:.3f} ms)")
         if max_depth is None or level + 1 < max_depth:
             for child in children.get(r.call_id, ()):
                 walk(child, level + 1)

@@ -11,6 +11,14 @@
  * merged as they arrive, so a waiting subtree holds one node per distinct stack below it, and the
  * memory is what the calls still open at that point of the files have below them, plus one node per
  * distinct stack of the run, not one per record.
+ *
+ * Backward nodes (rows with a forward call) are charged by default: a node's frame goes under the
+ * frame of the forward call that created it (nn.Linear.forward;torch.nn.functional.linear;
+ * AddmmBackward0), so that a module's frame holds its forward and its backward. The forward call
+ * returned before its nodes ran, so its stack is known by then: every row's parent and frame are
+ * kept in a direct-mapped table of the last CHARGE_RECENT calls read, and a node's stack is rebuilt
+ * from there, top-down, merged by name into the frames already built. With --timeline (or a forward
+ * call not found there) a node stays where it ran, under the backward call.
  */
 #include "config.h"
 
@@ -42,8 +50,26 @@ typedef struct waiting {
     flame_node_t *node;
 } waiting_t;
 
+/* A call read lately: its parent and frame (NULL: none of its own), for the charged view. */
+typedef struct recent_frame {
+    int64_t pid;
+    uint64_t call_id; /* 0: an empty slot */
+    uint64_t parent_id;
+    const struct frame_name *name;
+    uint32_t site;
+} recent_frame_t;
+
+enum { CHARGE_RECENT = 1 << 16 };
+
 struct flame {
     int by_module;
+    int timeline;                /* backward nodes under the backward call that ran them */
+    recent_frame_t *recent;      /* 2 * CHARGE_RECENT slots, made on the first row */
+    struct recent_key {
+        int64_t pid;
+        uint64_t call_id;
+    } *recent_order;             /* the keys in recent, a ring, oldest at recent_next */
+    size_t recent_next;
     const report_sites_t *sites; /* call sites as frames (NULL, or no sites files: none) */
     int oom;
     uint64_t self_ns; /* all the self time counted: what the stacks sum to */
@@ -279,12 +305,13 @@ static flame_node_t *waiting_get(flame_t *f, int64_t pid, uint64_t call_id)
 
 /* ---- the pass ---------------------------------------------------------------------------------- */
 
-flame_t *report_flame_new(int by_module, const report_sites_t *sites)
+flame_t *report_flame_new(int by_module, const report_sites_t *sites, int timeline)
 {
     flame_t *f = calloc(1, sizeof *f);
     if (f != NULL) {
         f->by_module = by_module;
         f->sites = sites;
+        f->timeline = timeline;
     }
     return f;
 }
@@ -294,25 +321,119 @@ flame_t *report_flame_new(int by_module, const report_sites_t *sites)
  * ("train.py:42 train_step"), or the call's parent itself when the call names no site (or the run
  * has no sites files). A site frame has no time of its own: stacks still sum to the self times.
  */
-static flame_node_t *site_parent(flame_t *f, flame_node_t *parent, const tw_row_t *row)
+/* parent's child frame of that name, made (with no time of its own) when there is none */
+static flame_node_t *child_named(flame_t *f, flame_node_t *parent, const frame_name_t *name)
 {
-    const char *text = row->site != 0 && f->sites != NULL ? report_site_text(f->sites, row->pid, row->site) : NULL;
-    if (text == NULL)
-        return parent;
-    const frame_name_t *name = intern(f, text, tw_utf8_cut(text, strlen(text), FRAME_NAME_MAX), 0);
-    for (flame_node_t *c = parent->child; name != NULL && c != NULL; c = c->next)
+    for (flame_node_t *c = parent->child; c != NULL; c = c->next)
         if (c->name == name)
             return c;
-    flame_node_t *site = name != NULL ? node_new(f) : NULL;
-    if (site == NULL) {
+    flame_node_t *child = node_new(f);
+    if (child == NULL) {
         f->oom = 1;
         return parent;
     }
-    site->name = name;
-    site->next = parent->child;
-    parent->child = site;
-    return site;
+    child->name = name;
+    child->next = parent->child;
+    parent->child = child;
+    return child;
 }
+
+static flame_node_t *site_parent(flame_t *f, flame_node_t *parent, int64_t pid, uint32_t site)
+{
+    const char *text = site != 0 && f->sites != NULL ? report_site_text(f->sites, pid, site) : NULL;
+    if (text == NULL)
+        return parent;
+    const frame_name_t *name = intern(f, text, tw_utf8_cut(text, strlen(text), FRAME_NAME_MAX), 0);
+    return name != NULL ? child_named(f, parent, name) : parent;
+}
+
+/* The slot of (pid, call_id) in the recent table: its own, or the empty one where it would go. */
+static size_t recent_slot(const flame_t *f, int64_t pid, uint64_t call_id)
+{
+    size_t j = report_pid_id_hash(pid, call_id) & (2 * CHARGE_RECENT - 1);
+    while (f->recent[j].call_id != 0 && !(f->recent[j].call_id == call_id && f->recent[j].pid == pid))
+        j = (j + 1) & (2 * CHARGE_RECENT - 1);
+    return j;
+}
+
+static const recent_frame_t *recent_find(const flame_t *f, int64_t pid, uint64_t call_id)
+{
+    if (f->recent == NULL)
+        return NULL;
+    const recent_frame_t *e = &f->recent[recent_slot(f, pid, call_id)];
+    return e->call_id != 0 ? e : NULL;
+}
+
+/* Keeps e among the last CHARGE_RECENT calls read: an open-addressing table at most half full, the
+ * oldest call leaving it (in the order of a ring of their keys) when a new one comes. */
+static void recent_put(flame_t *f, recent_frame_t e)
+{
+    if (f->recent == NULL) {
+        f->recent = calloc(2 * CHARGE_RECENT, sizeof *f->recent);
+        f->recent_order = calloc(CHARGE_RECENT, sizeof *f->recent_order);
+        if (f->recent == NULL || f->recent_order == NULL) {
+            free(f->recent);
+            free(f->recent_order);
+            f->recent = NULL;
+            f->recent_order = NULL;
+            return; /* nodes stay where they ran */
+        }
+    }
+    struct recent_key *oldest = &f->recent_order[f->recent_next];
+    if (oldest->call_id != 0) { /* full: the oldest leaves, backward shift keeping probe chains whole */
+        size_t i = recent_slot(f, oldest->pid, oldest->call_id);
+        f->recent[i].call_id = 0;
+        for (size_t j = (i + 1) & (2 * CHARGE_RECENT - 1); f->recent[j].call_id != 0;
+             j = (j + 1) & (2 * CHARGE_RECENT - 1)) {
+            recent_frame_t moved = f->recent[j];
+            f->recent[j].call_id = 0;
+            f->recent[recent_slot(f, moved.pid, moved.call_id)] = moved;
+        }
+    }
+    size_t at = recent_slot(f, e.pid, e.call_id);
+    if (f->recent[at].call_id != 0) { /* read twice (files given twice): the older key stays in the ring */
+        f->recent[at] = e;
+        return;
+    }
+    f->recent[at] = e;
+    *oldest = (struct recent_key){e.pid, e.call_id};
+    f->recent_next = (f->recent_next + 1) % CHARGE_RECENT;
+}
+
+/*
+ * Where a backward node's frame goes in the charged view: below the frame of the forward call that
+ * created it, its stack rebuilt from the calls read lately (a forward call's ancestors, and their
+ * call sites, in the order the forward had them). An ancestor not read yet (one still running, as
+ * an outer call around both forward and backward) is waited for like any parent. NULL: the forward
+ * call is not among the calls read lately; the node stays where it ran.
+ */
+static flame_node_t *charged_parent(flame_t *f, int64_t pid, uint64_t fwd_call_id)
+{
+    const recent_frame_t *chain[TW_MAX_DEPTH];
+    size_t n = 0;
+    const recent_frame_t *e = recent_find(f, pid, fwd_call_id);
+    if (e == NULL)
+        return NULL;
+    for (; e != NULL && n < TW_MAX_DEPTH; e = e->parent_id != 0 ? recent_find(f, pid, e->parent_id) : NULL)
+        chain[n++] = e;
+    const recent_frame_t *top = chain[n - 1];
+    flame_node_t *at = top->parent_id == 0 ? &f->root : waiting_get(f, pid, top->parent_id);
+    if (at == NULL) {
+        f->oom = 1;
+        return NULL;
+    }
+    while (n-- > 0) {
+        at = site_parent(f, at, pid, chain[n]->site);
+        if (chain[n]->name != NULL)
+            at = child_named(f, at, chain[n]->name);
+    }
+    return at;
+}
+
+/* Nodes read before their forward call (another thread's records can reach the files first) wait
+ * for it in the waiting table, under the forward call's id with this bit set: call ids never have
+ * it. Those whose forward call never comes end below "(not recorded)", as orphans do. */
+#define CHARGE_PENDING (UINT64_C(1) << 63)
 
 /*
  * The module a row is the forward of: its path, for a module other than the model; the model's own
@@ -337,18 +458,22 @@ void report_flame_row(flame_t *f, const tw_row_t *row, int counted)
 {
     const frame_name_t *name = NULL;
     int outermost = row->parent_id == 0;
+    int charged = !f->timeline && row->fwd_call_id != 0;
     size_t api_len = tw_utf8_cut(row->api.ptr, row->api.len, FRAME_NAME_MAX);
     const char *label = NULL;
-    size_t label_len = f->by_module ? report_module_label(row, &label) : 0;
     /* --by module: a call outside every module keeps its API as its frame (optimizer steps,
-     * backward); one inside a module has no frame of its own. */
-    if (!f->by_module || label_len > 0 || outermost) {
+     * backward); one inside a module has no frame of its own, nor has a charged node: its time is
+     * its module's, as its forward's is. */
+    size_t label_len = f->by_module && !charged ? report_module_label(row, &label) : 0;
+    if (!f->by_module || label_len > 0 || (outermost && !charged)) {
         name = label_len > 0 ? intern(f, label, label_len, 1) : intern(f, row->api.ptr, api_len, 0);
         if (name == NULL) {
             f->oom = 1;
             return;
         }
     }
+    if (!f->timeline && row->call_id != 0) /* kept for the nodes that come later */
+        recent_put(f, (recent_frame_t){row->pid, row->call_id, row->parent_id, name, row->site});
     flame_node_t *node = waiting_take(f, row->pid, row->call_id);
     if (node == NULL && (node = node_new(f)) == NULL) {
         f->oom = 1;
@@ -361,18 +486,29 @@ void report_flame_row(flame_t *f, const tw_row_t *row, int counted)
         f->self_ns += row->self_ns;
         f->calls++;
     }
-    flame_node_t *parent = outermost ? &f->root : waiting_get(f, row->pid, row->parent_id);
-    if (parent == NULL) {
+    flame_node_t *parent = NULL;
+    if (charged && (parent = charged_parent(f, row->pid, row->fwd_call_id)) == NULL &&
+        (parent = waiting_get(f, row->pid, row->fwd_call_id | CHARGE_PENDING)) == NULL)
         f->oom = 1;
-        parent = &f->root; /* its time still counts, as an outermost call */
+    if (parent == NULL) {
+        parent = outermost ? &f->root : waiting_get(f, row->pid, row->parent_id);
+        if (parent == NULL) {
+            f->oom = 1;
+            parent = &f->root; /* its time still counts, as an outermost call */
+        }
+        if (name != NULL)
+            parent = site_parent(f, parent, row->pid, row->site);
     }
-    if (name != NULL)
-        parent = site_parent(f, parent, row);
     if (name != NULL) {
         add_child(f, parent, node);
     } else { /* no frame of its own: its time and its children's frames belong to its parent's frame */
         node->calls = 0;
         merge(f, parent, node);
+    }
+    flame_node_t *pending = f->timeline ? NULL : waiting_take(f, row->pid, row->call_id | CHARGE_PENDING);
+    if (pending != NULL) { /* nodes that came before this, their forward call */
+        flame_node_t *at = charged_parent(f, row->pid, row->call_id);
+        merge(f, at != NULL ? at : &f->root, pending);
     }
 }
 
@@ -461,6 +597,8 @@ void report_flame_free(flame_t *f)
     }
     free(f->names);
     free(f->waiting);
+    free(f->recent);
+    free(f->recent_order);
     for (size_t i = 0; i < f->nchunks; i++)
         free(f->chunks[i]);
     free(f->chunks);

@@ -37,6 +37,8 @@
     "  --flamegraph FILE also write an interactive SVG flame graph (hover, click to zoom, search)\n"               \
     "  --html FILE       also write a one-file HTML report: summary, per-API table, flame graph, steps,\n"         \
     "                    processes, modules, GPU time (no network needed to open it); with --diff, the diff\n"     \
+    "  --backward VIEW   where autograd nodes go in --folded, --flamegraph, --html and --tree: charged\n"          \
+    "                    (default: under the forward call that created them) or timeline (where they ran)\n"      \
     "  --diff BASE       compare the inputs (NEW) with BASE (a directory or file; repeat for more files): per\n"   \
     "                    API, time per step in both runs, the change, and whether it is beyond the step-to-step\n" \
     "                    noise; steps 1 to the last but one unless --steps (warm-up and a cut-off last step)\n"   \
@@ -168,7 +170,8 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
 #define IS(name) (name_len == strlen(name) && strncmp(a, name, name_len) == 0)
         if (!(IS("--sort") || IS("--top") || IS("--by") || IS("--api") || IS("--pid") || IS("--tid") ||
               IS("--window") || IS("--steps") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
-              IS("--boundary") || IS("--max-depth") || IS("--folded") || IS("--flamegraph") || IS("--html")))
+              IS("--boundary") || IS("--max-depth") || IS("--folded") || IS("--flamegraph") || IS("--html") ||
+              IS("--backward")))
             return report_usage_error(err, "unknown option '%.*s'", (int)name_len, a);
         if (value == NULL)
             return report_usage_error(err, "option %s needs a value", a);
@@ -178,6 +181,10 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             if (value[0] == '\0')
                 return report_usage_error(err, "%.*s needs a file name", (int)name_len, a);
             *(IS("--folded") ? &o->folded : IS("--flamegraph") ? &o->flamegraph : &o->html) = value;
+        } else if (IS("--backward")) {
+            if (strcmp(value, "charged") != 0 && strcmp(value, "timeline") != 0)
+                return report_usage_error(err, "--backward '%s' is not accepted: give charged or timeline", value);
+            o->backward_timeline = strcmp(value, "timeline") == 0;
         } else if (IS("--by") && strcmp(value, "module") == 0) {
             o->frames_by_module = 1;
         } else if (IS("--sort")) {

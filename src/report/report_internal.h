@@ -87,6 +87,7 @@ typedef struct options {
     /* --folded, --flamegraph, --html (flame.c, html.c) */
     const char *folded, *flamegraph, *html;
     int frames_by_module; /* --by module: module paths as frames */
+    int backward_timeline; /* --backward timeline: autograd nodes where they ran, not under their forward call */
     /* --diff BASE (repeatable; the positional inputs are NEW), --fail-above, --alpha, --min-change (diff.c) */
     const char **diff_base;
     size_t ndiff_base;
@@ -144,8 +145,10 @@ typedef struct trace {
 } trace_t;
 
 typedef struct tree_call {
-    uint64_t call_id, start_ns, cost_ns, self_ns, depth, site;
+    uint64_t call_id, start_ns, cost_ns, self_ns, depth, site, parent_id, fwd_call_id;
     char *api, *module;
+    /* while printing: the tree as shown (nodes charged to their forward call, or where they ran) */
+    size_t first_child, last_child, next_sibling; /* indexes + 1; 0: none */
 } tree_call_t;
 
 typedef struct tree_calls {
@@ -247,7 +250,9 @@ void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_s
 /* flame.c: stacks and their self time, built bottom-up as rows return (see there) */
 typedef struct flame flame_t;
 /* by_module: module paths as frames; sites: call sites as frames above their calls (NULL: none). */
-flame_t *report_flame_new(int by_module, const report_sites_t *sites);
+/* timeline: backward nodes stay under the backward call that ran them (else: under the forward call
+ * that created them, the charged view) */
+flame_t *report_flame_new(int by_module, const report_sites_t *sites, int timeline);
 void report_flame_row(flame_t *f, const tw_row_t *row, int counted);
 void report_flame_settle(flame_t *f);
 uint64_t report_flame_self_ns(const flame_t *f);

@@ -44,7 +44,7 @@ static int tree_calls_add(tree_calls_t *c, const tw_row_t *row)
     }
     tree_call_t *t = &c->items[c->count];
     *t = (tree_call_t){row->call_id, row->start_ns, row->cost_ns, row->self_ns, row->depth, row->site,
-                       copy_str(row->api), copy_str(row->module)};
+                       row->parent_id, row->fwd_call_id, copy_str(row->api), copy_str(row->module), 0, 0, 0};
     if (t->api == NULL || t->module == NULL) {
         free(t->api);
         free(t->module);
@@ -62,6 +62,63 @@ static int compare_tree_calls(const void *a, const void *b)
     if (x->start_ns != y->start_ns)
         return x->start_ns < y->start_ns ? -1 : 1;
     return x->depth < y->depth ? -1 : x->depth > y->depth;
+}
+
+static int compare_ids(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The index of call id in ids (pairs: id, index; sorted), or SIZE_MAX. */
+static size_t index_of(const uint64_t *ids, size_t count, uint64_t id)
+{
+    uint64_t key[2] = {id, 0};
+    const uint64_t *hit = bsearch(key, ids, count, 2 * sizeof *ids, compare_ids);
+    return hit != NULL ? (size_t)hit[1] : SIZE_MAX;
+}
+
+/*
+ * Links the step's calls (in start order) into the tree as shown: a call below its parent, and in
+ * the charged view (timeline 0) an autograd node below the forward call that created it when that is
+ * in the step (after the forward call's own children: it ran later). A call with no parent shown is
+ * a root: its depth is set to UINT64_MAX. Returns a stack of count entries for the printer's walk,
+ * or NULL without memory.
+ */
+static size_t *link_tree(tree_calls_t *c, int timeline)
+{
+    uint64_t *ids = malloc(2 * c->count * sizeof *ids + 1);
+    size_t *stack = malloc(c->count * sizeof *stack + 1);
+    if (ids == NULL || stack == NULL) {
+        free(ids);
+        free(stack);
+        return NULL;
+    }
+    for (size_t i = 0; i < c->count; i++) {
+        ids[2 * i] = c->items[i].call_id;
+        ids[2 * i + 1] = i;
+    }
+    qsort(ids, c->count, 2 * sizeof *ids, compare_ids);
+    for (size_t i = 0; i < c->count; i++) {
+        tree_call_t *call = &c->items[i];
+        size_t parent = SIZE_MAX;
+        if (!timeline && call->fwd_call_id != 0)
+            parent = index_of(ids, c->count, call->fwd_call_id);
+        if (parent == SIZE_MAX && call->parent_id != 0)
+            parent = index_of(ids, c->count, call->parent_id);
+        if (parent == SIZE_MAX) {
+            call->depth = UINT64_MAX;
+            continue;
+        }
+        tree_call_t *p = &c->items[parent];
+        if (p->last_child != 0)
+            c->items[p->last_child - 1].next_sibling = i + 1;
+        else
+            p->first_child = i + 1;
+        p->last_child = i + 1;
+    }
+    free(ids);
+    return stack;
 }
 
 void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
@@ -85,25 +142,57 @@ void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
     }
     qsort(c->items, c->count, sizeof *c->items, compare_tree_calls);
     uint64_t total = 0;
-    size_t shown = 0;
-    for (size_t i = 0; i < c->count; i++) {
+    for (size_t i = 0; i < c->count; i++)
         total += c->items[i].depth == 0 ? c->items[i].cost_ns : 0;
-        shown += o->max_depth == 0 || c->items[i].depth < o->max_depth;
+    size_t *stack = link_tree(c, o->backward_timeline), *order = malloc(c->count * sizeof *order + 1);
+    if (stack == NULL || order == NULL) {
+        free(stack);
+        free(order);
+        fprintf(err, "tw-report: out of memory for the tree of %zu calls\n", c->count);
+        return;
     }
+    /* depth-first from the roots (calls whose parent is not in the step, in start order): the order
+     * shown, each call's depth its level in it */
+    size_t top = 0, n_order = 0;
+    for (size_t i = c->count; i-- > 0;)
+        if (c->items[i].depth == UINT64_MAX) {
+            c->items[i].depth = 0;
+            stack[top++] = i;
+        }
+    while (top > 0) {
+        size_t i = stack[--top];
+        order[n_order++] = i;
+        size_t n = 0; /* children pushed last-first, so that they come out in start order */
+        for (size_t k = c->items[i].first_child; k != 0; k = c->items[k - 1].next_sibling)
+            n++;
+        size_t at = top + n;
+        for (size_t k = c->items[i].first_child; k != 0; k = c->items[k - 1].next_sibling) {
+            c->items[k - 1].depth = c->items[i].depth + 1;
+            stack[--at] = k - 1;
+        }
+        top += n;
+    }
+    size_t shown = 0;
+    for (size_t i = 0; i < n_order; i++)
+        shown += o->max_depth == 0 || c->items[order[i]].depth < o->max_depth;
     fprintf(out, "step %" PRId64 " (pid %" PRId64 ", thread %" PRIu64 "): %zu calls shown, %.3f ms\n", o->tree_step,
             t->pid, t->tid, shown, (double)total / 1e6);
-    for (size_t i = 0; i < c->count; i++) {
-        const tree_call_t *call = &c->items[i];
+    for (size_t i = 0; i < n_order; i++) {
+        const tree_call_t *call = &c->items[order[i]];
         if (o->max_depth != 0 && call->depth >= o->max_depth)
             continue;
         fprintf(out, "%*s%s", (int)(2 * (call->depth + 1)), "", call->api);
         if (call->module[0] != '\0')
             fprintf(out, " [%s]", call->module);
+        if (call->fwd_call_id != 0 && !o->backward_timeline)
+            fprintf(out, "  (backward)");
         const char *site = t->sites != NULL ? report_site_text(t->sites, t->pid, call->site) : NULL;
         if (site != NULL) /* where the program made the call (config sites) */
             fprintf(out, "  @ %s", site);
         fprintf(out, "  %.3f ms  (self %.3f ms)\n", (double)call->cost_ns / 1e6, (double)call->self_ns / 1e6);
     }
+    free(order);
+    free(stack);
 }
 
 /* --tree: rows of the chosen thread wait until their outermost call returns, then belong to the

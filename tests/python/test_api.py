@@ -41,7 +41,7 @@ def test_the_manuals_example_runs_verbatim(tmp_path, monkeypatch):
     assert list(frame.columns[:6]) == ["API Name", "Total Time (ms)", "Call Number", "Start Timestamp",
                                        "Cost Time (ms)", "Arguments"]
     assert list(frame.columns[6:]) == ["Self Time (ms)", "GPU Time (ms)", "Thread", "PID", "Depth", "Call ID",
-                                       "Parent ID", "Error", "Module", "Step"]
+                                       "Parent ID", "Error", "Module", "Step", "Forward Call ID", "Forward API"]
     assert list(frame["API Name"]) == ["torch.randn", "torch.randn", "torch.Tensor.__add__"]
     assert list(frame["Call Number"]) == [1, 2, 1]
     assert frame["Start Timestamp"].dtype == "int64"

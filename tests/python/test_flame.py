@@ -65,7 +65,8 @@ def records(out_dir):
                 rows += [json.loads(line) for line in f]
     return [{"api": r["api"], "self": int(r["self_ns"]), "cost": int(r["cost_ns"]), "pid": int(r["pid"]),
              "call_id": int(r["call_id"]), "parent_id": int(r["parent_id"]), "depth": int(r["depth"]),
-             "module": r.get("module"), "step": int(r["step"]), "site": int(r.get("site") or 0)} for r in rows]
+             "module": r.get("module"), "step": int(r["step"]), "site": int(r.get("site") or 0),
+             "fwd_call_id": int(r.get("fwd_call_id") or 0)} for r in rows]
 
 
 def site_texts(out_dir):
@@ -80,22 +81,24 @@ def site_texts(out_dir):
 
 
 def frames_of(chain, texts):
-    """A call chain's frames: each call's API, below its call site when it has one."""
+    """A call chain's frames: each call's API, below its call site when it has one (an autograd
+    node's site is its forward call's: the node's frame is right below that call's)."""
     frames = []
     for c in chain:
-        if c["site"]:
+        if c["site"] and not c["fwd_call_id"]:
             frames.append(texts[(c["pid"], c["site"])])
         frames.append(c["api"])
     return frames
 
 
 def chains(rows):
-    """Each record with its callers, outermost first, from the parent ids alone."""
+    """Each record with its callers, outermost first, from the parent ids alone; an autograd node's
+    caller is the forward call that created it (tw-report's charged view, its default)."""
     by_id = {(r["pid"], r["call_id"]): r for r in rows}
     for r in rows:
         chain = [r]
-        while chain[0]["parent_id"]:
-            chain.insert(0, by_id[(r["pid"], chain[0]["parent_id"])])
+        while chain[0]["fwd_call_id"] or chain[0]["parent_id"]:
+            chain.insert(0, by_id[(r["pid"], chain[0]["fwd_call_id"] or chain[0]["parent_id"])])
         yield r, chain
 
 
@@ -142,7 +145,7 @@ def test_folded_by_module_has_module_paths_as_frames(run_dir, tmp_path):
             return c["module"] or c["api"].removesuffix(".forward")
         expected = defaultdict(int)
         for r, chain in chains(rows):
-            frames = [frame(c) for c in chain if c["module"] is not None]
+            frames = [frame(c) for c in chain if c["module"] is not None and not c["fwd_call_id"]]
             if chain[0]["module"] is None:
                 frames.insert(0, chain[0]["api"])  # outside every module: the outermost call's API
             expected[";".join(frames)] += r["self"]

@@ -1,0 +1,231 @@
+# SPDX-License-Identifier: MIT
+"""Inside backward on a real GPU (#35), side by side with torch.profiler, in one run:
+
+  nodes      the GPT-2-class loop of tests/python/gpu_loops.py, GPU timing and backward nodes on:
+             the GPU time of each node name (the kernels a node launched, and what the engine did
+             right after it) against torch.profiler's kernels under that node's
+             "autograd::engine::evaluate_function: NAME" (a fresh process each); per module, forward
+             and backward GPU time as torchwrapper charges them;
+  views      tw-report's charged stacks of that run (nodes run on autograd's device thread, whose
+             records reach the files apart from the forward thread's): node time found under its
+             forward call's frame, and what is left below "(not recorded)";
+  operators  aten "all" with GPU timing on: operators recorded per thread against torch.profiler's
+             aten events, and the loop's results unchanged;
+  overhead   the loop's time with aten off, backward and all (GPU timing on), interleaved blocks
+             against the unprofiled one, median of ROUNDS.
+
+python3 tests/gpu/backward.py OUT.json [--small --device cpu]: --small --device cpu runs the same
+code on the CPU with a tiny model, to check it where there is no GPU. Each section is kept apart:
+one that fails is written as its error and the others go on."""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+import torch  # noqa: E402
+
+import gpu_loops  # noqa: E402
+import torchwrapper as tw  # noqa: E402
+
+PREFIX = "autograd::engine::evaluate_function: "
+ROUNDS = 5
+STEPS = 5
+
+
+def tw_report():
+    top = os.environ.get("top_builddir") or os.path.join(HERE, "..", "..")
+    return os.path.join(top, "tw-report")
+
+
+def profiler_nodes(args):
+    """torch.profiler: GPU time of the kernels under each node's evaluate_function, and aten events."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    run = gpu_loops.LOOPS["gpt2"](args.device, args.small)
+    run(2)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        run(STEPS)
+    by_node = collections.defaultdict(float)
+    aten = collections.Counter()
+    for event in prof.events():
+        if event.device_type == DeviceType.CPU and event.name.startswith("aten::"):
+            aten[event.name] += 1
+        if event.device_type != DeviceType.CPU or not event.name.startswith(PREFIX):
+            continue
+        node = event.name[len(PREFIX):]
+        for kernel in event.kernels:   # the kernels launched under the node's evaluate_function
+            by_node[node] += kernel.duration * 1000.0
+    return {"by_node_ns": dict(by_node), "aten_events": sum(aten.values()), "aten_names": len(aten)}
+
+
+def ours(args, out, aten="backward"):
+    run = gpu_loops.LOOPS["gpt2"](args.device, args.small)
+    run(2)
+    gpu = "on" if args.device == "cuda" else "off"
+    with tw.profile(out_dir=out + "-warmup", format="csv", gpu=gpu, aten=aten):
+        run(1)
+    with tw.profile(out_dir=out, format="csv", gpu=gpu, aten=aten) as prof:
+        run(STEPS)
+    calls = {int(r["call_id"]): r for r in gpu_loops.read_kind(out, "calls")}
+    gpu_rows = gpu_loops.read_kind(out, "gpu") if args.device == "cuda" else []
+    return prof, calls, gpu_rows
+
+
+def section_nodes(args, results):
+    theirs_json = subprocess.run([sys.executable, __file__, "--profiler-child", *child_args(args)],
+                                 capture_output=True, text=True, timeout=600)
+    if theirs_json.returncode != 0:
+        results["nodes"] = {"error": theirs_json.stderr[-3000:]}
+        return
+    theirs = json.loads(theirs_json.stdout.splitlines()[-1])
+    out = tempfile.mkdtemp(prefix="tw-gpu-backward-")
+    _, calls, gpu_rows = ours(args, out)
+    by_node = collections.defaultdict(float)
+    by_module = collections.defaultdict(lambda: {"forward_ns": 0, "backward_ns": 0})
+
+    def module_of(call):
+        for _ in range(64):
+            if call is None or call.get("module"):
+                break
+            call = calls.get(int(call.get("parent_id") or 0))
+        return (call or {}).get("module") or "-"
+
+    for row in gpu_rows:
+        call = calls.get(int(row["call_id"]))
+        if call is None:
+            continue
+        ns = gpu_loops.duration(row)
+        fwd = int(call.get("fwd_call_id") or 0)
+        if fwd or call["api"].endswith(("Backward0", "Backward1", "AccumulateGrad")):
+            by_node[call["api"].replace("torch::autograd::", "torch::autograd::")] += ns
+            if fwd in calls:
+                by_module[module_of(calls[fwd])]["backward_ns"] += ns
+        else:
+            by_module[module_of(call)]["forward_ns"] += ns
+    compared = {}
+    for name in sorted(set(by_node) | set(theirs["by_node_ns"])):
+        a, b = by_node.get(name, 0.0), theirs["by_node_ns"].get(name, 0.0)
+        compared[name] = {"torchwrapper_ns": a, "torch_profiler_ns": b, "ratio": a / b if b else None}
+    big = {n: c for n, c in compared.items() if c["torch_profiler_ns"] >= 50_000}
+    results["nodes"] = {"out": out, "compared": compared,
+                        "within_5pct": sum(1 for c in big.values() if c["ratio"] and abs(c["ratio"] - 1) <= 0.05),
+                        "compared_over_50us": len(big), "by_module_ns": dict(by_module),
+                        "total_backward_ns": {"torchwrapper": sum(by_node.values()),
+                                              "torch_profiler": sum(theirs["by_node_ns"].values())}}
+    print(f"[nodes] {results['nodes']['within_5pct']} of {len(big)} node names within 5% of torch.profiler; "
+          f"backward GPU time {results['nodes']['total_backward_ns']}", flush=True)
+
+
+def section_views(args, results):
+    out = (results.get("nodes") or {}).get("out")
+    if out is None:
+        out = tempfile.mkdtemp(prefix="tw-gpu-views-")
+        ours(args, out)
+    calls = {int(r["call_id"]): r for r in gpu_loops.read_kind(out, "calls")}
+    node_ns = sum(int(r["self_ns"]) for r in calls.values() if int(r.get("fwd_call_id") or 0))
+    threads = {r["tid"] for r in calls.values() if int(r.get("fwd_call_id") or 0)}
+    folded = os.path.join(out, "..", os.path.basename(out) + ".folded")
+    done = subprocess.run([tw_report(), "--folded", folded, out], capture_output=True, text=True)
+    if done.returncode != 0:
+        results["views"] = {"error": done.stderr[-2000:]}
+        return
+    charged = not_recorded = 0
+    with open(folded) as f:
+        for line in f:
+            stack, ns = line.rsplit(" ", 1)
+            frames = stack.split(";")
+            if frames[0] == "(not recorded)":
+                not_recorded += int(ns)
+            elif len(frames) > 1 and frames[-1].endswith(("Backward0", "Backward1")) and \
+                    not any(f.startswith("torch.autograd.backward") for f in frames):
+                charged += int(ns)
+    results["views"] = {"node_self_ns": node_ns, "charged_ns": charged, "not_recorded_ns": not_recorded,
+                        "node_threads": len(threads)}
+    print(f"[views] {results['views']}", flush=True)
+
+
+def section_operators(args, results):
+    theirs_json = subprocess.run([sys.executable, __file__, "--profiler-child", *child_args(args)],
+                                 capture_output=True, text=True, timeout=600)
+    theirs = json.loads(theirs_json.stdout.splitlines()[-1]) if theirs_json.returncode == 0 else {}
+    out = tempfile.mkdtemp(prefix="tw-gpu-aten-all-")
+    prof, calls, gpu_rows = ours(args, out, aten="all")
+    ops = [r for r in calls.values() if r["api"].startswith("aten::")]
+    by_thread = collections.Counter(r["tid"] for r in ops)
+    unattributed = sum(1 for r in gpu_rows if int(r["call_id"]) not in calls)
+    results["operators"] = {"operators": len(ops), "names": len({r["api"] for r in ops}),
+                            "by_thread": dict(by_thread), "torch_profiler_aten_events": theirs.get("aten_events"),
+                            "gpu_activities": len(gpu_rows), "unattributed": unattributed,
+                            "stats": {k: v for k, v in prof.stats().items() if k.startswith(("backward", "records"))}}
+    print(f"[operators] {results['operators']}", flush=True)
+
+
+def section_overhead(args, results):
+    run = gpu_loops.LOOPS["gpt2"](args.device, args.small)
+    run(3)
+    gpu = "on" if args.device == "cuda" else "off"
+
+    def timed():
+        t0 = time.perf_counter()
+        run(STEPS)
+        return time.perf_counter() - t0
+
+    def profiled(aten):
+        with tw.profile(out_dir=tempfile.mkdtemp(prefix=f"tw-gpu-ovh-{aten}-"), format="csv", gpu=gpu, aten=aten):
+            run(1)
+            return timed()
+
+    ratios = {m: [] for m in ("off", "backward", "all")}
+    for i in range(ROUNDS):
+        plain = timed()
+        for m in (list(ratios) if i % 2 == 0 else list(reversed(ratios))):
+            ratios[m].append(profiled(m) / plain)
+    results["overhead"] = {f"aten {m}": statistics.median(v) for m, v in ratios.items()}
+    print(f"[overhead] {results['overhead']}", flush=True)
+
+
+def child_args(args):
+    return ["--device", args.device] + (["--small"] if args.small else [])
+
+
+SECTIONS = {"nodes": section_nodes, "views": section_views, "operators": section_operators,
+            "overhead": section_overhead}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", nargs="?")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--small", action="store_true")
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--profiler-child", action="store_true")
+    args = parser.parse_args()
+    if args.profiler_child:
+        print(json.dumps(profiler_nodes(args)))
+        return
+    results = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}
+    for name in args.sections.split(","):
+        try:
+            SECTIONS[name](args, results)
+        except Exception:
+            results[name] = {"error": traceback.format_exc()[-3000:]}
+            print(f"[{name}] failed:\n{results[name]['error']}", flush=True)
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
