@@ -66,8 +66,11 @@ def profiler_nodes(args):
         if event.device_type != DeviceType.CPU or not event.name.startswith(PREFIX):
             continue
         node = event.name[len(PREFIX):]
-        for kernel in event.kernels:   # the kernels launched under the node's evaluate_function
-            by_node[node] += kernel.duration * 1000.0
+        pending = [event]   # the kernels launched under the node's evaluate_function, at any depth
+        while pending:
+            e = pending.pop()
+            by_node[node] += sum(kernel.duration for kernel in e.kernels) * 1000.0
+            pending.extend(e.cpu_children)
     return {"by_node_ns": dict(by_node), "aten_events": sum(aten.values()), "aten_names": len(aten)}
 
 
@@ -110,7 +113,7 @@ def section_nodes(args, results):
         ns = gpu_loops.duration(row)
         fwd = int(call.get("fwd_call_id") or 0)
         if fwd or call["api"].endswith(("Backward0", "Backward1", "AccumulateGrad")):
-            by_node[call["api"].replace("torch::autograd::", "torch::autograd::")] += ns
+            by_node[call["api"]] += ns
             if fwd in calls:
                 by_module[module_of(calls[fwd])]["backward_ns"] += ns
         else:

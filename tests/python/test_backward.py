@@ -349,7 +349,10 @@ def test_a_forked_child_records_its_own_backward_nodes(tmp_path):
             _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status), pid)
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # No CUDA device in it: where there is one, torch itself refuses a backward pass in a forked child
+    # once the parent's has run ("Unable to handle autograd's threading in combination with fork-based
+    # multiprocessing": autograd's device threads do not survive fork), on a CPU model too.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), CUDA_VISIBLE_DEVICES="")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
