@@ -3,8 +3,9 @@
 releases the GIL, so the nodes' hooks run without it) while the main thread starts and stops
 sessions, so that stops land in the middle of nodes. With TW_CUPTI_LIBRARY set (check-tsan points
 it at the fake CUPTI), every other session times the GPU too, as if torch had seen a device: the
-nodes then push and pop their CUPTI ids on those threads. Exits non-zero if a check fails; TSan's
-reports are read by the script."""
+nodes then push and pop their CUPTI ids on those threads. Every third session records every operator
+too (aten "all": the operators' hooks run on those threads as well). Exits non-zero if a check
+fails; TSan's reports are read by the script."""
 import os
 import tempfile
 import threading
@@ -40,11 +41,12 @@ def train(seed: int) -> None:
 workers = [threading.Thread(target=train, args=(seed,)) for seed in range(4)]
 for w in workers:
     w.start()
-nodes = gpu_sessions = 0
+nodes = gpu_sessions = operators = 0
 for round_ in range(30):
     gpu = bool(FAKE_CUPTI) and round_ % 2 == 1
+    aten = "all" if round_ % 3 == 2 else "backward"
     out_dir = tempfile.mkdtemp(prefix="tw-tsan-") if gpu else None
-    with tw.profile(**(dict(out_dir=out_dir, format="csv", gpu="on") if gpu else {})) as prof:
+    with tw.profile(aten=aten, **(dict(out_dir=out_dir, format="csv", gpu="on") if gpu else {})) as prof:
         for _ in range(3):
             torch.ones(4, requires_grad=True).sum().backward()
     stats = prof.session.stats()
@@ -52,15 +54,17 @@ for round_ in range(30):
     if gpu:
         assert stats["gpu"] == "on", stats
         gpu_sessions += 1
-        nodes += int((tw.load(out_dir)["api"] == "AddmmBackward0").sum())
+        apis = list(tw.load(out_dir)["api"])
     else:
-        nodes += sum(r.api == "AddmmBackward0" for r in prof.records())
+        apis = [r.api for r in prof.records()]
+    nodes += sum(api == "AddmmBackward0" for api in apis)
+    operators += sum(api == "aten::mm" for api in apis)
 stop.set()
 for w in workers:
     w.join()
 if errors:
     raise SystemExit(f"a training thread failed, or the profiler warned: {errors[0]!r}")
-if nodes == 0:
-    raise SystemExit("no backward node was recorded on the training threads")
-print(f"tsan_backward: {nodes} AddmmBackward0 nodes recorded across 30 sessions ({gpu_sessions} timing the "
-      f"GPU against the fake CUPTI)")
+if nodes == 0 or operators == 0:
+    raise SystemExit(f"{nodes} backward nodes and {operators} operators recorded on the training threads")
+print(f"tsan_backward: {nodes} AddmmBackward0 nodes and {operators} aten::mm operators recorded across 30 sessions "
+      f"({gpu_sessions} timing the GPU against the fake CUPTI)")

@@ -281,6 +281,46 @@ static void json_strings_are_escaped_per_rfc8259(void **state)
     cJSON_Delete(parsed);
 }
 
+/* The escaper copies runs of plain bytes at once: every byte value, alone and at the start, middle
+ * and end of a run, is escaped as RFC 8259 says (checked against a byte-at-a-time reference). */
+static char *reference_json_escape(char *p, const unsigned char *s, size_t len)
+{
+    *p++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = s[i];
+        const char *short_escape = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                                   : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        if (short_escape != NULL)
+            p += sprintf(p, "%s", short_escape);
+        else if (c < 0x20 || c == 0x7f)
+            p += sprintf(p, "\\u%04x", c);
+        else
+            *p++ = (char)c;
+    }
+    *p++ = '"';
+    return p;
+}
+
+static void json_escape_matches_a_reference_for_every_byte_anywhere_in_a_run(void **state)
+{
+    (void)state;
+    for (unsigned c = 0; c < 256; c++) {
+        unsigned char inputs[4][8] = {{(unsigned char)c}, {(unsigned char)c, 'a', 'b'}, {'a', (unsigned char)c, 'b'},
+                                      {'a', 'b', (unsigned char)c}};
+        size_t lens[4] = {1, 3, 3, 3};
+        for (int k = 0; k < 4; k++) {
+            char got[64], want[64];
+            size_t got_len = (size_t)(tw_json_escape(got, (const char *)inputs[k], lens[k]) - got);
+            size_t want_len = (size_t)(reference_json_escape(want, inputs[k], lens[k]) - want);
+            assert_int_equal(got_len, want_len);
+            assert_memory_equal(got, want, got_len);
+        }
+    }
+    char empty[4];
+    assert_int_equal(tw_json_escape(empty, "", 0) - empty, 2);
+    assert_memory_equal(empty, "\"\"", 2);
+}
+
 /* An autograd node (TW_RECORD_BACKWARD) carries the link to its forward call in place of argument
  * text: written as the fwd_call_id and fwd_api columns, with empty arguments, in CSV and JSON. */
 static void check_backward_columns(tw_format_t format, const char *ext)
@@ -1311,6 +1351,7 @@ int main(void)
         cmocka_unit_test(csv_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(json_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(json_strings_are_escaped_per_rfc8259),
+        cmocka_unit_test(json_escape_matches_a_reference_for_every_byte_anywhere_in_a_run),
         cmocka_unit_test(module_paths_are_written_before_the_step_and_site_columns),
         cmocka_unit_test(a_backward_node_names_its_forward_call_in_place_of_arguments),
         cmocka_unit_test(a_schedule_writes_the_records_of_active_steps_only),
