@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/* The flame graph's stacks (flame.c builds them, flame_output.c writes them): shared by those two
+ * files only. */
+#ifndef TORCHWRAPPER_REPORT_FLAME_INTERNAL_H
+#define TORCHWRAPPER_REPORT_FLAME_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "report_internal.h"
+
+/* A frame's name, interned: nodes compare names by pointer. */
+typedef struct frame_name {
+    char *text;
+    size_t len;
+    uint64_t hash;
+    int package; /* package_t, for the colour */
+} frame_name_t;
+
+typedef struct flame_node {
+    const frame_name_t *name; /* NULL: waiting for its own row; or (--by module) a call that is no frame */
+    uint64_t self_ns, calls, total_ns;
+    struct flame_node *child, *next; /* first child, next sibling */
+} flame_node_t;
+
+typedef struct waiting {
+    int64_t pid;
+    uint64_t call_id; /* 0: an empty slot */
+    flame_node_t *node;
+} waiting_t;
+
+/* A call read lately: its parent and frame (NULL: none of its own), for the charged view. */
+typedef struct recent_frame {
+    int64_t pid;
+    uint64_t call_id; /* 0: an empty slot */
+    uint64_t parent_id;
+    const struct frame_name *name;
+    uint32_t site;
+} recent_frame_t;
+
+enum { CHARGE_RECENT = 1 << 16 };
+
+struct flame {
+    int by_module;
+    int timeline;                /* backward nodes under the backward call that ran them */
+    recent_frame_t *recent;      /* 2 * CHARGE_RECENT slots, made on the first row */
+    struct recent_key {
+        int64_t pid;
+        uint64_t call_id;
+    } *recent_order;             /* the keys in recent, a ring, oldest at recent_next */
+    size_t recent_next;
+    const report_sites_t *sites; /* call sites as frames (NULL, or no sites files: none) */
+    int oom;
+    uint64_t self_ns; /* all the self time counted: what the stacks sum to */
+    uint64_t calls;   /* all the calls counted */
+    flame_node_t root;
+    /* interned names, open addressing */
+    frame_name_t **names;
+    size_t name_capacity, name_count;
+    /* calls whose children arrived before them, keyed by (pid, call id) */
+    waiting_t *waiting;
+    size_t waiting_capacity, waiting_count;
+    /* nodes come from chunks; freed ones are reused through a free list */
+    flame_node_t **chunks;
+    size_t nchunks, chunk_used;
+    flame_node_t *free_nodes;
+    size_t live_nodes;
+};
+
+enum { NODES_PER_CHUNK = 4096 };
+enum { FRAME_NAME_MAX = 1000 }; /* bytes of a frame's name kept (cut at a character boundary) */
+
+typedef enum { PKG_NN, PKG_OPTIM, PKG_TENSOR, PKG_TORCH, PKG_USER, PKG_NONE } package_t;
+
+#endif
