@@ -8,11 +8,14 @@
 // C++; every decision about what to record is made in C.
 #include <atomic>
 #include <cerrno>
+#include <cstring>
+#include <string>
 #include <memory>
 #include <new>
 
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/headeronly/version.h>
 
 #include "tw_torch.h"
@@ -61,6 +64,68 @@ extern "C" uint64_t tw_torch_sequence_peek(void)
 extern "C" uint64_t tw_torch_thread_id(void)
 {
     return at::RecordFunction::currentThreadId();
+}
+
+// The argument summary of a tensor, read from the tensor itself: what torch's Python getters for
+// dtype, shape, is_cpu and device give, without a Python object per call (those getters were most
+// of the summary's cost). Only for the dtypes the summary names short; anything else (another
+// dtype, sizes that are symbolic or not defined, an exception) is -1: the caller's Python path.
+extern "C" int tw_torch_tensor_summary(PyObject *tensor, char *out, size_t size)
+{
+    try {
+        const at::Tensor &t = THPVariable_Unpack(tensor);
+        if (!t.defined() || t.is_nested())
+            return -1;
+        const char *dtype;
+        switch (t.scalar_type()) {
+        case at::kFloat: dtype = "f32"; break;
+        case at::kDouble: dtype = "f64"; break;
+        case at::kHalf: dtype = "f16"; break;
+        case at::kBFloat16: dtype = "bf16"; break;
+        case at::kLong: dtype = "i64"; break;
+        case at::kInt: dtype = "i32"; break;
+        case at::kShort: dtype = "i16"; break;
+        case at::kChar: dtype = "i8"; break;
+        case at::kByte: dtype = "u8"; break;
+        case at::kBool: dtype = "bool"; break;
+        case at::kComplexFloat: dtype = "c64"; break;
+        case at::kComplexDouble: dtype = "c128"; break;
+        default: return -1;
+        }
+        if (t.unsafeGetTensorImpl()->has_symbolic_sizes_strides())
+            return -1;
+        char *p = out, *end = out + size;
+        auto put = [&](const char *s, size_t n) {
+            if ((size_t)(end - p) < n)
+                return false;
+            memcpy(p, s, n);
+            p += n;
+            return true;
+        };
+        if (!put(dtype, strlen(dtype)) || !put("[", 1))
+            return -1;
+        bool first = true;
+        for (int64_t d : t.sizes()) { // decimal by hand: snprintf was most of this function's time
+            char digits[24], *q = digits + sizeof digits;
+            uint64_t v = d < 0 ? 0 - (uint64_t)d : (uint64_t)d;
+            do
+                *--q = (char)('0' + v % 10);
+            while ((v /= 10) != 0);
+            if (d < 0)
+                *--q = '-';
+            if ((!first && !put(",", 1)) || !put(q, (size_t)(digits + sizeof digits - q)))
+                return -1;
+            first = false;
+        }
+        if (!put("]@", 2))
+            return -1;
+        if (t.device().is_cpu())
+            return put("cpu", 3) ? (int)(p - out) : -1;
+        std::string device = t.device().str();
+        return put(device.data(), device.size()) ? (int)(p - out) : -1;
+    } catch (...) {
+        return -1;
+    }
 }
 
 extern "C" const char *tw_torch_built_with(void)

@@ -12,6 +12,7 @@
 #ifndef TORCHWRAPPER_TORCH_LAYER_H
 #define TORCHWRAPPER_TORCH_LAYER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -43,6 +44,13 @@ TW_TORCH_API uint64_t tw_torch_sequence_peek(void);
 /* torch's id of this thread, as backward nodes name the thread that created them
  * (RecordFunction::currentThreadId). */
 TW_TORCH_API uint64_t tw_torch_thread_id(void);
+
+/* The argument summary of a tensor (an instance of torch.Tensor or a subclass: a THPVariable), as
+ * the extension's Python path writes it from torch's getters ("f32[4,8]@cpu", "bf16[2]@cuda:0"),
+ * into out (size bytes, no NUL). Returns the length, or -1 when the Python path must do it (a dtype
+ * without a short name, symbolic or nested sizes, no room). Never raises; with the GIL held. */
+struct _object;
+TW_TORCH_API int tw_torch_tensor_summary(struct _object *tensor, char *out, size_t size);
 
 /* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
 TW_TORCH_API const char *tw_torch_built_with(void);

@@ -12,6 +12,8 @@
  */
 #include "module.h"
 
+#include "backward.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -165,9 +167,47 @@ static PyObject *tensor_attr(PyObject *obj, PyObject *name, PyObject *base)
     return PyObject_GetAttr(obj, name);
 }
 
+/*
+ * Whether type reads dtype, shape, is_cpu and device through TensorBase's own getters (torch.Tensor,
+ * nn.Parameter; not a subclass that overrides one, as FakeTensor does device): then the libtorch
+ * layer can read them from the tensor itself, with the same result. Kept per type for its version
+ * tag (a type changed since gets looked at again).
+ */
+static int reads_tensor_base(PyTypeObject *type)
+{
+    static struct {
+        PyTypeObject *type;
+        unsigned version;
+        int ok;
+    } seen[4];
+    static PyObject *descr_device;
+    for (int i = 0; i < 4; i++)
+        if (seen[i].type == type && seen[i].version == type->tp_version_tag && type->tp_version_tag != 0)
+            return seen[i].ok;
+    if (descr_device == NULL && descr_owner != NULL)
+        descr_device = getset_of(descr_owner, name_device);
+    int ok = descr_dtype != NULL && descr_shape != NULL && descr_is_cpu != NULL && descr_device != NULL &&
+             _PyType_Lookup(type, name_dtype) == descr_dtype && _PyType_Lookup(type, name_shape) == descr_shape &&
+             _PyType_Lookup(type, name_is_cpu) == descr_is_cpu && _PyType_Lookup(type, name_device) == descr_device;
+    static unsigned next;
+    unsigned slot = next++ % 4;
+    seen[slot].type = type;
+    seen[slot].version = type->tp_version_tag;
+    seen[slot].ok = ok;
+    return ok;
+}
+
 static void put_tensor(text_t *t, PyObject *obj)
 {
     refresh_descriptors();
+    if (tw_layer_tensor_summary != NULL && reads_tensor_base(Py_TYPE(obj))) {
+        char text[160];
+        int n = tw_layer_tensor_summary(obj, text, sizeof text);
+        if (n >= 0) {
+            put(t, text, (size_t)n);
+            return;
+        }
+    }
     PyObject *dtype = tensor_attr(obj, name_dtype, descr_dtype);
     puts_(t, dtype != NULL ? dtype_name(dtype) : "tensor");
     Py_XDECREF(dtype);

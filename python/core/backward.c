@@ -50,6 +50,7 @@ static uint64_t (*layer_peek)(void);
 static uint64_t (*layer_thread_id)(void);
 static int (*layer_start)(const tw_torch_hooks_t *, int);
 static void (*layer_stop)(void);
+int (*tw_layer_tensor_summary)(PyObject *, char *, size_t);
 
 int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size)
 {
@@ -70,7 +71,10 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
     void (*stop)(void) = (void (*)(void))dlsym(handle, "tw_torch_stop");
     uint64_t (*peek)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_sequence_peek");
     uint64_t (*thread_id)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_thread_id");
-    if (built_with == NULL || start == NULL || stop == NULL || peek == NULL || thread_id == NULL) {
+    int (*tensor_summary)(PyObject *, char *, size_t) =
+        (int (*)(PyObject *, char *, size_t))dlsym(handle, "tw_torch_tensor_summary");
+    if (built_with == NULL || start == NULL || stop == NULL || peek == NULL || thread_id == NULL ||
+        tensor_summary == NULL) {
         snprintf(why, why_size, "the libtorch layer %s lacks its entry points", path);
         dlclose(handle);
         return -1;
@@ -89,6 +93,7 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
     layer_stop = stop;
     layer_peek = peek;
     layer_thread_id = thread_id;
+    tw_layer_tensor_summary = tensor_summary;
     return 0;
 }
 

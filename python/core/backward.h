@@ -3,6 +3,8 @@
 #ifndef TORCHWRAPPER_BACKWARD_H
 #define TORCHWRAPPER_BACKWARD_H
 
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -13,6 +15,9 @@
 /* Loads the libtorch layer at path (once per process) if it was built against torch_version
  * (torch.__version__). 0, or -1 with the reason in why (one line for the user). */
 int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size);
+
+/* The layer's tensor summary (tw_torch_tensor_summary), once a load succeeded; else NULL. */
+extern int (*tw_layer_tensor_summary)(PyObject *, char *, size_t);
 
 /* Backward nodes go to recorder from now on (gen: the session's generation, not 0), and with operators
  * nonzero every operator too (config aten "all"); with gpu (CUPTI's hooks while GPU timing is on, else

@@ -453,6 +453,11 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
                                                       self->clock.source, tw_active.gpu, tw_active.gen,
                                                       self->aten_operators, self->backward_reason, sizeof self->backward_reason) == 0;
     tw_active.seq_peek = self->backward_on ? tw_backward_peek_function() : NULL;
+    if (!self->backward_on && self->args_mode == TW_ARGS_SUMMARY && self->torch_layer != NULL &&
+        self->torch_version != NULL) { /* the layer reads tensors' summaries (args.c); without it, Python does */
+        char why[512];
+        (void)tw_backward_load(self->torch_layer, self->torch_version, why, sizeof why);
+    }
     Py_RETURN_NONE;
 }
 

@@ -245,7 +245,7 @@ class Profile:
                           manifest=json.dumps(extra, default=str), per_process_names=per_process_names)
         if c["gpu"] != "off":
             output.update(gpu_device=_cuda_available(), cupti_paths=cupti_candidates())
-        if c["aten"] != "off":
+        if c["aten"] != "off" or c["args"] == "summary":   # nodes, and tensors' summaries read in C++
             output.update(torch_layer=_torch_layer())
         self.tracer = Tracer(self.out_dir, stats=stats, track=c["track"], format=c["format"],
                              flush_interval=c["flush_interval"])

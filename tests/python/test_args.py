@@ -77,3 +77,55 @@ def test_text_with_commas_quotes_newlines_and_unicode_reads_back_identical(tmp_p
 def test_bad_args_mode_is_refused():
     with pytest.raises(ValueError, match="config key 'args': \"all\" is not accepted: give one of: summary none repr"):
         tw.profile(args="all")
+
+
+SUMMARY_PROGRAM = """
+import json, sys, torch, torchwrapper as tw
+import torchwrapper._profile as profile_module
+if sys.argv[1] == "python":   # no libtorch layer: the summaries come from torch's Python getters
+    profile_module._torch_layer = lambda: (None, None)
+
+class Sub(torch.Tensor):
+    pass
+
+class Shaped(torch.Tensor):   # a subclass that overrides a getter: read through it
+    @property
+    def shape(self):
+        return torch.Size([7, 7])
+
+tensors = [torch.ones(2, 3), torch.zeros(()), torch.empty(0, 5), torch.ones(1, 2, 3, 4, 5, 6, dtype=torch.float16),
+           torch.zeros(3, dtype=torch.bfloat16), torch.arange(4), torch.ones(2, dtype=torch.int32),
+           torch.ones(2, dtype=torch.int16), torch.ones(2, dtype=torch.int8), torch.ones(2, dtype=torch.uint8),
+           torch.ones(2, dtype=torch.bool), torch.ones(2, dtype=torch.complex64), torch.ones(2, dtype=torch.complex128),
+           torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.uint16), torch.ones(8, 8).t(),
+           torch.ones(4, 4)[::2], torch.nn.Parameter(torch.ones(3)), torch.ones(2).as_subclass(Sub),
+           torch.ones(2).as_subclass(Shaped), torch.ones(2, device="meta"), torch.nested.nested_tensor([torch.ones(2)])]
+with tw.profile(args="summary", include=["torch.is_tensor"]) as prof:
+    for t in tensors:
+        torch.is_tensor(t)
+print(json.dumps([r.args for r in prof.records()]))
+"""
+
+
+def test_tensor_summaries_read_by_the_libtorch_layer_equal_torch_s_getters():
+    """The layer reads dtype, sizes and device from the tensor itself (no Python object per call);
+    what it writes is what the Python getters give, for every dtype, odd shapes, views, Parameters,
+    subclasses (one overriding a getter), the meta device and nested tensors (left to Python)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+    def summaries(mode):
+        done = subprocess.run([sys.executable, "-c", SUMMARY_PROGRAM, mode], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    layer, python = summaries("layer"), summaries("python")
+    assert layer == python
+    assert layer[:4] == ["((f32[2,3]@cpu,), {})", "((f32[]@cpu,), {})", "((f32[0,5]@cpu,), {})",
+                         "((f16[1,2,3,4,5,6]@cpu,), {})"]
+    assert "((f32[7,7]@cpu,), {})" in layer and "((f32[2]@meta,), {})" in layer
