@@ -99,13 +99,6 @@ def section_nodes(args, results):
     by_node = collections.defaultdict(float)
     by_module = collections.defaultdict(lambda: {"forward_ns": 0, "backward_ns": 0})
 
-    def module_of(call):
-        for _ in range(64):
-            if call is None or call.get("module"):
-                break
-            call = calls.get(int(call.get("parent_id") or 0))
-        return (call or {}).get("module") or "-"
-
     for row in gpu_rows:
         call = calls.get(int(row["call_id"]))
         if call is None:
@@ -115,9 +108,9 @@ def section_nodes(args, results):
         if fwd or call["api"].endswith(("Backward0", "Backward1", "AccumulateGrad")):
             by_node[call["api"]] += ns
             if fwd in calls:
-                by_module[module_of(calls[fwd])]["backward_ns"] += ns
+                by_module[gpu_loops.call_module(calls, calls[fwd])]["backward_ns"] += ns
         else:
-            by_module[module_of(call)]["forward_ns"] += ns
+            by_module[gpu_loops.call_module(calls, call)]["forward_ns"] += ns
     compared = {}
     for name in sorted(set(by_node) | set(theirs["by_node_ns"])):
         a, b = by_node.get(name, 0.0), theirs["by_node_ns"].get(name, 0.0)

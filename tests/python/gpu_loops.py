@@ -300,6 +300,16 @@ def duration(row):
     return end - int(row["start_ns"]) if end else 0
 
 
+def call_module(calls, call):
+    """The module path of a call (a row of the calls files; calls: rows by call id): its own, else its
+    nearest caller's (F.linear inside Linear.forward); "-" for none."""
+    for _ in range(64):
+        if call is None or call.get("module"):
+            break
+        call = calls.get(int(call.get("parent_id") or 0))
+    return (call or {}).get("module") or "-"
+
+
 def torchwrapper_view(name: str, out: str, device: str = "cuda", small: bool = False, steps: int = LOOP_STEPS) -> dict:
     """What torchwrapper (GPU timing on, backward nodes on) sees of `steps` steps of loop `name`
     (built and warmed up unprofiled), written to out: GPU activities by kind, their time, the GPU time
@@ -328,12 +338,7 @@ def torchwrapper_view(name: str, out: str, device: str = "cuda", small: bool = F
     backward = {"kernels": 0, "ns": 0, "charged_to_forward": 0}
 
     def module_of(call):
-        """The module path of a call: its own, else its nearest caller's (F.linear inside Linear.forward)."""
-        for _ in range(64):
-            if call is None or call.get("module"):
-                break
-            call = calls.get(int(call.get("parent_id") or 0))
-        return (call or {}).get("module") or "-"
+        return call_module(calls, call)
 
     for row in gpu:
         ns = duration(row)
