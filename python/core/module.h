@@ -369,6 +369,8 @@ void tw_step_end(void);
 /* Session.step() of the active session: from now on only the program's marks end steps. The first
  * mark ends a step only if no optimizer step has ended one (then the current step goes on). */
 void tw_step_mark(void);
+/* Only tw_step_mark() ends steps from now on (optimizer steps no longer do); the step goes on. */
+void tw_steps_manual(void);
 
 /* Suspends recording on the calling thread while the profiler runs its own Python code. */
 void tw_pause_thread(void);

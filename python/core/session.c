@@ -762,6 +762,16 @@ static PyObject *session_step(PyObject *op, PyObject *unused)
     return PyLong_FromUnsignedLong(tw_active.step);
 }
 
+static PyObject *session_manual_steps(PyObject *op, PyObject *unused)
+{
+    if (((tw_session_object *)op)->state != SESSION_ACTIVE || tw_active.session != op) {
+        PyErr_SetString(PyExc_RuntimeError, "manual_steps() is for a recording session: start() it first");
+        return NULL;
+    }
+    tw_steps_manual();
+    Py_RETURN_NONE;
+}
+
 static PyObject *session_resume(PyObject *op, PyObject *unused)
 {
     tw_resume_thread();
@@ -862,6 +872,9 @@ static PyMethodDef session_methods[] = {
     {"step", session_step, METH_NOARGS,
      "End the current step; returns the number of the step that begins (steps count from 0). Once\n"
      "called, only these calls end steps (not optimizer steps)."},
+    {"manual_steps", session_manual_steps, METH_NOARGS,
+     "From now on only step() ends steps, not optimizer steps (a trainer that marks its own steps);\n"
+     "the current step goes on."},
     {"add_stream", session_add_stream, METH_VARARGS,
      "add_stream(kind, csv_header)\n--\n\nRows of another kind go to files of their own (NAME.KIND.csv)."},
     {"stream_write", session_stream_write, METH_VARARGS,

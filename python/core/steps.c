@@ -53,13 +53,18 @@ void tw_step_end(void)
     apply_state();
 }
 
+void tw_steps_manual(void)
+{
+    tw_active.manual_steps = 1;
+    tw_active.hooks.kinds &= ~(uint32_t)TW_KIND_STEP; /* optimizer steps take the common path again */
+}
+
 void tw_step_mark(void)
 {
     if (tw_active.gen == 0)
         return;
     int first = !tw_active.manual_steps;
-    tw_active.manual_steps = 1;
-    tw_active.hooks.kinds &= ~(uint32_t)TW_KIND_STEP; /* optimizer steps take the common path again */
+    tw_steps_manual();
     /* The first mark after optimizer steps have ended steps does not end another: the step the
      * last optimizer step began goes on (a program that calls step() after optimizer.step() would
      * otherwise see its first iteration counted twice). */

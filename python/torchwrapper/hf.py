@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: MIT
+"""torchwrapper inside Hugging Face's ``transformers.Trainer``: a ``TrainerCallback``.
+
+    from torchwrapper.hf import TorchWrapperCallback
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[TorchWrapperCallback()])
+    trainer.train()      # records in args.output_dir/torchwrapper, the top APIs in the trainer's log
+
+Profiling starts when training begins and stops when its last step ends (or training ends early).
+Steps are the trainer's: each of its optimizer steps (``state.global_step``, gradient accumulation
+included) ends one, so the records' ``step`` column is the global step less one, and a ``schedule``
+or ``on_demand`` config counts them.
+Each process of a distributed run (accelerate, torchrun) writes files of its own, named by its rank.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Optional
+
+from transformers import TrainerCallback
+
+from ._profile import Profile
+
+logger = logging.getLogger("transformers.trainer")  # the trainer's own logger: its handlers and level
+
+
+class TorchWrapperCallback(TrainerCallback):
+    """Profiles ``Trainer.train()`` with torchwrapper.
+
+    out_dir: where the files go (default: ``<args.output_dir>/torchwrapper``); top: how many APIs
+    the trainer's log shows at the end, at level info (``TrainingArguments(log_level="info")``), and
+    ``callback.table`` keeps (0: none); config: any other key ``torchwrapper.profile()`` takes
+    (``format``, ``args``, ``schedule``, ``on_demand``, ``aten``, ...)."""
+
+    def __init__(self, out_dir: Optional[str] = None, top: int = 10, **config: Any) -> None:
+        if not isinstance(top, int) or isinstance(top, bool) or top < 0:
+            raise ValueError(f"top={top!r} is not accepted: give a whole number >= 0")
+        self.out_dir = out_dir
+        self.top = top
+        self.config = config
+        self.profile: Optional[Profile] = None
+        self.table = ""   # the top APIs of the last training, as logged
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        out_dir = self.out_dir or os.path.join(args.output_dir, "torchwrapper")
+        config = dict(self.config)
+        if getattr(args, "world_size", 1) > 1 and "rank" not in config:
+            config["rank"] = args.process_index   # each process its own files
+        self.profile = Profile(out_dir=out_dir, **config)
+        self.profile.start()
+        self.profile.session.manual_steps()   # the trainer's steps, not each optimizer.step()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.profile is None or not self.profile.session.active:
+            return
+        if state.max_steps and state.global_step >= state.max_steps:
+            self.on_train_end(args, state, control)   # the last step: what follows is not training
+        else:
+            self.profile.step()   # the trainer's optimizer step: one global step ends
+
+    def on_train_end(self, args, state, control, **kwargs):
+        profile, self.profile = self.profile, None
+        if profile is None or not profile.session.active:
+            return
+        profile.stop()
+        if self.top:
+            self.table = top_table(profile, self.top)
+            logger.info("torchwrapper: %s\n%s", profile.out_dir, self.table)
+
+
+def top_table(profile: Profile, top: int) -> str:
+    """The ``top`` APIs of a stopped profile by total time, as lines of text."""
+    totals: dict = {}
+    for record in profile.records():
+        calls, total, self_ns = totals.get(record.api, (0, 0, 0))
+        totals[record.api] = (calls + 1, total + record.cost_ns, self_ns + record.self_ns)
+    rows = sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]
+    width = max([len(api) for api, _ in rows] + [3])
+    lines = [f"{'API':<{width}}  {'calls':>7}  {'total ms':>10}  {'self ms':>10}"]
+    lines += [f"{api:<{width}}  {calls:>7}  {total / 1e6:>10.3f}  {self_ns / 1e6:>10.3f}"
+              for api, (calls, total, self_ns) in rows]
+    return "\n".join(lines)
+
+
+__all__ = ["TorchWrapperCallback"]

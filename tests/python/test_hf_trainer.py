@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: MIT
+"""torchwrapper.hf.TorchWrapperCallback in a real transformers.Trainer (a tiny random-init BERT on
+the CPU, no download): the trainer's global steps as the step column, gradient accumulation
+included; training results unchanged; a schedule counts those steps; the top APIs in its log."""
+import logging
+import os
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+import torchwrapper as tw  # noqa: E402
+from torchwrapper.hf import TorchWrapperCallback  # noqa: E402
+
+MAX_STEPS, ACCUMULATION, BATCH = 10, 2, 2
+
+
+def dataset():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 100, (MAX_STEPS * ACCUMULATION * BATCH, 12), generator=g)
+    labels = torch.randint(0, 2, (len(ids),), generator=g)
+    return [{"input_ids": i, "attention_mask": torch.ones_like(i), "labels": y} for i, y in zip(ids, labels)]
+
+
+def train(tmp_path, name, callbacks=()):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=16)
+    model = transformers.BertForSequenceClassification(config)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / name), max_steps=MAX_STEPS,
+                                          per_device_train_batch_size=BATCH,
+                                          gradient_accumulation_steps=ACCUMULATION, learning_rate=1e-3,
+                                          logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True,
+                                          dataloader_num_workers=0, seed=0, disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=dataset(), callbacks=list(callbacks))
+    trainer.train()
+    return trainer, [p.detach().clone() for p in model.parameters()]
+
+
+class Kept(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_the_step_column_is_the_trainer_s_global_step_and_training_is_unchanged(tmp_path):
+    _, plain = train(tmp_path, "plain")
+    callback = TorchWrapperCallback(format="csv")
+    trainer_log = logging.getLogger("transformers.trainer")   # transformers' loggers do not propagate
+    kept, level = Kept(), trainer_log.level
+    trainer_log.addHandler(kept)
+    trainer_log.setLevel(logging.INFO)
+    try:
+        trainer, profiled = train(tmp_path, "profiled", [callback])
+    finally:
+        trainer_log.removeHandler(kept)
+        trainer_log.setLevel(level)
+    assert trainer.state.global_step == MAX_STEPS
+    assert all(torch.equal(a, b) for a, b in zip(plain, profiled))   # bit-identical training
+    out = tmp_path / "profiled" / "torchwrapper"   # under the trainer's output_dir
+    frame = tw.load(str(out))
+    assert sorted(set(frame["step"])) == list(range(MAX_STEPS))
+    # each global step holds its ACCUMULATION forward passes and one optimizer step
+    forwards = frame[frame["api"] == "torch.nn.Embedding.forward"]
+    assert forwards.groupby("step").size().tolist() == [3 * ACCUMULATION] * MAX_STEPS   # word, position, type
+    for api in ("torch.optim.AdamW.step", "torch.optim.lr_scheduler.LRScheduler.step"):   # one each, in its step
+        assert frame[frame["api"] == api].groupby("step").size().tolist() == [1] * MAX_STEPS
+    assert callback.profile is None and tw._core.active_session() is None   # stopped at train end
+    (message,) = [m for m in kept.messages if m.startswith("torchwrapper: ")]
+    assert message.endswith(callback.table) and str(out) in message
+    lines = callback.table.splitlines()
+    assert len(lines) == 1 + 10   # a header and the top 10 APIs by total time, the largest first
+    assert lines[1].split()[0] == frame.groupby("api")["cost_ns"].sum().idxmax()
+
+
+def test_a_schedule_counts_the_trainer_s_steps(tmp_path):
+    train(tmp_path, "scheduled", [TorchWrapperCallback(format="csv", top=0, schedule={"wait": 3, "active": 4, "repeat": 1})])
+    frame = tw.load(str(tmp_path / "scheduled" / "torchwrapper"))
+    assert sorted(set(frame["step"])) == [3, 4, 5, 6]
+
+
+def test_bad_values_are_named(tmp_path):
+    with pytest.raises(ValueError, match="top=-1 is not accepted: give a whole number >= 0"):
+        TorchWrapperCallback(top=-1)
+    callback = TorchWrapperCallback(format="xml")
+    with pytest.raises(ValueError, match="format"):
+        train(tmp_path, "bad", [callback])
+    assert tw._core.active_session() is None
