@@ -42,6 +42,8 @@ class TorchWrapperCallback(TrainerCallback):
         self.table = ""   # the top APIs of the last training, as logged
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if self.profile is not None and self.profile.session.active:
+            self.profile.stop()   # left running by a train() that raised (no callback says so)
         out_dir = self.out_dir or os.path.join(args.output_dir, "torchwrapper")
         config = dict(self.config)
         if getattr(args, "world_size", 1) > 1 and "rank" not in config:

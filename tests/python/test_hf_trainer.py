@@ -84,6 +84,21 @@ def test_a_schedule_counts_the_trainer_s_steps(tmp_path):
     assert sorted(set(frame["step"])) == [3, 4, 5, 6]
 
 
+def test_a_train_that_raised_is_stopped_by_the_next_one(tmp_path):
+    class Boom(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                raise RuntimeError("boom")
+
+    callback = TorchWrapperCallback(format="csv", top=0)
+    with pytest.raises(RuntimeError, match="boom"):
+        train(tmp_path, "raised", [callback, Boom()])
+    assert tw._core.active_session() is not None   # nothing told the callback
+    train(tmp_path, "again", [callback])
+    assert tw._core.active_session() is None
+    assert sorted(set(tw.load(str(tmp_path / "again" / "torchwrapper"))["step"])) == list(range(MAX_STEPS))
+
+
 def test_bad_values_are_named(tmp_path):
     with pytest.raises(ValueError, match="top=-1 is not accepted: give a whole number >= 0"):
         TorchWrapperCallback(top=-1)
