@@ -5,8 +5,10 @@
  * "summary": tensors as dtype, shape and device (f32[2,3]@cpu), ints, floats, bools and None as
  * values, short strings quoted, tuples and lists of up to 8 items, two levels deep, anything else by
  * its type name: no user __repr__ is ever called, and no reference to an argument is kept. Tensor
- * metadata is read through Python attributes (dtype, shape, is_cpu), which make temporary objects:
- * the only Python allocations of a recorded call, and only in this mode.
+ * metadata is read by the libtorch layer from the tensor itself when it is loaded and the tensor's
+ * type uses TensorBase's getters (no Python object made); else through Python attributes (dtype,
+ * shape, is_cpu), which make temporary objects: then the only Python allocations of a recorded
+ * call, and only in this mode.
  * "repr": repr() of each argument, bounded; it may write data values into the files.
  * The text reads like the original TorchWrapper's str((args, kwargs)): ((f32[1,3]@cpu, 2), {'dim': 0}).
  */

@@ -67,7 +67,8 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
         return -1;
     }
     const char *(*built_with)(void) = (const char *(*)(void))dlsym(handle, "tw_torch_built_with");
-    int (*start)(const tw_torch_hooks_t *, int) = (int (*)(const tw_torch_hooks_t *, int))dlsym(handle, "tw_torch_start");
+    int (*start)(const tw_torch_hooks_t *, int) =
+        (int (*)(const tw_torch_hooks_t *, int))dlsym(handle, "tw_torch_start");
     void (*stop)(void) = (void (*)(void))dlsym(handle, "tw_torch_stop");
     uint64_t (*peek)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_sequence_peek");
     uint64_t (*thread_id)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_thread_id");

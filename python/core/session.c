@@ -451,7 +451,8 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     if (self->aten_backward)
         self->backward_on = tw_backward_session_start(self->torch_layer, self->torch_version, self->recorder,
                                                       self->clock.source, tw_active.gpu, tw_active.gen,
-                                                      self->aten_operators, self->backward_reason, sizeof self->backward_reason) == 0;
+                                                      self->aten_operators, self->backward_reason,
+                                                      sizeof self->backward_reason) == 0;
     tw_active.seq_peek = self->backward_on ? tw_backward_peek_function() : NULL;
     if (!self->backward_on && self->args_mode == TW_ARGS_SUMMARY && self->torch_layer != NULL &&
         self->torch_version != NULL) { /* the layer reads tensors' summaries (args.c); without it, Python does */

@@ -105,7 +105,9 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
     r.tree.sites = &r.sites;
     if (rc == 0 && o.trace != NULL && (r.trace = report_trace_open(o.trace, in.origin_ns, err)) == NULL)
         rc = 1;
-    if (rc == 0 && (o.folded || o.flamegraph || o.html) && (r.flame = report_flame_new(o.frames_by_module, o.frames_by_module ? NULL : &r.sites, o.backward_timeline)) == NULL)
+    if (rc == 0 && (o.folded || o.flamegraph || o.html) &&
+        (r.flame = report_flame_new(o.frames_by_module, o.frames_by_module ? NULL : &r.sites, o.backward_timeline)) ==
+            NULL)
         rc = 1;
     if (rc == 0 && o.html && (r.html_data = report_html_new()) == NULL)
         rc = 1;
