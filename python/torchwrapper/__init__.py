@@ -69,6 +69,13 @@ def profile_apis(paths: Iterable[str]) -> Iterator[Session]:
         patcher.restore()
 
 
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext torchwrapper``: the ``%%torchwrapper`` cell magic and ``%torchwrapper`` line magic."""
+    from ._jupyter import load
+
+    load(ipython)
+
+
 __all__ = ["BUILTIN_METRICS", "DIFF_COLUMNS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "diff", "load_modules",
            "load_stats", "load_sites", "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile",
            "Record", "SKIP_ATTRIBUTES",

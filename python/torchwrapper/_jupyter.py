@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: MIT
+"""torchwrapper in Jupyter and IPython: ``%load_ext torchwrapper``, then
+
+    %%torchwrapper [-o OUT_DIR] [--set KEY=VALUE ...] [--top N]
+    train(model)                     # the cell, profiled; the report shows under it
+
+    %torchwrapper [options] model(x).sum().backward()     # one statement
+
+The report is ``tw-report``'s: the per-API table as text (a terminal, ``print``), and in a notebook
+the one-file HTML page of ``tw-report --html`` (sortable table, flame graph, steps; no network),
+framed under the cell. A cell that raises still shows what was recorded before the error, which is
+then raised as usual; torch is restored either way.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import shlex
+import tempfile
+from typing import Any, Optional
+
+from . import _core
+from ._profile import profile
+
+TOP = 15
+
+
+class Report:
+    """What a profiled cell recorded (files in ``out_dir``), shown as text or as HTML."""
+
+    def __init__(self, out_dir: str, top: int = TOP) -> None:
+        self.out_dir = out_dir
+        self.top = top
+
+    def text(self) -> str:
+        status, output, messages = _core.report_output(["tw-report", "--top", str(self.top), self.out_dir])
+        return output if status == 0 else messages
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        page = os.path.join(self.out_dir, "report.html")
+        status, _, messages = _core.report_output(["tw-report", "--html", page, "--top", str(self.top),
+                                                   self.out_dir])
+        if status != 0:
+            return f"<pre>{html.escape(messages)}</pre>"
+        with open(page, encoding="utf-8") as f:
+            document = f.read()
+        # the page in a frame of its own: its styles and scripts stay out of the notebook's
+        return (f'<iframe srcdoc="{html.escape(document, quote=True)}" style="width:100%;height:720px;border:0" '
+                f'title="torchwrapper report" sandbox="allow-scripts"></iframe>'
+                f"<p>torchwrapper: {html.escape(self.out_dir)}</p>")
+
+
+def _parser(line_magic: bool) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="%torchwrapper" if line_magic else "%%torchwrapper", add_help=False,
+                                     exit_on_error=False)
+    parser.add_argument("-o", "--out-dir", dest="out_dir", default=None)
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[])
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--top", type=int, default=TOP)
+    if line_magic:
+        parser.add_argument("statement", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _options(line: str, line_magic: bool) -> argparse.Namespace:
+    from .__main__ import _config
+
+    try:
+        options = _parser(line_magic).parse_args(shlex.split(line))
+    except (argparse.ArgumentError, SystemExit) as error:
+        raise ValueError(f"{'%' if line_magic else '%%'}torchwrapper {line!r}: {error}; accepted: -o OUT_DIR, "
+                         f"--set KEY=VALUE, --config FILE, --top N") from None
+    if options.top < 1:
+        raise ValueError(f"--top {options.top} is not accepted: give a whole number >= 1")
+    options.config_values = _config(options)
+    return options
+
+
+def load(ipython: Any) -> None:
+    from IPython.core.magic import register_line_cell_magic
+    from IPython.display import display
+
+    counter = [0]
+
+    @register_line_cell_magic
+    def torchwrapper(line: str, cell: Optional[str] = None) -> None:
+        options = _options(line, cell is None)
+        code = cell if cell is not None else " ".join(options.statement)
+        if not code.strip():
+            raise ValueError("%torchwrapper needs a statement to profile: %torchwrapper [options] STATEMENT")
+        counter[0] += 1
+        config = dict(options.config_values)
+        out_dir = config.pop("out_dir", None) or tempfile.mkdtemp(prefix="torchwrapper-")
+        compiled = compile(code, f"<torchwrapper cell {counter[0]}>", "exec")
+        prof = profile(out_dir=out_dir, **config)   # a bad config raises here, before anything runs
+        prof.start()
+        try:
+            exec(compiled, ipython.user_ns)
+        finally:
+            prof.stop()   # torch restored, also when the cell raised
+            # and what ran before an error was recorded: shown, then IPython shows the error
+            display(Report(out_dir, options.top))
+
+    del torchwrapper

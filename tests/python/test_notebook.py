@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: MIT
+"""%load_ext torchwrapper in a real notebook, run headless by nbclient on an ipykernel kernel: the
+cell magic's output holds the cell's APIs with exact call counts (text and tw-report's HTML page),
+a raising cell still shows what it recorded and leaves torch restored, a second cell is profiled
+again, the line magic profiles one statement, and bad options are named."""
+import html
+import os
+import re
+import sys
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+
+@pytest.fixture(autouse=True)
+def kernel_path(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))   # the kernel imports the torchwrapper under test
+
+
+def run_notebook(cells, tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    return nb.cells
+
+
+def outputs(cell, mime):
+    texts = []
+    for out in cell.outputs:
+        if out.get("output_type") in ("display_data", "execute_result") and mime in out.get("data", {}):
+            texts.append(out["data"][mime])
+    return texts
+
+
+def table_calls(text, api):
+    """The calls column of api's row in tw-report's text table."""
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == api:
+            return int(fields[1])
+    return None
+
+
+PRELUDE = """
+import torch
+torch.manual_seed(0)
+x = torch.ones(4, 4)
+%load_ext torchwrapper
+"""
+
+
+def test_a_profiled_cell_shows_its_apis_with_exact_counts_in_text_and_html(tmp_path):
+    cells = run_notebook([PRELUDE, "%%torchwrapper --top 5\nfor _ in range(7):\n    y = torch.mm(x, x)\nz = x.sum()",
+                          "%%torchwrapper -o out2 --set format=csv\nfor _ in range(3):\n    torch.relu(x)",
+                          "%torchwrapper torch.mm(x, x)"], tmp_path)
+    assert not [o for c in cells for o in c.outputs if o.get("output_type") == "error"]
+    (text,) = outputs(cells[1], "text/plain")
+    assert table_calls(text, "torch.mm") == 7 and table_calls(text, "torch.Tensor.sum") == 1
+    (page,) = outputs(cells[1], "text/html")
+    document = html.unescape(re.search(r'srcdoc="([^"]*)"', page).group(1))
+    assert "torch.mm" in document and "<svg" in document   # the table and the flame graph
+    assert not re.search(r'(src|href)="https?:', document)   # nothing fetched: styles and scripts are inline
+    # a second cell, profiled again, into the directory given
+    (text2,) = outputs(cells[2], "text/plain")
+    assert table_calls(text2, "torch.relu") == 3 and table_calls(text2, "torch.mm") is None
+    assert any(name.endswith(".csv") for name in os.listdir(tmp_path / "out2"))
+    (text3,) = outputs(cells[3], "text/plain")
+    assert table_calls(text3, "torch.mm") == 1
+
+
+def test_a_raising_cell_shows_what_it_recorded_and_torch_is_restored(tmp_path):
+    cells = run_notebook([PRELUDE, "%%torchwrapper\ntorch.mm(x, x)\ntorch.mm(x, x)\nraise ValueError('boom')\ntorch.mm(x, x)",
+                          "import torchwrapper\nprint(torchwrapper._core.active_session() is None, "
+                          "type(torch.mm).__name__)"], tmp_path)
+    errors = [o for o in cells[1].outputs if o.get("output_type") == "error"]
+    assert len(errors) == 1 and errors[0]["ename"] == "ValueError"
+    (text,) = outputs(cells[1], "text/plain")
+    assert table_calls(text, "torch.mm") == 2
+    stream = "".join(o.get("text", "") for o in cells[2].outputs if o.get("output_type") == "stream")
+    assert stream.split() == ["True", "builtin_function_or_method"]
+
+
+def test_bad_options_are_named(tmp_path):
+    cells = run_notebook([PRELUDE, "%%torchwrapper --top 0\nx + 1", "%%torchwrapper --set format=xml\nx + 1",
+                          "%torchwrapper"], tmp_path)
+    messages = [" ".join(o.get("evalue", "") for o in c.outputs if o.get("output_type") == "error") for c in cells[1:]]
+    assert "--top 0 is not accepted: give a whole number >= 1" in messages[0]
+    assert "format" in messages[1] and "xml" in messages[1]
+    assert "needs a statement to profile" in messages[2]
