@@ -178,6 +178,12 @@ class TorchWrapper:
             self._call_records = call_records(self._rows(), self._profile.detailed_names() if self._profile else {})
         return self._call_records
 
+    def _repr_html_(self):
+        """In a notebook, a wrapper that has profiled shows tw-report's page of its files."""
+        if self._profile is None or self._profile.session.active:
+            return None
+        return self._profile._repr_html_()
+
     def dataframe(self):
         """One row per call: the original columns (API Name, Total Time (ms), Call Number, Start
         Timestamp, Cost Time (ms), Arguments), then Self Time (ms), GPU Time (ms), Thread, PID,

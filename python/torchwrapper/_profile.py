@@ -350,6 +350,14 @@ class Profile:
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
 
+    def _repr_html_(self) -> Optional[str]:
+        """In a notebook, a stopped profile with files shows tw-report's page (see _jupyter.py)."""
+        if self.out_dir is None or self.session.active:
+            return None
+        from ._jupyter import Report
+
+        return Report(self.out_dir)._repr_html_()
+
     def records(self) -> list:
         """Every record, in the order the calls started (from the files when out_dir was given)."""
         from . import records

@@ -85,6 +85,17 @@ def test_a_raising_cell_shows_what_it_recorded_and_torch_is_restored(tmp_path):
     assert stream.split() == ["True", "builtin_function_or_method"]
 
 
+def test_profile_results_render_as_the_report_page(tmp_path):
+    cells = run_notebook([PRELUDE, "import torchwrapper as tw\nwith tw.profile(out_dir='p') as prof:\n"
+                          "    torch.mm(x, x)\nprof",
+                          "w = tw.TorchWrapper({'out_dir': 'w', 'format': 'csv'})\nw.start(lambda: torch.mm(x, x))\nw"],
+                         tmp_path)
+    for cell in cells[1:]:
+        assert not [o for o in cell.outputs if o.get("output_type") == "error"], cell.outputs
+        (page,) = outputs(cell, "text/html")
+        assert "torch.mm" in html.unescape(re.search(r'srcdoc="([^"]*)"', page).group(1))
+
+
 def test_bad_options_are_named(tmp_path):
     cells = run_notebook([PRELUDE, "%%torchwrapper --top 0\nx + 1", "%%torchwrapper --set format=xml\nx + 1",
                           "%torchwrapper"], tmp_path)
