@@ -195,6 +195,11 @@ static PyMethodDef core_methods[] = {
     {"clock_source", core_clock_source, METH_NOARGS, "The tick source: 'tsc' or 'monotonic'."},
     {"api_name", core_api_name, METH_O, "The API name interned under an id."},
     {"active_session", core_active_session, METH_NOARGS, "The Session recording now, or None."},
+    {"range_begin", tw_range_begin, METH_O,
+     "range_begin(name) -> recording\n--\n\nBegins a named range on this thread: a record of its own, the calls\n"
+     "made until range_end() nested in it. False when no session records."},
+    {"range_end", tw_range_end, METH_NOARGS,
+     "range_end() -> recorded\n--\n\nEnds the range begun last on this thread (in the same function)."},
     {"step_recorded", core_step_recorded, METH_NOARGS,
      "Whether the active session records the current step's calls (schedule, capture)."},
     {"report", core_report, METH_O,

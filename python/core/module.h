@@ -372,6 +372,10 @@ void tw_step_mark(void);
 /* Only tw_step_mark() ends steps from now on (optimizer steps no longer do); the step goes on. */
 void tw_steps_manual(void);
 
+/* Named ranges (ranges.c): _core.range_begin(name) and _core.range_end(). */
+PyObject *tw_range_begin(PyObject *module, PyObject *name);
+PyObject *tw_range_end(PyObject *module, PyObject *unused);
+
 /* Suspends recording on the calling thread while the profiler runs its own Python code. */
 void tw_pause_thread(void);
 void tw_resume_thread(void);

@@ -69,6 +69,19 @@ def profile_apis(paths: Iterable[str]) -> Iterator[Session]:
         patcher.restore()
 
 
+@contextmanager
+def region(name: str) -> Iterator[None]:
+    """``with torchwrapper.region("data loading"): ...``: a record named ``name`` for the block, with
+    the torch calls made inside it as its children (its self time is what they leave), on this
+    thread, while a session records; nothing otherwise. Regions nest with calls and each other."""
+    began = _core.range_begin(name)
+    try:
+        yield
+    finally:
+        if began:
+            _core.range_end()
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext torchwrapper``: the ``%%torchwrapper`` cell magic and ``%torchwrapper`` line magic."""
     from ._jupyter import load
@@ -80,5 +93,5 @@ __all__ = ["BUILTIN_METRICS", "DIFF_COLUMNS", "STATS_COLUMNS", "UPDATES_COLUMNS"
            "load_stats", "load_sites", "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile",
            "Record", "SKIP_ATTRIBUTES",
            "SKIP_MODULES", "Session", "TorchWrapper", "Wrapper", "discover", "getAPIName", "getAttributes",
-           "load", "load_config", "profile", "profile_apis", "records", "resolve", "resolve_exclude", "schema", "sql", "step", "wrap",
+           "load", "load_config", "profile", "profile_apis", "records", "region", "resolve", "resolve_exclude", "schema", "sql", "step", "wrap",
            "__version__"]

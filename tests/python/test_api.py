@@ -259,3 +259,24 @@ def test_profile_and_torchwrapper_take_their_defaults_from_the_one_validator():
         tw.profile(on_full="block")
     with pytest.raises(ValueError, match="config key 'flush_interval': 0 is not accepted"):
         tw.Session(flush_interval=0)
+
+
+def test_a_region_is_a_record_with_the_calls_inside_it_as_children():
+    import torchwrapper as tw
+
+    x = torch.ones(3)
+    with tw.region("outside a session"):   # records nothing, and does not fail
+        x.sum()
+    with tw.profile() as prof:
+        with tw.region("data loading"):
+            torch.ones(2)
+            with tw.region("inner"):
+                x.sum()
+        x.mean()
+    records = {r.api: r for r in prof.records()}
+    assert "outside a session" not in records
+    outer, inner = records["data loading"], records["inner"]
+    assert outer.parent_id == 0 and records["torch.ones"].parent_id == outer.call_id
+    assert inner.parent_id == outer.call_id and records["torch.Tensor.sum"].parent_id == inner.call_id
+    assert records["torch.Tensor.mean"].parent_id == 0
+    assert outer.self_ns <= outer.cost_ns - records["torch.ones"].cost_ns - inner.cost_ns + 1000
