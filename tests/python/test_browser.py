@@ -200,3 +200,23 @@ def test_the_diff_page_renders_offline_and_sorts(page, tmp_path):
         "#diff-table tbody tr", "rows => rows.map(r => r.cells[4].textContent)") if v]
     assert values == sorted(values, reverse=True)
     screenshot(page, tmp_path, "diff.png")
+
+
+def test_the_notebook_output_shows_the_report_in_its_frame(page, pages, tmp_path):
+    """What %%torchwrapper (and a profile as a cell's value) puts under a notebook cell: the report
+    page in a sandboxed frame, its scripts running, nothing fetched, no error."""
+    from torchwrapper._jupyter import Report
+
+    html, _ = pages
+    output = Report(str(html.parent / "run"))._repr_html_()
+    notebook = tmp_path / "notebook-output.html"
+    notebook.write_text(f"<!doctype html><html><body><div class='output'>{output}</div></body></html>")
+    page.goto(notebook.as_uri())
+    page.wait_for_load_state("load")
+    report = page.frame_locator("iframe")
+    report.locator("#api-table").wait_for()
+    assert report.locator("#api-table tbody tr").count() > 10
+    assert report.locator("#tw-flame g.twf-f").count() > 10
+    report.locator("#api-table th").first.click()   # the page's own script runs in the frame: it sorts
+    assert page.problems == []
+    screenshot(page, tmp_path, "notebook-output.png", full_page=False)
