@@ -106,3 +106,42 @@ def test_bad_values_are_named(tmp_path):
     with pytest.raises(ValueError, match="format"):
         train(tmp_path, "bad", [callback])
     assert tw._core.active_session() is None
+
+
+DISTRIBUTED = """
+import os, sys, torch, transformers
+sys.path.insert(0, os.path.dirname(sys.argv[2]))
+from test_hf_trainer import BATCH, dataset
+from torchwrapper.hf import TorchWrapperCallback
+torch.manual_seed(0)
+config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=64, max_position_embeddings=16)
+model = transformers.BertForSequenceClassification(config)
+args = transformers.TrainingArguments(output_dir=sys.argv[1], max_steps=4, per_device_train_batch_size=BATCH,
+                                      logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True,
+                                      ddp_backend="gloo", seed=0, disable_tqdm=True)
+callback = TorchWrapperCallback(format="csv", top=0)
+transformers.Trainer(model=model, args=args, train_dataset=dataset(), callbacks=[callback]).train()
+"""
+
+
+def test_each_process_of_a_distributed_trainer_writes_its_own_files(tmp_path):
+    """torchrun, two processes, DDP with gloo on the CPU: one file set per rank, each with the
+    trainer's 4 global steps."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp_train.py"
+    script.write_text(DISTRIBUTED)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(tmp_path / "out"), os.path.abspath(__file__)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "out" / "torchwrapper"
+    names = sorted((n for n in os.listdir(out) if n.endswith(".csv")), key=lambda n: "rank1" in n)
+    assert [("rank0" in n, "rank1" in n) for n in names] == [(True, False), (False, True)], names
+    for name in names:
+        frame = tw.load(str(out / name))
+        assert sorted(set(frame["step"])) == [0, 1, 2, 3]
+        assert (frame["api"] == "torch.optim.AdamW.step").sum() == 4
