@@ -68,8 +68,10 @@ def test_the_step_column_is_the_trainer_s_global_step_and_training_is_unchanged(
     # each global step holds its ACCUMULATION forward passes and one optimizer step
     forwards = frame[frame["api"] == "torch.nn.Embedding.forward"]
     assert forwards.groupby("step").size().tolist() == [3 * ACCUMULATION] * MAX_STEPS   # word, position, type
-    for api in ("torch.optim.AdamW.step", "torch.optim.lr_scheduler.LRScheduler.step"):   # one each, in its step
-        assert frame[frame["api"] == api].groupby("step").size().tolist() == [1] * MAX_STEPS
+    outer = frame[(frame["depth"] == 0) & frame["api"].str.startswith("torch.optim.")]
+    for kind in ("AdamW.step", "lr_scheduler."):   # one optimizer step and one scheduler step, in each step
+        calls = outer[outer["api"].str.contains(kind, regex=False) & outer["api"].str.endswith(".step")]
+        assert calls.groupby("step").size().tolist() == [1] * MAX_STEPS, sorted(set(outer["api"]))
     assert callback.profile is None and tw._core.active_session() is None   # stopped at train end
     (message,) = [m for m in kept.messages if m.startswith("torchwrapper: ")]
     assert message.endswith(callback.table) and str(out) in message
@@ -122,6 +124,9 @@ args = transformers.TrainingArguments(output_dir=sys.argv[1], max_steps=4, per_d
                                       ddp_backend="gloo", seed=0, disable_tqdm=True)
 callback = TorchWrapperCallback(format="csv", top=0)
 transformers.Trainer(model=model, args=args, train_dataset=dataset(), callbacks=[callback]).train()
+# both ranks leave together: gloo aborts a rank whose peer has gone (seen once)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
 """
 
 
