@@ -15,11 +15,24 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any, Optional
 
+import transformers
 from transformers import TrainerCallback
 
 from ._profile import Profile
+
+OLDEST = (4, 30)   # TrainerState.max_steps, TrainingArguments.process_index and world_size, use_cpu
+
+
+def version_tuple(text: str) -> tuple:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
+
+
+if version_tuple(transformers.__version__) < OLDEST:
+    raise ImportError(f"torchwrapper.hf needs transformers >= {OLDEST[0]}.{OLDEST[1]}, and this is transformers "
+                      f"{transformers.__version__}: pip install -U transformers")
 
 logger = logging.getLogger("transformers.trainer")  # the trainer's own logger: its handlers and level
 

@@ -13,12 +13,19 @@ spends the time (tw-report --tree, --folded, --flamegraph). Steps are the optimi
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, List, Optional
 
+import lightning
 from lightning.pytorch.profilers import Profiler
 
 from . import _core
 from ._profile import Profile
+
+OLDEST = (2, 0)   # the lightning.pytorch package and its Profiler(dirpath, filename) with setup(stage, ...)
+if tuple(int(part) for part in re.findall(r"\d+", lightning.__version__)[:2]) < OLDEST:
+    raise ImportError(f"torchwrapper.lightning needs lightning >= {OLDEST[0]}.{OLDEST[1]}, and this is lightning "
+                      f"{lightning.__version__}: pip install -U lightning")
 
 
 class TorchWrapperProfiler(Profiler):

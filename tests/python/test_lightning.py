@@ -77,6 +77,12 @@ def test_lightning_s_actions_are_records_with_the_torch_calls_inside_them(tmp_pa
     assert profiler.recording.out_dir in summary
 
 
+def test_a_second_profiler_is_refused_with_one_line(tmp_path):
+    with tw.profile():
+        with pytest.raises(RuntimeError, match="another profiling session is already recording; stop it first"):
+            fit(tmp_path, "second", TorchWrapperProfiler(format="csv"))
+
+
 def test_bad_values_are_named():
     with pytest.raises(ValueError, match="top=0 is not accepted: give a whole number >= 1"):
         TorchWrapperProfiler(top=0)

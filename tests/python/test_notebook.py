@@ -97,6 +97,9 @@ def test_profile_results_render_as_the_report_page(tmp_path):
 
 
 def test_bad_options_are_named(tmp_path):
+    without = run_notebook(["%%torchwrapper\n1 + 1"], tmp_path)   # no %load_ext: IPython says so
+    said = "".join(o.get("text", "") + o.get("evalue", "") for o in without[0].outputs)
+    assert "UsageError: Cell magic `%%torchwrapper` not found." in said
     cells = run_notebook([PRELUDE, "%%torchwrapper --top 0\nx + 1", "%%torchwrapper --set format=xml\nx + 1",
                           "%torchwrapper"], tmp_path)
     messages = [" ".join(o.get("evalue", "") for o in c.outputs if o.get("output_type") == "error") for c in cells[1:]]
