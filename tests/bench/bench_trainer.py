@@ -18,6 +18,8 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# this folder's transformers.py (the bench's own models) must not hide the transformers package
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 MODE = os.environ.get("BENCH", "quick")
 REPS = int(os.environ.get("BENCH_REPS", 0)) or {"quick": 5, "full": 11, "smoke": 1}[MODE]
