@@ -41,13 +41,14 @@ class Report:
         return self.text()
 
     def _repr_html_(self) -> str:
-        page = os.path.join(self.out_dir, "report.html")
-        status, _, messages = _core.report_output(["tw-report", "--html", page, "--top", str(self.top),
-                                                   self.out_dir])
-        if status != 0:
-            return f"<pre>{html.escape(messages)}</pre>"
-        with open(page, encoding="utf-8") as f:
-            document = f.read()
+        with tempfile.TemporaryDirectory(prefix="torchwrapper-page-") as scratch:   # not in out_dir: its files
+            page = os.path.join(scratch, "report.html")                               # are the run's records
+            status, _, messages = _core.report_output(["tw-report", "--html", page, "--top", str(self.top),
+                                                       self.out_dir])
+            if status != 0:
+                return f"<pre>{html.escape(messages)}</pre>"
+            with open(page, encoding="utf-8") as f:
+                document = f.read()
         # the page in a frame of its own: its styles and scripts stay out of the notebook's
         return (f'<iframe srcdoc="{html.escape(document, quote=True)}" style="width:100%;height:720px;border:0" '
                 f'title="torchwrapper report" sandbox="allow-scripts"></iframe>'
