@@ -48,10 +48,8 @@ class TorchWrapperProfiler(Profiler):
         if self.recording is not None and self.recording.session.active:
             return
         out_dir = self.out_dir or os.path.join(self.dirpath or log_dir or ".", "torchwrapper")
-        config = dict(self.config)
-        if local_rank is not None and "rank" not in config and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            config["rank"] = local_rank
-        self.recording = Profile(out_dir=out_dir, **config)
+        # a distributed run's processes name their files by $RANK, which Lightning sets (profile()'s default)
+        self.recording = Profile(out_dir=out_dir, **self.config)
         self.recording.start()
         self._open = []
 
