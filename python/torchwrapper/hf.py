@@ -21,6 +21,7 @@ from typing import Any, Optional
 import transformers
 from transformers import TrainerCallback
 
+from . import _core
 from ._profile import Profile
 
 OLDEST = (4, 30)   # TrainerState.max_steps, TrainingArguments.process_index and world_size, use_cpu
@@ -84,17 +85,10 @@ class TorchWrapperCallback(TrainerCallback):
 
 
 def top_table(profile: Profile, top: int) -> str:
-    """The ``top`` APIs of a stopped profile by total time, as lines of text."""
-    totals: dict = {}
-    for record in profile.records():
-        calls, total, self_ns = totals.get(record.api, (0, 0, 0))
-        totals[record.api] = (calls + 1, total + record.cost_ns, self_ns + record.self_ns)
-    rows = sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]
-    width = max([len(api) for api, _ in rows] + [3])
-    lines = [f"{'API':<{width}}  {'calls':>7}  {'total ms':>10}  {'self ms':>10}"]
-    lines += [f"{api:<{width}}  {calls:>7}  {total / 1e6:>10.3f}  {self_ns / 1e6:>10.3f}"
-              for api, (calls, total, self_ns) in rows]
-    return "\n".join(lines)
+    """The ``top`` APIs of a stopped profile by total time: tw-report's table (read by the C reader,
+    streaming: a long run's files are not loaded into Python)."""
+    status, output, messages = _core.report_output(["tw-report", "--top", str(top), profile.out_dir])
+    return (output if status == 0 else messages).rstrip("\n")
 
 
 __all__ = ["TorchWrapperCallback"]

@@ -77,9 +77,10 @@ def test_the_step_column_is_the_trainer_s_global_step_and_training_is_unchanged(
     assert callback.profile is None and tw._core.active_session() is None   # stopped at train end
     (message,) = [m for m in kept.messages if m.startswith("torchwrapper: ")]
     assert message.endswith(callback.table) and str(out) in message
-    lines = callback.table.splitlines()
-    assert len(lines) == 1 + 10   # a header and the top 10 APIs by total time, the largest first
-    assert lines[1].split()[0] == frame.groupby("api")["cost_ns"].sum().idxmax()
+    header, *rows = callback.table.split("\n\n")[0].splitlines()   # tw-report's table, then its footer
+    assert header.split()[:3] == ["api", "calls", "total"]
+    assert len(rows) == 10   # the top 10 APIs by total time, the largest first
+    assert rows[0].split()[0] == frame.groupby("api")["cost_ns"].sum().idxmax()
 
 
 def test_a_schedule_counts_the_trainer_s_steps(tmp_path):
