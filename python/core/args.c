@@ -132,10 +132,10 @@ static const char *float_text(double v)
     return recent[slot].text;
 }
 
-/* The getset descriptors of torch._C.TensorBase for dtype, shape and is_cpu (strong references),
+/* The getset descriptors of torch._C.TensorBase for dtype, shape, is_cpu and device (strong references),
  * looked up again whenever the session's tensor type changes. */
 static PyTypeObject *descr_owner;
-static PyObject *descr_dtype, *descr_shape, *descr_is_cpu;
+static PyObject *descr_dtype, *descr_shape, *descr_is_cpu, *descr_device;
 
 static PyObject *getset_of(PyTypeObject *type, PyObject *name)
 {
@@ -151,6 +151,7 @@ static void refresh_descriptors(void)
     Py_XSETREF(descr_dtype, descr_owner ? getset_of(descr_owner, name_dtype) : NULL);
     Py_XSETREF(descr_shape, descr_owner ? getset_of(descr_owner, name_shape) : NULL);
     Py_XSETREF(descr_is_cpu, descr_owner ? getset_of(descr_owner, name_is_cpu) : NULL);
+    Py_XSETREF(descr_device, descr_owner ? getset_of(descr_owner, name_device) : NULL);
 }
 
 /*
@@ -182,12 +183,9 @@ static int reads_tensor_base(PyTypeObject *type)
         unsigned version;
         int ok;
     } seen[4];
-    static PyObject *descr_device;
     for (int i = 0; i < 4; i++)
         if (seen[i].type == type && seen[i].version == type->tp_version_tag && type->tp_version_tag != 0)
             return seen[i].ok;
-    if (descr_device == NULL && descr_owner != NULL)
-        descr_device = getset_of(descr_owner, name_device);
     int ok = descr_dtype != NULL && descr_shape != NULL && descr_is_cpu != NULL && descr_device != NULL &&
              _PyType_Lookup(type, name_dtype) == descr_dtype && _PyType_Lookup(type, name_shape) == descr_shape &&
              _PyType_Lookup(type, name_is_cpu) == descr_is_cpu && _PyType_Lookup(type, name_device) == descr_device;

@@ -21,7 +21,7 @@ import tempfile
 from typing import Any, Optional
 
 from . import _core
-from ._profile import profile
+from ._profile import profile, report_text
 
 TOP = 15
 
@@ -34,8 +34,7 @@ class Report:
         self.top = top
 
     def text(self) -> str:
-        status, output, messages = _core.report_output(["tw-report", "--top", str(self.top), self.out_dir])
-        return output if status == 0 else messages
+        return report_text(self.out_dir, self.top)
 
     def __repr__(self) -> str:
         return self.text()

@@ -471,6 +471,15 @@ def defined_at(obj: Any) -> Optional[str]:
     return found
 
 
+def report_text(out_dir: str, top: int) -> str:
+    """tw-report's per-API table of the files in out_dir, its top rows (or what tw-report said
+    instead): read by the C reader, streaming, whatever the run's length."""
+    from . import _core
+
+    status, output, messages = _core.report_output(["tw-report", "--top", str(top), out_dir])
+    return output if status == 0 else messages
+
+
 def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[str]] = None,
             exclude: Optional[Sequence[str]] = None, **output: Any) -> Profile:
     """``with torchwrapper.profile() as prof: ...`` then ``prof.records()``; see Profile."""

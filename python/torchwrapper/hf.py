@@ -21,8 +21,7 @@ from typing import Any, Optional
 import transformers
 from transformers import TrainerCallback
 
-from . import _core
-from ._profile import Profile
+from ._profile import Profile, report_text
 
 OLDEST = (4, 30)   # TrainerState.max_steps, TrainingArguments.process_index and world_size, use_cpu
 
@@ -87,8 +86,7 @@ class TorchWrapperCallback(TrainerCallback):
 def top_table(profile: Profile, top: int) -> str:
     """The ``top`` APIs of a stopped profile by total time: tw-report's table (read by the C reader,
     streaming: a long run's files are not loaded into Python)."""
-    status, output, messages = _core.report_output(["tw-report", "--top", str(top), profile.out_dir])
-    return (output if status == 0 else messages).rstrip("\n")
+    return report_text(profile.out_dir, top).rstrip("\n")
 
 
 __all__ = ["TorchWrapperCallback"]

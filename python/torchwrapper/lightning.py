@@ -20,7 +20,7 @@ import lightning
 from lightning.pytorch.profilers import Profiler
 
 from . import _core
-from ._profile import Profile
+from ._profile import Profile, report_text
 
 OLDEST = (2, 0)   # the lightning.pytorch package and its Profiler(dirpath, filename) with setup(stage, ...)
 if tuple(int(part) for part in re.findall(r"\d+", lightning.__version__)[:2]) < OLDEST:
@@ -72,8 +72,7 @@ class TorchWrapperProfiler(Profiler):
             return ""
         if self.recording.session.active:
             self._finish()
-        status, output, messages = _core.report_output(["tw-report", "--top", str(self.top), self.recording.out_dir])
-        return f"torchwrapper: {self.recording.out_dir}\n" + (output if status == 0 else messages)
+        return f"torchwrapper: {self.recording.out_dir}\n" + report_text(self.recording.out_dir, self.top)
 
     def teardown(self, stage: Optional[str]) -> None:
         self._finish()
