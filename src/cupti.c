@@ -100,6 +100,7 @@ typedef struct {
     uint32_t correlation_id;
     uint32_t state; /* RING_* */
     uint64_t external_id;
+    uint64_t launch; /* when the CUDA call began, in CUPTI's clock (its API record); 0: not known */
 } ring_entry_t;
 
 /* A GPU record whose external correlation has not arrived yet. */
@@ -166,8 +167,15 @@ static int64_t to_epoch(const tw_gpu_t *g, uint64_t t)
 
 /* Formats and queues one GPU row. deliver_lock held. */
 static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, uint64_t end, uint32_t device,
-                 uint32_t stream, uint32_t correlation_id, int attributed, uint64_t external_id)
+                 uint32_t stream, uint32_t correlation_id, const ring_entry_t *e)
 {
+    int attributed = e != NULL && e->state == RING_EXTERNAL;
+    uint64_t external_id = attributed ? e->external_id : 0;
+    /* The row's step is the step of its launch (the CPU runs ahead of the GPU: a kernel launched at
+     * the end of a step often runs in the next); without the launch's time, the kernel's start. */
+    uint64_t launch = e != NULL && e->launch != 0 ? e->launch : start;
+    uint64_t step = launch != 0 ? tw_writer_step_at(tw_writer_stream_writer(g->stream), to_epoch(g, launch))
+                                : TW_STEP_NOW;
     uint64_t call_id = attributed ? tw_gpu_external_call_id(external_id) : 0;
     uint32_t api_id = attributed ? tw_gpu_external_api_id(external_id) : TW_API_ID_NONE;
     const char *api = attributed ? tw_api_name(api_id) : NULL;
@@ -231,7 +239,8 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
             *p++ = '}';
         }
         *p++ = '\n';
-        int rc = tw_writer_stream_write_gpu(g->stream, row, (size_t)(p - row), api_id, duration);
+        tw_stream_row_t r = {row, (size_t)(p - row), step, api_id, duration};
+        int rc = tw_writer_stream_put(g->stream, &r);
         if (rc == TW_EINVAL && attempt == 0 && name_len > 64) {
             name_len = tw_utf8_cut(name, name_len, 64); /* too long for a small file_max_size: shorter */
             continue;
@@ -278,9 +287,7 @@ static pending_t *pending_at(tw_gpu_t *g, size_t i)
 
 static void emit_pending(tw_gpu_t *g, pending_t *p, const ring_entry_t *e)
 {
-    int attributed = e != NULL && e->state == RING_EXTERNAL;
-    emit(g, p->kind, p->name, p->start, p->end, p->device, p->stream, p->correlation_id, attributed,
-         attributed ? e->external_id : 0);
+    emit(g, p->kind, p->name, p->start, p->end, p->device, p->stream, p->correlation_id, e);
     free(p->name);
 }
 
@@ -348,7 +355,7 @@ static void handle_record(tw_gpu_t *g, const CUpti_Activity *record)
     }
     ring_entry_t *e = ring_find(g, correlation_id);
     if (e != NULL)
-        emit(g, kind, name, start, end, device, stream, correlation_id, e->state == RING_EXTERNAL, e->external_id);
+        emit(g, kind, name, start, end, device, stream, correlation_id, e);
     else
         park(g, kind, name, start, end, device, stream, correlation_id);
 }
@@ -366,14 +373,17 @@ static void process_buffer(tw_gpu_t *g, uint8_t *buffer, size_t valid)
             const CUpti_ActivityExternalCorrelation *c = (const CUpti_ActivityExternalCorrelation *)record;
             if (c->externalKind != CORRELATION_KIND)
                 continue;
-            g->ring[c->correlationId % RING_SIZE] = (ring_entry_t){c->correlationId, RING_EXTERNAL, c->externalId};
+            g->ring[c->correlationId % RING_SIZE] = (ring_entry_t){c->correlationId, RING_EXTERNAL, c->externalId, 0};
             correlations++;
         } else if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME || record->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
-            uint32_t id = ((const CUpti_ActivityAPI *)record)->correlationId;
+            const CUpti_ActivityAPI *api = (const CUpti_ActivityAPI *)record;
+            uint32_t id = api->correlationId;
             ring_entry_t *e = &g->ring[id % RING_SIZE];
             if (e->state == RING_EMPTY || e->correlation_id != id) { /* no external correlation came first */
-                *e = (ring_entry_t){id, RING_NONE, 0};
+                *e = (ring_entry_t){id, RING_NONE, 0, api->start};
                 correlations++;
+            } else if (e->launch == 0) {
+                e->launch = api->start;
             }
         }
     }

@@ -96,38 +96,62 @@ void tw_manifest_write(tw_fileset_env_t *env, const char *path, const tw_manifes
     cJSON_AddItemToObject(root, "file_max_size", raw_int((int64_t)env->max_size));
     cJSON_AddStringToObject(root, "clock", m->clock == TW_CLOCK_TSC ? "tsc" : "monotonic");
     /* Every file of every kind, oldest first per kind: call records ("calls") first, then each
-     * stream's ("gpu", ...). */
+     * stream's ("gpu", ...). Per kind, "records": what was written and what was lost, and why, in
+     * one scheme; the calls' counts also at the top level and the streams' in "streams", as readers
+     * of earlier versions find them. */
     cJSON *files = cJSON_AddArrayToObject(root, "files");
+    cJSON *records = cJSON_AddObjectToObject(root, "records");
     cJSON *streams = cJSON_CreateObject();
     pthread_mutex_lock(env->lock);
-    uint64_t written = m->calls->written, dropped = m->calls->dropped + m->dropped_upstream;
-    uint64_t truncated = m->truncated;
-    uint64_t bytes = m->calls->bytes_total;
-    int write_errno = env->write_errno;
-    add_files(files, m->calls);
-    for (size_t i = 0; i < m->stream_count; i++) {
-        const tw_manifest_stream_t *s = &m->streams[i];
-        add_files(files, s->files);
-        cJSON *o = streams != NULL ? cJSON_CreateObject() : NULL;
+    for (size_t i = 0; i < m->kind_count; i++) {
+        const tw_manifest_kind_t *k = &m->kinds[i];
+        add_files(files, k->files);
+        uint64_t dropped = tw_manifest_drops_total(&k->drops);
+        cJSON *o = records != NULL ? cJSON_AddObjectToObject(records, k->kind) : NULL;
+        if (o != NULL) {
+            cJSON_AddItemToObject(o, "written", raw_int((int64_t)k->files->written));
+            cJSON_AddItemToObject(o, "dropped", raw_int((int64_t)dropped));
+            cJSON *by = cJSON_AddObjectToObject(o, "dropped_by");
+            if (by != NULL) {
+                cJSON_AddItemToObject(by, "full", raw_int((int64_t)k->drops.full));
+                cJSON_AddItemToObject(by, "invalid", raw_int((int64_t)k->drops.invalid));
+                cJSON_AddItemToObject(by, "closed", raw_int((int64_t)k->drops.closed));
+                cJSON_AddItemToObject(by, "write", raw_int((int64_t)k->drops.write));
+                cJSON_AddItemToObject(by, "upstream", raw_int((int64_t)k->drops.upstream));
+            }
+            cJSON_AddItemToObject(o, "truncated", raw_int((int64_t)k->truncated));
+            cJSON_AddItemToObject(o, "bytes_written", raw_int((int64_t)k->files->bytes_total));
+        }
+        if (i == 0) {
+            cJSON_AddItemToObject(root, "records_written", raw_int((int64_t)k->files->written));
+            cJSON_AddItemToObject(root, "records_dropped", raw_int((int64_t)dropped));
+            cJSON_AddItemToObject(root, "records_truncated", raw_int((int64_t)k->truncated));
+            cJSON_AddItemToObject(root, "bytes_written", raw_int((int64_t)k->files->bytes_total));
+            continue;
+        }
+        o = streams != NULL ? cJSON_CreateObject() : NULL;
         if (o == NULL)
             continue;
-        cJSON_AddItemToObject(o, "records_written", raw_int((int64_t)s->files->written));
-        cJSON_AddItemToObject(o, "records_dropped",
-                              raw_int((int64_t)(s->files->dropped + s->dropped_full + s->lost_upstream)));
-        cJSON_AddItemToObject(o, "records_lost_upstream", raw_int((int64_t)s->lost_upstream));
-        cJSON_AddItemToObject(o, "bytes_written", raw_int((int64_t)s->files->bytes_total));
-        cJSON_AddItemToObject(streams, s->kind, o);
+        cJSON_AddItemToObject(o, "records_written", raw_int((int64_t)k->files->written));
+        cJSON_AddItemToObject(o, "records_dropped", raw_int((int64_t)dropped));
+        cJSON_AddItemToObject(o, "records_lost_upstream", raw_int((int64_t)k->drops.upstream));
+        cJSON_AddItemToObject(o, "bytes_written", raw_int((int64_t)k->files->bytes_total));
+        cJSON_AddItemToObject(streams, k->kind, o);
     }
     int64_t skipped = (int64_t)env->names_skipped, links = (int64_t)env->links_refused;
+    int write_errno = env->write_errno;
     pthread_mutex_unlock(env->lock);
-    cJSON_AddItemToObject(root, "records_written", raw_int((int64_t)written));
-    cJSON_AddItemToObject(root, "records_dropped", raw_int((int64_t)dropped));
-    cJSON_AddItemToObject(root, "records_truncated", raw_int((int64_t)truncated));
     cJSON_AddItemToObject(root, "file_names_skipped", raw_int(skipped));
     cJSON_AddItemToObject(root, "symlinks_refused", raw_int(links));
-    cJSON_AddItemToObject(root, "bytes_written", raw_int((int64_t)bytes));
     if (streams != NULL)
         cJSON_AddItemToObject(root, "streams", streams);
+    if (m->memory_budget != 0) {
+        cJSON *o = cJSON_AddObjectToObject(root, "memory");
+        if (o != NULL) {
+            cJSON_AddItemToObject(o, "budget_bytes", raw_int((int64_t)m->memory_budget));
+            cJSON_AddItemToObject(o, "peak_bytes", raw_int((int64_t)m->memory_peak));
+        }
+    }
     cJSON *captures = m->captures_json != NULL ? cJSON_Parse(m->captures_json) : NULL;
     if (captures != NULL)
         cJSON_AddItemToObject(root, "captures", captures);

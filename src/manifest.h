@@ -17,13 +17,28 @@
 #include "torchwrapper/sites.h"
 #include "torchwrapper/stats.h"
 
-/* One extra record stream's part of the manifest; its counters read under env->lock. */
+/* Why records of one kind were lost: one scheme for every kind (calls, gpu, stats, ...). */
+typedef struct {
+    uint64_t full;      /* no room in the memory budget (buffer_size), or no memory */
+    uint64_t invalid;   /* too long for a file, or not one line */
+    uint64_t closed;    /* came once the writer was closing */
+    uint64_t write;     /* write errors */
+    uint64_t upstream;  /* lost before they reached the writer (CUPTI's dropped records) */
+} tw_manifest_drops_t;
+
+/* The sum of every cause. */
+static inline uint64_t tw_manifest_drops_total(const tw_manifest_drops_t *d)
+{
+    return d->full + d->invalid + d->closed + d->write + d->upstream;
+}
+
+/* One kind of record's part of the manifest; its file list read under env->lock. */
 typedef struct {
     const char *kind;
     const tw_fileset_t *files;
-    uint64_t dropped_full;      /* refused before the writer took them */
-    uint64_t lost_upstream;     /* lost before they reached the stream */
-} tw_manifest_stream_t;
+    tw_manifest_drops_t drops;
+    uint64_t truncated;         /* written with their argument text cut to fit a file (calls) */
+} tw_manifest_kind_t;
 
 /* What the manifest says, besides what env and the file sets hold. */
 typedef struct {
@@ -31,11 +46,10 @@ typedef struct {
     tw_clock_source_t clock;
     int64_t start_ns;
     int64_t end_ns;             /* 0: still writing (null) */
-    uint64_t dropped_upstream;  /* call records lost before the writer had them */
-    uint64_t truncated;         /* call records whose argument text was cut to fit a file */
-    const tw_fileset_t *calls;
-    const tw_manifest_stream_t *streams;
-    size_t stream_count;
+    const tw_manifest_kind_t *kinds; /* the calls first, then each stream's kind */
+    size_t kind_count;
+    uint64_t memory_budget;     /* buffer_size as applied (bytes); 0: not said (a capture's manifest) */
+    uint64_t memory_peak;       /* the most bytes waiting for the writer at once, measured */
     const char *captures_json;  /* "captures": a JSON array of the on-demand captures; NULL: none */
     const char *sites_file;     /* the call sites file's name (in out_dir); NULL: none */
     const tw_sites_stats_t *sites;

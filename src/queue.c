@@ -14,19 +14,20 @@
 
 struct tw_queue {
     pthread_mutex_t lock;
-    pthread_cond_t work;   /* the consumer waits on it (CLOCK_MONOTONIC deadlines) */
     pthread_cond_t room;   /* producers wait on it for room (block_when_full) */
     tw_chunk_t *head;      /* the FIFO, guarded by lock */
     tw_chunk_t *tail;
-    uint64_t queued;       /* chunks in it */
     uint64_t chunks;       /* pushed so far */
     uint64_t records;
-    uint64_t max_chunks;   /* 0: unbounded (no consumer); read without the lock by tw_queue_admit */
+    /* the memory budget (queue.h): bytes charged now and at most, and the bound (0: unbounded, no
+     * consumer); lock-free */
+    _Atomic uint64_t used;
+    _Atomic uint64_t peak;
+    _Atomic uint64_t limit;
+    _Atomic uint32_t epoch; /* moves at each attach and detach: chunks charged before owe nothing */
     int block_when_full;
     int running;           /* the consumer's thread runs: producers may wait for room */
     int stopping;
-    int kicked;
-    uint64_t wakeups;
     const tw_queue_consumer_t *ops; /* NULL: no consumer */
     void *ops_arg;
     uint32_t flush_epoch;  /* bumped (atomically) to ask producers for their partial chunks */
@@ -60,6 +61,7 @@ tw_chunk_t *tw_chunk_alloc(uint64_t tid)
         (chunk = malloc(sizeof *chunk + TW_CHUNK_RECORDS * sizeof(tw_record_t) + TW_CHUNK_TEXT)) == NULL)
         return NULL;
     chunk->next = NULL;
+    chunk->charged = NULL;
     chunk->tid = tid;
     chunk->count = 0;
     chunk->capacity = TW_CHUNK_RECORDS;
@@ -73,6 +75,11 @@ void tw_chunk_release(tw_chunk_t *chunk)
 {
     if (chunk == NULL)
         return;
+    if (chunk->charged != NULL) {
+        if (chunk->charge_epoch == atomic_load(&chunk->charged->epoch))
+            tw_queue_refund(chunk->charged, TW_CHUNK_BYTES);
+        chunk->charged = NULL;
+    }
     pthread_mutex_lock(&pool_lock);
     if (pool_count < TW_CHUNK_POOL_MAX) {
         chunk->next = pool_head;
@@ -98,12 +105,10 @@ static pthread_mutex_t queues_lock = PTHREAD_MUTEX_INITIALIZER;
 static tw_queue_t *all_queues; /* guarded by queues_lock */
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
-/* The lock and the condition variables. The consumer's timed wait computes its deadline on
- * CLOCK_MONOTONIC (immune to clock changes), so `work` waits on that clock too. */
+/* The lock and the condition variable. */
 static void init_sync(tw_queue_t *q)
 {
     pthread_mutex_init(&q->lock, NULL);
-    tw_cond_init_monotonic(&q->work);
     pthread_cond_init(&q->room, NULL);
 }
 
@@ -150,13 +155,12 @@ static void fork_child(void)
             q->ops->fork_child(q->ops_arg);
         pthread_mutex_unlock(&q->lock);
         init_sync(q);
-        release_list(q->head);
+        release_list(q->head); /* their bytes go back to the budget */
         q->head = q->tail = NULL;
-        q->queued = 0;
         q->chunks = q->records = 0;
         q->running = 0;
         q->stopping = 0;
-        q->kicked = 0;
+        atomic_store(&q->peak, atomic_load(&q->used));
         atomic_store(&q->dropped, 0);
     }
     pthread_mutex_unlock(&queues_lock);
@@ -176,13 +180,6 @@ void tw_cond_init_monotonic(pthread_cond_t *cond)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(cond, &attr);
     pthread_condattr_destroy(&attr);
-}
-
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int tw_queue_create(tw_queue_t **out)
@@ -215,7 +212,6 @@ void tw_queue_destroy(tw_queue_t *q)
     pthread_mutex_unlock(&queues_lock);
     release_list(q->head);
     pthread_mutex_destroy(&q->lock);
-    pthread_cond_destroy(&q->work);
     pthread_cond_destroy(&q->room);
     free(q);
 }
@@ -239,31 +235,80 @@ void tw_queue_push(tw_queue_t *q, tw_chunk_t *chunk)
     else
         q->head = chunk;
     q->tail = chunk;
-    q->queued++;
     q->chunks++;
     q->records += chunk->count;
-    if (q->ops != NULL)
-        pthread_cond_signal(&q->work);
+    if (q->ops != NULL && q->ops->ring != NULL)
+        q->ops->ring(q->ops_arg);
     pthread_mutex_unlock(&q->lock);
 }
 
-int tw_queue_admit(tw_queue_t *q)
+/* Charges bytes: 1 charged, 0 no room, -1 unbounded (nothing charged); *epoch: the budget's epoch. */
+static int charge(tw_queue_t *q, uint64_t bytes, uint32_t *epoch)
 {
-    /* Unbounded (nobody drains): no lock. */
-    if (__atomic_load_n(&q->max_chunks, __ATOMIC_ACQUIRE) == 0)
-        return 1;
-    int ok = 1;
-    pthread_mutex_lock(&q->lock);
-    if (q->max_chunks != 0 && q->queued >= q->max_chunks) {
+    *epoch = atomic_load_explicit(&q->epoch, memory_order_acquire);
+    uint64_t limit = atomic_load_explicit(&q->limit, memory_order_acquire);
+    if (limit == 0)
+        return -1;
+    uint64_t used = atomic_load_explicit(&q->used, memory_order_relaxed);
+    do {
+        if (bytes > limit || used > limit - bytes)
+            return 0;
+    } while (!atomic_compare_exchange_weak(&q->used, &used, used + bytes));
+    uint64_t now = used + bytes, peak = atomic_load_explicit(&q->peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak(&q->peak, &peak, now))
+        ;
+    return 1;
+}
+
+tw_chunk_t *tw_queue_chunk(tw_queue_t *q, uint64_t tid)
+{
+    uint32_t epoch;
+    int charged = charge(q, TW_CHUNK_BYTES, &epoch);
+    if (charged == 0) {
+        /* No room: wait for it when asked to and the consumer runs, else refuse. */
+        pthread_mutex_lock(&q->lock);
         if (q->block_when_full && q->running) {
-            while (q->max_chunks != 0 && q->queued >= q->max_chunks && !q->stopping)
+            while ((charged = charge(q, TW_CHUNK_BYTES, &epoch)) == 0 && !q->stopping && q->ops != NULL)
                 pthread_cond_wait(&q->room, &q->lock);
-        } else {
-            ok = 0;
         }
+        pthread_mutex_unlock(&q->lock);
+        if (charged == 0)
+            return NULL;
     }
+    tw_chunk_t *chunk = tw_chunk_alloc(tid);
+    if (chunk != NULL && charged > 0) {
+        chunk->charged = q;
+        chunk->charge_epoch = epoch;
+    } else if (chunk == NULL && charged > 0 && epoch == atomic_load(&q->epoch)) {
+        tw_queue_refund(q, TW_CHUNK_BYTES);
+    }
+    return chunk;
+}
+
+int tw_queue_charge(tw_queue_t *q, uint64_t bytes)
+{
+    uint32_t epoch;
+    return charge(q, bytes, &epoch) != 0;
+}
+
+void tw_queue_refund(tw_queue_t *q, uint64_t bytes)
+{
+    if (bytes != 0)
+        atomic_fetch_sub(&q->used, bytes);
+}
+
+void tw_queue_room(tw_queue_t *q)
+{
+    pthread_mutex_lock(&q->lock);
+    pthread_cond_broadcast(&q->room);
     pthread_mutex_unlock(&q->lock);
-    return ok;
+}
+
+void tw_queue_memory(tw_queue_t *q, uint64_t *used, uint64_t *peak, uint64_t *limit)
+{
+    *used = atomic_load(&q->used);
+    *peak = atomic_load(&q->peak);
+    *limit = atomic_load(&q->limit);
 }
 
 void tw_queue_add_dropped(tw_queue_t *q, uint64_t records)
@@ -307,7 +352,7 @@ void tw_queue_request_flush(tw_queue_t *q)
 
 /* ---- the consumer's side ------------------------------------------------------------------------ */
 
-int tw_queue_attach(tw_queue_t *q, uint64_t max_chunks, int block_when_full, const tw_queue_consumer_t *ops,
+int tw_queue_attach(tw_queue_t *q, uint64_t budget_bytes, int block_when_full, const tw_queue_consumer_t *ops,
                     void *arg, int running)
 {
     pthread_mutex_lock(&q->lock);
@@ -320,8 +365,13 @@ int tw_queue_attach(tw_queue_t *q, uint64_t max_chunks, int block_when_full, con
     q->block_when_full = block_when_full;
     q->running = running;
     q->stopping = 0;
-    q->kicked = 0;
-    __atomic_store_n(&q->max_chunks, max_chunks ? max_chunks : 1, __ATOMIC_RELEASE);
+    /* Chunks already queued (a queue nobody drained) were never charged: they are the consumer's
+     * first batch, outside the budget, as before it attached. */
+    atomic_fetch_add(&q->epoch, 1);
+    atomic_store(&q->used, 0);
+    atomic_store(&q->peak, 0);
+    atomic_store_explicit(&q->limit, budget_bytes > TW_QUEUE_MIN_BUDGET ? budget_bytes : TW_QUEUE_MIN_BUDGET,
+                          memory_order_release);
     pthread_mutex_unlock(&q->lock);
     return 0;
 }
@@ -333,7 +383,9 @@ void tw_queue_detach(tw_queue_t *q)
     q->ops_arg = NULL;
     q->running = 0;
     q->stopping = 0;
-    __atomic_store_n(&q->max_chunks, 0, __ATOMIC_RELEASE);
+    /* Unbounded from now on: chunks charged before owe nothing (the epoch moves). */
+    atomic_store_explicit(&q->limit, 0, memory_order_release);
+    atomic_fetch_add(&q->epoch, 1);
     pthread_cond_broadcast(&q->room);
     pthread_mutex_unlock(&q->lock);
 }
@@ -346,48 +398,19 @@ int tw_queue_attached(tw_queue_t *q)
     return attached;
 }
 
-tw_chunk_t *tw_queue_wait(tw_queue_t *q, uint64_t deadline_ns, int *stop)
+tw_chunk_t *tw_queue_take(tw_queue_t *q)
 {
     pthread_mutex_lock(&q->lock);
-    while (q->head == NULL && !q->stopping && !q->kicked) {
-        uint64_t now = monotonic_ns();
-        if (now >= deadline_ns)
-            break;
-        struct timespec deadline;
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        uint64_t wait = deadline_ns - now;
-        deadline.tv_sec += (time_t)(wait / 1000000000u);
-        deadline.tv_nsec += (long)(wait % 1000000000u);
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&q->work, &q->lock, &deadline);
-        q->wakeups++;
-    }
     tw_chunk_t *list = q->head;
     q->head = q->tail = NULL;
-    q->queued = 0;
-    q->kicked = 0;
-    *stop = q->stopping && list == NULL;
-    pthread_cond_broadcast(&q->room);
     pthread_mutex_unlock(&q->lock);
     return list;
-}
-
-void tw_queue_kick(tw_queue_t *q)
-{
-    pthread_mutex_lock(&q->lock);
-    q->kicked = 1;
-    pthread_cond_signal(&q->work);
-    pthread_mutex_unlock(&q->lock);
 }
 
 void tw_queue_stop(tw_queue_t *q)
 {
     pthread_mutex_lock(&q->lock);
     q->stopping = 1;
-    pthread_cond_broadcast(&q->work);
     pthread_cond_broadcast(&q->room);
     pthread_mutex_unlock(&q->lock);
 }
@@ -397,12 +420,4 @@ void tw_queue_set_running(tw_queue_t *q, int running)
     pthread_mutex_lock(&q->lock);
     q->running = running;
     pthread_mutex_unlock(&q->lock);
-}
-
-uint64_t tw_queue_wakeups(tw_queue_t *q)
-{
-    pthread_mutex_lock(&q->lock);
-    uint64_t n = q->wakeups;
-    pthread_mutex_unlock(&q->lock);
-    return n;
 }

@@ -211,10 +211,9 @@ tw_chunk_t *tw_thread_next_chunk(tw_thread_t *t)
     } else {
         report_dropped(t, t->recorder->queue);
     }
-    /* Bounded memory: the queue says whether there is room (or waits for it, if its writer asks). */
-    if (!tw_queue_admit(t->recorder->queue))
-        return NULL;
-    tw_chunk_t *chunk = tw_chunk_alloc(t->tid);
+    /* Bounded memory: the queue's budget says whether there is room (or waits for it, if its
+     * writer asks). */
+    tw_chunk_t *chunk = tw_queue_chunk(t->recorder->queue, t->tid);
     if (chunk == NULL)
         return NULL;
     t->chunk = chunk;

@@ -135,12 +135,13 @@ static inline char *tw_format_i64(char *out, int64_t v)
 #define TW_ERRNO_MAP(XX)                                                  \
     XX(NOMEM, -ENOMEM, "out of memory")                                   \
     XX(INVAL, -EINVAL, "invalid argument")                                \
-    XX(BUSY, -EBUSY, "a profiling session is already active")            \
+    XX(BUSY, -EBUSY, "already in use")                                    \
     XX(NOTACTIVE, -ESRCH, "no profiling session is active")               \
     XX(FULL, -ENOBUFS, "table full")                                      \
     XX(IO, -EIO, "input/output error")                                    \
     XX(RANGE, -ERANGE, "value out of range")                              \
-    XX(UNAVAIL, -ENOTSUP, "not available on this machine")
+    XX(UNAVAIL, -ENOTSUP, "not available on this machine")               \
+    XX(CLOSED, -ESHUTDOWN, "closed")
 
 typedef enum {
 #define TW_ERRNO_ENUM(name, value, text) TW_E##name = (value),

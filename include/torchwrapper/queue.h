@@ -9,7 +9,7 @@
  *
  * Lock order, across the library: recorder registry -> queue -> its consumer (the writer) -> chunk
  * pool. A queue never calls its producers; it calls its consumer only through tw_queue_consumer_t,
- * with its lock held.
+ * with its lock held. The queue rings its consumer's doorbell; it has none of its own.
  */
 #ifndef TORCHWRAPPER_QUEUE_H
 #define TORCHWRAPPER_QUEUE_H
@@ -27,10 +27,15 @@ typedef struct tw_queue tw_queue_t;
 
 /* ---- the chunk pool (process-wide) -------------------------------------------------------------- */
 
-/* An empty chunk for thread tid, recycled when one is free; NULL when out of memory. */
+/* Bytes one chunk takes in memory: its header, its records and their argument text. */
+#define TW_CHUNK_BYTES (sizeof(tw_chunk_t) + TW_CHUNK_RECORDS * sizeof(tw_record_t) + TW_CHUNK_TEXT)
+
+/* An empty chunk for thread tid, recycled when one is free; NULL when out of memory. Not charged to
+ * any queue's memory budget (tw_queue_chunk is). */
 TW_API tw_chunk_t *tw_chunk_alloc(uint64_t tid);
 
-/* Gives chunk back to the pool (or to malloc when the pool is full). NULL is ignored. */
+/* Gives chunk back to the pool (or to malloc when the pool is full), and its bytes back to the
+ * budget it was charged to. NULL is ignored. */
 TW_API void tw_chunk_release(tw_chunk_t *chunk);
 
 /* ---- the queue ------------------------------------------------------------------------------------ */
@@ -38,15 +43,19 @@ TW_API void tw_chunk_release(tw_chunk_t *chunk);
 /* Creates an empty, unbounded queue with no consumer. Returns 0 or TW_ENOMEM. */
 TW_API int tw_queue_create(tw_queue_t **out);
 
-/* Frees the queue and the chunks it still holds. Its consumer must have detached. */
+/* Frees the queue and the chunks it still holds. Its consumer must have detached, and every chunk
+ * charged to its budget must have been released. */
 TW_API void tw_queue_destroy(tw_queue_t *q);
 
-/* Producers: hands chunk over (the queue owns it afterwards) and wakes the consumer. */
+/* Producers: hands chunk over (the queue owns it afterwards) and rings the consumer's doorbell. */
 TW_API void tw_queue_push(tw_queue_t *q, tw_chunk_t *chunk);
 
-/* Producers, before filling another chunk: 1 when there is room for it, 0 when not. Only a queue
- * with a consumer is bounded; with block_when_full and a running consumer it waits for room. */
-TW_API int tw_queue_admit(tw_queue_t *q);
+/*
+ * Producers: a chunk to fill for thread tid, once there is room for it in the memory budget (see
+ * below), charged to it until it is released; NULL when there is no room (or no memory). A queue
+ * nobody drains is unbounded; with block_when_full and a running consumer it waits for room.
+ */
+TW_API tw_chunk_t *tw_queue_chunk(tw_queue_t *q, uint64_t tid);
 
 /* Counts records lost before they reached the queue (no memory, no room, too deep). */
 TW_API void tw_queue_add_dropped(tw_queue_t *q, uint64_t records);
@@ -64,51 +73,73 @@ TW_API int tw_queue_foreach(tw_queue_t *q, int (*fn)(const tw_chunk_t *chunk, vo
 /* The flush epoch: producers watch it, and hand their partial chunk over when it moves. */
 TW_API const uint32_t *tw_queue_flush_epoch(tw_queue_t *q);
 
+/* ---- the memory budget ---------------------------------------------------------------------------- */
+
+/*
+ * While a consumer is attached, every byte that waits for it is charged to one budget: each chunk
+ * from tw_queue_chunk() until it is released (being filled, queued, or being written), and whatever
+ * the consumer charges for buffers of its own (tw_queue_charge: the writer's row streams). The
+ * bytes charged never exceed the limit set at attach: what does not fit is refused (and counted by
+ * whoever refused it). The peak is the largest sum of bytes charged at once: what was measured, not
+ * what a formula says.
+ */
+
+/* Charges bytes to the budget: 1 when they fit, 0 when not (nothing charged). Lock-free. An
+ * unbounded queue (no consumer) charges nothing and returns 1. */
+TW_API int tw_queue_charge(tw_queue_t *q, uint64_t bytes);
+
+/* Gives back bytes charged by tw_queue_charge(). */
+TW_API void tw_queue_refund(tw_queue_t *q, uint64_t bytes);
+
+/* Wakes producers waiting for room (block_when_full), after the consumer freed some. */
+TW_API void tw_queue_room(tw_queue_t *q);
+
+/* The budget: bytes charged now, the peak since attach, and the limit (0: unbounded). */
+TW_API void tw_queue_memory(tw_queue_t *q, uint64_t *used, uint64_t *peak, uint64_t *limit);
+
 /* ---- the consumer's side ------------------------------------------------------------------------ */
 
 /*
- * What a queue asks of its consumer, each called with the queue's lock held: start its thread (at
- * the first push after a fork; 0 or an errno value), and the consumer's part of fork handling (take
- * its locks before fork, release them in the parent, start afresh in the child). Any may be NULL.
+ * What a queue asks of its consumer, each called with the queue's lock held: ring its doorbell (a
+ * chunk was pushed: the consumer then takes the queued chunks with tw_queue_take()), start its thread
+ * (at the first push after a fork; 0 or an errno value), and the consumer's part of fork handling
+ * (take its locks before fork, release them in the parent, start afresh in the child). Any may be
+ * NULL.
  */
 typedef struct tw_queue_consumer {
+    void (*ring)(void *arg);
     int (*start)(void *arg);
     void (*fork_prepare)(void *arg);
     void (*fork_parent)(void *arg);
     void (*fork_child)(void *arg);
 } tw_queue_consumer_t;
 
-/* Attaches the consumer (one at a time): the queue is bounded to max_chunks (at least 1) from now
- * on, and running says whether its thread is already started. Returns 0 or TW_EBUSY. */
-TW_API int tw_queue_attach(tw_queue_t *q, uint64_t max_chunks, int block_when_full, const tw_queue_consumer_t *ops,
+/* The least budget a consumer may set: two chunks (one being filled, one being written). */
+#define TW_QUEUE_MIN_BUDGET (2 * TW_CHUNK_BYTES)
+
+/* Attaches the consumer (one at a time): from now on the queue's memory budget is budget_bytes (at
+ * least TW_QUEUE_MIN_BUDGET), and running says whether its thread is already started. Returns 0 or
+ * TW_EBUSY. */
+TW_API int tw_queue_attach(tw_queue_t *q, uint64_t budget_bytes, int block_when_full, const tw_queue_consumer_t *ops,
                            void *arg, int running);
 
-/* Detaches it: the queue holds what is pushed from now on, unbounded, and wakes nobody. */
+/* Detaches it: the queue holds what is pushed from now on, unbounded, and rings nobody. */
 TW_API void tw_queue_detach(tw_queue_t *q);
 
 /* Whether a consumer is attached. */
 TW_API int tw_queue_attached(tw_queue_t *q);
 
-/*
- * The consumer's wait: returns the chunks queued (a list linked by next, oldest first; the consumer
- * owns them) once there are some, or the queue is kicked or stopped, or CLOCK_MONOTONIC passes
- * deadline_ns. *stop is set when the queue is stopped and was empty.
- */
-TW_API tw_chunk_t *tw_queue_wait(tw_queue_t *q, uint64_t deadline_ns, int *stop);
-
-/* Wakes the consumer's wait (work other than chunks is waiting: a stream filling up). */
-TW_API void tw_queue_kick(tw_queue_t *q);
+/* The consumer: takes the chunks queued (a list linked by next, oldest first; the consumer owns
+ * them, and releases each once written), or NULL. Never waits. */
+TW_API tw_chunk_t *tw_queue_take(tw_queue_t *q);
 
 /* Asks the producers for their partial chunks (their next call hands the chunk over). */
 TW_API void tw_queue_request_flush(tw_queue_t *q);
 
-/* Tells the consumer's wait to return for good and producers waiting for room to stop waiting;
- * running: whether the consumer's thread runs (0 once joined). */
+/* Producers waiting for room stop waiting (the consumer is closing: what they make now is dropped
+ * or kept, as without a consumer); running: whether the consumer's thread runs (0 once joined). */
 TW_API void tw_queue_stop(tw_queue_t *q);
 TW_API void tw_queue_set_running(tw_queue_t *q, int running);
-
-/* Timed waits of the consumer that returned (about one per flush interval when idle). */
-TW_API uint64_t tw_queue_wakeups(tw_queue_t *q);
 
 /* pthread_cond_init for waits with CLOCK_MONOTONIC deadlines (the default, CLOCK_REALTIME, makes
  * every such wait return at once: the waiting thread spins). */

@@ -91,6 +91,8 @@ typedef struct tw_chunk {
     uint32_t text_used;
     uint32_t text_capacity;
     char *text;   /* TW_CHUNK_TEXT bytes, after the records */
+    struct tw_queue *charged; /* the queue whose memory budget it counts in until released, or NULL */
+    uint32_t charge_epoch;    /* that budget's epoch then: a budget set anew (a new consumer) owes it nothing */
     tw_record_t records[];
 } tw_chunk_t;
 

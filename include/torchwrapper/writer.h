@@ -21,7 +21,14 @@
  * Extra record streams (tw_writer_add_stream) go to files of their own beside the call records,
  * named like them with ".KIND" before the extension (tw-...-0001.gpu.csv), under the same
  * file_max_size and max_files (which applies to each kind on its own), listed in the manifest with
- * their "kind" (call-record files have "kind": "calls").
+ * their "kind" (call-record files have "kind": "calls"). Their rows carry a step as call records do,
+ * and follow the same rules: the schedule's steps in out_dir, a capture's steps in its directory.
+ *
+ * Memory: everything waiting for the writer thread, call records with their argument text and rows
+ * of every stream, is bounded by one budget, buffer_bytes (queue.h); what does not fit is dropped and
+ * counted (or waited for, block_when_full, for call records). The manifest says, for every kind in
+ * "records", what was written and what was dropped and why, and in "memory" the budget and the peak
+ * of bytes waiting at once.
  */
 #ifndef TORCHWRAPPER_WRITER_H
 #define TORCHWRAPPER_WRITER_H
@@ -44,7 +51,8 @@ typedef struct tw_writer_config {
     const char *file_name_spec;   /* see tw_name_spec_check(); NULL: the config's default */
     unsigned max_files;           /* keep only the newest N record files; 0 keeps all */
     uint64_t flush_interval_ns;   /* records reach the disk at least this often; 0: the config's default */
-    uint64_t buffer_bytes;        /* bound on records queued for the writer; 0: the config's default */
+    uint64_t buffer_bytes;        /* bound on the bytes waiting for the writer, call records (their text
+                                     included) and stream rows alike; 0: the config's default */
     int block_when_full;          /* 1: a recording thread waits for the writer; 0: records are dropped */
     int64_t rank;                 /* < 0 when not set */
     const char *manifest_json;    /* optional JSON object text merged into the manifest (config, versions) */
@@ -69,6 +77,8 @@ typedef struct tw_writer_stats {
     uint64_t wakeups;            /* times the idle writer thread woke up (about one per flush interval) */
     uint64_t file_names_skipped; /* record file names found taken, so the next index was used */
     uint64_t symlinks_refused;   /* of which symbolic links (never followed) */
+    uint64_t memory_budget;      /* the bound on bytes waiting for the writer, as applied */
+    uint64_t memory_peak;        /* the most bytes waiting at once, measured */
 } tw_writer_stats_t;
 
 /*
@@ -83,7 +93,8 @@ TW_API int tw_writer_create(const tw_writer_config_t *config, struct tw_queue *q
 /*
  * Writes everything queued, closes the last file, writes the summary and the final manifest, stops
  * the thread and detaches from the queue. Call after tw_recorder_collect(). Returns 0, or
- * TW_EIO when a write failed (the records concerned are counted as dropped).
+ * TW_EIO when a write failed (the records concerned are counted as dropped). Closing twice is
+ * closing once.
  */
 TW_API int tw_writer_close(tw_writer_t *writer);
 
@@ -118,7 +129,7 @@ typedef struct tw_writer_stream_stats {
  * (see above). csv_header is the header line of its CSV files (without or with its '\n'); it may be
  * NULL when the writer's format is JSON. The stream belongs to the writer and is freed by
  * tw_writer_destroy(). Returns 0 and the stream in *out; TW_EINVAL for a bad kind or header;
- * TW_EBUSY when the kind exists already or the writer is closed; TW_ENOMEM.
+ * TW_EBUSY when the kind exists already; TW_ECLOSED; TW_EFULL past 7 streams; TW_ENOMEM.
  */
 TW_API int tw_writer_add_stream(tw_writer_t *writer, const char *kind, const char *csv_header,
                                 tw_writer_stream_t **out);
@@ -126,21 +137,38 @@ TW_API int tw_writer_add_stream(tw_writer_t *writer, const char *kind, const cha
 /* The writer's format: rows are CSV lines (fields quoted as RFC 4180 says) or JSON objects. */
 TW_API tw_format_t tw_writer_stream_format(const tw_writer_stream_t *stream);
 
+/* A row's step when its producer does not know it: the step in progress when the row is queued. */
+#define TW_STEP_NOW UINT64_MAX
+
+/* One row for a stream. */
+typedef struct tw_stream_row {
+    const char *text;  /* one line, in the writer's format, with or without its final '\n' */
+    size_t len;
+    uint64_t step;     /* the step it belongs to (the schedule and captures decide by it); TW_STEP_NOW */
+    uint32_t api_id;   /* GPU rows: the API whose GPU total in summary.json gpu_ns adds to; TW_API_ID_NONE */
+    uint64_t gpu_ns;
+} tw_stream_row_t;
+
 /*
- * Queues one complete row (len bytes, one line, with or without its final '\n') for the writer
- * thread, which writes it within flush_interval. Thread-safe, callable from any thread (CUPTI's
- * callback thread included); never blocks on I/O. Memory is bounded: a stream queues at most a
- * quarter of buffer_bytes (at least 1 MiB); a row beyond that, one longer than TW_STREAM_ROW_MAX
- * or than a file can hold, or one written once tw_writer_close() has begun, is dropped and
- * counted. Returns 0, TW_EFULL, TW_EINVAL (row too long or holding a '\n' before its end),
- * TW_ENOTACTIVE (closed) or TW_ENOMEM.
+ * Queues one row for the writer thread, which writes it within flush_interval where its step says.
+ * Thread-safe, callable from any thread (CUPTI's callback thread included); never blocks on I/O. The
+ * bytes queued are charged to the writer's memory budget: a row that does not fit, one longer than
+ * TW_STREAM_ROW_MAX or than a file can hold, or one queued once tw_writer_close() has begun, is
+ * dropped and counted. Returns 0, TW_EFULL (no room), TW_EINVAL (too long, or holding a '\n' before
+ * its end), TW_ECLOSED or TW_ENOMEM.
  */
+TW_API int tw_writer_stream_put(tw_writer_stream_t *stream, const tw_stream_row_t *row);
+
+/* The same for a row of the step in progress (TW_STEP_NOW), with no GPU time. */
 TW_API int tw_writer_stream_write(tw_writer_stream_t *stream, const char *row, size_t len);
 
 /* The same, and adds gpu_ns to api_id's GPU total in summary.json once the row is written (api_id
  * TW_API_ID_NONE adds nothing). */
 TW_API int tw_writer_stream_write_gpu(tw_writer_stream_t *stream, const char *row, size_t len, uint32_t api_id,
                                       uint64_t gpu_ns);
+
+/* The writer a stream belongs to. */
+TW_API tw_writer_t *tw_writer_stream_writer(const tw_writer_stream_t *stream);
 
 /* Counts rows lost before they reached the stream (e.g. CUPTI's dropped activity records); they
  * appear in the manifest's "streams" section. Thread-safe. */
@@ -168,17 +196,27 @@ TW_API char *tw_json_escape(char *out, const char *s, size_t len);
  *
  * The writer learns the program's step from tw_writer_set_step(): once it is past a capture's last
  * step, the capture stays open one more flush interval (the recording threads hand over their partial
- * chunks), then its files are closed and its manifest says "done". Records of its steps that come
+ * chunks), then its files are closed and its manifest says "done". Stream rows of its steps (GPU,
+ * tensor statistics, ...) go to files of their kind in dir too. Records of its steps that come
  * later still are counted as late, not written. Captures never overlap: one asked before the previous
  * one's steps are over is refused (TW_EBUSY). Returns 0 and the capture's number (1, 2, ...) in *id,
- * or TW_EBUSY, TW_EINVAL (steps 0, no dir, a closed writer) or TW_EIO (dir cannot be made), with a
+ * or TW_EBUSY, TW_EINVAL (steps 0, no dir), TW_ECLOSED or TW_EIO (dir cannot be made), with a
  * message in err.
  */
 TW_API int tw_writer_capture(tw_writer_t *writer, uint64_t from_step, uint64_t steps, const char *dir, uint32_t *id,
                              char *err, size_t err_size);
 
-/* The step the program is in (the recorder's): when a capture's steps are over. */
+/* The step the program is in (the recorder's), from now on: when a capture's steps are over, and
+ * what TW_STEP_NOW means. The writer remembers when each of the last 256 steps began. */
 TW_API void tw_writer_set_step(tw_writer_t *writer, uint64_t step);
+
+/* The step in progress now (the last tw_writer_set_step; 0 before any). */
+TW_API uint64_t tw_writer_step(tw_writer_t *writer);
+
+/* The step that was in progress at epoch_ns (nanoseconds since the epoch on the records' clock):
+ * for rows whose producer knows when, not in which step (a GPU activity knows when it was launched).
+ * A moment before the oldest step remembered gets that step. */
+TW_API uint64_t tw_writer_step_at(tw_writer_t *writer, int64_t epoch_ns);
 
 typedef struct tw_writer_capture_stats {
     uint64_t from_step, to_step;  /* steps [from, to) */
@@ -190,10 +228,8 @@ typedef struct tw_writer_capture_stats {
 /* Capture id's counters; TW_EINVAL when there is no such capture. */
 TW_API int tw_writer_capture_stats(tw_writer_t *writer, uint32_t id, tw_writer_capture_stats_t *stats);
 
-/* Kept for C users: tw_queue_push() and tw_queue_admit() on the queue the writer drains (its
- * recorder's, see queue.h). */
+/* Kept for C users: tw_queue_push() on the queue the writer drains (its recorder's, see queue.h). */
 TW_API void tw_writer_enqueue(tw_writer_t *writer, tw_chunk_t *chunk);
-TW_API int tw_writer_admit(tw_writer_t *writer);
 
 #ifdef __cplusplus
 }

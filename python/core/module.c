@@ -157,6 +157,14 @@ static PyObject *core_step_recorded(PyObject *module, PyObject *unused)
     return PyBool_FromLong(tw_active.gen != 0 && tw_active.step_recorded);
 }
 
+/* The active session's step (counted from 0), or None when no session records. */
+static PyObject *core_current_step(PyObject *module, PyObject *unused)
+{
+    if (tw_active.gen == 0)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(tw_active.step);
+}
+
 static PyObject *core_active_session(PyObject *module, PyObject *unused)
 {
     return Py_NewRef(tw_active.session ? tw_active.session : Py_None);
@@ -200,6 +208,8 @@ static PyMethodDef core_methods[] = {
      "made until range_end() nested in it. False when no session records."},
     {"range_end", tw_range_end, METH_NOARGS,
      "range_end() -> recorded\n--\n\nEnds the range begun last on this thread (in the same function)."},
+    {"current_step", core_current_step, METH_NOARGS,
+     "The active session's step, counted from 0 (the schedule's), or None when none records."},
     {"step_recorded", core_step_recorded, METH_NOARGS,
      "Whether the active session records the current step's calls (schedule, capture)."},
     {"report", core_report, METH_O,

@@ -811,13 +811,16 @@ static PyObject *session_add_stream(PyObject *op, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* stream_write(kind, text) -> rows refused: text holds rows already formatted, one per line. */
+/* stream_write(kind, text, step=-1) -> rows refused: text holds rows already formatted, one per line,
+ * of that step (-1: the step in progress). The writer keeps them where their step says (schedule,
+ * captures). */
 static PyObject *session_stream_write(PyObject *op, PyObject *args)
 {
     tw_session_object *self = (tw_session_object *)op;
     const char *kind, *text;
     Py_ssize_t len;
-    if (!PyArg_ParseTuple(args, "ss#:stream_write", &kind, &text, &len))
+    long long step = -1;
+    if (!PyArg_ParseTuple(args, "ss#|L:stream_write", &kind, &text, &len, &step))
         return NULL;
     tw_writer_stream_t *stream = NULL;
     for (int i = 0; i < self->stream_count && stream == NULL; i++)
@@ -832,7 +835,8 @@ static PyObject *session_stream_write(PyObject *op, PyObject *args)
     while (text < end) {
         const char *newline = memchr(text, '\n', (size_t)(end - text));
         size_t row = newline != NULL ? (size_t)(newline - text) + 1 : (size_t)(end - text);
-        if (row > 1 && tw_writer_stream_write(stream, text, row) != 0)
+        tw_stream_row_t r = {text, row, step < 0 ? TW_STEP_NOW : (uint64_t)step, TW_API_ID_NONE, 0};
+        if (row > 1 && tw_writer_stream_put(stream, &r) != 0)
             refused++; /* counted as dropped by the stream, and in the manifest */
         text += row;
     }
@@ -879,7 +883,8 @@ static PyMethodDef session_methods[] = {
     {"add_stream", session_add_stream, METH_VARARGS,
      "add_stream(kind, csv_header)\n--\n\nRows of another kind go to files of their own (NAME.KIND.csv)."},
     {"stream_write", session_stream_write, METH_VARARGS,
-     "stream_write(kind, text) -> refused\n--\n\nQueues rows (one per line, in the session's format)."},
+     "stream_write(kind, text, step=-1) -> refused\n--\n\nQueues rows (one per line, in the session's format)\n"
+     "of a step (-1: the step in progress); the writer keeps those of the steps it records."},
     {"stream_stats", session_stream_stats, METH_O, "stream_stats(kind) -> counters of a stream"},
     {NULL},
 };

@@ -11,6 +11,8 @@ import numbers
 import random
 from typing import Any, Callable, Dict, Iterable, List, Optional, TYPE_CHECKING, Tuple
 
+from . import _core
+
 if TYPE_CHECKING:
     from ._trace import Tracer
 
@@ -110,7 +112,10 @@ class _StatsEngine:
         self.pending_bytes = 0
         self.reduced: List[Tuple[Any, Any, List[list]]] = []   # (device, (k, 7) tensor, rows)
         self.direct: Dict[Any, List[Tuple[Any, list]]] = {}     # device -> (8 numbers, row) of large tensors
-        self.inflight: List[Tuple[Any, Any, List[list]]] = []  # (event, host tensor, rows) on CUDA
+        self.inflight: List[tuple] = []  # (event, host tensor, rows, extra, session step) on CUDA
+        # The session's step (the schedule's and captures' step) the rows gathered now belong to:
+        # they are written at the next model call or later (CUDA), when the session's step has moved.
+        self.rows_step: Optional[int] = None
         self.custom_tensors: Dict[Any, List[Tuple[list, str, Any]]] = {}
         self.selected: Dict[Tuple[int, str], bool] = {}
         self.weights_done: set = set()
@@ -136,6 +141,8 @@ class _StatsEngine:
         if self.root_calls > 0:
             self.flush()
             self.step += 1
+        self.rows_step = _core.current_step()
+        if self.root_calls > 0:
             self.sampling = self._decide(self.step)
             self.weights_done.clear()
             self.step_modules.clear()
@@ -419,7 +426,7 @@ class _StatsEngine:
         for device, rows_of_device in rows.items():
             flat = parts.get(device, [])
             if not flat:   # only empty tensors
-                ready.append((None, torch.empty(0, dtype=torch.float64), rows_of_device, []))
+                ready.append((None, torch.empty(0, dtype=torch.float64), rows_of_device, [], self.rows_step))
                 continue
             values = flat[0] if len(flat) == 1 else torch.cat(flat)
             extra = custom.get(device, [])
@@ -428,9 +435,9 @@ class _StatsEngine:
                 host.copy_(values, non_blocking=True)
                 event = torch.cuda.Event()
                 event.record()
-                self.inflight.append((event, host, rows[device], extra))
+                self.inflight.append((event, host, rows[device], extra, self.rows_step))
             else:
-                ready.append((None, values.to("cpu"), rows[device], extra))
+                ready.append((None, values.to("cpu"), rows[device], extra, self.rows_step))
         self._emit(ready)
         if final and self.inflight:
             inflight, self.inflight = self.inflight, []
@@ -438,7 +445,7 @@ class _StatsEngine:
 
     def _emit(self, ready: List[tuple]) -> None:
         self.out: List[str] = []
-        for event, host, rows, extra in ready:
+        for event, host, rows, extra, step in ready:
             if event is not None:
                 event.synchronize()
             numbers_ = host.reshape(-1).tolist()
@@ -450,9 +457,9 @@ class _StatsEngine:
             for row, width in zip(rows, widths):
                 self._write(row, numbers_[at:at + width])
                 at += width
-        if self.out:
-            self.tracer.sink("stats", "".join(self.out))
-            self.out = []
+            if self.out:   # the writer keeps them if the schedule records their step (or a capture has it)
+                self.tracer.sink("stats", "".join(self.out), -1 if step is None else step)
+                self.out = []
 
     def _write(self, row: list, v: List[float]) -> None:
         call_id, step, path, cls, role, index, name, shape, dtype, device, n, how, custom = row

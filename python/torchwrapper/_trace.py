@@ -77,7 +77,8 @@ class Tracer:
         self.names: Dict[int, Tuple[Any, str]] = {}   # id -> (object, public API name): a discovery plan's
         self._class_names: Any = weakref.WeakKeyDictionary()   # type -> name (classes made in a loop die)
         self._api_names: Dict[int, str] = {}
-        self.sink: Optional[Callable[[str, str], Any]] = None   # (kind, rows text) -> stream of the writer
+        # (kind, rows text[, step]) -> a stream of the writer, which keeps the rows of recorded steps
+        self.sink: Optional[Callable[..., Any]] = None
         self.session: Any = None
         self.stats = _StatsEngine(stats, self) if stats is not None else None
         if stats is not None:

@@ -3,14 +3,6 @@
 #include "tw_test.h"
 #include <stdlib.h>
 
-static tw_chunk_t *chunk_of(uint32_t count)
-{
-    tw_chunk_t *c = tw_chunk_alloc(7);
-    assert_non_null(c);
-    c->count = count;
-    return c;
-}
-
 static int note_count(const tw_chunk_t *chunk, void *arg)
 {
     uint32_t **at = arg;
@@ -23,8 +15,11 @@ static void a_queue_nobody_drains_holds_every_chunk_in_order(void **state)
     tw_queue_t *q;
     assert_int_equal(tw_queue_create(&q), 0);
     for (uint32_t i = 1; i <= 300; i++) {
-        assert_int_equal(tw_queue_admit(q), 1); /* unbounded: no consumer */
-        tw_queue_push(q, chunk_of(i));
+        tw_chunk_t *c = tw_queue_chunk(q, 7); /* unbounded: no consumer */
+        assert_non_null(c);
+        assert_null(c->charged);
+        c->count = i;
+        tw_queue_push(q, c);
     }
     uint64_t chunks, records;
     tw_queue_counts(q, &chunks, &records);
@@ -38,34 +33,62 @@ static void a_queue_nobody_drains_holds_every_chunk_in_order(void **state)
     tw_queue_destroy(q); /* frees what it holds */
 }
 
-static void an_attached_consumer_bounds_the_queue_and_drains_it(void **state)
+static int rings;
+static void count_ring(void *arg)
+{
+    (void)arg;
+    rings++;
+}
+
+static void an_attached_consumer_bounds_the_bytes_waiting_and_is_rung_at_each_chunk(void **state)
 {
     tw_queue_t *q;
     assert_int_equal(tw_queue_create(&q), 0);
-    static const tw_queue_consumer_t none = {NULL, NULL, NULL, NULL};
-    assert_int_equal(tw_queue_attach(q, 2, 0, &none, NULL, 1), 0);
-    assert_int_equal(tw_queue_attach(q, 2, 0, &none, NULL, 1), TW_EBUSY);
+    static const tw_queue_consumer_t consumer = {count_ring, NULL, NULL, NULL, NULL};
+    /* Asked for less than two chunks: two chunks, with their text, is the least. */
+    assert_int_equal(tw_queue_attach(q, 1, 0, &consumer, NULL, 1), 0);
+    assert_int_equal(tw_queue_attach(q, 1, 0, &consumer, NULL, 1), TW_EBUSY);
     assert_true(tw_queue_attached(q));
-    tw_queue_push(q, chunk_of(1));
-    assert_int_equal(tw_queue_admit(q), 1);
-    tw_queue_push(q, chunk_of(2));
-    assert_int_equal(tw_queue_admit(q), 0); /* full, and not asked to wait */
-    int stop = 1;
-    tw_chunk_t *list = tw_queue_wait(q, 0, &stop);
-    assert_false(stop);
+    rings = 0;
+    tw_chunk_t *a = tw_queue_chunk(q, 1), *b = tw_queue_chunk(q, 1);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_null(tw_queue_chunk(q, 1)); /* full, and not asked to wait */
+    assert_int_equal(tw_queue_charge(q, 1), 0); /* a row does not fit either */
+    uint64_t used, peak, limit;
+    tw_queue_memory(q, &used, &peak, &limit);
+    assert_int_equal(limit, TW_QUEUE_MIN_BUDGET);
+    assert_int_equal(used, 2 * TW_CHUNK_BYTES);
+    assert_int_equal(peak, used);
+    a->count = 1, b->count = 2;
+    tw_queue_push(q, a);
+    tw_queue_push(q, b);
+    assert_int_equal(rings, 2);
+    tw_chunk_t *list = tw_queue_take(q);
     assert_non_null(list);
     assert_int_equal(list->count, 1);
     assert_non_null(list->next);
     assert_int_equal(list->next->count, 2);
     assert_null(list->next->next);
+    assert_null(tw_queue_take(q));
+    /* Taken is not written: the bytes stay charged until the chunks are released. */
+    assert_null(tw_queue_chunk(q, 1));
     tw_chunk_release(list->next);
     tw_chunk_release(list);
-    assert_int_equal(tw_queue_admit(q), 1);
-    tw_queue_stop(q);
-    assert_null(tw_queue_wait(q, UINT64_MAX, &stop));
-    assert_true(stop);
+    tw_queue_memory(q, &used, &peak, &limit);
+    assert_int_equal(used, 0);
+    assert_int_equal(peak, 2 * TW_CHUNK_BYTES);
+    tw_chunk_t *c = tw_queue_chunk(q, 1);
+    assert_non_null(c);
+    /* Detached: unbounded again, and a chunk charged before owes the next consumer nothing. */
     tw_queue_detach(q);
     assert_false(tw_queue_attached(q));
+    assert_int_equal(tw_queue_attach(q, 1, 0, &consumer, NULL, 1), 0);
+    tw_chunk_release(c);
+    tw_queue_memory(q, &used, &peak, &limit);
+    assert_int_equal(used, 0);
+    tw_queue_stop(q);
+    tw_queue_detach(q);
     tw_queue_destroy(q);
 }
 
@@ -103,7 +126,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_queue_nobody_drains_holds_every_chunk_in_order),
-        cmocka_unit_test(an_attached_consumer_bounds_the_queue_and_drains_it),
+        cmocka_unit_test(an_attached_consumer_bounds_the_bytes_waiting_and_is_rung_at_each_chunk),
         cmocka_unit_test(drops_are_counted_and_the_flush_epoch_moves),
         cmocka_unit_test(a_recorder_pushes_to_its_queue_only),
     };
