@@ -25,8 +25,9 @@
  * and follow the same rules: the schedule's steps in out_dir, a capture's steps in its directory.
  *
  * Memory: everything waiting for the writer thread, call records with their argument text and rows
- * of every stream, is bounded by one budget, buffer_bytes (queue.h); what does not fit is dropped and
- * counted (or waited for, block_when_full, for call records). The manifest says, for every kind in
+ * of every stream, is bounded by one budget, buffer_bytes (queue.h), of which the streams together
+ * take at most half (a burst of GPU rows never starves the call records); what does not fit is
+ * dropped and counted (or waited for, block_when_full, for call records). The manifest says, for every kind in
  * "records", what was written and what was dropped and why, and in "memory" the budget and the peak
  * of bytes waiting at once.
  */

@@ -1308,6 +1308,33 @@ static void stream_rows_are_refused_and_counted_when_bad_or_late(void **state)
     free_fixture(&f);
 }
 
+/* GPU rows know when they were launched, not in which step: the writer says which step that was. */
+static void the_step_of_a_moment_is_the_step_in_progress_then(void **state)
+{
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.file_max_size = 1 << 20, .rank = -1});
+    int64_t before = tw_clock_epoch_ns(&f.clock, tw_clock_ticks(TW_CLOCK_MONOTONIC)) - 1000000;
+    int64_t begun[6];
+    for (uint64_t step = 1; step <= 5; step++) {
+        usleep(2000);
+        tw_writer_set_step(f.writer, step);
+        begun[step] = tw_clock_epoch_ns(&f.clock, tw_clock_ticks(TW_CLOCK_MONOTONIC));
+    }
+    assert_int_equal(tw_writer_step(f.writer), 5);
+    for (uint64_t step = 1; step <= 4; step++) {
+        assert_int_equal(tw_writer_step_at(f.writer, begun[step] + 10), step);
+        assert_int_equal(tw_writer_step_at(f.writer, begun[step + 1] - 1000000), step); /* 1 ms before the next */
+    }
+    assert_int_equal(tw_writer_step_at(f.writer, begun[5] + 1000000000), 5);
+    assert_int_equal(tw_writer_step_at(f.writer, before), 0); /* before step 1: step 0, from the start */
+    /* Only the last 256 boundaries are remembered: an older moment gets the oldest step known. */
+    for (uint64_t step = 6; step <= 300; step++)
+        tw_writer_set_step(f.writer, step);
+    assert_int_equal(tw_writer_step_at(f.writer, before), 300 - 256 + 1);
+    close_fixture(&f);
+    free_fixture(&f);
+}
+
 static void a_forked_child_writes_its_own_stream_files(void **state)
 {
     if (getenv("TW_UNDER_TSAN") != NULL)
@@ -1379,6 +1406,7 @@ int main(void)
         cmocka_unit_test(gpu_rows_add_to_the_per_api_gpu_totals),
         cmocka_unit_test(stream_rows_are_refused_and_counted_when_bad_or_late),
         cmocka_unit_test(a_forked_child_writes_its_own_stream_files),
+        cmocka_unit_test(the_step_of_a_moment_is_the_step_in_progress_then),
     };
     return cmocka_run_group_tests_name("writer", tests, NULL, NULL);
 }
