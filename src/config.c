@@ -545,11 +545,8 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
                      key->name, given);
             return NULL;
         }
-        if (ok && strcmp(key->name, "file_max_size") == 0 && bytes < 4096) {
-            snprintf(err, err_size, "config key 'file_max_size': %s is too small: at least 4096 bytes are needed for a "
-                                    "header and any record", given);
+        if (ok && strcmp(key->name, "file_max_size") == 0 && tw_config_check_file_max_size(bytes, given, err, err_size))
             return NULL;
-        }
         if (ok) {
             char number[24];
             snprintf(number, sizeof number, "%llu", (unsigned long long)bytes);

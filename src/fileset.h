@@ -14,9 +14,10 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "torchwrapper/config.h"
 #include "torchwrapper/writer.h"
 
-#define TW_MIN_FILE_SIZE 4096          /* room for a header and any record */
+#define TW_MIN_FILE_SIZE TW_CONFIG_MIN_FILE_SIZE /* room for a header and any record (config.h) */
 #define TW_BUFFER_FLUSH (256 * 1024)   /* bytes of output gathered before a write() */
 
 /*

@@ -31,15 +31,6 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A string default of the config (config.c) without its JSON quotes, into buf. */
-static const char *config_default_text(const char *key, char *buf, size_t size)
-{
-    const char *json = tw_config_default(key, TW_CONFIG_DEFAULTS_TORCHWRAPPER);
-    size_t n = strlen(json);
-    snprintf(buf, size, "%.*s", n >= 2 ? (int)(n - 2) : 0, json + 1);
-    return buf;
-}
-
 writer_source_t *tw_writer_sources(tw_writer_t *w)
 {
     return &w->calls; /* the first; the calls source is never removed */
@@ -297,13 +288,13 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
         snprintf(err, err_size, "format %d is not csv or json", (int)config->format);
         return TW_EINVAL;
     }
-    if (config->file_max_size < TW_MIN_FILE_SIZE) {
-        snprintf(err, err_size, "file_max_size %llu bytes is too small: at least %d bytes are needed for a "
-                                "header and any record", (unsigned long long)config->file_max_size, TW_MIN_FILE_SIZE);
+    char given[32];
+    snprintf(given, sizeof given, "%llu", (unsigned long long)config->file_max_size);
+    if (tw_config_check_file_max_size(config->file_max_size, given, err, err_size) != 0)
         return TW_EINVAL;
-    }
-    char default_spec[64];
-    const char *spec = config->file_name_spec ? config->file_name_spec : config_default_text("file_name_spec", default_spec, sizeof default_spec);
+    /* Zero fields take the config's defaults (config.c, the one table of them). */
+    const tw_config_t *defaults = tw_config_defaults(TW_CONFIG_DEFAULTS_TORCHWRAPPER);
+    const char *spec = config->file_name_spec ? config->file_name_spec : defaults->file_name_spec;
     if (tw_name_spec_check(spec, err, err_size) != 0)
         return TW_EINVAL;
     int made = tw_make_dirs(config->out_dir);   /* with its missing parents, as mkdir -p */
@@ -347,14 +338,8 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
     w->env.max_size = config->file_max_size;
     w->env.max_files = config->max_files;
     w->env.lock = &w->lock;
-    /* Zero fields take the config's defaults (config.c, the one table of them). */
-    w->flush_interval_ns = config->flush_interval_ns
-                               ? config->flush_interval_ns
-                               : (uint64_t)(strtod(tw_config_default("flush_interval", TW_CONFIG_DEFAULTS_TORCHWRAPPER),
-                                                   NULL) * 1e9);
-    uint64_t buffer_bytes = config->buffer_bytes
-                                ? config->buffer_bytes
-                                : strtoull(tw_config_default("buffer_size", TW_CONFIG_DEFAULTS_TORCHWRAPPER), NULL, 10);
+    w->flush_interval_ns = config->flush_interval_ns ? config->flush_interval_ns : defaults->flush_interval_ns;
+    uint64_t buffer_bytes = config->buffer_bytes ? config->buffer_bytes : defaults->buffer_bytes;
     /* One budget for every byte waiting for the writer (queue.h): chunks with their text, and rows. */
     w->buffer_bytes = buffer_bytes > TW_QUEUE_MIN_BUDGET ? buffer_bytes : TW_QUEUE_MIN_BUDGET;
     w->env.rank = config->rank;

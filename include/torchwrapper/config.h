@@ -4,6 +4,8 @@
 #define TORCHWRAPPER_CONFIG_H
 
 #include "torchwrapper/common.h"
+#include "torchwrapper/schedule.h"
+#include "torchwrapper/writer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,6 +91,60 @@ TW_API int tw_config_normalize_for(tw_config_defaults_t defaults, const char *js
 /* The default of a config key for an entry point, as JSON text ("128000000", "\"timestamp\""), or
  * NULL for an unknown key. Static text. */
 TW_API const char *tw_config_default(const char *key, tw_config_defaults_t defaults);
+
+/* ---- the configuration as C takes it ---------------------------------------------------------------- */
+
+typedef enum { TW_ARGS_NONE = 0, TW_ARGS_SUMMARY = 1, TW_ARGS_REPR = 2 } tw_args_mode_t;
+typedef enum { TW_GPU_OFF = 0, TW_GPU_AUTO = 1, TW_GPU_ON = 2 } tw_gpu_mode_t;
+typedef enum { TW_SITES_OFF = 0, TW_SITES_BOUNDARY = 1, TW_SITES_ALL = 2 } tw_sites_mode_t;
+typedef enum { TW_ATEN_OFF = 0, TW_ATEN_BACKWARD = 1, TW_ATEN_ALL = 2 } tw_aten_mode_t;
+
+/*
+ * The keys the C side acts on, typed: what tw_config_load() makes of a configuration it validated,
+ * so that the session and the writer take values as they are rather than parse text again. (Keys
+ * only Python acts on, modules, include, exclude, tensor_stats, track, stay in the JSON.)
+ */
+typedef struct tw_config {
+    char *out_dir;              /* NULL: records kept in memory */
+    tw_format_t format;
+    uint64_t file_max_size;     /* bytes, >= TW_CONFIG_MIN_FILE_SIZE */
+    char *file_name_spec;
+    unsigned max_files;         /* 0: all kept */
+    uint64_t flush_interval_ns;
+    uint64_t buffer_bytes;      /* buffer_size */
+    int block_when_full;        /* on_full "wait" */
+    tw_args_mode_t args;
+    tw_gpu_mode_t gpu;
+    tw_schedule_t schedule;     /* zeroed: none */
+    int summary_only;           /* records "summary" */
+    uint64_t on_demand_steps;   /* on_demand's steps; 0: off */
+    char *on_demand_dir;        /* on_demand's dir; NULL: OUT_DIR/capture-N */
+    tw_sites_mode_t sites;
+    tw_aten_mode_t aten;
+} tw_config_t;
+
+/* The smallest file_max_size: room for a header and any record. */
+#define TW_CONFIG_MIN_FILE_SIZE 4096
+
+/*
+ * tw_config_normalize_for(), and the result typed in *out (free it with tw_config_free()); json_out
+ * may be NULL when the JSON is not wanted. Returns 0, TW_EINVAL with the message in err, or TW_ENOMEM.
+ */
+TW_API int tw_config_load(tw_config_defaults_t defaults, const char *json_in, int from_strings, tw_config_t *out,
+                          char **json_out, char *err, size_t err_size);
+
+/* Frees what tw_config_load() allocated in config (not config itself). */
+TW_API void tw_config_free(tw_config_t *config);
+
+/* An entry point's defaults, typed (static; every call gives the same values). */
+TW_API const tw_config_t *tw_config_defaults(tw_config_defaults_t defaults);
+
+/* The writer's part of config into out (its strings point into config). rank, manifest_json,
+ * per_process_names and sites are the caller's to set. */
+TW_API void tw_config_writer(const tw_config_t *config, tw_writer_config_t *out);
+
+/* Checks file_max_size: 0, or TW_EINVAL with the message in err (the validator's and the writer's). */
+TW_API int tw_config_check_file_max_size(uint64_t bytes, const char *given, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

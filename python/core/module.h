@@ -53,17 +53,9 @@ static inline void tw_exc_restore(tw_saved_exc_t *saved)
 extern const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS];
 
 /* The given config arguments (values[i] for tw_session_config_keywords[i], NULL when not given)
- * through the library's validator with a bare Session's defaults: a new dict of every key, or NULL
- * with ValueError naming the key, the value and what is accepted. */
-PyObject *tw_session_config(PyObject *const *values);
-
-/* config[key] as UTF-8 (borrowed from the dict), or NULL when not a str (None); as an integer. */
-const char *tw_config_str(PyObject *config, const char *key);
-unsigned long long tw_config_uint(PyObject *config, const char *key);
-
-/* config["schedule"] (null or the validator's complete object) as a schedule. 0, or -1 with an
- * exception. */
-int tw_config_schedule(PyObject *config, tw_schedule_t *out);
+ * through the library's validator with a bare Session's defaults, typed into *out (tw_config_free()
+ * it). Returns 0, or -1 with ValueError naming the key, the value and what is accepted. */
+int tw_session_config(PyObject *const *values, tw_config_t *out);
 
 /* Copies that outlive the Python objects (PyMem_Raw; NULL with MemoryError). */
 char *tw_dup_cstr(const char *s);
@@ -74,7 +66,7 @@ char *tw_dup_utf8(PyObject *text);
 char **tw_cupti_paths_of(PyObject *paths);
 void tw_free_paths(char **paths);
 
-typedef enum { TW_ARGS_NONE = 0, TW_ARGS_SUMMARY = 1, TW_ARGS_REPR = 2 } tw_args_mode_t;
+/* tw_args_mode_t, tw_sites_mode_t: config.h (the typed configuration). */
 
 /*
  * What tracing looks at around a wrapped callable (the wrapper's `kind`, set at wrap time; a
@@ -149,8 +141,6 @@ extern tw_ptr_table_t tw_modules; /* nn.Module instance -> module id (TW_MODULE_
 extern tw_ptr_table_t tw_tracked; /* tracked tensor (parameter, grad) -> tracer's index */
 
 /* ---- call sites (sites.c) ---- */
-
-typedef enum { TW_SITES_OFF = 0, TW_SITES_BOUNDARY = 1, TW_SITES_ALL = 2 } tw_sites_mode_t;
 
 /*
  * The session's cache of call sites by (code object, instruction offset): one probe per call. A

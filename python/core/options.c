@@ -65,9 +65,10 @@ const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS] = {
     "out_dir", "format", "file_max_size", "file_name_spec", "max_files", "flush_interval", "buffer_size", "on_full",
     "args", "gpu", "schedule", "records", "on_demand", "sites", "aten"};
 
-PyObject *tw_session_config(PyObject *const *values)
+int tw_session_config(PyObject *const *values, tw_config_t *out)
 {
-    PyObject *given = PyDict_New(), *json = PyImport_ImportModule("json"), *text = NULL, *result = NULL;
+    PyObject *given = PyDict_New(), *json = PyImport_ImportModule("json"), *text = NULL;
+    int result = -1;
     for (size_t i = 0; given != NULL && json != NULL && i < TW_SESSION_CONFIG_KEYWORDS; i++)
         if (values[i] != NULL && PyDict_SetItemString(given, tw_session_config_keywords[i], values[i]) < 0)
             goto done;
@@ -76,46 +77,16 @@ PyObject *tw_session_config(PyObject *const *values)
     const char *json_in = PyUnicode_AsUTF8(text);
     if (json_in == NULL)
         goto done;
-    char *json_out = NULL, err[1024] = "";
-    int rc = tw_config_normalize_for(TW_CONFIG_DEFAULTS_SESSION, json_in, 0, &json_out, err, sizeof err);
+    char err[1024] = "";
+    int rc = tw_config_load(TW_CONFIG_DEFAULTS_SESSION, json_in, 0, out, NULL, err, sizeof err);
     if (rc != 0) {
         PyErr_SetString(rc == TW_ENOMEM ? PyExc_MemoryError : PyExc_ValueError, err);
         goto done;
     }
-    result = PyObject_CallMethod(json, "loads", "s", json_out);
-    free(json_out);
+    result = 0;
 done:
     Py_XDECREF(text);
     Py_XDECREF(json);
     Py_XDECREF(given);
     return result;
-}
-
-const char *tw_config_str(PyObject *config, const char *key)
-{
-    PyObject *value = PyDict_GetItemString(config, key);
-    return value != NULL && PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : NULL;
-}
-
-int tw_config_schedule(PyObject *config, tw_schedule_t *out)
-{
-    memset(out, 0, sizeof *out);
-    PyObject *value = PyDict_GetItemString(config, "schedule");
-    if (value == NULL || value == Py_None)
-        return 0;
-    out->skip_first = (uint32_t)tw_config_uint(value, "skip_first");
-    out->wait = (uint32_t)tw_config_uint(value, "wait");
-    out->warmup = (uint32_t)tw_config_uint(value, "warmup");
-    out->active = (uint32_t)tw_config_uint(value, "active");
-    out->repeat = (uint32_t)tw_config_uint(value, "repeat");
-    const char *summary = tw_config_str(value, "summary");
-    out->summary_active = summary != NULL && strcmp(summary, "active") == 0;
-    out->enabled = out->active > 0;
-    return PyErr_Occurred() ? -1 : 0;
-}
-
-unsigned long long tw_config_uint(PyObject *config, const char *key)
-{
-    PyObject *value = PyDict_GetItemString(config, key);
-    return value != NULL ? PyLong_AsUnsignedLongLong(value) : 0;
 }

@@ -11,24 +11,23 @@
 #include <string.h>
 
 typedef enum { SESSION_NEW, SESSION_ACTIVE, SESSION_STOPPED } session_state_t;
-typedef enum { GPU_OFF, GPU_AUTO, GPU_ON } gpu_mode_t;
 
 typedef struct {
     PyObject_HEAD
     tw_recorder_t *recorder;
     tw_clock_t clock;
     session_state_t state;
+    tw_config_t settings;  /* the validated configuration, typed (config.h) */
     /* file output; out_dir == NULL keeps records in memory for records() */
     tw_writer_config_t config;
-    char *out_dir;
-    char *file_name_spec;
+    const char *out_dir;   /* settings.out_dir */
     char *manifest_json;
     tw_writer_t *writer;
     tw_args_mode_t args_mode;
     tw_schedule_t schedule; /* the steps whose records are kept (also in config, for the writer) */
     int summary_only;       /* records "summary": no per-call records kept */
     uint64_t ondemand_steps; /* on_demand: steps of a capture asked without a number; 0: off */
-    char *ondemand_dir;      /* on_demand's dir, NULL: out_dir/capture-N */
+    const char *ondemand_dir; /* on_demand's dir (settings'), NULL: out_dir/capture-N */
     tw_ondemand_t *ondemand; /* while recording */
     PyObject *tensor_type; /* torch._C.TensorBase, found at start, when args are summarized */
     PyObject *tracer;      /* torchwrapper._trace.Tracer or None */
@@ -40,7 +39,7 @@ typedef struct {
     } streams[4];
     int stream_count;
     /* GPU timing */
-    gpu_mode_t gpu_mode;
+    tw_gpu_mode_t gpu_mode;
     int gpu_device;        /* the caller found a CUDA device */
     char **cupti_paths;    /* NULL-terminated, PyMem_Raw; candidates for the CUPTI library */
     tw_gpu_t *gpu;         /* while GPU timing runs, and after stop for its counters */
@@ -77,7 +76,7 @@ static int gpu_unavailable_said;
  */
 static int start_gpu(tw_session_object *self)
 {
-    if (self->gpu_mode == GPU_OFF)
+    if (self->gpu_mode == TW_GPU_OFF)
         return 0;
     int rc = TW_EUNAVAIL;
     if (!self->gpu_device) {
@@ -97,7 +96,7 @@ static int start_gpu(tw_session_object *self)
     }
     if (rc == 0)
         return 0;
-    if (self->gpu_mode == GPU_ON) {
+    if (self->gpu_mode == TW_GPU_ON) {
         PyErr_Format(PyExc_RuntimeError, "gpu=\"on\": GPU timing is unavailable: %s (gpu=\"auto\" profiles CPU "
                                          "time instead)", self->gpu_reason);
         return -1;
@@ -118,7 +117,7 @@ static int start_gpu(tw_session_object *self)
 static int gpu_reason_known(tw_session_object *self)
 {
     self->gpu_reason[0] = '\0';
-    if (self->gpu_mode == GPU_OFF || self->gpu_device)
+    if (self->gpu_mode == TW_GPU_OFF || self->gpu_device)
         return 0;
     snprintf(self->gpu_reason, sizeof self->gpu_reason, "no CUDA device (torch.cuda.is_available() is False)");
     if (self->manifest_json == NULL || self->out_dir == NULL)
@@ -213,52 +212,60 @@ static int take_hooks(PyObject *tracer, tw_hooks_t *hooks)
     return 0;
 }
 
+/*
+ * Session(**config keys, rank, manifest, per_process_names, gpu_device, cupti_paths, tracer,
+ * torch_layer): the config keys (tw_session_config_keywords) go through the library's validator and
+ * come back typed; the others are the Python layer's.
+ */
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"out_dir", "format", "file_max_size", "file_name_spec", "max_files",
-                               "flush_interval", "buffer_size", "on_full", "rank", "manifest", "args",
-                               "per_process_names", "gpu", "gpu_device", "cupti_paths", "tracer", "schedule", "records",
-                               "on_demand", "sites", "aten", "torch_layer", NULL};
+    static char *keywords[] = {"rank", "manifest", "per_process_names", "gpu_device", "cupti_paths", "tracer",
+                               "torch_layer", NULL};
     /* values[i]: tw_session_config_keywords[i], NULL when not given (the validator's default applies) */
     PyObject *values[TW_SESSION_CONFIG_KEYWORDS] = {NULL};
+    PyObject *rest = kwargs != NULL ? PyDict_Copy(kwargs) : PyDict_New();
+    if (rest == NULL)
+        return NULL;
+    for (size_t i = 0; i < TW_SESSION_CONFIG_KEYWORDS; i++) {
+        values[i] = PyDict_GetItemString(rest, tw_session_config_keywords[i]); /* borrowed from kwargs too */
+        if (values[i] != NULL && PyDict_DelItemString(rest, tw_session_config_keywords[i]) < 0) {
+            Py_DECREF(rest);
+            return NULL;
+        }
+    }
     PyObject *manifest = Py_None, *cupti_paths = Py_None, *tracer = Py_None;
     const char *torch_layer = NULL, *torch_version = NULL;
     long long rank = -1;
     int per_process_names = 0, gpu_device = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOOOOLOOpOpOOOOOOO(zz):Session", keywords, &values[0],
-                                     &values[1], &values[2], &values[3], &values[4], &values[5], &values[6],
-                                     &values[7], &rank, &manifest, &values[8], &per_process_names, &values[9],
-                                     &gpu_device, &cupti_paths, &tracer, &values[10], &values[11], &values[12],
-                                     &values[13], &values[14], &torch_layer, &torch_version))
+    int parsed = PyArg_ParseTupleAndKeywords(args, rest, "|$LOppOO(zz):Session", keywords, &rank, &manifest,
+                                             &per_process_names, &gpu_device, &cupti_paths, &tracer, &torch_layer,
+                                             &torch_version);
+    Py_DECREF(rest);
+    if (!parsed)
         return NULL;
     if (manifest != Py_None && !PyUnicode_Check(manifest)) {
         PyErr_Format(PyExc_TypeError, "manifest must be JSON object text, not '%.200s'", Py_TYPE(manifest)->tp_name);
         return NULL;
     }
-    PyObject *config = tw_session_config(values);
-    if (config == NULL)
-        return NULL;
-    const char *gpu = tw_config_str(config, "gpu"), *args_mode = tw_config_str(config, "args");
-    const char *out_dir = tw_config_str(config, "out_dir"), *records = tw_config_str(config, "records");
-    const char *sites = tw_config_str(config, "sites"), *aten = tw_config_str(config, "aten");
     tw_session_object *self = (tw_session_object *)type->tp_alloc(type, 0);
-    if (self == NULL || gpu == NULL || args_mode == NULL || records == NULL || sites == NULL || aten == NULL ||
-        tw_config_schedule(config, &self->schedule) < 0)
+    if (self == NULL)
+        return NULL;
+    tw_config_t *settings = &self->settings;
+    if (tw_session_config(values, settings) < 0)
         goto fail;
-    self->aten_operators = strcmp(aten, "all") == 0;
-    self->aten_backward = self->aten_operators || strcmp(aten, "backward") == 0;
+    self->schedule = settings->schedule;
+    self->aten_operators = settings->aten == TW_ATEN_ALL;
+    self->aten_backward = settings->aten != TW_ATEN_OFF;
     if ((torch_layer != NULL && (self->torch_layer = tw_dup_cstr(torch_layer)) == NULL) ||
         (torch_version != NULL && (self->torch_version = tw_dup_cstr(torch_version)) == NULL)) {
         PyErr_NoMemory();
         goto fail;
     }
-    self->summary_only = strcmp(records, "summary") == 0;
+    self->summary_only = settings->summary_only;
     self->state = SESSION_NEW;
-    self->args_mode = strcmp(args_mode, "summary") == 0 ? TW_ARGS_SUMMARY
-                      : strcmp(args_mode, "repr") == 0  ? TW_ARGS_REPR
-                                                        : TW_ARGS_NONE;
+    self->args_mode = settings->args;
     self->tracer = Py_NewRef(tracer);
-    self->gpu_mode = strcmp(gpu, "on") == 0 ? GPU_ON : strcmp(gpu, "auto") == 0 ? GPU_AUTO : GPU_OFF;
+    self->gpu_mode = settings->gpu;
     self->gpu_device = gpu_device;
     if (cupti_paths != Py_None && (self->cupti_paths = tw_cupti_paths_of(cupti_paths)) == NULL)
         goto fail;
@@ -267,59 +274,33 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         goto fail;
     }
     /* records "summary" writes no record to name a site in: none are looked up */
-    self->sites_mode = self->summary_only ? TW_SITES_OFF
-                       : strcmp(sites, "all") == 0 ? TW_SITES_ALL
-                       : strcmp(sites, "off") == 0 ? TW_SITES_OFF
-                                                   : TW_SITES_BOUNDARY;
+    self->sites_mode = self->summary_only ? TW_SITES_OFF : settings->sites;
     if (self->sites_mode != TW_SITES_OFF && tw_sites_create(0, &self->sites) != 0) {
         PyErr_NoMemory();
         goto fail;
     }
-    PyObject *on_demand = PyDict_GetItemString(config, "on_demand");
-    if (on_demand != NULL && on_demand != Py_None) {
-        if (out_dir == NULL) {
+    self->out_dir = settings->out_dir;
+    if (settings->on_demand_steps != 0) {
+        if (self->out_dir == NULL) {
             PyErr_SetString(PyExc_ValueError, "config key 'on_demand' needs out_dir: captures are written to files");
             goto fail;
         }
-        self->ondemand_steps = tw_config_uint(on_demand, "steps");
-        const char *dir = tw_config_str(on_demand, "dir");
-        if (PyErr_Occurred() || (dir != NULL && (self->ondemand_dir = tw_dup_cstr(dir)) == NULL))
-            goto fail;
+        self->ondemand_steps = settings->on_demand_steps;
+        self->ondemand_dir = settings->on_demand_dir;
     }
-    if (out_dir == NULL) { /* records in memory */
-        Py_DECREF(config);
+    if (self->out_dir == NULL) /* records in memory */
         return (PyObject *)self;
-    }
-    const char *format = tw_config_str(config, "format"), *spec = tw_config_str(config, "file_name_spec");
-    const char *on_full = tw_config_str(config, "on_full");
-    PyObject *flush_interval = PyDict_GetItemString(config, "flush_interval");
-    if (format == NULL || spec == NULL || on_full == NULL || flush_interval == NULL)
+    if (manifest != Py_None && (self->manifest_json = tw_dup_utf8(manifest)) == NULL)
         goto fail;
     tw_writer_config_t *c = &self->config;
-    if ((self->out_dir = tw_dup_cstr(out_dir)) == NULL || (self->file_name_spec = tw_dup_cstr(spec)) == NULL ||
-        (manifest != Py_None && (self->manifest_json = tw_dup_utf8(manifest)) == NULL))
-        goto fail;
-    c->out_dir = self->out_dir;
-    c->file_name_spec = self->file_name_spec;
+    tw_config_writer(settings, c);
     c->manifest_json = self->manifest_json;
-    c->format = strcmp(format, "csv") == 0 ? TW_FORMAT_CSV : TW_FORMAT_JSON;
-    c->file_max_size = tw_config_uint(config, "file_max_size");
-    c->buffer_bytes = tw_config_uint(config, "buffer_size");
-    c->max_files = (unsigned)tw_config_uint(config, "max_files");
-    c->flush_interval_ns = (uint64_t)(PyFloat_AsDouble(flush_interval) * 1e9);
-    c->block_when_full = strcmp(on_full, "wait") == 0;
     c->rank = rank;
     c->per_process_names = per_process_names;
-    c->schedule = self->schedule;
-    c->summary_only = self->summary_only;
     c->sites = self->sites;
-    if (PyErr_Occurred())
-        goto fail;
-    Py_DECREF(config);
     return (PyObject *)self;
 fail:
     Py_XDECREF(self);
-    Py_DECREF(config);
     return NULL;
 }
 
@@ -365,10 +346,8 @@ static void session_dealloc(PyObject *op)
     Py_XDECREF(self->tensor_type);
     clear_hooks(&self->hooks);
     Py_XDECREF(self->tracer);
-    PyMem_RawFree(self->out_dir);
-    PyMem_RawFree(self->file_name_spec);
+    tw_config_free(&self->settings);
     PyMem_RawFree(self->manifest_json);
-    PyMem_RawFree(self->ondemand_dir);
     PyMem_RawFree(self->torch_layer);
     PyMem_RawFree(self->torch_version);
     type->tp_free(op);
@@ -926,5 +905,17 @@ int tw_session_add_type(PyObject *module, tw_module_state *state)
         return -1;
     int rc = PyModule_AddObjectRef(module, "RECORD_FIELDS", fields);
     Py_DECREF(fields);
+    /* The config keys a Session takes (the one list: the Python layer passes these on). */
+    PyObject *keys = PyTuple_New(TW_SESSION_CONFIG_KEYWORDS);
+    for (Py_ssize_t i = 0; keys != NULL && i < TW_SESSION_CONFIG_KEYWORDS; i++) {
+        PyObject *key = PyUnicode_FromString(tw_session_config_keywords[i]);
+        if (key == NULL)
+            Py_CLEAR(keys);
+        else
+            PyTuple_SET_ITEM(keys, i, key);
+    }
+    if (rc < 0 || keys == NULL || PyModule_AddObjectRef(module, "SESSION_CONFIG_KEYS", keys) < 0)
+        rc = -1;
+    Py_XDECREF(keys);
     return rc;
 }

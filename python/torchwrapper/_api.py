@@ -14,7 +14,7 @@ from ._files import ORIGINAL_COLUMNS, Record, load, read_rows
 from ._patch import WRAPPER_TYPES
 from ._patch import generation as _patch_generation
 from ._patch import installed_originals as _installed_originals
-from ._profile import Profile
+from ._profile import Profile, _unjsonable
 
 ENV_PREFIX = "TORCHWRAPPER_"
 CONFIG_FILE_ENV = "TORCHWRAPPER_CONFIG"
@@ -58,9 +58,6 @@ def load_config(config: Union[None, Mapping[str, Any], str, os.PathLike] = None,
     return json.loads(_core.normalize_config(json.dumps(merged)))
 
 
-def _unjsonable(value: Any) -> str:
-    raise ValueError(f"config value {value!r} of type {type(value).__name__!r} is not accepted: give strings, "
-                     f"numbers, lists or null")
 
 
 def _read_config_file(path: str, what: str) -> Dict[str, Any]:

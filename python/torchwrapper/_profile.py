@@ -487,11 +487,11 @@ def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[
 
 
 # Config keys the Session takes (the others are Profile's: modules, include, exclude, tensor_stats, track).
-_SESSION_KEYS = ("out_dir", "format", "file_max_size", "file_name_spec", "max_files", "flush_interval", "buffer_size",
-                 "on_full", "args", "gpu", "schedule", "records", "on_demand", "sites", "aten")
+_SESSION_KEYS = _core.SESSION_CONFIG_KEYS
 
 
 def _unjsonable(value: Any) -> str:
+    """json.dumps' default= for config values: the one message for a value that is not JSON."""
     raise ValueError(f"config value {value!r} of type {type(value).__name__!r} is not accepted: give strings, "
                      f"numbers, lists or null")
 
