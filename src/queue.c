@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "atfork.h"
 #include "torchwrapper/queue.h"
 
 struct tw_queue {
@@ -113,9 +114,9 @@ static void init_sync(tw_queue_t *q)
 }
 
 /* Every lock is taken before fork(), so that none is held in the child by a thread that does not
- * exist there: the queues' (and their consumers'), then the pool's. These handlers are registered
- * before the recorder's, so they run after its prepare handler and before its parent and child
- * handlers (pthread_atfork's order): registry -> queue -> consumer -> pool. */
+ * exist there: the queues' (and their consumers'), then the pool's. atfork.h runs these after the
+ * recorders' prepare handler and before their parent and child handlers: registry -> queue ->
+ * consumer -> pool. */
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&queues_lock);
@@ -168,7 +169,7 @@ static void fork_child(void)
 
 static void register_fork_handlers(void)
 {
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    tw_atfork_register(TW_ATFORK_QUEUES, fork_prepare, fork_parent, fork_child);
 }
 
 /* ---- the queue ------------------------------------------------------------------------------------ */

@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "atfork.h"
 #include "torchwrapper/api.h"
 #include "torchwrapper/queue.h"
 #include "torchwrapper/recorder.h"
@@ -116,7 +117,7 @@ static void fork_child(void)
 static void make_key(void)
 {
     thread_key_ok = pthread_key_create(&thread_key, on_thread_exit) == 0;
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    tw_atfork_register(TW_ATFORK_RECORDERS, fork_prepare, fork_parent, fork_child);
 }
 
 int tw_recorder_create(tw_recorder_t **out)

@@ -17,6 +17,7 @@
 
 #include "fileset.h"
 #include "format.h"
+#include "atfork.h"
 #include "torchwrapper/sites.h"
 
 typedef struct {
@@ -88,7 +89,8 @@ static void fork_parent(void)
 
 static void register_atfork(void)
 {
-    pthread_atfork(fork_prepare, fork_parent, fork_parent); /* the child holds the locks: it unlocks them too */
+    /* the child holds the locks: it unlocks them too */
+    tw_atfork_register(TW_ATFORK_SITES, fork_prepare, fork_parent, fork_parent);
 }
 
 int tw_sites_create(uint32_t cap, tw_sites_t **out)

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "../../libtorch/tw_torch.h"
+#include "atfork.h"
 #include "backward.h"
 
 /* ---- the layer ---------------------------------------------------------------------------------- */
@@ -498,9 +499,7 @@ static void after_fork_in_child(void)
 int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen,
                       int operators, char *why, size_t why_size)
 {
-    static int atfork_registered;
-    if (!atfork_registered)
-        atfork_registered = pthread_atfork(NULL, NULL, after_fork_in_child) == 0;
+    tw_atfork_register(TW_ATFORK_BACKWARD, NULL, NULL, after_fork_in_child);
     if (layer == NULL) {
         snprintf(why, why_size, "the libtorch layer is not loaded");
         return -1;

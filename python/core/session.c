@@ -5,6 +5,7 @@
  * One session records at a time in a process.
  */
 #include "module.h"
+#include "atfork.h"
 #include "backward.h"
 
 #include <pthread.h>
@@ -85,9 +86,7 @@ static int start_gpu(tw_session_object *self)
         snprintf(self->gpu_reason, sizeof self->gpu_reason,
                  "GPU records are written to files, and this session keeps its records in memory (give out_dir)");
     } else {
-        static int atfork_registered;
-        if (!atfork_registered)
-            atfork_registered = pthread_atfork(NULL, NULL, gpu_after_fork_in_child) == 0;
+        tw_atfork_register(TW_ATFORK_GPU, NULL, NULL, gpu_after_fork_in_child);
         tw_gpu_config_t config = {.candidates = (const char *const *)self->cupti_paths, .device_available = 1,
                                   .flush_interval_ns = self->config.flush_interval_ns};
         Py_BEGIN_ALLOW_THREADS /* loading CUPTI and starting it take milliseconds; nothing here needs Python */

@@ -1005,7 +1005,7 @@ static void bad_configs_name_the_problem(void **state)
     c.out_dir = "/tmp";
     c.file_max_size = 100;
     assert_int_equal(tw_writer_create(&c, tw_recorder_queue(rec), &clock, &w, err, sizeof err), TW_EINVAL);
-    assert_non_null(strstr(err, "file_max_size 100 bytes is too small"));
+    assert_non_null(strstr(err, "config key 'file_max_size': 100 is too small"));
     c.file_max_size = 1 << 20;
     c.file_name_spec = "{nope}";
     assert_int_equal(tw_writer_create(&c, tw_recorder_queue(rec), &clock, &w, err, sizeof err), TW_EINVAL);
