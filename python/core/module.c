@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-tw_active_t tw_active;
 
 static PyObject *core_clock_source(PyObject *module, PyObject *unused)
 {

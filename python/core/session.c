@@ -57,12 +57,11 @@ typedef struct {
     uint64_t backward_unlinked; /* nodes whose forward call was not found */
 } tw_session_object;
 
-static uint64_t last_gen;
 
 /* A forked child must not call CUPTI (gpu.h): the wrappers stop pushing correlation ids there. */
 static void gpu_after_fork_in_child(void)
 {
-    tw_active.gpu = NULL;
+    tw_active_forget_gpu();
 }
 
 /* "GPU timing unavailable" is said once per process, whatever the number of sessions, and only where
@@ -411,27 +410,17 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     if (self->args_mode != TW_ARGS_NONE && self->tensor_type == NULL)
         self->tensor_type = find_tensor_type();
     tw_sites_begin(self->sites_mode, self->sites);
-    tw_active.recorder = self->recorder;
-    tw_active.clock_source = self->clock.source;
-    tw_active.args_mode = self->args_mode;
-    tw_active.tensor_type = (PyTypeObject *)self->tensor_type;
-    tw_active.hooks = self->hooks; /* borrowed: the session holds them until it is deallocated */
-    tw_active.hooks.kinds |= TW_KIND_STEP; /* optimizer steps end steps */
-    tw_recorder_set_step(self->recorder, 0);
-    tw_active.writer = self->writer; /* before the steps' state, which depends on it */
-    tw_steps_start(&self->schedule, self->args_mode);
     start_ondemand(self);
-    tw_active.ondemand = self->ondemand;
-    tw_active.session = Py_NewRef(op);
-    tw_active.gpu = tw_gpu_hooks(self->gpu);
-    tw_active.gen = ++last_gen;
+    tw_active_config_t active = {self->recorder, self->clock.source, self->args_mode,
+                                 (PyTypeObject *)self->tensor_type, &self->hooks, self->writer, self->ondemand,
+                                 &self->schedule, tw_gpu_hooks(self->gpu), op};
+    uint64_t gen = tw_active_begin(&active);
     self->state = SESSION_ACTIVE;
     if (self->aten_backward)
         self->backward_on = tw_backward_session_start(self->torch_layer, self->torch_version, self->recorder,
-                                                      self->clock.source, tw_active.gpu, tw_active.gen,
-                                                      self->aten_operators, self->backward_reason,
-                                                      sizeof self->backward_reason) == 0;
-    tw_active.seq_peek = self->backward_on ? tw_backward_peek_function() : NULL;
+                                                      self->clock.source, active.gpu, gen, self->aten_operators,
+                                                      self->backward_reason, sizeof self->backward_reason) == 0;
+    tw_active_set_seq_peek(self->backward_on ? tw_backward_peek_function() : NULL);
     if (!self->backward_on && self->args_mode == TW_ARGS_SUMMARY && self->torch_layer != NULL &&
         self->torch_version != NULL) { /* the layer reads tensors' summaries (args.c); without it, Python does */
         char why[512];
@@ -448,23 +437,16 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
                                                                        : "this session is already stopped");
         return NULL;
     }
-    tw_active.gen = 0;
-    tw_active.seq_peek = NULL;
+    tw_active_quiesce();
     if (self->backward_on) /* returns once no hook of libtorch's threads is in the recorder */
         self->backward_unlinked = tw_backward_stop();
     self->backward_on = 0;
-    tw_active.idle = 0;
-    tw_active.recorder = NULL;
-    tw_active.writer = NULL;
-    tw_active.ondemand = NULL;
-    tw_active.capture_from = tw_active.capture_to = 0;
+    PyObject *session = tw_active_end(); /* dropped once stopped, below */
     tw_ondemand_stop(self->ondemand); /* the program's SIGUSR2 handler back; the writer finishes the capture */
     self->ondemand = NULL;
-    memset(&tw_active.hooks, 0, sizeof tw_active.hooks);
     /* Not needed once stopped; dropped now so that the tracer (and its Profile) go with refcounts. */
     clear_hooks(&self->hooks);
     Py_CLEAR(self->tracer);
-    tw_active.gpu = NULL;
     tw_sites_end(); /* releases the code objects the cache held */
     /* With the GIL held and the generation changed, no thread is inside tw_call_* for this recorder. */
     tw_recorder_collect(self->recorder);
@@ -482,8 +464,6 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
         tw_writer_close(self->writer);
         Py_END_ALLOW_THREADS
     }
-    PyObject *session = tw_active.session;
-    tw_active.session = NULL;
     Py_DECREF(session);
     Py_RETURN_NONE;
 }

@@ -272,17 +272,13 @@ int tw_sites_begin(tw_sites_mode_t mode, tw_sites_t *sites)
     const char *frames = getenv("TORCHWRAPPER_SITE_FRAMES");
     tw_site_frames_fast = (frames == NULL || strcmp(frames, "public") != 0) && mirror_agrees();
 #endif
-    tw_active.sites = sites;
-    tw_active.sites_overflow_id = tw_sites_overflow_id(sites);
-    tw_active.sites_mode = mode;
+    tw_active_set_sites(mode, sites);
     return 0;
 }
 
 void tw_sites_end(void)
 {
-    tw_active.sites_mode = TW_SITES_OFF;
-    tw_active.sites = NULL;
-    tw_active.sites_overflow_id = 0;
+    tw_active_set_sites(TW_SITES_OFF, NULL);
     tw_site_cache_t *c = &tw_site_cache;
     tw_site_slot_t *slots = c->slots;
     size_t capacity = c->mask ? c->mask + 1 : 0;

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Steps: the step counter of the active session and the schedule's decision at each boundary.
+ * The active session's state (active.h), and the only writer of it: what Session.start and stop put
+ * in place, the call sites' part, and steps (the step counter and the schedule's decision at each
+ * boundary).
  *
+ * Steps: *
  * A step ends when an outermost optimizer step returns (one not called from inside another
  * optimizer step on the same thread, so that GradScaler.step(opt) or an optimizer wrapping another
  * ends one step), or, once the program has called Session.step(), at each such call only (the first
@@ -13,7 +16,74 @@
  * All of it runs with the GIL held.
  */
 #include "module.h"
+
+#include <string.h>
 #include "backward.h"
+
+tw_active_t tw_active;
+
+static uint64_t last_gen;
+
+/* ---- the session ---------------------------------------------------------------------------------- */
+
+uint64_t tw_active_begin(const tw_active_config_t *c)
+{
+    tw_active.recorder = c->recorder;
+    tw_active.clock_source = c->clock_source;
+    tw_active.args_mode = c->args_mode;
+    tw_active.tensor_type = c->tensor_type;
+    tw_active.hooks = *c->hooks;
+    tw_active.hooks.kinds |= TW_KIND_STEP; /* optimizer steps end steps */
+    tw_recorder_set_step(c->recorder, 0);
+    tw_active.writer = c->writer; /* before the steps' state, which depends on it */
+    tw_steps_start(c->schedule, c->args_mode);
+    tw_active.ondemand = c->ondemand;
+    tw_active.session = Py_NewRef(c->session);
+    tw_active.gpu = c->gpu;
+    tw_active.gen = ++last_gen;
+    return tw_active.gen;
+}
+
+void tw_active_set_seq_peek(uint64_t (*seq_peek)(void))
+{
+    tw_active.seq_peek = seq_peek;
+}
+
+void tw_active_quiesce(void)
+{
+    tw_active.gen = 0;
+    tw_active.seq_peek = NULL;
+}
+
+PyObject *tw_active_end(void)
+{
+    tw_active.gen = 0;
+    tw_active.seq_peek = NULL;
+    tw_active.idle = 0;
+    tw_active.recorder = NULL;
+    tw_active.writer = NULL;
+    tw_active.ondemand = NULL;
+    tw_active.capture_from = tw_active.capture_to = 0;
+    memset(&tw_active.hooks, 0, sizeof tw_active.hooks);
+    tw_active.gpu = NULL;
+    PyObject *session = tw_active.session;
+    tw_active.session = NULL;
+    return session;
+}
+
+void tw_active_set_sites(tw_sites_mode_t mode, tw_sites_t *sites)
+{
+    tw_active.sites = mode != TW_SITES_OFF ? sites : NULL;
+    tw_active.sites_overflow_id = mode != TW_SITES_OFF ? tw_sites_overflow_id(sites) : 0;
+    tw_active.sites_mode = mode;
+}
+
+void tw_active_forget_gpu(void)
+{
+    tw_active.gpu = NULL;
+}
+
+/* ---- steps ------------------------------------------------------------------------------------------ */
 
 /* The state of the current step applied to what the hot path reads. */
 static void apply_state(void)
