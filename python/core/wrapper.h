@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The wrapper object, shared by the two files of the wrapper: wrapper.c (the types and the hot
- * path) and wrap.c (making wrappers). Private to the extension module.
+ * The wrapper object, shared by the two files of the wrapper: wrapper.c (the hot path) and wrap.c
+ * (the types, and making wrappers). Private to the extension module.
  */
 #ifndef TW_CORE_WRAPPER_H
 #define TW_CORE_WRAPPER_H
