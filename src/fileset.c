@@ -22,11 +22,11 @@ void tw_fileset_warn(tw_fileset_env_t *env, const char *what, const char *path, 
     pthread_mutex_lock(env->lock);
     int first = env->write_errno == 0;
     if (first)
-        env->write_errno = err;
+        env->write_errno = -err;
     pthread_mutex_unlock(env->lock);
     if (first)
         fprintf(stderr, "torchwrapper: %s %s failed: %s; the records concerned are dropped and counted in "
-                        "the manifest, and the program goes on\n", what, path, strerror(err));
+                        "the manifest, and the program goes on\n", what, path, tw_strerror(err));
 }
 
 int tw_write_all(int fd, const char *data, size_t len)
@@ -36,10 +36,10 @@ int tw_write_all(int fd, const char *data, size_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            return errno;
+            return -errno;
         }
         if (n == 0)
-            return EIO;
+            return -EIO;
         data += n;
         len -= (size_t)n;
     }
@@ -51,7 +51,7 @@ void tw_fileset_flush(tw_fileset_env_t *env, tw_fileset_t *fs)
 {
     if (fs->buf_len == 0)
         return;
-    int err = fs->fd >= 0 ? tw_write_all(fs->fd, fs->buf, fs->buf_len) : EBADF;
+    int err = fs->fd >= 0 ? tw_write_all(fs->fd, fs->buf, fs->buf_len) : -EBADF;
     pthread_mutex_lock(env->lock);
     if (err == 0) {
         fs->written += fs->buf_records;
@@ -75,7 +75,7 @@ void tw_fileset_close(tw_fileset_env_t *env, tw_fileset_t *fs)
     tw_fileset_flush(env, fs);
     if (fs->fd >= 0) {
         if (close(fs->fd) != 0)
-            tw_fileset_warn(env, "closing", fs->files[fs->file_count - 1].name, errno);
+            tw_fileset_warn(env, "closing", fs->files[fs->file_count - 1].name, -errno);
         fs->fd = -1;
     }
 }
@@ -91,7 +91,7 @@ int tw_atomic_open(const char *path, char *tmp, size_t tmp_size, mode_t mode)
 int tw_atomic_commit(const char *tmp, const char *path, int err)
 {
     if (err == 0 && rename(tmp, path) != 0)
-        err = errno;
+        err = -errno;
     if (err != 0)
         unlink(tmp);
     return err;
@@ -107,22 +107,22 @@ int tw_make_dirs(const char *dir)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return ENAMETOOLONG;
+        return -ENAMETOOLONG;
     for (char *p = path + 1;; p++) {
         if (*p != '/' && *p != '\0')
             continue;
         char was = *p;
         *p = '\0';
         if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return errno;
+            return -errno;
         if (was == '\0')
             break;
         *p = was;
     }
     struct stat st;
     if (stat(dir, &st) != 0)
-        return errno;
-    return S_ISDIR(st.st_mode) ? (access(dir, W_OK | X_OK) == 0 ? 0 : errno) : ENOTDIR;
+        return -errno;
+    return S_ISDIR(st.st_mode) ? (access(dir, W_OK | X_OK) == 0 ? 0 : -errno) : -ENOTDIR;
 }
 
 /* Keeps only the newest max_files files of fs (the current one included). */
@@ -136,7 +136,7 @@ static void enforce_max_files(tw_fileset_env_t *env, tw_fileset_t *fs)
         char path[PATH_MAX];
         if (tw_path_join(path, sizeof path, env->out_dir, fs->files[i].name) == 0 && unlink(path) != 0 &&
             errno != ENOENT)
-            tw_fileset_warn(env, "removing", path, errno);
+            tw_fileset_warn(env, "removing", path, -errno);
         pthread_mutex_lock(env->lock);
         fs->files[i].removed = 1;
         pthread_mutex_unlock(env->lock);
@@ -177,12 +177,12 @@ static int open_next_file(tw_fileset_env_t *env, tw_fileset_t *fs)
         }
         pthread_mutex_unlock(env->lock);
         if (files == NULL)
-            return ENOMEM;
+            return TW_ENOMEM;
     }
     char name[NAME_MAX + 1], path[PATH_MAX];
     for (int attempt = 0; attempt < 10000; attempt++) {
         if (next_name(env, fs, name, sizeof name) != 0 || tw_path_join(path, sizeof path, env->out_dir, name) != 0)
-            return ENAMETOOLONG;
+            return -ENAMETOOLONG;
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0 && errno == EEXIST) {
             /* A name in use (another process, same second): the next index. A symbolic link there
@@ -199,12 +199,12 @@ static int open_next_file(tw_fileset_env_t *env, tw_fileset_t *fs)
             continue;
         }
         if (fd < 0)
-            return errno;
+            return -errno;
         char *copy = strdup(name);
         if (copy == NULL) {
             close(fd);
             unlink(path);
-            return ENOMEM;
+            return TW_ENOMEM;
         }
         fs->fd = fd;
         pthread_mutex_lock(env->lock);
@@ -228,7 +228,7 @@ static int open_next_file(tw_fileset_env_t *env, tw_fileset_t *fs)
         enforce_max_files(env, fs);
         return 0;
     }
-    return EEXIST;
+    return -EEXIST;
 }
 
 int tw_fileset_append(tw_fileset_env_t *env, tw_fileset_t *fs, const char *line, size_t len)

@@ -78,10 +78,11 @@ static inline int64_t tw_realtime_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Records err (an errno value) as the writer's first error and says it once on stderr. */
+/* Records err (a negative errno value) as the writer's first error and says it once on stderr.
+ * Every function here returns 0 or a negative errno value, as the library does (common.h). */
 void tw_fileset_warn(tw_fileset_env_t *env, const char *what, const char *path, int err);
 
-/* write() all of data, through EINTR; 0 or an errno value. */
+/* write() all of data, through EINTR; 0 or a negative errno value. */
 int tw_write_all(int fd, const char *data, size_t len);
 
 /* A file replaced atomically: tw_atomic_open() opens path.tmp-PID (its name in tmp, O_NOFOLLOW,
@@ -92,10 +93,10 @@ int tw_atomic_open(const char *path, char *tmp, size_t tmp_size, mode_t mode);
 int tw_atomic_commit(const char *tmp, const char *path, int err);
 
 /* mkdir -p: dir and its missing parents; 0 when dir is then a directory this process can write
- * into, else a positive errno value (ENOTDIR: not a directory; EACCES: not writable). */
+ * into, else a negative errno value (-ENOTDIR: not a directory; -EACCES: not writable). */
 int tw_make_dirs(const char *dir);
 
-/* dir/name into out; 0 or TW_ERANGE. */
+/* dir/name into out; 0 or TW_ERANGE (-ERANGE). */
 int tw_path_join(char *out, size_t size, const char *dir, const char *name);
 
 /* Appends one formatted line (at most TW_LINE_MAX bytes) to fs, rotating first when it would take

@@ -37,12 +37,12 @@ int tw_write_file_atomically(const char *path, const char *text, mode_t mode)
     char tmp[PATH_MAX];
     int fd = tw_atomic_open(path, tmp, sizeof tmp, mode);
     if (fd < 0)
-        return -fd;
+        return fd;
     int err = tw_write_all(fd, text, strlen(text));
     if (err == 0)
         err = tw_write_all(fd, "\n", 1);
     if (close(fd) != 0 && err == 0)
-        err = errno;
+        err = -errno;
     return tw_atomic_commit(tmp, path, err);
 }
 
@@ -50,7 +50,7 @@ static int write_json_atomically(const char *path, cJSON *root)
 {
     char *text = cJSON_Print(root);
     if (text == NULL)
-        return ENOMEM;
+        return TW_ENOMEM;
     int err = tw_write_file_atomically(path, text, 0644);
     free(text);
     return err;

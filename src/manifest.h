@@ -59,7 +59,7 @@ typedef struct {
 cJSON *tw_json_uint(uint64_t v);
 
 /* Writes text and a newline to path through a temporary file (path.tmp-PID) and a rename, so that a
- * reader sees the old file or the new one. 0 or an errno value. */
+ * reader sees the old file or the new one. 0 or a negative errno value. */
 int tw_write_file_atomically(const char *path, const char *text, mode_t mode);
 
 /* Writes the manifest to path, reading the file lists and counters under env->lock. A failure is

@@ -272,10 +272,10 @@ int tw_sites_write_json(tw_sites_t *s, const char *path, int64_t pid)
     char tmp[PATH_MAX];
     int fd = tw_atomic_open(path, tmp, sizeof tmp, 0644);
     if (fd < 0)
-        return -fd;
+        return fd;
     FILE *f = fdopen(fd, "w");
     if (f == NULL) {
-        int err = errno;
+        int err = -errno;
         close(fd);
         return tw_atomic_commit(tmp, path, err);
     }
@@ -298,8 +298,8 @@ int tw_sites_write_json(tw_sites_t *s, const char *path, int64_t pid)
     }
     pthread_mutex_unlock(&s->lock);
     fputs("\n }}\n", f);
-    int err = ferror(f) ? EIO : 0;
+    int err = ferror(f) ? TW_EIO : 0;
     if (fclose(f) != 0 && err == 0)
-        err = errno;
+        err = -errno;
     return tw_atomic_commit(tmp, path, err);
 }

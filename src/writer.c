@@ -300,7 +300,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
     int made = tw_make_dirs(config->out_dir);   /* with its missing parents, as mkdir -p */
     struct stat st;
     if (made != 0 && stat(config->out_dir, &st) != 0) {   /* one that exists is checked below */
-        snprintf(err, err_size, "out_dir '%s' cannot be created: %s", config->out_dir, strerror(made));
+        snprintf(err, err_size, "out_dir '%s' cannot be created: %s", config->out_dir, tw_strerror(made));
         return TW_EIO;
     }
     if (stat(config->out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {

@@ -295,7 +295,7 @@ int tw_writer_capture(tw_writer_t *w, uint64_t from_step, uint64_t steps, const 
     }
     int e = tw_make_dirs(dir);
     if (e != 0) {
-        snprintf(err, err_size, "capture directory '%s' cannot be made: %s", dir, strerror(e));
+        snprintf(err, err_size, "capture directory '%s' cannot be made: %s", dir, tw_strerror(e));
         return TW_EIO;
     }
     capture_t *c = calloc(1, sizeof *c);

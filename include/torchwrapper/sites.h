@@ -66,7 +66,7 @@ TW_API int tw_sites_get(tw_sites_t *sites, uint32_t id, char *file, uint32_t *li
  * Writes the table to path as JSON, atomically (a temporary file, then rename):
  *   {"sites_version": 1, "pid": PID, "count": N, "cap": CAP, "overflow": CALLS, "overflow_id": ID,
  *    "sites": {"1": {"file": ..., "line": ..., "function": ..., "text": ...}, ...}}
- * pid < 0 leaves "pid" out. Returns 0, or an errno value.
+ * pid < 0 leaves "pid" out. Returns 0, or a negative errno value (tw_strerror() names it).
  */
 TW_API int tw_sites_write_json(tw_sites_t *sites, const char *path, int64_t pid);
 

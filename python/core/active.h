@@ -36,7 +36,7 @@ typedef struct {
     PyObject *session;             /* strong reference to the active Session object */
     tw_hooks_t hooks;              /* tracing; kinds == 0 when the session has no tracer */
     const tw_gpu_hooks_t *gpu;     /* CUPTI's push/pop while GPU timing is on; else NULL */
-    tw_sites_mode_t sites_mode;    /* call sites recorded (sites.c) */
+    tw_sites_mode_t sites_mode;    /* call sites recorded (call_sites.c) */
     tw_sites_t *sites;             /* the session's table of them, while sites_mode != OFF */
     uint32_t sites_overflow_id;    /* its id of the sites past its cap */
     /* aten "backward": the autograd sequence number of this thread (backward.h), read when a call
@@ -75,7 +75,7 @@ void tw_active_quiesce(void);
  * (the caller drops it once the session is stopped). */
 PyObject *tw_active_end(void);
 
-/* Call sites (sites.c): the table and mode recorded into, or none. */
+/* Call sites (call_sites.c): the table and mode recorded into, or none. */
 void tw_active_set_sites(tw_sites_mode_t mode, tw_sites_t *sites);
 
 /* In a forked child: CUPTI must not be called there (gpu.h). */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Call sites of recorded calls (not public API): the per-session cache and its lookups (sites.c). */
+/* Call sites of recorded calls (not public API): the per-session cache and its lookups (call_sites.c). */
 #ifndef TW_PY_CALL_SITES_H
 #define TW_PY_CALL_SITES_H
 
-/* ---- call sites (sites.c) ---- */
+/* ---- call sites (call_sites.c) ---- */
 
 extern int tw_site_frames_fast; /* the frame mirror (frame_mirror.h) is used (checked by tw_sites_begin) */
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* A mirror of CPython's interpreter frame layout (not public API), for call sites (sites.c). */
+/* A mirror of CPython's interpreter frame layout (not public API), for call sites (call_sites.c). */
 #ifndef TW_PY_FRAME_MIRROR_H
 #define TW_PY_FRAME_MIRROR_H
 

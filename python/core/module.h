@@ -46,7 +46,7 @@ static inline void tw_exc_restore(tw_saved_exc_t *saved)
 #endif
 }
 
-/* ---- Session's arguments (options.c) ---- */
+/* ---- Session's arguments (session_config.c) ---- */
 
 /* The config keys Session takes as keyword arguments, in its keyword order. */
 #define TW_SESSION_CONFIG_KEYWORDS 15
