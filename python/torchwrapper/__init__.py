@@ -20,7 +20,7 @@ from ._patch import Patcher, resolve
 from ._schema import schema
 from ._engines import sql
 from ._profile import Profile, profile
-from ._stats import BUILTIN_METRICS
+from ._tensor_stats import BUILTIN_METRICS
 from ._tree import call_tree
 from ._diff import DIFF_COLUMNS, diff
 

@@ -18,7 +18,7 @@ from . import _core
 from ._discover import Plan, discover
 from ._files import read_rows, read_stream, record_files
 from ._patch import WRAPPER_TYPES, Patcher
-from ._stats import StatsOptions
+from ._tensor_stats import StatsOptions
 from ._trace import Tracer
 
 # Discovery plans by (modules, include, exclude), with the set of modules imported when each was

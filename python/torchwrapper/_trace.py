@@ -26,7 +26,7 @@ module's root when a child is added to it; a path seen for the first time is che
 the running models. modules.json is rewritten when the tree changed, at most once per flush
 interval, and at stop.
 
-Tensor statistics are in _stats.py, parameter tracking in _track.py, reading the streams back in
+Tensor statistics are in _tensor_stats.py, parameter updates in _updates.py, reading the streams back in
 _files.py; their public names stay importable from here.
 """
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import _core
 from ._files import (MODULES_FILE, STATS_COLUMNS, UPDATES_COLUMNS, load_modules, load_stats, load_updates,  # noqa: F401
                      read_stream)
-from ._stats import BUILTIN_METRICS, StatsOptions, _StatsEngine, _csv_text, _json_number, _number  # noqa: F401
-from ._track import _Tracker
+from ._tensor_stats import BUILTIN_METRICS, StatsOptions, _StatsEngine, _csv_text, _json_number, _number  # noqa: F401
+from ._updates import _Tracker
 
 
 class _Root:

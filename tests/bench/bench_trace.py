@@ -172,7 +172,7 @@ def ops_alone(engine, calls, grads) -> None:
     """The tensor ops tensor_stats runs for one step of these tensors (its own functions, without
     its bookkeeping of rows), STEPS times: on a GPU, small tensors copied per call and reduced
     together; large ones (and every CPU tensor) reduced at once; one host copy per step."""
-    from torchwrapper import _stats
+    from torchwrapper import _tensor_stats as _stats
 
     seg = torch.segment_reduce
     empty = torch.empty(0)

@@ -133,7 +133,7 @@ def _keyed(rows):
 @pytest.mark.parametrize("setup", ["alexnet_sgd", "lstm_adam", "encoder_adam"])
 def test_statistics_equal_an_independent_computation_and_training_is_unchanged(setup, batch, tmp_path,
                                                                                 monkeypatch):
-    from torchwrapper import _stats
+    from torchwrapper import _tensor_stats as _stats
 
     monkeypatch.setattr(_stats, "BATCH_SMALL_ON_CPU", batch)
     plain_losses, plain_params, capture = _run(setup, 3, hooks=Capture)
@@ -295,7 +295,7 @@ def test_json_rows_hold_null_for_nan_and_infinities(tmp_path):
 def test_edge_values_and_dtypes_on_both_paths(numel, batch, monkeypatch):
     # Small tensors are reduced together at the step's end (on a GPU; here when asked), large ones
     # at once: same results.
-    from torchwrapper import _stats
+    from torchwrapper import _tensor_stats as _stats
 
     monkeypatch.setattr(_stats, "BATCH_SMALL_ON_CPU", batch)
     torch.manual_seed(1)
