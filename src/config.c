@@ -708,3 +708,8 @@ int tw_config_normalize_for(tw_config_defaults_t defaults, const char *json_in, 
     }
     return 0;
 }
+
+const char *tw_config_tensor_stats_metrics(void)
+{
+    return STATS_METRICS;
+}

@@ -123,6 +123,10 @@ typedef struct tw_config {
     tw_aten_mode_t aten;
 } tw_config_t;
 
+/* The built-in metrics of tensor_stats, space-separated, in the stats files' column order (the one
+ * list: the validator's and the Python layer's). Static text. */
+TW_API const char *tw_config_tensor_stats_metrics(void);
+
 /* The smallest file_max_size: room for a header and any record. */
 #define TW_CONFIG_MIN_FILE_SIZE 4096
 

@@ -225,6 +225,9 @@ static int core_exec(PyObject *module)
     if (tw_wrapper_add_types(module, state) < 0 || tw_session_add_type(module, state) < 0 || tw_args_init() < 0 ||
         tw_trace_add_functions(module) < 0)
         return -1;
+    /* tensor_stats' built-in metrics, as the validator knows them (config.c: the one list) */
+    if (PyModule_AddStringConstant(module, "TENSOR_STATS_METRICS", tw_config_tensor_stats_metrics()) < 0)
+        return -1;
     if (PyModule_AddStringConstant(module, "version", tw_version()) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "MAX_DEPTH", TW_MAX_DEPTH) < 0)

@@ -89,8 +89,11 @@ static double writer_throughput(tw_format_t format, uint64_t n, uint32_t *ids, i
                                  .file_name_spec = "serial", .buffer_bytes = 1ull << 40, .rank = -1};
     tw_writer_t *w;
     char err[256];
-    /* Records were made before the writer started: only handing them over and writing is timed. */
-    if (tw_writer_create(&config, tw_recorder_queue(rec), &clock, &w, err, sizeof err) != 0) {
+    /* Records were made before the writer started: only handing them over and writing is timed. The
+     * writer drains a queue of its own: the recorder's still holds the originals, which it would
+     * write too (a queue a writer attaches to is drained from its first chunk). */
+    tw_queue_t *queue;
+    if (tw_queue_create(&queue) != 0 || tw_writer_create(&config, queue, &clock, &w, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         return 0;
     }
@@ -105,6 +108,7 @@ static double writer_throughput(tw_format_t format, uint64_t n, uint32_t *ids, i
         fprintf(stderr, "wrote %llu of %llu records\n", (unsigned long long)ws.records_written, (unsigned long long)n);
     double mb = ws.bytes_written / 1e6;
     tw_writer_destroy(w);
+    tw_queue_destroy(queue);
     tw_recorder_destroy(rec);
     free(copies.chunks);
     rm_rf(dir);
