@@ -255,6 +255,10 @@ static int alloc_columns(reader_object *self)
         /* the largest of a column's element types, so that any kind's field f fits */
         self->columns[f] = PyMem_RawCalloc(self->batch_rows, sizeof(text_t));
         if (self->columns[f] == NULL) {
+            for (size_t g = 0; g < f; g++) { /* all or none: the next call tries again */
+                PyMem_RawFree(self->columns[g]);
+                self->columns[g] = NULL;
+            }
             PyErr_NoMemory();
             return -1;
         }
