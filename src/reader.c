@@ -21,17 +21,22 @@
 /* The bytes that end an unquoted field (a quote there is an error). */
 static const unsigned char csv_special[256] = {[','] = 1, ['\n'] = 1, ['"'] = 1};
 
-long tw_csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fields, size_t *nfields, char *scratch,
-                  size_t scratch_size)
+/* tw_csv_split, and in *quoted the bit 1 << i of each field i < 64 that was quoted: a quoted empty
+ * field ("") is text, an unquoted one is no value (the root module vs no module). */
+static long csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fields, size_t *nfields,
+                      char *scratch, size_t scratch_size, uint64_t *quoted)
 {
     const char *p = data, *end = data + len;
     size_t n = 0, used = 0;
     *nfields = 0;
+    *quoted = 0;
     for (;;) {
         if (n == max_fields)
             return -1;
         tw_str_t field;
         if (p < end && *p == '"') {
+            if (n < 64)
+                *quoted |= 1ull << n;
             /* Quoted: runs between doubled quotes are copied into scratch only when there is one. */
             const char *run = ++p;
             char *copy = NULL;
@@ -101,6 +106,13 @@ long tw_csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fie
     }
 }
 
+long tw_csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fields, size_t *nfields, char *scratch,
+                  size_t scratch_size)
+{
+    uint64_t quoted;
+    return csv_split(data, len, fields, max_fields, nfields, scratch, scratch_size, &quoted);
+}
+
 /* ---- files ------------------------------------------------------------------------------------- */
 
 typedef struct reader {
@@ -116,6 +128,9 @@ typedef struct reader {
     size_t ncolumns;
     char *scratch;
     size_t scratch_size;
+    size_t limit;               /* rows to deliver before pausing (tw_reader_next); 0: no limit */
+    size_t delivered;
+    int paused;                 /* the limit was reached: process() stopped after that row */
 } reader_t;
 
 static int not_ours(reader_t *r, const char *what, const char *text, size_t len)
@@ -136,11 +151,17 @@ static int deliver(reader_t *r, tw_row_t *row)
     if (r->kind == TW_FILE_GPU)
         row->cost_ns = row->end_ns > row->start_ns ? row->end_ns - row->start_ns : 0;
     r->stats->rows++;
-    return r->fn(r->ctx, row);
+    int rc = r->fn(r->ctx, row);
+    if (rc == 0 && r->limit != 0 && ++r->delivered == r->limit) {
+        r->paused = 1;
+        return 1; /* stops process() right after this row */
+    }
+    return rc;
 }
 
-/* Handles one complete CSV record (line end included). */
-static int csv_record(reader_t *r, const tw_str_t *fields, size_t n, const char *raw, size_t raw_len)
+/* Handles one complete CSV record (line end included); quoted: its fields' bits (csv_split). */
+static int csv_record(reader_t *r, const tw_str_t *fields, size_t n, uint64_t quoted, const char *raw,
+                      size_t raw_len)
 {
     if (r->kind == 0) {
         uint32_t present = 0;
@@ -158,13 +179,18 @@ static int csv_record(reader_t *r, const tw_str_t *fields, size_t n, const char 
         return 0; /* an empty line */
     tw_row_t row;
     memset(&row, 0, sizeof row);
-    row.step = -1; /* files older than the step column */
+    row.step = -1;       /* files older than the step column */
+    row.has_module = -1; /* and than the module column */
     /* A row with fewer fields than the header is torn or corrupt; more is a newer writer's. */
     if (n < r->ncolumns) {
         r->stats->malformed++;
         return 0;
     }
     for (size_t i = 0; i < r->ncolumns; i++) {
+        if (r->columns[i] == COL_MODULE && fields[i].len == 0 && !(quoted >> i & 1)) {
+            row.has_module = 0; /* an empty field: no module; the root module is written "" */
+            continue;
+        }
         if (tw_set_field(&row, r->columns[i], fields[i].ptr, fields[i].len) != 0) {
             r->stats->malformed++;
             return 0;
@@ -177,7 +203,8 @@ static int json_record(reader_t *r, const char *line, size_t len)
 {
     tw_row_t row;
     memset(&row, 0, sizeof row);
-    row.step = -1; /* files older than the step column */
+    row.step = -1;       /* files older than the step column */
+    row.has_module = -1; /* and than the module column */
     uint32_t present;
     if (tw_skip_ws(line, line + len) == line + len)
         return 0; /* an empty line */
@@ -195,6 +222,8 @@ static int json_record(reader_t *r, const char *line, size_t len)
         r->stats->malformed++;
         return 0;
     }
+    if (row.has_module < 0 && (present & 1u << COL_MODULE))
+        row.has_module = 0; /* "module": null */
     return deliver(r, &row);
 }
 
@@ -219,7 +248,8 @@ static int process(reader_t *r, const char *data, size_t len, int eof, size_t *u
         }
         tw_str_t fields[MAX_COLUMNS];
         size_t n;
-        long got = tw_csv_split(data + pos, len - pos, fields, MAX_COLUMNS, &n, r->scratch, r->scratch_size);
+        uint64_t quoted;
+        long got = csv_split(data + pos, len - pos, fields, MAX_COLUMNS, &n, r->scratch, r->scratch_size, &quoted);
         if (got == 0)
             break;
         if (got < 0) {
@@ -233,7 +263,7 @@ static int process(reader_t *r, const char *data, size_t len, int eof, size_t *u
             pos = nl ? (size_t)(nl + 1 - data) : len;
             continue;
         }
-        rc = csv_record(r, fields, n, data + pos, (size_t)got);
+        rc = csv_record(r, fields, n, quoted, data + pos, (size_t)got);
         pos += (size_t)got;
     }
     if (rc == 0 && eof && pos < len && tw_skip_ws(data + pos, data + len) < data + len) {
@@ -287,66 +317,167 @@ int tw_read_buffer(const char *name, const char *data, size_t len, tw_row_fn fn,
     return rc;
 }
 
-int tw_read_file(const char *path, tw_row_fn fn, void *ctx, tw_read_stats_t *stats, char *err, size_t err_size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, err_size, "cannot open %s: %s", path, strerror(errno));
-        return TW_EIO;
-    }
+/* ---- a file read a batch of rows at a time --------------------------------------------------------- */
+
+struct tw_reader {
     reader_t r;
-    tw_read_stats_t local = {0};
-    size_t capacity = READ_BLOCK;
-    char *buf = malloc(capacity);
-    int rc = buf ? reader_init(&r, path, fn, ctx, stats, &local, err, err_size, capacity) : TW_ENOMEM;
+    tw_read_stats_t local;  /* the counters when the caller gave none */
+    char *path;
+    int fd;
+    char *buf;              /* have bytes not yet consumed, from buf[0] */
+    size_t capacity, have;
+    int eof;                /* read() said so: what is left in buf is all there is */
+    int done;               /* every row was delivered */
+    int failed;             /* the error that ended the reading, returned again by later calls */
+};
+
+int tw_reader_open(const char *path, tw_read_stats_t *stats, tw_reader_t **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    tw_reader_t *rd = calloc(1, sizeof *rd);
+    char *copy = rd != NULL ? strdup(path) : NULL;
+    char *buf = copy != NULL ? malloc(READ_BLOCK) : NULL;
+    if (buf == NULL) {
+        snprintf(err, err_size, "reading %s: %s", path, tw_strerror(TW_ENOMEM));
+        free(copy);
+        free(rd);
+        return TW_ENOMEM;
+    }
+    int rc = reader_init(&rd->r, copy, NULL, NULL, stats, &rd->local, err, err_size, READ_BLOCK);
     if (rc != 0) {
-        if (rc == TW_ENOMEM && buf == NULL)
-            snprintf(err, err_size, "reading %s: %s", path, tw_strerror(TW_ENOMEM));
         free(buf);
-        close(fd);
+        free(copy);
+        free(rd);
         return rc;
     }
-    size_t have = 0;
-    for (int eof = 0; rc == 0 && !eof;) {
-        if (have == capacity) {
-            /* One record longer than the buffer: grow, within reason. */
-            if (capacity >= RECORD_MAX) {
-                snprintf(err, err_size, "%s: a record longer than %u MiB at byte %llu: not a record file?", path,
-                         RECORD_MAX >> 20, (unsigned long long)r.stats->bytes);
-                rc = TW_EINVAL;
-                break;
-            }
-            char *bigger = realloc(buf, capacity * 2), *scratch = bigger ? realloc(r.scratch, capacity * 2) : NULL;
-            if (bigger)
-                buf = bigger;
-            if (scratch == NULL) {
-                snprintf(err, err_size, "reading %s: %s", path, tw_strerror(TW_ENOMEM));
-                rc = TW_ENOMEM;
-                break;
-            }
-            r.scratch = scratch;
-            capacity *= 2;
-            r.scratch_size = capacity;
-        }
-        ssize_t got = read(fd, buf + have, capacity - have);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            snprintf(err, err_size, "reading %s: %s", path, strerror(errno));
-            rc = TW_EIO;
-            break;
-        }
-        eof = got == 0;
-        have += (size_t)got;
-        r.stats->bytes += (uint64_t)got;
-        size_t used = 0;
-        rc = process(&r, buf, have, eof, &used);
-        memmove(buf, buf + used, have - used);
-        have -= used;
+    rd->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (rd->fd < 0) {
+        int saved = errno;
+        snprintf(err, err_size, "cannot open %s: %s", path, strerror(saved));
+        free(rd->r.scratch);
+        free(buf);
+        free(copy);
+        free(rd);
+        errno = saved; /* for callers that raise by errno (FileNotFoundError) */
+        return TW_EIO;
     }
-    free(r.scratch);
-    free(buf);
-    close(fd);
+    rd->path = copy;
+    rd->buf = buf;
+    rd->capacity = READ_BLOCK;
+    *out = rd;
+    return 0;
+}
+
+/* Reads more of the file into the buffer, growing it when one record fills it. */
+static int fill(tw_reader_t *rd)
+{
+    reader_t *r = &rd->r;
+    if (rd->have == rd->capacity) {
+        /* One record longer than the buffer: grow, within reason. */
+        if (rd->capacity >= RECORD_MAX) {
+            snprintf(r->err, r->err_size, "%s: a record longer than %u MiB at byte %llu: not a record file?",
+                     rd->path, RECORD_MAX >> 20, (unsigned long long)r->stats->bytes);
+            return TW_EINVAL;
+        }
+        char *bigger = realloc(rd->buf, rd->capacity * 2);
+        if (bigger != NULL)
+            rd->buf = bigger;
+        char *scratch = bigger != NULL ? realloc(r->scratch, rd->capacity * 2) : NULL;
+        if (scratch == NULL) {
+            snprintf(r->err, r->err_size, "reading %s: %s", rd->path, tw_strerror(TW_ENOMEM));
+            return TW_ENOMEM;
+        }
+        r->scratch = scratch;
+        rd->capacity *= 2;
+        r->scratch_size = rd->capacity;
+    }
+    for (;;) {
+        ssize_t got = read(rd->fd, rd->buf + rd->have, rd->capacity - rd->have);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            snprintf(r->err, r->err_size, "reading %s: %s", rd->path, strerror(errno));
+            return TW_EIO;
+        }
+        rd->eof = got == 0;
+        rd->have += (size_t)got;
+        r->stats->bytes += (uint64_t)got;
+        return 0;
+    }
+}
+
+int tw_reader_next(tw_reader_t *rd, tw_row_fn fn, void *ctx, size_t max_rows, int *more, char *err,
+                   size_t err_size)
+{
+    reader_t *r = &rd->r;
+    *more = 0;
+    if (rd->failed != 0) {
+        snprintf(err, err_size, "%s: reading already failed", rd->path);
+        return rd->failed;
+    }
+    r->fn = fn;
+    r->ctx = ctx;
+    r->err = err;
+    r->err_size = err_size;
+    r->limit = max_rows;
+    r->delivered = 0;
+    r->paused = 0;
+    int rc = 0;
+    while (!rd->done) {
+        /* What the last call left (it paused), or what was just read. */
+        if (rd->have > 0 || rd->eof) {
+            size_t used = 0;
+            rc = process(r, rd->buf, rd->have, rd->eof, &used);
+            memmove(rd->buf, rd->buf + used, rd->have - used);
+            rd->have -= used;
+            if (r->paused) {
+                *more = 1;
+                return 0;
+            }
+            if (rc != 0)
+                break;
+            if (rd->eof) {
+                rd->done = 1;
+                break;
+            }
+        }
+        if ((rc = fill(rd)) != 0)
+            break;
+    }
+    if (rc < 0)
+        rd->failed = rc;
+    return rc;
+}
+
+tw_file_kind_t tw_reader_kind(const tw_reader_t *rd)
+{
+    return rd->r.kind;
+}
+
+const tw_read_stats_t *tw_reader_stats(const tw_reader_t *rd)
+{
+    return rd->r.stats;
+}
+
+void tw_reader_close(tw_reader_t *rd)
+{
+    if (rd == NULL)
+        return;
+    close(rd->fd);
+    free(rd->r.scratch);
+    free(rd->buf);
+    free(rd->path);
+    free(rd);
+}
+
+int tw_read_file(const char *path, tw_row_fn fn, void *ctx, tw_read_stats_t *stats, char *err, size_t err_size)
+{
+    tw_reader_t *rd;
+    int rc = tw_reader_open(path, stats, &rd, err, err_size), more;
+    if (rc != 0)
+        return rc;
+    rc = tw_reader_next(rd, fn, ctx, 0, &more, err, err_size);
+    tw_reader_close(rd);
     return rc;
 }
 
@@ -357,12 +488,48 @@ static int ignore_row(void *ctx, const tw_row_t *row)
     return 0;
 }
 
-int tw_read_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size)
+/* Whether the first line (CSV header or JSON object, torn or whole) names every key of keys: a
+ * tracing stream's, which the record reader does not read (their rows are no tw_row_t). */
+static int names_keys(const char *line, size_t len, int json, const char *const *keys)
+{
+    tw_str_t fields[MAX_COLUMNS];
+    size_t n = 0;
+    char scratch[4096];
+    uint64_t quoted;
+    if (!json && csv_split(line, len, fields, MAX_COLUMNS, &n, scratch, sizeof scratch, &quoted) <= 0)
+        return 0;
+    for (; *keys != NULL; keys++) {
+        size_t key_len = strlen(*keys);
+        int found = 0;
+        for (size_t i = 0; !json && i < n && !found; i++)
+            found = fields[i].len == key_len && memcmp(fields[i].ptr, *keys, key_len) == 0;
+        /* JSON: "key" then a colon; a string value cannot hold that unescaped. */
+        for (const char *p = line, *end = line + len; json && !found && p < end;) {
+            const char *q = memchr(p, '"', (size_t)(end - p));
+            if (q == NULL || (size_t)(end - q) < key_len + 2)
+                break;
+            if (memcmp(q + 1, *keys, key_len) == 0 && q[key_len + 1] == '"') {
+                const char *after = tw_skip_ws(q + key_len + 2, end);
+                while (after < end && *after == '\n')
+                    after++;
+                found = after < end && *after == ':';
+            }
+            p = q + 1;
+        }
+        if (!found)
+            return 0;
+    }
+    return 1;
+}
+
+static int read_kind(const char *path, tw_file_kind_t *kind, int streams, char *err, size_t err_size)
 {
     *kind = 0;
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        snprintf(err, err_size, "cannot open %s: %s", path, strerror(errno));
+        int saved = errno;
+        snprintf(err, err_size, "cannot open %s: %s", path, strerror(saved));
+        errno = saved;
         return TW_EIO;
     }
     char head[64 * 1024];
@@ -389,10 +556,37 @@ int tw_read_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_s
     int rc = reader_init(&r, path, ignore_row, NULL, NULL, &local, err, err_size, (size_t)(nl + 1 - head));
     if (rc != 0)
         return rc;
-    size_t used;
-    rc = process(&r, head, (size_t)(nl + 1 - head), 1, &used);
+    size_t used, line_len = (size_t)(nl + 1 - head);
+    rc = process(&r, head, line_len, 1, &used);
     free(r.scratch);
     if (rc == 0)
         *kind = r.kind;
+    /* not ours as records (or a torn first line, judged by the keys it has) */
+    if (streams && (rc == TW_EINVAL || (rc == 0 && r.kind == 0))) {
+        static const char *const stats[] = {"call_id", "step", "module", "tensor", NULL};
+        static const char *const updates[] = {"call_id", "parameter", "version", NULL};
+        if (head[line_len - 1] != '\n')
+            head[line_len++] = '\n'; /* a torn first line (there is room: it ended before the buffer) */
+        const char *first = tw_skip_ws(head, head + line_len);
+        int json = first < head + line_len && *first == '{';
+        if (names_keys(head, line_len, json, stats))
+            *kind = TW_FILE_STATS;
+        else if (names_keys(head, line_len, json, updates))
+            *kind = TW_FILE_UPDATES;
+        if (*kind != 0 && rc != 0) {
+            err[0] = '\0';
+            rc = 0;
+        }
+    }
     return rc;
+}
+
+int tw_read_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size)
+{
+    return read_kind(path, kind, 0, err, err_size);
+}
+
+int tw_read_any_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size)
+{
+    return read_kind(path, kind, 1, err, err_size);
 }

@@ -126,7 +126,10 @@ int tw_set_field(tw_row_t *row, column_t col, const char *s, size_t len)
     case COL_ARGS: row->args = (tw_str_t){s, len}; return 0;
     case COL_KIND: row->gpu_kind = (tw_str_t){s, len}; return 0;
     case COL_NAME: row->name = (tw_str_t){s, len}; return 0;
-    case COL_MODULE: row->module = (tw_str_t){s, len}; return 0;
+    case COL_MODULE:
+        row->module = (tw_str_t){s, len};
+        row->has_module = 1;
+        return 0;
     case COL_FWD_API: row->fwd_api = (tw_str_t){s, len}; return 0;
     default: return 0; /* a column of a newer version */
     }

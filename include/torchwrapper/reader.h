@@ -25,6 +25,10 @@ extern "C" {
 typedef enum {
     TW_FILE_CALLS = 1, /* call records: call_id, api, start_ns, cost_ns, ... */
     TW_FILE_GPU = 2,   /* GPU activity records: call_id, api, kind, name, start_ns, end_ns, ... */
+    /* The tracing streams beside them: told apart by tw_read_any_kind only; their rows are no
+     * tw_row_t, and tw_read_file refuses them as it always did. */
+    TW_FILE_STATS = 3,   /* tensor statistics: call_id, step, module, class, tensor, ... */
+    TW_FILE_UPDATES = 4, /* parameter updates: call_id, api, outer_call_id, parameter, tensor, version, ... */
 } tw_file_kind_t;
 
 /* Strings point into the reader's buffer: valid during the callback only, not NUL-terminated. */
@@ -60,6 +64,10 @@ typedef struct tw_row {
                          * older files without the column */
     uint64_t fwd_call_id; /* calls: for an autograd node, the forward call that created it; else 0 */
     tw_str_t fwd_api;   /* calls: that forward call's API, or empty */
+    /* calls: 1 when module holds a module forward's path (empty: the root module, written "" in CSV
+     * and in JSON), 0 when the call is no module's forward (an empty CSV field, a JSON null), -1 in
+     * files older than the column. Appended last: the fields above keep their places. */
+    int has_module;
 } tw_row_t;
 
 /* Called for every row; a non-zero return stops the reading and is returned by tw_read_*. */
@@ -84,9 +92,39 @@ TW_API int tw_read_file(const char *path, tw_row_fn fn, void *ctx, tw_read_stats
 TW_API int tw_read_buffer(const char *name, const char *data, size_t len, tw_row_fn fn, void *ctx,
                           tw_read_stats_t *stats, char *err, size_t err_size);
 
-/* The kind of the file at path, from its first line; *kind is 0 for an empty file. Returns 0,
- * TW_EIO or TW_EINVAL (not a record file) with a message in err. */
+/* The kind of the file at path, from its first line; *kind is 0 for an empty file (or one torn
+ * line). Returns 0, TW_EIO or TW_EINVAL (not a record file) with a message in err. */
 TW_API int tw_read_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size);
+
+/* The same, and TW_FILE_STATS or TW_FILE_UPDATES for the tracing streams' files. */
+TW_API int tw_read_any_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size);
+
+/*
+ * A file read a batch of rows at a time (tw_read_file reads it in one call): the Python binding
+ * hands rows over in batches and keeps no more than one in memory. The rows, torn lines and
+ * errors are tw_read_file's.
+ */
+typedef struct tw_reader tw_reader_t;
+
+/* Opens path. stats (may be NULL: the reader's own) is added to as the file is read. Returns 0,
+ * TW_EIO (errno kept: ENOENT ...) or TW_ENOMEM with a message naming the path in err. */
+TW_API int tw_reader_open(const char *path, tw_read_stats_t *stats, tw_reader_t **reader, char *err,
+                          size_t err_size);
+
+/* Delivers the next rows to fn, at most max_rows of them (0: every row left). Returns 0 with *more
+ * set to 1 when it stopped at max_rows (call again for the rest) and 0 at the end of the file; the
+ * callback's non-zero value; or TW_EIO, TW_EINVAL (not a record file), TW_ENOMEM with a message in
+ * err, after which every call fails again. */
+TW_API int tw_reader_next(tw_reader_t *reader, tw_row_fn fn, void *ctx, size_t max_rows, int *more, char *err,
+                          size_t err_size);
+
+/* The file's kind: 0 until its header (or first object) is read, and for an empty file. */
+TW_API tw_file_kind_t tw_reader_kind(const tw_reader_t *reader);
+
+/* The counters the reader adds to (the caller's, or its own). */
+TW_API const tw_read_stats_t *tw_reader_stats(const tw_reader_t *reader);
+
+TW_API void tw_reader_close(tw_reader_t *reader);
 
 /*
  * The CSV splitter, exposed for the fuzz harness: splits the first record of data[0..len) into at

@@ -70,6 +70,18 @@ TW_API int tw_sites_get(tw_sites_t *sites, uint32_t id, char *file, uint32_t *li
  */
 TW_API int tw_sites_write_json(tw_sites_t *sites, const char *path, int64_t pid);
 
+/* Called for each site of a sites file read back; the strings are valid during the call only. A
+ * non-zero return stops the reading and is returned by tw_sites_read_json. */
+typedef int (*tw_site_fn)(void *ctx, uint32_t id, const char *file, uint32_t line, const char *function,
+                          const char *text);
+
+/*
+ * Reads a file written by tw_sites_write_json (the readers' one parser of the format): *pid gets its
+ * "pid" (-1 when absent) and fn each site in the file's order. Returns 0, fn's value, TW_EIO (errno
+ * kept), TW_ENOMEM, or TW_EINVAL for a file that is not a sites file, with a message naming the path.
+ */
+TW_API int tw_sites_read_json(const char *path, tw_site_fn fn, void *ctx, int64_t *pid, char *err, size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -223,7 +223,7 @@ static int core_exec(PyObject *module)
 {
     tw_module_state *state = PyModule_GetState(module);
     if (tw_wrapper_add_types(module, state) < 0 || tw_session_add_type(module, state) < 0 || tw_args_init() < 0 ||
-        tw_trace_add_functions(module) < 0)
+        tw_trace_add_functions(module) < 0 || tw_reader_add_functions(module, state) < 0)
         return -1;
     /* tensor_stats' built-in metrics, as the validator knows them (config.c: the one list) */
     if (PyModule_AddStringConstant(module, "TENSOR_STATS_METRICS", tw_config_tensor_stats_metrics()) < 0)
@@ -241,6 +241,7 @@ static int core_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(state->wrapper_type);
     Py_VISIT(state->method_wrapper_type);
     Py_VISIT(state->session_type);
+    Py_VISIT(state->record_reader_type);
     return 0;
 }
 
@@ -250,6 +251,7 @@ static int core_clear(PyObject *module)
     Py_CLEAR(state->wrapper_type);
     Py_CLEAR(state->method_wrapper_type);
     Py_CLEAR(state->session_type);
+    Py_CLEAR(state->record_reader_type);
     return 0;
 }
 

@@ -12,6 +12,7 @@ typedef struct {
     PyTypeObject *wrapper_type;        /* Wrapper: calls never bind (builtins, partials, ...) */
     PyTypeObject *method_wrapper_type; /* MethodWrapper: binds like a function (x.f(...)) */
     PyTypeObject *session_type;
+    PyTypeObject *record_reader_type;  /* RecordReader (reader.c) */
 } tw_module_state;
 
 /*
@@ -150,6 +151,9 @@ PyObject *tw_restore(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 int tw_trace_add_functions(PyObject *module);
+
+/* The record reader (reader.c): RecordReader, record_kind(), read_sites(). */
+int tw_reader_add_functions(PyObject *module, tw_module_state *state);
 void tw_ptr_table_clear(tw_ptr_table_t *table);
 
 /* The innermost recorded call in progress on this thread, the outermost one and its site: 1, or 0 if none. */

@@ -5,15 +5,11 @@ record files as load() does with pandas. Neither library is a dependency: each i
 asked for, with an ImportError that says what to install."""
 from __future__ import annotations
 
-import csv
 import io
-import os
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import _schema
-from ._files import _whole_lines
-
-Source = Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]
+from ._outdir import Source, csv_by_header, ends_whole, files_by_kind, summary_files, whole_lines
 
 
 def _import(name: str) -> Any:
@@ -23,51 +19,7 @@ def _import(name: str) -> Any:
         raise ImportError(f"engine={name!r} needs the {name} package: pip install {name}") from error
 
 
-def _files(source: Source, kinds: Tuple[str, ...] = ("calls", "gpu")) -> Dict[Tuple[str, str], List[str]]:
-    """{(kind, "csv"|"json"): paths} of the record files of those kinds in source."""
-    from ._files import _kind, _paths
-
-    found: Dict[Tuple[str, str], List[str]] = {}
-    for path in _paths(source):
-        kind = _kind(path)
-        if kind in kinds:
-            found.setdefault((kind, "csv" if path.endswith(".csv") else "json"), []).append(path)
-    return found
-
-
-def _summary_files(source: Source) -> List[str]:
-    """The summary.json / summary-PID.json files of the directories in source."""
-    dirs = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    found = []
-    for d in dirs:
-        d = os.fspath(d)
-        if os.path.isdir(d):
-            found += sorted(os.path.join(d, n) for n in os.listdir(d)
-                            if n.startswith("summary") and n.endswith(".json"))
-    return found
-
-
 # ---- Polars ----------------------------------------------------------------------------------------
-
-def _ends_whole(path: str) -> bool:
-    """Whether the file is empty or ends with a line end (not a torn line)."""
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        if f.tell() == 0:
-            return True
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
-
-
-def _csv_by_header(paths: List[str]) -> Dict[Tuple[str, ...], List[str]]:
-    """CSV files grouped by their header: files of an older version lack the newer columns."""
-    groups: Dict[Tuple[str, ...], List[str]] = {}
-    for path in paths:
-        with open(path, encoding="utf-8", newline="") as f:
-            header = tuple(next(csv.reader([f.readline()]), []))
-        groups.setdefault(header, []).append(path)
-    return groups
-
 
 def _absent(kind: str, present: Iterable[str]) -> Dict[str, Any]:
     """{column: the value readers give} for the schema's columns of kind that a file lacks."""
@@ -94,7 +46,7 @@ def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) ->
     columns = _schema.columns(kind)
     parts = []
     types = _schema.polars_schema(kind, csv=True)
-    for header, paths in _csv_by_header(files.get((kind, "csv"), [])).items():
+    for header, paths in csv_by_header(files.get((kind, "csv"), [])).items():
         frame = pl.scan_csv(paths, schema_overrides={c: t for c, t in types.items() if c in header},
                             ignore_errors=True)
         # a torn last line (a killed process) reads with nulls up to its end
@@ -110,13 +62,13 @@ def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) ->
         # scan_ndjson stops at a torn last line (a killed process) even with ignore_errors: such a
         # file (one per killed process) is read up to its last whole line, the others are scanned.
         schema = _schema.polars_schema(kind)
-        whole = [p for p in files[kind, "json"] if _ends_whole(p)]
+        whole = [p for p in files[kind, "json"] if ends_whole(p)]
         torn = [p for p in files[kind, "json"] if p not in whole]
         if whole:
             parts.append(pl.scan_ndjson(whole, schema=schema, ignore_errors=True).with_columns(*fill)
                          .select(columns))
         for path in torn:
-            data = _whole_lines(path)[0]
+            data = whole_lines(path)[0]
             if data.strip():
                 parts.append(pl.read_ndjson(io.BytesIO(data), schema=schema, ignore_errors=True).lazy()
                              .with_columns(*fill).select(columns))
@@ -126,7 +78,7 @@ def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) ->
 def load_polars(source: Source) -> Any:
     """A Polars LazyFrame of every call record in source (see torchwrapper.load)."""
     pl = _import("polars")
-    files = _files(source)
+    files = files_by_kind(source)
     calls = _polars_kind(pl, files, "calls")
     if calls is None:
         return pl.LazyFrame(schema=_schema.polars_schema("calls"))
@@ -164,7 +116,7 @@ def _duckdb_kind(files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional
     columns = _schema.duckdb_columns(kind)
     names = ", ".join(f'"{c}"' for c in columns)
     parts = []
-    for header, paths in _csv_by_header(files.get((kind, "csv"), [])).items():
+    for header, paths in csv_by_header(files.get((kind, "csv"), [])).items():
         # Explicit dialect and columns (no sniffing); allow_quoted_nulls=false keeps the root module's
         # quoted "" apart from an empty field (null); a torn or malformed line is skipped. A file of
         # an older version gets the columns it lacks as the schema's missing values.
@@ -207,7 +159,7 @@ def load_duckdb(source: Source, connection: Any = None) -> Any:
     """A DuckDB relation of every call record in source (see torchwrapper.load)."""
     duckdb = _import("duckdb")
     connection = connection if connection is not None else duckdb.connect()
-    return connection.sql(_calls_sql(_files(source))[0])
+    return connection.sql(_calls_sql(files_by_kind(source))[0])
 
 
 def sql(source: Source, query: str, connection: Any = None) -> Any:
@@ -218,7 +170,7 @@ def sql(source: Source, query: str, connection: Any = None) -> Any:
     created in it, replacing views of those names); otherwise a new in-memory one is used."""
     duckdb = _import("duckdb")
     connection = connection if connection is not None else duckdb.connect()
-    files = _files(source, ("calls", "gpu", "stats", "updates"))
+    files = files_by_kind(source, ("calls", "gpu", "stats", "updates"))
     calls, gpu = _calls_sql(files)
     connection.execute(f"CREATE OR REPLACE TEMP VIEW calls AS {calls}")
     if gpu is not None:
@@ -227,7 +179,7 @@ def sql(source: Source, query: str, connection: Any = None) -> Any:
         select = _duckdb_kind(files, kind)
         if select is not None:
             connection.execute(f"CREATE OR REPLACE TEMP VIEW {kind} AS {select}")
-    summaries = _summary_files(source)
+    summaries = summary_files(source)
     if summaries:   # summary.json of each process: one row per API, with the file it came from
         connection.execute("CREATE OR REPLACE TEMP VIEW summary AS SELECT filename AS file, "
                            "unnest(apis, recursive := true) FROM read_json("

@@ -1,20 +1,21 @@
 # SPDX-License-Identifier: MIT
 """Reading record files back (CSV or JSON lines), as written by the C writer: call records, GPU
-records, the streams of tracing (stats, updates) and the module tree; and Record, one call."""
+records, the streams of tracing (stats, updates) and the module tree; and Record, one call.
+
+Call and GPU records are read by the C reader (_core.RecordReader: tw-report's), which hands over
+batches of columns: its kind detection, torn-line skipping and counters are the ones here. Which
+files are which is _outdir's business."""
 from __future__ import annotations
 
 import csv
-import io
+import itertools
 import json
 import os
-import re
 import warnings
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _schema
-
-RECORD_EXTENSIONS = (".csv", ".jsonl")
-MODULES_FILE = "modules.json"   # the module tree (modules-PID.json in a forked child)
+from . import _core, _outdir, _schema
+from ._outdir import MODULES_FILE, RECORD_EXTENSIONS, SITES_FILE_RE, record_files
 
 # Columns and types of every kind, from the one schema (_schema.py; torchwrapper.schema()): the
 # Python writers of the "stats" and "updates" streams take their columns from here too.
@@ -49,22 +50,6 @@ class Record(NamedTuple):
     # be again, and a row unpacked by position silently shifts (callRecords' Arguments became the step).
 
 
-def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -> List[str]:
-    """The record files in out_dir (of one process if pid is given), oldest first per manifest.
-
-    kind: "calls" for call records, or a stream's kind ("stats", "updates", "gpu").
-    """
-    names = []
-    for manifest in sorted(f for f in os.listdir(out_dir) if f.startswith("manifest") and f.endswith(".json")):
-        with open(os.path.join(out_dir, manifest)) as f:
-            m = json.load(f)
-        if pid is not None and m.get("pid") != pid:
-            continue
-        names.extend(entry["name"] for entry in m.get("files", [])
-                     if not entry.get("removed_by_max_files") and entry.get("kind", "calls") == kind)
-    return [os.path.join(out_dir, n) for n in names if os.path.exists(os.path.join(out_dir, n))]
-
-
 def iter_rows(path: str) -> Iterator[Record]:
     """The call records of one file as Records, each field read by its column's name (a file of an
     older version lacks some columns: the schema's missing value; a newer one may add columns: they
@@ -73,74 +58,20 @@ def iter_rows(path: str) -> Iterator[Record]:
     module is the instance path of an nn.Module forward ("" for the model itself), else None; step
     the step the call began in (from 0), -1 in files written before the column; site the call site's
     id in the process's sites file, 0 for none and in files written before the column. A line torn by
-    a killed process is skipped.
+    a killed process, and a row whose fields do not parse, are skipped. ValueError naming the file
+    when it does not hold call records.
     """
-    if path.endswith(".csv"):
-        yield from _iter_csv_rows(path)
-        return
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                o = json.loads(line)
-                yield Record(**{field: o[field] if field in o else _ABSENT[field] for field in _FIELDS})
-            except (ValueError, KeyError, TypeError):
-                continue  # a line torn by a killed process
+    for _, kind, columns in _core.RecordReader(path):
+        if kind != "calls":
+            raise ValueError(f"{path} holds {kind} records, not call records")
+        yield from map(Record._make, zip(*(_values(columns[name], name) for name in _FIELDS)))
 
 
-def _iter_csv_rows(path: str) -> Iterator[Record]:
-    with open(path, newline="", encoding="utf-8") as f:
-        raw: List[str] = []
-
-        def lines() -> Iterator[str]:
-            # The csv module reads "" and an empty field alike, and the root module is written ""
-            # (no module: empty): the record's own text tells them apart. The reader takes exactly
-            # the physical lines of one record before it yields it.
-            for line in f:
-                raw.append(line)
-                yield line
-
-        reader = csv.reader(lines())
-        header = next(reader, None) or []
-        at = {name: i for i, name in enumerate(header)}   # by name: other versions add columns
-        missing = [name for name in _FIELDS if name not in at and name not in _ABSENT]
-        if missing:
-            raise ValueError(f"{path}: no column {missing[0]!r} in its header {header!r}")
-        present = [(name, at[name], _CSV_DECODE[name]) for name in _FIELDS if name in at and name != "module"]
-        absent = {name: _ABSENT[name] for name in _FIELDS if name not in at}
-        m = at.get("module")
-        raw.clear()
-        for row in reader:
-            text = "".join(raw)
-            raw.clear()
-            try:
-                values = {name: decode(row[i]) for name, i, decode in present}
-                if m is not None:
-                    values["module"] = row[m] if row[m] else ("" if _csv_field_quoted(text, m) else None)
-                yield Record(**values, **absent)
-            except (IndexError, ValueError):
-                continue  # a line torn by a killed process
-
-
-def _csv_field_quoted(text: str, index: int) -> bool:
-    """Whether field index of one CSV record's text was written quoted (RFC 4180: a quoted field
-    starts with a quote, and its quotes are doubled inside)."""
-    at = 0
-    for _ in range(index):
-        if text.startswith('"', at):
-            at += 1
-            while True:   # to the quote that ends the field: a doubled one is part of it
-                at = text.find('"', at)
-                if at < 0:
-                    return False
-                if not text.startswith('"', at + 1):
-                    break
-                at += 2
-            at += 1
-        at = text.find(",", at)
-        if at < 0:
-            return False
-        at += 1
-    return text.startswith('"', at)
+def _values(column: Any, name: str) -> Any:
+    """A batch's column as values: numbers come as bytes of int64 (error: of 0/1), text as a list."""
+    if isinstance(column, bytes):
+        return memoryview(column).cast("?" if name == "error" else "q").tolist()
+    return column
 
 
 # The fields of a Record, each from the column of that name (the schema's "calls"); a column a file
@@ -149,8 +80,6 @@ _FIELDS = tuple(Record._fields)
 _ABSENT: Dict[str, Any] = {c["name"]: c["missing"] for c in _schema.schema()["kinds"]["calls"]["columns"]
                            if "missing" in c}
 _ABSENT["module"] = None      # a file older than the module column: no module known
-_CSV_DECODE: Dict[str, Any] = {name: int for name in _FIELDS}
-_CSV_DECODE.update(api=str, args=str, module=str, fwd_api=str, error=lambda text: text == "1")
 assert set(_FIELDS) == set(_schema.columns("calls")), "Record and the schema's calls columns differ"
 
 
@@ -161,118 +90,53 @@ def read_rows(paths: List[str]) -> List[Record]:
     return rows
 
 
-def _kind(path: str) -> Optional[str]:
-    """'calls' or 'gpu' from a file's first line; None for an empty file. ValueError if not ours."""
-    with open(path, "rb") as f:
-        first = f.readline(1 << 16)
-    if not first.strip():
-        return None
-    if first.lstrip().startswith(b"{"):
-        try:
-            keys = set(json.loads(first))
-        except ValueError:
-            keys = {k for k in ("call_id", "cost_ns", "end_ns") if f'"{k}"'.encode() in first}  # a torn first line
-    else:
-        keys = set(first.decode("utf-8", "replace").strip().split(","))
-    if {"call_id", "api", "start_ns", "cost_ns"} <= keys:
-        return "calls"
-    if {"call_id", "kind", "start_ns", "end_ns"} <= keys:
-        return "gpu"
-    if {"call_id", "step", "module", "tensor"} <= keys:
-        return "stats"     # tensor statistics (tracing): see load_stats()
-    if {"call_id", "parameter", "version"} <= keys:
-        return "updates"   # parameter updates (tracing): see load_updates()
-    raise ValueError(f"{path} is not a TorchWrapper record file: its first line is {first[:120]!r} (expected the "
-                     "columns call_id,api,start_ns,cost_ns,... or call_id,api,kind,name,start_ns,end_ns,...)")
-
-
-def _whole_lines(path: str) -> Tuple[bytes, int]:
-    """The file's bytes up to its last line end, and 1 if a torn last line (a killed process) was cut."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if not data or data.endswith(b"\n"):
-        return data, 0
-    cut = data.rfind(b"\n") + 1
-    return data[:cut], int(bool(data[cut:].strip()))
-
-
-def _frame(path: str, kind: str):
-    import pandas
-
-    dtypes = _schema.pandas_dtypes(kind)
-    data, torn = _whole_lines(path)
-    columns = list(dtypes)
-    try:
-        if path.endswith(".jsonl"):
-            frame = pandas.read_json(io.BytesIO(data), lines=True, dtype=False) if data.strip() else \
-                pandas.DataFrame(columns=columns)
-        else:
-            frame = pandas.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, na_filter=False,
-                                    engine="c")
-        for column in columns:  # a file written by an older version may lack a column
-            if column not in frame:
-                frame[column] = _schema.missing_value(kind, column)
-        frame = frame[columns]  # columns of a newer version are left out
-        if not path.endswith(".jsonl"):
-            frame["error"] = frame["error"] == "1" if "error" in frame else False
-        frame = frame.astype({c: t for c, t in dtypes.items() if t != "str"})
-    except (ValueError, pandas.errors.ParserError):
-        # A corrupt row somewhere: the tolerant row reader skips it (calls only).
-        if kind != "calls":
-            raise ValueError(f"{path}: a row does not parse as a GPU record")
-        # (iter_rows gives every column of the schema, those an older file lacks included)
-        frame = pandas.DataFrame([row._asdict() for row in iter_rows(path)], columns=list(_FIELDS))
-        frame = frame[columns].astype({c: t for c, t in dtypes.items() if t != "str"})
-    return frame, torn
-
-
-SITES_FILE_RE = re.compile(r"^sites(-\d+)?\.json$")   # sites.json, or sites-PID.json beside manifest-PID.json
-
-
 def load_sites(out_dir: str) -> Dict[Tuple[int, int], Dict[str, Any]]:
     """The call sites written in out_dir: {(pid, site id): {"file", "line", "function", "text"}} from
     every process's sites file (sites.json, sites-PID.json). The record's site column is the id."""
     sites: Dict[Tuple[int, int], Dict[str, Any]] = {}
-    for name in sorted(os.listdir(out_dir)):
-        if not SITES_FILE_RE.match(name):
-            continue
-        with open(os.path.join(out_dir, name), encoding="utf-8") as f:
-            data = json.load(f)
-        pid = int(data.get("pid", -1))
-        for key, site in data.get("sites", {}).items():
-            sites[pid, int(key)] = site
+    for path in _outdir.sites_files(out_dir):
+        pid, found = _core.read_sites(path)
+        for key, site in found.items():
+            sites[pid, key] = site
     return sites
 
 
 def _site_texts(paths: List[str], frame: Any) -> Any:
     """The site_text column of frame: each call's site as "file:line function" from the sites files
     beside its record files, "" for none."""
+    import numpy
+    import pandas
+
     sites: Dict[Tuple[int, int], Dict[str, Any]] = {}
-    for directory in sorted({os.path.dirname(os.path.abspath(p)) for p in paths}):
+    for directory in _outdir.directories(paths):
         sites.update(load_sites(directory))
+    texts = numpy.full(len(frame), "", dtype=object)
     if not sites or frame.empty:
-        return [""] * len(frame)
-    text = {key: site.get("text", "") for key, site in sites.items()}
-    return [text.get((pid, site), "") if site else "" for pid, site in zip(frame["pid"].tolist(),
-                                                                           frame["site"].tolist())]
+        return texts
+    by_pid: Dict[int, Dict[int, str]] = {}
+    for (pid, key), site in sites.items():
+        by_pid.setdefault(pid, {})[key] = site.get("text", "")
+    pids, ids = frame["pid"].to_numpy(), frame["site"].to_numpy()
+    for pid, text in by_pid.items():   # a few processes: one vectorised lookup each
+        rows = (pids == pid) & (ids != 0)
+        if rows.any():
+            texts[rows] = pandas.Series(ids[rows]).map(text).fillna("").to_numpy(dtype=object)
+    return texts
 
 
-def _paths(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]) -> List[str]:
-    if isinstance(source, (str, os.PathLike)):
-        source = [source]
-    paths: List[str] = []
-    for item in source:
-        item = os.fspath(item)
-        if os.path.isdir(item):
-            found = sorted(os.path.join(item, n) for n in os.listdir(item) if n.endswith(RECORD_EXTENSIONS))
-            if not found:
-                raise ValueError(f"{item} holds no record files (*.csv or *.jsonl written by TorchWrapper)")
-            paths.extend(found)
-        elif os.path.exists(item):
-            paths.append(item)
-        else:
-            raise FileNotFoundError(f"no such record file or directory: {item}")
-    return paths
+def _columns(chunks: Dict[str, List[Any]], kind: str) -> Dict[str, Any]:
+    """One kind's batches (_core.RecordReader's) as {column: array} of the schema's pandas types."""
+    import numpy
+
+    data: Dict[str, Any] = {}
+    for name, type_ in _schema.pandas_dtypes(kind).items():
+        parts = chunks.get(name, [])
+        if type_ == "str":
+            data[name] = numpy.fromiter(itertools.chain.from_iterable(parts), dtype=object,
+                                        count=sum(map(len, parts)))
+        else:   # bytes of int64 (or of 0/1): one copy, writable (a frame's users may assign into it)
+            data[name] = numpy.frombuffer(bytearray().join(parts), dtype=numpy.bool_ if type_ == "bool" else numpy.int64)
+    return data
 
 
 def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, original_names: bool = False,
@@ -287,15 +151,16 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
     module, step and site, and site_text (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
-    forward, "" for the model itself and, in CSV files, for other calls, which JSON files give as
-    None; files of an older version lack it: ""), step (the step the call began in, counted from 0;
+    forward, "" for the model itself and None for other calls, in CSV files as in JSON ones (the
+    reader tells the root module's quoted "" from an empty field); files of an older version lack
+    it: ""), step (the step the call began in, counted from 0;
     -1 in files written before the column), site (where the program made the call: an id of the sites
     file, 0 for none; config sites) and site_text, that site as "file:line function" from the sites
     files (sites.json, sites-PID.json) beside the record files ("" for none; the polars and duckdb
     engines give the site id only: join load_sites()). Tracing streams in the directory (stats, updates)
     are not records: see load_stats() and load_updates(). When the directory holds GPU records, gpu_ns is the
     GPU time of the kernels, copies and memsets each call launched itself. A torn last line (a killed
-    process) is skipped, with one warning giving the count. original_names=True gives the original
+    process) and a row whose fields do not parse are skipped, with one warning giving the counts. original_names=True gives the original
     TorchWrapper's columns instead (API Name, Total Time (ms), Call Number, ...)."""
     if engine != "pandas":
         if engine not in ("polars", "duckdb"):
@@ -307,22 +172,22 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
         return _engines.load_polars(source) if engine == "polars" else _engines.load_duckdb(source, connection)
     import pandas
 
-    calls, gpus, torn = [], [], 0
-    paths = _paths(source)
-    for path in paths:
-        kind = _kind(path)
-        if kind not in ("calls", "gpu"):
-            continue   # empty, or a tracing stream
-        frame, cut = _frame(path, kind)
-        torn += cut
-        (calls if kind == "calls" else gpus).append(frame)
-    if torn:
-        warnings.warn(f"torchwrapper.load: skipped {torn} torn last line(s) (a process killed while writing)",
-                      stacklevel=2)
-    frame = pandas.concat(calls, ignore_index=True) if calls else pandas.DataFrame(
-        {c: pandas.Series(dtype=t if t != "str" else object) for c, t in CALL_DTYPES.items()})
-    if gpus:
-        gpu = pandas.concat(gpus, ignore_index=True)
+    paths = _outdir.paths(source)
+    records = [path for path in paths if _outdir.kind(path) in ("calls", "gpu")]   # not empty, nor a stream
+    chunks: Dict[str, Dict[str, List[Any]]] = {"calls": {}, "gpu": {}}
+    # files older than the module column: "" (the schema's missing value), as before the column
+    reader = _core.RecordReader(records, batch_rows=1 << 16, module_missing="")
+    for _, kind, columns in reader:
+        for name, values in columns.items():
+            chunks[kind].setdefault(name, []).append(values)
+    if reader.truncated or reader.malformed:
+        skipped = [f"{reader.truncated} torn last line(s) (a process killed while writing)"] if reader.truncated else []
+        if reader.malformed:
+            skipped.append(f"{reader.malformed} row(s) whose fields do not parse")
+        warnings.warn(f"torchwrapper.load: skipped {' and '.join(skipped)}", stacklevel=2)
+    frame = pandas.DataFrame(_columns(chunks["calls"], "calls"))
+    if chunks["gpu"]:
+        gpu = pandas.DataFrame(_columns(chunks["gpu"], "gpu"))
         gpu = gpu[gpu["call_id"] != 0]
         per_call = (gpu["end_ns"] - gpu["start_ns"]).clip(lower=0).groupby([gpu["pid"], gpu["call_id"]]).sum()
         per_call.name = "gpu_from_records"
@@ -447,10 +312,10 @@ def _stream_engine(out_dir: str, pid: Optional[int], engine: str, kind: str) -> 
     if engine != "polars" or pid is not None:
         raise ValueError(f"engine={engine!r} (pid={pid!r}) is not accepted for {kind}: give engine 'pandas', or "
                          "'polars' for all processes (DuckDB: torchwrapper.sql's views)")
-    from ._engines import _files, _import, _polars_kind
+    from ._engines import _import, _polars_kind
 
     pl = _import("polars")
-    frame = _polars_kind(pl, _files(out_dir, (kind,)), kind)
+    frame = _polars_kind(pl, _outdir.files_by_kind(out_dir, (kind,)), kind)
     return frame if frame is not None else pl.LazyFrame(schema=_schema.polars_schema(kind))
 
 

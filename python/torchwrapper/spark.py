@@ -18,7 +18,8 @@ import os
 from typing import Any, Iterable, Union
 
 from . import _schema
-from ._engines import _absent, _csv_by_header, _files, _filled_json
+from ._engines import _absent, _filled_json
+from ._outdir import csv_by_header, files_by_kind
 
 Source = Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]
 
@@ -51,11 +52,11 @@ def read(spark: Any, source: Source, kind: str = "calls") -> Any:
         raise ImportError("torchwrapper.spark needs pyspark: pip install pyspark (and a Java runtime)") from error
     if kind not in ("calls", "gpu"):
         raise ValueError(f"kind={kind!r} is not accepted: give 'calls' or 'gpu'")
-    files = _files(source, (kind,))
+    files = files_by_kind(source, (kind,))
     columns = _schema.columns(kind)
     types = {f.name: f.dataType for f in spark_schema(kind, csv=True).fields}
     parts = []
-    for header, paths in _csv_by_header(files.get((kind, "csv"), [])).items():
+    for header, paths in csv_by_header(files.get((kind, "csv"), [])).items():
         # The file's own columns in its order (a newer version's unknown ones as text), the quote
         # and escape of RFC 4180, and a quoted "" (the root module) kept apart from an empty field.
         file_schema = T.StructType([T.StructField(c, types.get(c, T.StringType()), True) for c in header])

@@ -63,6 +63,7 @@ def main(directory):
     trace = load(directory, "bench-trace.json")
     transformer = load(directory, "bench-transformer.json")
     hf = load(directory, "bench-hf.txt")
+    loading = load(directory, "bench-load.json")
     rows = []
 
     def add(what, measured, target="—"):
@@ -155,6 +156,11 @@ def main(directory):
         for engine, row in report.get("engines", {}).items():
             add(f"the same per-API table through {engine} (`torchwrapper.{'sql' if engine == 'duckdb' else 'load'}`)",
                 f"{row['mb_s_wall']:.0f} MB/s, max RSS {row['max_rss_mb']:.0f} MB")
+    if loading:
+        for fmt, row in loading["formats"].items():
+            add(f"`torchwrapper.load()` / `iter_rows`, {loading['rows'] / 1e6:.0f}M calls of {fmt.upper()} "
+                f"({row['mb']:.0f} MB)", f"{row['load_s']:.2f} / {row['iter_rows_s']:.2f} s"
+                + (f" (pandas.read_csv alone: {row['pandas_read_csv_s']:.2f} s)" if "pandas_read_csv_s" in row else ""))
     mode = main_run["mode"] if main_run else "?"
     print(f"Measured by `make bench` (BENCH={mode}) on {cpu_name()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, torch {main_run['torch'] if main_run else '?'}:\n")

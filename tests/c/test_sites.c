@@ -99,6 +99,14 @@ static char *read_all(const char *path)
     return buf;
 }
 
+static int collect_site(void *ctx, uint32_t id, const char *file, uint32_t line, const char *function,
+                        const char *text)
+{
+    char *out = ctx;
+    snprintf(out + strlen(out), 128, "[%u %s %u %s %s]", id, file, line, function, text);
+    return 0;
+}
+
 static void the_sites_file_is_json_with_escaped_names(void **state)
 {
     char dir[] = "/tmp/tw-test-sites-XXXXXX";
@@ -129,6 +137,20 @@ static void the_sites_file_is_json_with_escaped_names(void **state)
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(sites, "2"), "text")->valuestring,
                         "<string>:3 <lambda>");
     cJSON_Delete(root);
+    /* read back by the readers' parser: the same sites, in id order */
+    char got[512] = "", err[512];
+    int64_t pid;
+    assert_int_equal(tw_sites_read_json(path, collect_site, got, &pid, err, sizeof err), 0);
+    assert_int_equal(pid, 4242);
+    assert_string_equal(got, "[1 /w/train \"v2\".py 42 Trainer.step train \"v2\".py:42 Trainer.step]"
+                             "[2 <string> 3 <lambda> <string>:3 <lambda>]");
+    FILE *f = fopen(path, "w");
+    fputs("{\"sites\": {\"1\": {\"file\": 3}}}", f);
+    fclose(f);
+    assert_int_equal(tw_sites_read_json(path, collect_site, got, &pid, err, sizeof err), TW_EINVAL);
+    assert_non_null(strstr(err, path));
+    unlink(path);
+    assert_int_equal(tw_sites_read_json(path, collect_site, got, &pid, err, sizeof err), TW_EIO);
     tw_sites_destroy(s);
     rm_rf(dir);
 }
