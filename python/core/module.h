@@ -12,7 +12,7 @@ typedef struct {
     PyTypeObject *wrapper_type;        /* Wrapper: calls never bind (builtins, partials, ...) */
     PyTypeObject *method_wrapper_type; /* MethodWrapper: binds like a function (x.f(...)) */
     PyTypeObject *session_type;
-    PyTypeObject *record_reader_type;  /* RecordReader (reader.c) */
+    PyTypeObject *record_reader_type;  /* RecordReader (record_reader.c) */
 } tw_module_state;
 
 /*
@@ -152,7 +152,7 @@ PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t na
 
 int tw_trace_add_functions(PyObject *module);
 
-/* The record reader (reader.c): RecordReader, record_kind(), read_sites(). */
+/* The record reader (record_reader.c): RecordReader, record_kind(), read_sites(). */
 int tw_reader_add_functions(PyObject *module, tw_module_state *state);
 void tw_ptr_table_clear(tw_ptr_table_t *table);
 
