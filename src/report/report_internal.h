@@ -23,7 +23,7 @@ typedef struct group {
     uint64_t hash;
     tw_api_stats_t stats;
     uint64_t bwd_ns;     /* --by api: the autograd nodes charged to this API's calls (their fwd_api) */
-    char *detail;        /* --by site: the APIs called there (sites.c) */
+    char *detail;        /* --by site: the APIs called there (call_sites.c) */
     size_t detail_count;
 } group_t;
 
@@ -156,7 +156,7 @@ typedef struct tree_calls {
     size_t count, capacity;
 } tree_calls_t;
 
-/* The call sites of the run (sites.c): (pid, id) -> "file:line function". */
+/* The call sites of the run (call_sites.c): (pid, id) -> "file:line function". */
 typedef struct report_site {
     int64_t pid;
     uint64_t id;
@@ -213,7 +213,7 @@ int report_has_suffix(const char *s, const char *suffix);
 int report_collect_inputs(const options_t *o, inputs_t *in, FILE *err);
 void report_free_inputs(inputs_t *in);
 
-/* options.c */
+/* cli.c */
 /* A usage error: the message, then where the options are listed; returns 2 (the exit status). */
 int report_usage_error(FILE *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, FILE *err);
@@ -223,14 +223,14 @@ void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t);
 void report_tree_row(report_t *r, const tw_row_t *row);
 void report_tree_free(tree_t *t);
 
-/* trace.c */
+/* chrome_trace.c */
 void report_launch_add(trace_t *t, int64_t pid, uint64_t call_id);
 void report_trace_event(trace_t *t, const tw_row_t *row, const inputs_t *in);
 trace_t *report_trace_open(const char *path, int64_t origin_ns, FILE *err);
 int report_trace_close(trace_t *trace);
 void report_trace_free(trace_t *trace);
 
-/* sites.c */
+/* call_sites.c */
 int report_load_sites(report_sites_t *s, const inputs_t *in);
 const char *report_site_text(const report_sites_t *s, int64_t pid, uint64_t id);
 void report_sites_free(report_sites_t *s);
@@ -238,7 +238,7 @@ int report_site_key(const report_t *r, const tw_row_t *row, char *key, size_t si
 void report_site_note_api(group_t *g, const char *api, size_t api_len);
 void report_site_keys_finish(report_t *r);
 
-/* print.c */
+/* table.c */
 /* Closes an output file the report wrote (rc: the writing's own error, 0 or a TW_E* code): 0, or 1
  * after saying what failed (a write error, or rc). */
 int report_close_output(FILE *out, const char *path, int rc, FILE *err);
