@@ -54,6 +54,7 @@
 
 /* ---- options ----------------------------------------------------------------------------------- */
 
+/* The index of value among names, or -1. */
 static int pick(const char *value, const char *const *names, int count)
 {
     for (int i = 0; i < count; i++)
@@ -62,15 +63,17 @@ static int pick(const char *value, const char *const *names, int count)
     return -1;
 }
 
+/* The parsers of option values below return 0, or -EINVAL when the value is not accepted. */
+
 static int parse_count(const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
     if (*s < '0' || *s > '9')
-        return -1;
+        return -EINVAL;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0 || *end != '\0')
-        return -1;
+        return -EINVAL;
     *out = v;
     return 0;
 }
@@ -79,19 +82,19 @@ static int parse_window(const char *s, options_t *o)
 {
     const char *colon = strchr(s, ':');
     if (colon == NULL)
-        return -1;
+        return -EINVAL;
     char *end;
     o->window_from = 0;
     o->window_to = -1;
     if (colon != s) {
         o->window_from = strtod(s, &end);
         if (end != colon || o->window_from < 0)
-            return -1;
+            return -EINVAL;
     }
     if (colon[1] != '\0') {
         o->window_to = strtod(colon + 1, &end);
         if (*end != '\0' || o->window_to < o->window_from)
-            return -1;
+            return -EINVAL;
     }
     o->has_window = 1;
     return 0;
@@ -105,16 +108,16 @@ static int parse_steps(const char *s, options_t *o)
     char a[32];
     size_t len = colon != NULL ? (size_t)(colon - s) : strlen(s);
     if (len >= sizeof a)
-        return -1;
+        return -EINVAL;
     memcpy(a, s, len);
     a[len] = '\0';
     if ((len > 0 || colon == NULL) && (parse_count(a, &from) != 0 || from > INT64_MAX))
-        return -1;
+        return -EINVAL;
     o->steps_from = (int64_t)from;
     o->steps_to = colon == NULL ? (int64_t)from : -1;
     if (colon != NULL && colon[1] != '\0') {
         if (parse_count(colon + 1, &to) != 0 || to > INT64_MAX || to < from)
-            return -1;
+            return -EINVAL;
         o->steps_to = (int64_t)to;
     }
     o->has_steps = 1;
@@ -143,7 +146,7 @@ static int parse_number(const char *s, double *out)
     errno = 0;
     double v = strtod(s, &end);
     if (end == s || *end != '\0' || errno != 0 || !isfinite(v))
-        return -1;
+        return -EINVAL;
     *out = v;
     return 0;
 }
