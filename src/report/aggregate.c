@@ -1,112 +1,59 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tw-report, the pass over the rows: filters (--api, --pid, --tid, --window), per-group totals in
- * small hash maps, and --by parent's children waiting for their parent's row.
+ * tw-report's aggregate: the sink of the table. Per-group totals of the kept rows in a group table
+ * (groups.c), grouped by --by; --by parent's children waiting for their parent's row; --by site's
+ * groups named after their site and the APIs called there. table.c prints them.
  */
 #include "config.h"
 
-#include <fnmatch.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
 
-uint64_t report_hash_bytes(const char *s, size_t len, uint64_t seed)
-{
-    /* Eight bytes a step, multiply-xorshift mixing: API names are 10-60 bytes. */
-    uint64_t h = seed ^ (len * 0x9E3779B97F4A7C15ull);
-    for (; len >= 8; s += 8, len -= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 31;
-    }
-    uint64_t w = 0;
-    memcpy(&w, s, len);
-    h = (h ^ w) * 0x94D049BB133111EBull;
-    return h ^ (h >> 29);
-}
+#include "aggregate.h"
+#include "table.h"
 
-static int table_grow(group_table_t *t)
-{
-    size_t capacity = t->capacity ? t->capacity * 2 : 256;
-    group_t **slots = calloc(capacity, sizeof *slots);
-    if (slots == NULL)
-        return TW_ENOMEM;
-    for (size_t i = 0; i < t->capacity; i++) {
-        group_t *g = t->slots[i];
-        if (g == NULL)
-            continue;
-        size_t j = g->hash & (capacity - 1);
-        while (slots[j] != NULL)
-            j = (j + 1) & (capacity - 1);
-        slots[j] = g;
-    }
-    free(t->slots);
-    t->slots = slots;
-    t->capacity = capacity;
-    return 0;
-}
+#define SITE_APIS_SHOWN 4 /* APIs listed per site in --by site; more are counted as "+N more" */
 
-/* The group with this key, created if missing; NULL without memory. */
-static group_t *table_get(group_table_t *t, const char *key, size_t len)
-{
-    if ((t->count + 1) * 2 > t->capacity && table_grow(t) != 0)
-        return NULL;
-    uint64_t h = report_hash_bytes(key, len, 0);
-    size_t j = h & (t->capacity - 1);
-    for (group_t *g; (g = t->slots[j]) != NULL; j = (j + 1) & (t->capacity - 1))
-        if (g->hash == h && g->key_len == len && memcmp(g->key, key, len) == 0)
-            return g;
-    group_t *g = calloc(1, sizeof *g);
-    char *copy = malloc(len + 1);
-    if (g == NULL || copy == NULL) {
-        free(g);
-        free(copy);
-        return NULL;
-    }
-    memcpy(copy, key, len);
-    copy[len] = '\0';
-    *g = (group_t){.key = copy, .key_len = len, .hash = h};
-    t->slots[j] = g;
-    t->count++;
-    return g;
-}
+/*
+ * --by parent: a call's row is written when it returns, after the rows of the calls inside it, so
+ * a child waits here, keyed by (pid, parent call id), until its parent's row names the parent's API.
+ * Memory is what the calls still open at that point of the files have below them.
+ */
+typedef struct pending_child {
+    group_t *api;   /* the child's own API (a group of the api table: its interned name) */
+    uint64_t cost_ns, self_ns;
+    int error;
+} pending_child_t;
 
-static void table_free(group_table_t *t)
-{
-    for (size_t i = 0; i < t->capacity; i++) {
-        if (t->slots[i] != NULL) {
-            free(t->slots[i]->key);
-            free(t->slots[i]->detail);
-            free(t->slots[i]->stats.histogram);
-            free(t->slots[i]);
-        }
-    }
-    free(t->slots);
-    memset(t, 0, sizeof *t);
-}
+typedef struct pending {
+    int64_t pid;
+    uint64_t parent_id; /* 0: an empty slot */
+    pending_child_t *children;
+    size_t count, capacity;
+} pending_t;
 
-/* For --html's own tables (html.c). */
-group_t *report_group_get(group_table_t *t, const char *key, size_t len)
-{
-    return table_get(t, key, len);
-}
+typedef struct pending_table {
+    pending_t *slots;
+    size_t capacity, count;
+} pending_table_t;
 
-void report_group_table_free(group_table_t *t)
-{
-    table_free(t);
-}
+typedef struct aggregate {
+    report_sink_t sink;
+    const options_t *o;
+    const report_sites_t *sites;  /* --by site */
+    const report_sink_t *trace;   /* for the footer's count of its calls; NULL: no --trace */
+    int have_gpu_files;
+    group_table_t groups;
+    group_table_t api_names; /* --by parent: the child's API, interned */
+    pending_table_t pending;
+} aggregate_t;
 
-/* The hash of a (process, call id) pair: call ids are unique per process only. */
-uint64_t report_pid_id_hash(int64_t pid, uint64_t id)
-{
-    uint64_t h = id * 0x9E3779B97F4A7C15ull ^ (uint64_t)pid * 0xC2B2AE3D27D4EB4Full;
-    return h ^ (h >> 31);
-}
+/* ---- --by parent's children waiting for their parent --------------------------------------------- */
 
 static size_t pending_slot(const pending_table_t *t, int64_t pid, uint64_t parent_id)
 {
@@ -138,6 +85,7 @@ static void pending_remove(pending_table_t *t, pending_t *p)
     }
 }
 
+/* 0 or TW_ENOMEM. */
 static int pending_add(pending_table_t *t, int64_t pid, uint64_t parent_id, const pending_child_t *child)
 {
     if ((t->count + 1) * 2 > t->capacity) {
@@ -171,46 +119,64 @@ static int pending_add(pending_table_t *t, int64_t pid, uint64_t parent_id, cons
     return 0;
 }
 
+/* ---- --by site ---------------------------------------------------------------------------------- */
 
-/* ---- the pass over the rows ------------------------------------------------------------------ */
-
-static int keep_row(report_t *r, const tw_row_t *row)
+/* The row's group key ("(no site)" for calls torch's own code made). */
+static int site_key(const aggregate_t *a, const tw_row_t *row, char *key, size_t size)
 {
-    const options_t *o = r->o;
-    if (o->npids) {
-        size_t i = 0;
-        while (i < o->npids && o->pids[i] != row->pid)
-            i++;
-        if (i == o->npids)
-            return 0;
-    }
-    if (o->ntids && row->kind == TW_FILE_CALLS) {
-        size_t i = 0;
-        while (i < o->ntids && o->tids[i] != row->tid)
-            i++;
-        if (i == o->ntids)
-            return 0;
-    }
-    if (o->has_window && ((int64_t)row->start_ns < r->window_from_ns || (int64_t)row->start_ns > r->window_to_ns))
-        return 0;
-    /* GPU records and files older than the step column carry no step (-1): left out. */
-    if (o->has_steps && (row->step < 0 || row->step < o->steps_from || (o->steps_to >= 0 && row->step > o->steps_to)))
-        return 0;
-    if (o->napis) {
-        char api[1024];
-        size_t len = row->api.len < sizeof api - 1 ? row->api.len : sizeof api - 1;
-        memcpy(api, row->api.ptr, len);
-        api[len] = '\0';
-        size_t i = 0;
-        while (i < o->napis && fnmatch(o->apis[i], api, 0) != 0)
-            i++;
-        if (i == o->napis)
-            return 0;
-    }
-    return 1;
+    if (row->site == 0)
+        return snprintf(key, size, "(no site: called by torch)");
+    const char *text = report_site_text(a->sites, row->pid, row->site);
+    if (text != NULL)
+        return snprintf(key, size, "%s", text);
+    return snprintf(key, size, "(site %" PRIu64 " of pid %" PRId64 ": not in a sites file, or past the cap)",
+                    row->site, row->pid);
 }
 
-static group_t *group_for(report_t *r, const char *fmt, ...)
+/* Notes api among the APIs called at group g's site (the first SITE_APIS_SHOWN, then a count). */
+static void site_note_api(group_t *g, const char *api, size_t api_len)
+{
+    char *list = g->detail;
+    size_t len = list != NULL ? strlen(list) : 0;
+    for (const char *p = list; p != NULL && *p;) { /* ", "-separated */
+        const char *end = strstr(p, ", ");
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (n == api_len && memcmp(p, api, api_len) == 0)
+            return;
+        p = end != NULL ? end + 2 : p + n;
+    }
+    if (g->detail_count++ >= SITE_APIS_SHOWN)
+        return;
+    char *bigger = realloc(list, len + api_len + 3);
+    if (bigger == NULL)
+        return;
+    sprintf(bigger + len, "%s%.*s", len ? ", " : "", (int)api_len, api);
+    g->detail = bigger;
+}
+
+/* After the pass: each site's key gets the APIs called there ("train.py:42 step: torch.relu, ..."). */
+static void site_keys_finish(aggregate_t *a)
+{
+    for (size_t i = 0; i < a->groups.capacity; i++) {
+        group_t *g = a->groups.slots[i];
+        if (g == NULL || g->detail == NULL)
+            continue;
+        char more[48] = "";
+        if (g->detail_count > SITE_APIS_SHOWN)
+            snprintf(more, sizeof more, ", +%zu more", g->detail_count - SITE_APIS_SHOWN);
+        size_t n = g->key_len + strlen(g->detail) + strlen(more) + 4;
+        char *key = malloc(n);
+        if (key == NULL)
+            continue;
+        g->key_len = (size_t)snprintf(key, n, "%s: %s%s", g->key, g->detail, more);
+        free(g->key);
+        g->key = key; /* the table is not probed again: only printed */
+    }
+}
+
+/* ---- the sink ----------------------------------------------------------------------------------- */
+
+static group_t *group_for(aggregate_t *a, const char *fmt, ...)
 {
     char key[1200];
     va_list ap;
@@ -219,78 +185,48 @@ static group_t *group_for(report_t *r, const char *fmt, ...)
     va_end(ap);
     if (n < 0)
         return NULL;
-    return table_get(&r->groups, key, (size_t)n < sizeof key ? (size_t)n : sizeof key - 1);
+    return report_group_get(&a->groups, key, (size_t)n < sizeof key ? (size_t)n : sizeof key - 1);
 }
 
-static void count_in(report_t *r, group_t *g, uint64_t cost, uint64_t self, uint64_t gpu, int error)
+/* 0, or TW_ENOMEM when g is NULL (no memory for it) or its histogram could not grow. */
+static int count_in(group_t *g, uint64_t cost, uint64_t self, uint64_t gpu, int error)
 {
-    if (g == NULL || tw_api_stats_add(&g->stats, cost, self, gpu, error) != 0)
-        r->oom = 1;
+    return g == NULL || tw_api_stats_add(&g->stats, cost, self, gpu, error) != 0 ? TW_ENOMEM : 0;
 }
 
-int report_on_row(void *ctx, const tw_row_t *row)
+static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
 {
-    report_t *r = ctx;
-    if (r->gpu_pass != (row->kind == TW_FILE_GPU))
-        return 0;
-    if ((int64_t)row->start_ns < r->min_start_ns && row->start_ns != 0)
-        r->min_start_ns = (int64_t)row->start_ns;
-    if (r->prepass)
-        return 0;
-    if (r->o->tree_step >= 0) {
-        if (keep_row(r, row))
-            report_tree_row(r, row);
-        return 0;
-    }
-    int keep = keep_row(r, row);
-    /* --folded, --flamegraph, --html: a call left out still carries its children's stacks to its
-     * caller's, with no time of its own. */
-    if (r->flame != NULL && row->kind == TW_FILE_CALLS)
-        report_flame_row(r->flame, row, keep);
-    if (!keep) {
-        r->filtered++;
-        return 0;
-    }
-    r->kept++;
-    if (r->html_data != NULL)
-        report_html_row(r->html_data, row);
-    if (r->trace != NULL) {
-        if (row->kind == TW_FILE_GPU && row->call_id != 0)
-            report_launch_add(r->trace, row->pid, row->call_id);
-        if (r->o->limit == 0 || r->trace->events < r->o->limit) {
-            r->trace->events++;
-            report_trace_event(r->trace, row, r->in);
-        } else {
-            r->trace->skipped++;
-        }
-    }
+    aggregate_t *a = (aggregate_t *)sink;
     const char *api = row->api.ptr;
     int api_len = (int)(row->api.len < 1000 ? row->api.len : 1000);
+    group_by_t by = a->o->by;
     if (row->kind == TW_FILE_GPU) {
         /* GPU time goes to the groups a GPU record can name without a join: its API and its process. */
         group_t *g = NULL;
-        if (r->o->by == BY_API && api_len == 0)
-            g = group_for(r, "(not attributed)");
-        else if (r->o->by == BY_API)
-            g = group_for(r, "%.*s", api_len, api);
-        else if (r->o->by == BY_PID)
-            g = group_for(r, "%" PRId64, row->pid);
+        if (by == BY_API && api_len == 0)
+            g = group_for(a, "(not attributed)");
+        else if (by == BY_API)
+            g = group_for(a, "%.*s", api_len, api);
+        else if (by == BY_PID)
+            g = group_for(a, "%" PRId64, row->pid);
         if (g != NULL)
             g->stats.gpu_ns += row->cost_ns;
         return 0;
     }
     /* The gpu_ns column of call records counts only when no GPU files give the same time. */
-    uint64_t gpu = r->have_gpu_files ? 0 : row->gpu_ns;
+    uint64_t gpu = a->have_gpu_files ? 0 : row->gpu_ns;
     char key[48], *k = key;
-    switch (r->o->by) {
+    int rc = 0;
+    switch (by) {
     case BY_API:
-        count_in(r, table_get(&r->groups, api, (size_t)api_len), row->cost_ns, row->self_ns, gpu, row->error);
+        rc = count_in(report_group_get(&a->groups, api, (size_t)api_len), row->cost_ns, row->self_ns, gpu, row->error);
         if (row->fwd_call_id != 0 && row->fwd_api.len > 0) { /* an autograd node: its cost is its forward API's bwd */
-            group_t *f = table_get(&r->groups, row->fwd_api.ptr, row->fwd_api.len < 1000 ? row->fwd_api.len : 1000);
+            group_t *f = report_group_get(&a->groups, row->fwd_api.ptr,
+                                          row->fwd_api.len < 1000 ? row->fwd_api.len : 1000);
             if (f != NULL)
                 f->bwd_ns += row->cost_ns;
             else
-                r->oom = 1;
+                rc = TW_ENOMEM;
         }
         break;
     case BY_THREAD:
@@ -298,98 +234,128 @@ int report_on_row(void *ctx, const tw_row_t *row)
         *k++ = '/';
         /* fall through */
     case BY_PID:
-        if (r->o->by == BY_THREAD)
+        if (by == BY_THREAD)
             k = tw_format_u64(k, row->tid);
         else
             k = tw_format_i64(k, row->pid);
-        count_in(r, table_get(&r->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu, row->error);
+        rc = count_in(report_group_get(&a->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu,
+                      row->error);
         break;
     case BY_STEP:
         if (row->step < 0) {
-            count_in(r, group_for(r, "(no step)"), row->cost_ns, row->self_ns, gpu, row->error);
+            rc = count_in(group_for(a, "(no step)"), row->cost_ns, row->self_ns, gpu, row->error);
         } else {
             k = tw_format_i64(k, row->step);
-            count_in(r, table_get(&r->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu, row->error);
+            rc = count_in(report_group_get(&a->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu,
+                          row->error);
         }
         break;
     case BY_SITE: {
         char site[1200];
-        int n = report_site_key(r, row, site, sizeof site);
-        group_t *g = table_get(&r->groups, site, n < (int)sizeof site ? (size_t)n : sizeof site - 1);
+        int n = site_key(a, row, site, sizeof site);
+        group_t *g = report_group_get(&a->groups, site, n < (int)sizeof site ? (size_t)n : sizeof site - 1);
         if (row->fwd_call_id != 0) { /* an autograd node charged to the site of its forward call: its bwd */
             if (g != NULL)
                 g->bwd_ns += row->cost_ns;
             else
-                r->oom = 1;
+                rc = TW_ENOMEM;
             break;
         }
-        count_in(r, g, row->cost_ns, row->self_ns, gpu, row->error);
+        rc = count_in(g, row->cost_ns, row->self_ns, gpu, row->error);
         if (g != NULL)
-            report_site_note_api(g, api, (size_t)api_len);
+            site_note_api(g, api, (size_t)api_len);
         break;
     }
     case BY_PARENT: {
-        group_t *self_api = table_get(&r->api_names, api, (size_t)api_len);
-        if (self_api == NULL) {
-            r->oom = 1;
-            break;
-        }
-        pending_t *p = pending_find(&r->pending, row->pid, row->call_id);
+        group_t *self_api = report_group_get(&a->api_names, api, (size_t)api_len);
+        if (self_api == NULL)
+            return TW_ENOMEM;
+        pending_t *p = pending_find(&a->pending, row->pid, row->call_id);
         if (p != NULL) {
             for (size_t i = 0; i < p->count; i++)
-                count_in(r, group_for(r, "%s > %s", self_api->key, p->children[i].api->key), p->children[i].cost_ns,
-                         p->children[i].self_ns, 0, p->children[i].error);
-            pending_remove(&r->pending, p);
+                if (count_in(group_for(a, "%s > %s", self_api->key, p->children[i].api->key), p->children[i].cost_ns,
+                             p->children[i].self_ns, 0, p->children[i].error) != 0)
+                    rc = TW_ENOMEM;
+            pending_remove(&a->pending, p);
         }
         if (row->parent_id == 0) {
-            count_in(r, group_for(r, "%s", self_api->key), row->cost_ns, row->self_ns, gpu, row->error);
+            if (count_in(group_for(a, "%s", self_api->key), row->cost_ns, row->self_ns, gpu, row->error) != 0)
+                rc = TW_ENOMEM;
         } else {
             pending_child_t child = {self_api, row->cost_ns, row->self_ns, row->error};
-            if (pending_add(&r->pending, row->pid, row->parent_id, &child) != 0)
-                r->oom = 1;
+            if (pending_add(&a->pending, row->pid, row->parent_id, &child) != 0)
+                rc = TW_ENOMEM;
         }
         break;
     }
     }
-    return 0;
+    return rc;
 }
 
-/* Children whose parent never came (its process was killed before the parent returned). */
-void report_settle_pending(report_t *r)
+/* --by parent: children whose parent never came (its process was killed before the parent
+ * returned); --by site: the keys get their APIs. */
+static int aggregate_settle(report_sink_t *sink)
 {
-    for (size_t i = 0; i < r->pending.capacity; i++) {
-        pending_t *p = &r->pending.slots[i];
+    aggregate_t *a = (aggregate_t *)sink;
+    int rc = 0;
+    for (size_t i = 0; i < a->pending.capacity; i++) {
+        pending_t *p = &a->pending.slots[i];
         if (p->parent_id == 0)
             continue;
         for (size_t k = 0; k < p->count; k++)
-            count_in(r, group_for(r, "(not recorded) > %s", p->children[k].api->key), p->children[k].cost_ns,
-                     p->children[k].self_ns, 0, p->children[k].error);
+            if (count_in(group_for(a, "(not recorded) > %s", p->children[k].api->key), p->children[k].cost_ns,
+                         p->children[k].self_ns, 0, p->children[k].error) != 0)
+                rc = TW_ENOMEM;
         free(p->children);
     }
-    free(r->pending.slots);
-    memset(&r->pending, 0, sizeof r->pending);
+    free(a->pending.slots);
+    memset(&a->pending, 0, sizeof a->pending);
+    if (a->o->by == BY_SITE)
+        site_keys_finish(a);
+    return rc;
 }
 
-/* Frees what the pass gathered (the trace included). */
-void report_free(report_t *r)
+static int aggregate_print(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err)
 {
-    report_trace_free(r->trace);
-    r->trace = NULL;
-    report_flame_free(r->flame);
-    r->flame = NULL;
-    report_html_free(r->html_data);
-    r->html_data = NULL;
-    report_tree_free(&r->tree);
-    report_sites_free(&r->sites);
-    table_free(&r->groups);
-    table_free(&r->api_names);
-    for (size_t i = 0; i < r->pending.capacity; i++)
-        free(r->pending.slots[i].children);
-    free(r->pending.slots);
+    aggregate_t *a = (aggregate_t *)sink;
+    return report_print_table(out, err, &a->groups, pass, a->trace);
 }
 
-/* The same filters (--api, --pid, --tid, --steps) for tw-report --diff's own pass (diff.c). */
-int report_keep_row(report_t *r, const tw_row_t *row)
+static void aggregate_free(report_sink_t *sink)
 {
-    return keep_row(r, row);
+    aggregate_t *a = (aggregate_t *)sink;
+    report_group_table_free(&a->groups);
+    report_group_table_free(&a->api_names);
+    for (size_t i = 0; i < a->pending.capacity; i++)
+        free(a->pending.slots[i].children);
+    free(a->pending.slots);
+    free(a);
+}
+
+static const report_sink_ops_t aggregate_ops = {
+    .name = "aggregate",
+    .row = aggregate_row,
+    .settle = aggregate_settle,
+    .print = aggregate_print,
+    .free = aggregate_free,
+};
+
+int report_aggregate_new(const options_t *o, const report_sites_t *sites, int have_gpu_files,
+                         const report_sink_t *trace, report_sink_t **sink)
+{
+    aggregate_t *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return TW_ENOMEM;
+    a->sink = (report_sink_t){&aggregate_ops, SINK_ROWS_KEPT};
+    a->o = o;
+    a->sites = sites;
+    a->trace = trace;
+    a->have_gpu_files = have_gpu_files;
+    *sink = &a->sink;
+    return 0;
+}
+
+const group_table_t *report_aggregate_groups(const report_sink_t *sink)
+{
+    return &((const aggregate_t *)sink)->groups;
 }

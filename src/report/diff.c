@@ -29,13 +29,21 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
+#include "torchwrapper/reader.h"
+#include "torchwrapper/stats.h"
+
+#include "diff.h"
+#include "filter.h"
+#include "groups.h"
+#include "inputs.h"
 
 #define DEFAULT_ALPHA 0.001
 #define DEFAULT_MIN_CHANGE 4.0
@@ -127,7 +135,7 @@ typedef struct run_api {
 } run_api_t;
 
 typedef struct run {
-    report_t filter; /* report_keep_row's view of the options (--api, --pid, --tid, --steps) */
+    report_filter_t filter; /* --api, --pid, --tid, --steps */
     int64_t first;   /* the first step kept */
     int drop_last;   /* no --steps: the last step seen is left out */
     run_api_t **slots;
@@ -244,9 +252,9 @@ static int diff_on_row(void *ctx, const tw_row_t *row)
         return 0;
     if (row->step < 0) {
         run->no_step_column = 1;
-        return 1;
+        return TW_EINVAL; /* stops the pass */
     }
-    if (row->step < run->first || !report_keep_row(&run->filter, row))
+    if (row->step < run->first || !report_filter_keep(&run->filter, row))
         return 0;
     if ((uint64_t)(row->step - run->first) >= DIFF_MAX_STEPS) {
         run->beyond++;
@@ -310,7 +318,9 @@ static void run_free(run_t *run)
     memset(run, 0, sizeof *run);
 }
 
-/* Reads the inputs of one run (paths: directories or files); 0, or 1 after a message to err. */
+/* Reads the inputs of one run (paths: directories or files); 0, or after a message to err a negative
+ * errno: report_collect_inputs's, tw_read_file's, TW_EINVAL (no step column) or -ENODATA (no call
+ * records). */
 static int run_read(run_t *run, const options_t *o, const char *const *paths, size_t npaths, const char *which,
                     FILE *err)
 {
@@ -320,9 +330,7 @@ static int run_read(run_t *run, const options_t *o, const char *const *paths, si
     inputs_t in;
     memset(&in, 0, sizeof in);
     int rc = report_collect_inputs(&side, &in, err);
-    run->filter.o = o;
-    run->filter.in = &in;
-    run->filter.window_to_ns = INT64_MAX;
+    run->filter = (report_filter_t){.o = o, .window_to_ns = INT64_MAX};
     run->first = o->has_steps ? o->steps_from : 1;
     run->drop_last = !o->has_steps;
     run->max_step = -1;
@@ -337,10 +345,10 @@ static int run_read(run_t *run, const options_t *o, const char *const *paths, si
             fprintf(err, "tw-report: --diff compares runs step by step, and %s (%s) has no step column: it was "
                          "written by a TorchWrapper older than the step column; record both runs again\n",
                     in.files[i].path, which);
-            rc = 1;
+            rc = TW_EINVAL;
         } else if (read != 0) {
             fprintf(err, "tw-report: %s\n", message);
-            rc = 1;
+            rc = read;
         }
     }
     /* The calls held back are counted now, but those of the run's last step, which is left out. */
@@ -349,10 +357,9 @@ static int run_read(run_t *run, const options_t *o, const char *const *paths, si
             flush_held(run, run->slots[i]);
     if (rc == 0 && run->files == 0) {
         fprintf(err, "tw-report: --diff: %s holds no call records (only GPU records or empty files)\n", which);
-        rc = 1;
+        rc = -ENODATA;
     }
     report_free_inputs(&in);
-    run->filter.in = NULL;
     return rc;
 }
 
@@ -573,6 +580,17 @@ done:
     return rc;
 }
 
+const char *report_diff_verdict_name(diff_verdict_t v)
+{
+    switch (v) {
+    case DIFF_REGRESSION: return "regression";
+    case DIFF_IMPROVEMENT: return "improvement";
+    case DIFF_APPEARED: return "appeared";
+    case DIFF_VANISHED: return "vanished";
+    default: return "same";
+    }
+}
+
 void report_diff_free(diff_t *d)
 {
     for (size_t i = 0; i < d->count; i++)
@@ -616,11 +634,11 @@ int report_diff_run(const options_t *o, diff_t *d, FILE *err)
     }
     if (rc == 0 && (base.oom || new_.oom)) {
         fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
-        rc = 1;
+        rc = TW_ENOMEM;
     }
     if (rc == 0 && diff_compute(d, o, &base, &new_) != 0) {
         fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
-        rc = 1;
+        rc = TW_ENOMEM;
     }
     const diff_run_t *runs[2] = {&d->base, &d->new_};
     for (int r = 0; rc == 0 && r < 2; r++) {
@@ -632,7 +650,7 @@ int report_diff_run(const options_t *o, diff_t *d, FILE *err)
                 fprintf(err, "steps seen: 0 to %" PRId64 "; without --steps the first is left out as warm-up and "
                              "the last as possibly cut off", runs[r]->seen_last_step);
             fprintf(err, "): profile more steps, or give --steps FIRST:LAST\n");
-            rc = 1;
+            rc = -ENODATA;
         }
     }
     if (rc == 0 && smallest_p(d->base.steps, d->new_.steps) >= d->alpha)

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "diff.h"
+#include "html.h"
+#include "util.h"
 
 static void text(FILE *out, const char *s)
 {
@@ -108,8 +110,9 @@ int report_diff_write_html(const diff_t *d, const char *path, FILE *err)
 {
     FILE *out = fopen(path, "w");
     if (out == NULL) {
+        int rc = -errno;
         fprintf(err, "tw-report: --html '%s' cannot be written: %s\n", path, strerror(errno));
-        return 1;
+        return rc;
     }
     write_page(out, d);
     return report_close_output(out, path, 0, err);

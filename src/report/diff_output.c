@@ -1,30 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tw-report --diff, the output and the command: the diff (diff.c) as a table, Markdown, CSV or JSON,
- * --diff's options, and what --fail-above prints.
+ * and what --fail-above prints.
  */
 #include "config.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
 
-const char *report_diff_verdict_name(diff_verdict_t v)
-{
-    switch (v) {
-    case DIFF_REGRESSION: return "regression";
-    case DIFF_IMPROVEMENT: return "improvement";
-    case DIFF_APPEARED: return "appeared";
-    case DIFF_VANISHED: return "vanished";
-    default: return "same";
-    }
-}
+#include "diff.h"
+#include "util.h"
 
 /* ---- output -------------------------------------------------------------------------------------- */
 
@@ -256,71 +246,17 @@ static void write_table(FILE *out, const diff_t *d, size_t shown, int md)
 
 /* ---- --diff's options, and the command -------------------------------------------------------- */
 
-/* A percentage or a level: a finite number, nothing after it. */
-static int parse_number(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end != '\0' || errno != 0 || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
-}
 
-int report_parse_diff_option(const char *name, size_t name_len, const char *value, int argc, options_t *o,
-                             FILE *err)
+int report_diff_main(const options_t *o, FILE *out, FILE *err, int *failed)
 {
-#define IS(n) (name_len == strlen(n) && strncmp(name, n, name_len) == 0)
-    if (!(IS("--diff") || IS("--fail-above") || IS("--alpha") || IS("--min-change")))
-        return -1;
-    if (value == NULL)
-        return report_usage_error(err, "option %.*s needs a value", (int)name_len, name);
-    double v;
-    if (IS("--diff")) {
-        if (o->diff_base == NULL && (o->diff_base = calloc((size_t)argc + 1, sizeof *o->diff_base)) == NULL) {
-            fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
-            return 1;
-        }
-        o->diff_base[o->ndiff_base++] = value;
-    } else if (IS("--fail-above")) {
-        if (parse_number(value, &v) != 0 || v < 0)
-            return report_usage_error(err, "--fail-above '%s' is not accepted: give a percentage of BASE's step time, "
-                                         "a number >= 0 (e.g. 5 or 2.5)", value);
-        o->diff_fail_above = v;
-        o->diff_fail_above_given = 1;
-    } else if (IS("--alpha")) {
-        if (parse_number(value, &v) != 0 || !(v > 0 && v < 1))
-            return report_usage_error(err, "--alpha '%s' is not accepted: give a significance level between 0 and 1, "
-                                         "both excluded (e.g. 0.001)", value);
-        o->diff_alpha = v;
-    } else {
-        if (parse_number(value, &v) != 0 || v < 0)
-            return report_usage_error(err, "--min-change '%s' is not accepted: give a percentage of BASE's step time, "
-                                         "a number >= 0 (e.g. 1 or 0.5)", value);
-        o->diff_min_change = v;
-        o->diff_min_change_given = 1;
-    }
-    return 0;
-#undef IS
-}
-
-/* tw-report --diff: 0, 1 (an input, or --fail-above triggered), 2 (usage). */
-int report_diff_main(const options_t *o, FILE *out, FILE *err)
-{
-    if (o->tree_step >= 0 || o->trace != NULL || o->has_window || o->by != BY_API || o->folded || o->flamegraph ||
-        o->frames_by_module)
-        return report_usage_error(err, "--diff compares per API and step: it does not go with %s",
-                                o->tree_step >= 0 ? "--tree" : o->trace != NULL ? "--trace"
-                                : o->has_window ? "--window (give --steps)" : o->folded ? "--folded"
-                                : o->flamegraph ? "--flamegraph (--html shows the diff)" : "--by");
+    *failed = 0;
     diff_t d;
     int rc = report_diff_run(o, &d, err);
     if (rc != 0)
         return rc;
-    if (o->html != NULL && report_diff_write_html(&d, o->html, err) != 0) {
+    if (o->html != NULL && (rc = report_diff_write_html(&d, o->html, err)) != 0) {
         report_diff_free(&d);
-        return 1;
+        return rc;
     }
     size_t shown = o->top && o->top < d.count ? o->top : d.count;
     if (o->format == OUT_CSV)
@@ -336,7 +272,7 @@ int report_diff_main(const options_t *o, FILE *out, FILE *err)
                          "(p=%.2g)\n", d.fail_above_pct, r->api, r->verdict == DIFF_APPEARED ? "appeared" : "is slower",
                     r->change_ns / 1e3, r->change_pct, r->p_value);
     }
-    rc = d.failed ? 1 : 0;
+    *failed = d.failed;
     report_diff_free(&d);
-    return rc;
+    return 0;
 }

@@ -29,9 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
+#include "torchwrapper/writer.h"
 
 #include "flame_internal.h"
+#include "groups.h"
 
 
 /* ---- names ------------------------------------------------------------------------------------- */
@@ -246,17 +248,6 @@ static flame_node_t *waiting_get(flame_t *f, int64_t pid, uint64_t call_id)
 
 /* ---- the pass ---------------------------------------------------------------------------------- */
 
-flame_t *report_flame_new(int by_module, const report_sites_t *sites, int timeline)
-{
-    flame_t *f = calloc(1, sizeof *f);
-    if (f != NULL) {
-        f->by_module = by_module;
-        f->sites = sites;
-        f->timeline = timeline;
-    }
-    return f;
-}
-
 /*
  * Where the program made the call (config sites), as a frame of its own above the call
  * ("train.py:42 train_step"), or the call's parent itself when the call names no site (or the run
@@ -395,7 +386,7 @@ size_t report_module_label(const tw_row_t *row, const char **label)
     return n == 24 && memcmp(a, "torch.nn.Module.__call__", 24) == 0 ? n : 0;
 }
 
-void report_flame_row(flame_t *f, const tw_row_t *row, int counted)
+static void flame_row(flame_t *f, const tw_row_t *row, int counted)
 {
     const frame_name_t *name = NULL;
     int outermost = row->parent_id == 0;
@@ -493,7 +484,7 @@ static int finish(flame_node_t *n, uint64_t *depth_out, uint64_t depth)
 
 /* After the last row: calls whose parent's row never came (a process killed before its outer calls
  * returned) go below a "(not recorded)" frame; then totals and order. */
-void report_flame_settle(flame_t *f)
+static void flame_settle(flame_t *f)
 {
     const frame_name_t *orphans = NULL;
     for (size_t i = 0; i < f->waiting_capacity; i++) {
@@ -521,15 +512,34 @@ uint64_t report_flame_self_ns(const flame_t *f)
     return f->self_ns;
 }
 
-int report_flame_oom(const flame_t *f)
+/* ---- the sink ----------------------------------------------------------------------------------- */
+
+static int flame_sink_row(report_sink_t *sink, const tw_row_t *row, int kept)
 {
-    return f->oom;
+    if (row->kind == TW_FILE_CALLS)
+        flame_row((flame_t *)sink, row, kept);
+    return 0; /* out of memory is said once, at settle */
 }
 
-void report_flame_free(flame_t *f)
+static int flame_sink_settle(report_sink_t *sink)
 {
-    if (f == NULL)
-        return;
+    flame_t *f = (flame_t *)sink;
+    flame_settle(f);
+    return f->oom ? TW_ENOMEM : 0;
+}
+
+static int flame_sink_write(report_sink_t *sink, const report_pass_t *pass, FILE *err)
+{
+    const flame_t *f = (const flame_t *)sink;
+    int rc = f->folded != NULL ? report_flame_write_folded(f, f->folded, err) : 0;
+    if (rc == 0 && f->flamegraph != NULL)
+        rc = report_flame_write_svg_file(f, f->flamegraph, err);
+    return rc;
+}
+
+static void flame_sink_free(report_sink_t *sink)
+{
+    flame_t *f = (flame_t *)sink;
     for (size_t i = 0; i < f->name_capacity; i++) {
         if (f->names[i] != NULL) {
             free(f->names[i]->text);
@@ -544,4 +554,34 @@ void report_flame_free(flame_t *f)
         free(f->chunks[i]);
     free(f->chunks);
     free(f);
+}
+
+static const report_sink_ops_t flame_ops = {
+    .name = "flame",
+    .row = flame_sink_row,
+    .settle = flame_sink_settle,
+    .write = flame_sink_write,
+    .free = flame_sink_free,
+};
+
+int report_flame_open(const options_t *o, const report_sites_t *sites, report_sink_t **sink)
+{
+    flame_t *f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return TW_ENOMEM;
+    /* a call left out by the filters still carries its children's stacks to its caller's, with no
+     * time of its own */
+    f->sink = (report_sink_t){&flame_ops, SINK_ROWS_KEPT | SINK_ROWS_LEFT_OUT};
+    f->folded = o->folded;
+    f->flamegraph = o->flamegraph;
+    f->by_module = o->frames_by_module;
+    f->sites = o->frames_by_module ? NULL : sites; /* module paths are frames of their own, without sites */
+    f->timeline = o->backward_timeline;
+    *sink = &f->sink;
+    return 0;
+}
+
+const flame_t *report_flame_of(const report_sink_t *sink)
+{
+    return (const flame_t *)sink;
 }

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "report_internal.h"
+#include "flame.h"
 
 /* A frame's name, interned: nodes compare names by pointer. */
 typedef struct frame_name {
@@ -41,6 +41,8 @@ typedef struct recent_frame {
 enum { CHARGE_RECENT = 1 << 16 };
 
 struct flame {
+    report_sink_t sink;
+    const char *folded, *flamegraph; /* the files written (NULL: not that one; --html embeds the SVG) */
     int by_module;
     int timeline;                /* backward nodes under the backward call that ran them */
     recent_frame_t *recent;      /* 2 * CHARGE_RECENT slots, made on the first row */

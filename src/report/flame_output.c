@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "torchwrapper/common.h"
+
 #include "flame_internal.h"
+#include "util.h"
 
 /* ---- folded stacks ------------------------------------------------------------------------------ */
 
@@ -51,8 +54,9 @@ int report_flame_write_folded(const flame_t *f, const char *path, FILE *err)
 {
     FILE *out = fopen(path, "w");
     if (out == NULL) {
+        int rc = -errno;
         fprintf(err, "tw-report: cannot write %s: %s\n", path, strerror(errno));
-        return 1;
+        return rc;
     }
     path_t p = {0};
     int rc = 0;
@@ -328,8 +332,9 @@ int report_flame_write_svg_file(const flame_t *f, const char *path, FILE *err)
 {
     FILE *out = fopen(path, "w");
     if (out == NULL) {
+        int rc = -errno;
         fprintf(err, "tw-report: cannot write %s: %s\n", path, strerror(errno));
-        return 1;
+        return rc;
     }
     fputs("<?xml version=\"1.0\" standalone=\"no\"?>\n", out);
     int rc = report_flame_write_svg(f, out, "tw-flame", f->by_module ? "Self time by module path"

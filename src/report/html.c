@@ -5,9 +5,9 @@
  * side by side, the modules and GPU time. It shows aggregates only, never the records, so its size
  * is bounded whatever the run's (tables and the flame graph are capped; see the limits below).
  *
- * The page is written by report_html_write() from sections, each a function of its own taking the
- * report; report_html_begin() and report_html_end() open and close a page, so that another page
- * (two runs side by side) can reuse them and the sections.
+ * The page is written by the sink's write from sections, each a function of its own taking the page
+ * (the sink, the pass, the per-API groups and the stacks); report_html_begin() and report_html_end()
+ * open and close a page, so that another page (two runs side by side) can reuse them.
  */
 #include "config.h"
 
@@ -17,7 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
+#include "torchwrapper/stats.h"
+
+#include "aggregate.h"
+#include "flame.h"
+#include "groups.h"
+#include "html.h"
+#include "util.h"
 
 #define HTML_MAX_APIS 1500    /* per-API rows, the most total time first */
 #define HTML_MAX_FRAMES 3000  /* flame graph frames, the widest */
@@ -33,7 +40,10 @@ typedef struct process {
     int64_t steps;                            /* 1 + its largest step; 0: none */
 } process_t;
 
-struct html_data {
+typedef struct html {
+    report_sink_t sink;
+    const char *path;
+    const report_sink_t *flame, *aggregate; /* the flame graph, and the per-API table */
     uint64_t *step_ns; /* per step, the cost of the outermost calls of every process */
     int64_t nsteps, step_capacity;
     process_t *processes;
@@ -41,27 +51,17 @@ struct html_data {
     group_table_t modules;
     uint64_t first_ns, last_ns; /* the span of the calls */
     int oom;
-};
+} html_t;
 
-html_data_t *report_html_new(void)
-{
-    html_data_t *h = calloc(1, sizeof *h);
-    if (h != NULL)
-        h->first_ns = UINT64_MAX;
-    return h;
-}
+/* What the page's sections read: the sink, what the pass saw, and the two sinks it shows. */
+typedef struct page {
+    html_t *h;
+    const report_pass_t *pass;
+    const group_table_t *groups; /* by api */
+    const flame_t *flame;
+} page_t;
 
-void report_html_free(html_data_t *h)
-{
-    if (h == NULL)
-        return;
-    free(h->step_ns);
-    free(h->processes);
-    report_group_table_free(&h->modules);
-    free(h);
-}
-
-static process_t *process_of(html_data_t *h, int64_t pid)
+static process_t *process_of(html_t *h, int64_t pid)
 {
     /* A process's rows come together (a file is one process's): the last one is checked first. */
     if (h->nprocesses > 0 && h->processes[h->last].pid == pid)
@@ -82,16 +82,17 @@ static process_t *process_of(html_data_t *h, int64_t pid)
 }
 
 /* A row kept by the filters (GPU rows too). */
-void report_html_row(html_data_t *h, const tw_row_t *row)
+static int html_row(report_sink_t *sink, const tw_row_t *row, int kept)
 {
+    html_t *h = (html_t *)sink;
     process_t *p = process_of(h, row->pid);
     if (p == NULL) {
         h->oom = 1;
-        return;
+        return TW_ENOMEM;
     }
     if (row->kind == TW_FILE_GPU) {
         p->gpu_ns += row->cost_ns;
-        return;
+        return 0;
     }
     p->calls++;
     p->self_ns += row->self_ns;
@@ -110,7 +111,7 @@ void report_html_row(html_data_t *h, const tw_row_t *row)
                 uint64_t *bigger = realloc(h->step_ns, (size_t)capacity * sizeof *bigger);
                 if (bigger == NULL) {
                     h->oom = 1;
-                    return;
+                    return TW_ENOMEM;
                 }
                 memset(bigger + h->step_capacity, 0, (size_t)(capacity - h->step_capacity) * sizeof *bigger);
                 h->step_ns = bigger;
@@ -132,6 +133,7 @@ void report_html_row(html_data_t *h, const tw_row_t *row)
         else if (g == NULL || tw_api_stats_add(&g->stats, row->cost_ns, row->self_ns, row->gpu_ns, row->error) != 0)
             h->oom = 1;
     }
+    return h->oom ? TW_ENOMEM : 0;
 }
 
 /* ---- writing ----------------------------------------------------------------------------------- */
@@ -237,10 +239,11 @@ static void card(FILE *out, const char *value, const char *label)
 
 static uint64_t median_of(uint64_t *values, size_t n);
 
-static void section_summary(FILE *out, const report_t *r, const tw_read_stats_t *stats)
+static void section_summary(FILE *out, const page_t *pg)
 {
-    const struct run_info *info = &r->in->info;
-    const html_data_t *h = r->html_data;
+    const tw_read_stats_t *stats = pg->pass->stats;
+    const struct run_info *info = &pg->pass->in->info;
+    const html_t *h = pg->h;
     char value[160];
     fputs("<section id=\"summary\"><h2>Run</h2><div class=\"cards\">\n", out);
     snprintf(value, sizeof value, "%s%s", info->host[0] ? info->host : "?", info->hosts > 1 ? " and others" : "");
@@ -257,19 +260,20 @@ static void section_summary(FILE *out, const report_t *r, const tw_read_stats_t 
     card(out, value, h->nprocesses == 1 ? "process" : "processes");
     snprintf(value, sizeof value, "%.3f s", h->last_ns > h->first_ns ? (double)(h->last_ns - h->first_ns) / 1e9 : 0.0);
     card(out, value, "from the first call to the last return");
-    snprintf(value, sizeof value, "%.3f s", (double)report_flame_self_ns(r->flame) / 1e9);
+    snprintf(value, sizeof value, "%.3f s", (double)report_flame_self_ns(pg->flame) / 1e9);
     card(out, value, "time in recorded calls (self, all threads)");
     fputs("</div>\n<p class=\"note\">", out);
-    fprintf(out, "%zu record file%s, %.1f MB", r->in->count, r->in->count == 1 ? "" : "s", (double)stats->bytes / 1e6);
+    size_t files = pg->pass->in->count;
+    fprintf(out, "%zu record file%s, %.1f MB", files, files == 1 ? "" : "s", (double)stats->bytes / 1e6);
     if (info->manifests)
         fprintf(out, "; %" PRIu64 " records written by %zu process%s (their manifests)", info->written,
                 info->manifests, info->manifests == 1 ? "" : "es");
     if (stats->truncated || stats->malformed)
         fprintf(out, "; skipped: %" PRIu64 " torn last lines, %" PRIu64 " malformed rows", stats->truncated,
                 stats->malformed);
-    if (r->filtered)
-        fprintf(out, "; %" PRIu64 " records left out by the filters", r->filtered);
-    if (r->oom || h->oom)
+    if (pg->pass->filtered)
+        fprintf(out, "; %" PRIu64 " records left out by the filters", pg->pass->filtered);
+    if (pg->pass->oom || h->oom)
         fputs("; <b>out of memory: some calls are not counted</b>", out);
     fputs("</p></section>\n", out);
 }
@@ -307,14 +311,14 @@ static group_t **sorted_groups(const group_table_t *t, int (*compare)(const void
     return order;
 }
 
-static void section_apis(FILE *out, const report_t *r)
+static void section_apis(FILE *out, const page_t *pg)
 {
     uint64_t all_self;
-    group_t **order = sorted_groups(&r->groups, compare_total, &all_self);
+    group_t **order = sorted_groups(pg->groups, compare_total, &all_self);
     if (order == NULL)
         return;
-    size_t n = r->groups.count, shown = n < HTML_MAX_APIS ? n : HTML_MAX_APIS;
-    int gpu = r->have_gpu_files;
+    size_t n = pg->groups->count, shown = n < HTML_MAX_APIS ? n : HTML_MAX_APIS;
+    int gpu = pg->pass->have_gpu_files;
     for (size_t i = 0; i < n; i++)
         gpu |= order[i]->stats.gpu_ns != 0;
     fprintf(out, "<section id=\"apis\"><h2>Per API (%zu)</h2>\n", n);
@@ -358,15 +362,15 @@ static void section_apis(FILE *out, const report_t *r)
     free(order);
 }
 
-static int section_flame(FILE *out, const report_t *r)
+static int section_flame(FILE *out, const page_t *pg)
 {
     fprintf(out, "<section id=\"flame\"><h2>Flame graph: self time by %s</h2>\n"
                  "<p class=\"note\">Width is time. Hover a frame for its calls and times; click it to zoom in, click "
                  "the bottom frame (all) or Reset zoom to zoom out. Colours: the API's package.</p>\n"
                  "<input type=\"search\" id=\"tw-flame-search\" placeholder=\"Search frames (part of a name)\">\n",
-            r->o->frames_by_module ? "module path" : "call stack");
-    int rc = report_flame_write_svg(r->flame, out, "tw-flame", r->o->frames_by_module ? "Self time by module path"
-                                                                                     : "Self time by call stack",
+            pg->pass->o->frames_by_module ? "module path" : "call stack");
+    int rc = report_flame_write_svg(pg->flame, out, "tw-flame",
+                                    pg->pass->o->frames_by_module ? "Self time by module path" : "Self time by call stack",
                                     HTML_MAX_FRAMES, 1);
     fputs("</section>\n", out);
     return rc;
@@ -387,9 +391,9 @@ static uint64_t median_of(uint64_t *values, size_t n)
 }
 
 /* Per-step time: the cost of the step's outermost calls, over every process, as bars. */
-static void section_steps(FILE *out, const report_t *r)
+static void section_steps(FILE *out, const page_t *pg)
 {
-    const html_data_t *h = r->html_data;
+    const html_t *h = pg->h;
     if (h->nsteps == 0)
         return;
     size_t processes = 0;
@@ -469,9 +473,9 @@ static int compare_busy(const void *a, const void *b)
 }
 
 /* The processes side by side (ranks, or a launcher's children), the slowest marked. */
-static void section_processes(FILE *out, const report_t *r)
+static void section_processes(FILE *out, const page_t *pg)
 {
-    html_data_t *h = r->html_data;
+    html_t *h = pg->h;
     if (h->nprocesses < 2)
         return;
     qsort(h->processes, h->nprocesses, sizeof *h->processes, compare_busy);
@@ -484,7 +488,7 @@ static void section_processes(FILE *out, const report_t *r)
     uint64_t median = median_of(busy, h->nprocesses);
     free(busy);
     const process_t *slowest = &h->processes[0];
-    int64_t slowest_rank = rank_of(r->in, slowest->pid);
+    int64_t slowest_rank = rank_of(pg->pass->in, slowest->pid);
     size_t shown = h->nprocesses < HTML_MAX_PROCESSES ? h->nprocesses : HTML_MAX_PROCESSES;
     fprintf(out, "<section id=\"processes\"><h2>Processes (%zu)</h2>\n<p class=\"note\">Busy: the time of a "
                  "process's outermost calls. Slowest: ",
@@ -503,7 +507,7 @@ static void section_processes(FILE *out, const report_t *r)
           "<tbody>\n", out);
     for (size_t i = 0; i < shown; i++) {
         const process_t *p = &h->processes[i];
-        int64_t rank = rank_of(r->in, p->pid);
+        int64_t rank = rank_of(pg->pass->in, p->pid);
         fprintf(out, "<tr%s><td>pid %" PRId64 "</td><td>", i == 0 ? " class=\"slowest\"" : "", p->pid);
         if (rank >= 0)
             fprintf(out, "%" PRId64, rank);
@@ -522,9 +526,9 @@ static void section_processes(FILE *out, const report_t *r)
     fputs("</tbody></table></div></section>\n", out);
 }
 
-static void section_modules(FILE *out, const report_t *r)
+static void section_modules(FILE *out, const page_t *pg)
 {
-    const html_data_t *h = r->html_data;
+    const html_t *h = pg->h;
     if (h->modules.count == 0)
         return;
     uint64_t ignored;
@@ -563,14 +567,14 @@ static void section_modules(FILE *out, const report_t *r)
     free(order);
 }
 
-static void section_gpu(FILE *out, const report_t *r)
+static void section_gpu(FILE *out, const page_t *pg)
 {
     uint64_t ignored, all_gpu = 0;
-    group_t **order = sorted_groups(&r->groups, compare_gpu, &ignored);
+    group_t **order = sorted_groups(pg->groups, compare_gpu, &ignored);
     if (order == NULL)
         return;
     size_t n = 0;
-    while (n < r->groups.count && order[n]->stats.gpu_ns > 0)
+    while (n < pg->groups->count && order[n]->stats.gpu_ns > 0)
         all_gpu += order[n++]->stats.gpu_ns;
     if (n > 0) {
         size_t shown = n < HTML_MAX_GPU_APIS ? n : HTML_MAX_GPU_APIS;
@@ -595,29 +599,65 @@ static void section_gpu(FILE *out, const report_t *r)
     free(order);
 }
 
-int report_html_write(const report_t *r, const tw_read_stats_t *stats, FILE *err)
+/* --html FILE: 0, or after a message on err the -errno of the failed open, TW_EIO (a write failed) or
+ * TW_ENOMEM. */
+static int html_write(report_sink_t *sink, const report_pass_t *pass, FILE *err)
 {
-    const char *path = r->o->html;
-    FILE *out = fopen(path, "w");
+    html_t *h = (html_t *)sink;
+    const page_t page = {h, pass, report_aggregate_groups(h->aggregate), report_flame_of(h->flame)};
+    const options_t *o = pass->o;
+    FILE *out = fopen(h->path, "w");
     if (out == NULL) {
-        fprintf(err, "tw-report: cannot write %s: %s\n", path, strerror(errno));
-        return 1;
+        int rc = -errno;
+        fprintf(err, "tw-report: cannot write %s: %s\n", h->path, strerror(errno));
+        return rc;
     }
     report_html_begin(out, "TorchWrapper report");
     fputs("<header><h1>TorchWrapper report</h1><p>", out);
-    for (size_t i = 0; i < r->o->ninputs; i++) {
-        text(out, r->o->inputs[i]);
-        fputs(i + 1 < r->o->ninputs ? ", " : "", out);
+    for (size_t i = 0; i < o->ninputs; i++) {
+        text(out, o->inputs[i]);
+        fputs(i + 1 < o->ninputs ? ", " : "", out);
     }
     fputs("</p></header>\n<main>\n", out);
-    section_summary(out, r, stats);
-    section_steps(out, r);
-    int rc = section_flame(out, r);
-    section_apis(out, r);
-    section_processes(out, r);
-    section_modules(out, r);
-    section_gpu(out, r);
+    section_summary(out, &page);
+    section_steps(out, &page);
+    int rc = section_flame(out, &page);
+    section_apis(out, &page);
+    section_processes(out, &page);
+    section_modules(out, &page);
+    section_gpu(out, &page);
     fputs("</main>\n", out);
     report_html_end(out);
-    return report_close_output(out, path, rc, err);
+    return report_close_output(out, h->path, rc, err);
+}
+
+static void html_free(report_sink_t *sink)
+{
+    html_t *h = (html_t *)sink;
+    free(h->step_ns);
+    free(h->processes);
+    report_group_table_free(&h->modules);
+    free(h);
+}
+
+static const report_sink_ops_t html_ops = {
+    .name = "html",
+    .row = html_row,
+    .write = html_write,
+    .free = html_free,
+};
+
+int report_html_open(const options_t *o, const report_sink_t *flame, const report_sink_t *aggregate,
+                     report_sink_t **sink)
+{
+    html_t *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return TW_ENOMEM;
+    h->sink = (report_sink_t){&html_ops, SINK_ROWS_KEPT};
+    h->path = o->html;
+    h->flame = flame;
+    h->aggregate = aggregate;
+    h->first_ns = UINT64_MAX;
+    *sink = &h->sink;
+    return 0;
 }

@@ -12,7 +12,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
+
+#include "inputs.h"
+#include "util.h"
 
 static int add_file(inputs_t *in, const char *path)
 {
@@ -28,12 +31,6 @@ static int add_file(inputs_t *in, const char *path)
         return TW_ENOMEM;
     in->files[in->count++].kind = 0;
     return 0;
-}
-
-int report_has_suffix(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
 static void copy_string(char *to, size_t size, const cJSON *item)
@@ -106,13 +103,15 @@ static int compare_names(const void *a, const void *b)
 }
 
 /* Lists the record files of a directory (*.csv, *.jsonl) in name order, which is time order for
- * the writer's names, and reads its manifests. */
+ * the writer's names, and reads its manifests. 0, or after a message on err: opendir's -errno,
+ * TW_ENOMEM, or -ENOENT (no record files there). */
 static int add_directory(inputs_t *in, const char *dir, FILE *err)
 {
     DIR *d = opendir(dir);
     if (d == NULL) {
+        int rc = -errno;
         fprintf(err, "tw-report: cannot read the directory %s: %s\n", dir, strerror(errno));
-        return 1;
+        return rc;
     }
     char **names = NULL;
     size_t count = 0, capacity = 0;
@@ -158,11 +157,11 @@ static int add_directory(inputs_t *in, const char *dir, FILE *err)
     free(names);
     if (rc != 0) {
         fprintf(err, "tw-report: %s\n", tw_strerror(rc));
-        return 1;
+        return rc;
     }
     if (in->count == before) {
         fprintf(err, "tw-report: %s holds no record files (*.csv or *.jsonl written by TorchWrapper)\n", dir);
-        return 1;
+        return -ENOENT;
     }
     return 0;
 }
@@ -174,17 +173,19 @@ int report_collect_inputs(const options_t *o, inputs_t *in, FILE *err)
         const char *path = o->inputs[i];
         struct stat st;
         if (stat(path, &st) != 0) {
+            int rc = -errno;
             fprintf(err, "tw-report: %s: %s\n", path, strerror(errno));
-            return 1;
+            return rc;
         }
         if (S_ISDIR(st.st_mode)) {
-            if (add_directory(in, path, err) != 0)
-                return 1;
+            int rc = add_directory(in, path, err);
+            if (rc != 0)
+                return rc;
             continue;
         }
         if (add_file(in, path) != 0) {
             fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
-            return 1;
+            return TW_ENOMEM;
         }
         /* The manifest beside a file given alone gives the run's start. */
         char dir[4096];
@@ -203,9 +204,10 @@ int report_collect_inputs(const options_t *o, inputs_t *in, FILE *err)
     }
     for (size_t i = 0; i < in->count; i++) {
         char message[512];
-        if (tw_read_kind(in->files[i].path, &in->files[i].kind, message, sizeof message) != 0) {
+        int rc = tw_read_kind(in->files[i].path, &in->files[i].kind, message, sizeof message);
+        if (rc != 0) {
             fprintf(err, "tw-report: %s\n", message);
-            return 1;
+            return rc;
         }
     }
     return 0;

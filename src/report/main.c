@@ -1,30 +1,82 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tw-report, tw_report_main: the report's steps in order (options, inputs, origin, passes, output).
- * See report.h.
+ * tw-report, tw_report_main: the report's steps in order (options, inputs, origin, the sinks, the
+ * pass over the rows, output). See report.h, and sink.h for the sinks.
+ *
+ * The pass is the driver's: it reads the GPU files first (the trace's arrows need their call ids),
+ * applies the filters (filter.c) and hands each row to the sinks that asked for it, knowing none of
+ * them by name; only open_sinks, which picks them from the options, does.
  */
 #include "config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
 #include "torchwrapper/report.h"
 
-static int read_all(report_t *r, inputs_t *in, tw_read_stats_t *stats, FILE *err)
+#include "aggregate.h"
+#include "call_sites.h"
+#include "chrome_trace.h"
+#include "cli.h"
+#include "diff.h"
+#include "filter.h"
+#include "flame.h"
+#include "html.h"
+#include "inputs.h"
+#include "sink.h"
+#include "tree.h"
+
+typedef struct pass {
+    report_pass_t out;    /* what the sinks' outputs read */
+    report_filter_t filter;
+    int filtering;        /* some filter is given (report_filter_any) */
+    report_sink_t *sinks[5]; /* in the order they write and print (open_sinks) */
+    size_t nsinks;
+    int64_t min_start_ns; /* for the origin when no manifest gave one */
+    int gpu_pass;         /* reading GPU files (first) */
+    int prepass;          /* only finding the run's first call */
+} pass_t;
+
+static int on_row(void *ctx, const tw_row_t *row)
 {
-    for (int pass = 1; pass >= 0; pass--) { /* GPU files first: the trace's arrows need their call ids */
-        r->gpu_pass = pass;
+    pass_t *p = ctx;
+    if (p->gpu_pass != (row->kind == TW_FILE_GPU))
+        return 0;
+    if ((int64_t)row->start_ns < p->min_start_ns && row->start_ns != 0)
+        p->min_start_ns = (int64_t)row->start_ns;
+    if (p->prepass)
+        return 0;
+    int keep = !p->filtering || report_filter_keep(&p->filter, row);
+    unsigned wanted = keep ? SINK_ROWS_KEPT : SINK_ROWS_LEFT_OUT;
+    if (keep)
+        p->out.kept++;
+    else
+        p->out.filtered++;
+    for (size_t i = 0; i < p->nsinks; i++) {
+        report_sink_t *s = p->sinks[i];
+        if ((s->rows & wanted) && s->ops->row(s, row, keep) == TW_ENOMEM)
+            p->out.oom = 1;
+    }
+    return 0;
+}
+
+/* Every record file, GPU files first; 0, or tw_read_file's error after its message on err. */
+static int read_all(pass_t *p, const inputs_t *in, tw_read_stats_t *stats, FILE *err)
+{
+    for (int gpu = 1; gpu >= 0; gpu--) {
+        p->gpu_pass = gpu;
         for (size_t i = 0; i < in->count; i++) {
-            if ((in->files[i].kind == TW_FILE_GPU) != pass || in->files[i].kind == 0)
+            if ((in->files[i].kind == TW_FILE_GPU) != gpu || in->files[i].kind == 0)
                 continue;
             char message[512];
-            int rc = tw_read_file(in->files[i].path, report_on_row, r, stats, message, sizeof message);
+            int rc = tw_read_file(in->files[i].path, on_row, p, stats, message, sizeof message);
             if (rc != 0) {
                 fprintf(err, "tw-report: %s\n", message);
-                return 1;
+                return rc;
             }
         }
     }
@@ -32,112 +84,137 @@ static int read_all(report_t *r, inputs_t *in, tw_read_stats_t *stats, FILE *err
 }
 
 /* The run's origin (the manifests' earliest start, or else its first call's) and the --window it
- * sets. */
-static int find_origin(report_t *r, inputs_t *in, FILE *err)
+ * sets; 0, or read_all's error. */
+static int find_origin(pass_t *p, inputs_t *in, FILE *err)
 {
-    const options_t *o = r->o;
+    const options_t *o = p->out.o;
     int rc = 0;
     if ((o->has_window || o->trace) && in->origin_ns == INT64_MAX) {
         /* No manifest says when the run started: one more pass finds its first call. */
-        r->prepass = 1;
+        p->prepass = 1;
         tw_read_stats_t ignored = {0};
-        rc = read_all(r, in, &ignored, err);
-        r->prepass = 0;
-        in->origin_ns = r->min_start_ns == INT64_MAX ? 0 : r->min_start_ns;
+        rc = read_all(p, in, &ignored, err);
+        p->prepass = 0;
+        in->origin_ns = p->min_start_ns == INT64_MAX ? 0 : p->min_start_ns;
     }
     if (rc == 0 && o->has_window) {
-        r->window_from_ns = in->origin_ns + (int64_t)(o->window_from * 1e9);
-        r->window_to_ns = o->window_to < 0 ? INT64_MAX : in->origin_ns + (int64_t)(o->window_to * 1e9);
+        p->filter.window_from_ns = in->origin_ns + (int64_t)(o->window_from * 1e9);
+        p->filter.window_to_ns = o->window_to < 0 ? INT64_MAX : in->origin_ns + (int64_t)(o->window_to * 1e9);
     } else {
-        r->window_to_ns = INT64_MAX;
+        p->filter.window_to_ns = INT64_MAX;
     }
     return rc;
 }
 
-/* --folded, --flamegraph, --html, once every row is read. */
-static int write_stacks(report_t *r, const tw_read_stats_t *stats, FILE *err)
+/*
+ * The sinks the options ask for, in the order they write their files (the flame graph's, the page
+ * that embeds it, the trace) and print (the tree, or the table, whose footer counts the trace's
+ * calls). 0, or a negative errno after a message on err; the sinks opened are in p either way.
+ */
+static int open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const report_sites_t *sites, FILE *err)
 {
-    const options_t *o = r->o;
-    report_flame_settle(r->flame);
-    if (report_flame_oom(r->flame))
-        r->oom = 1;
-    if (o->folded && report_flame_write_folded(r->flame, o->folded, err) != 0)
-        return 1;
-    if (o->flamegraph && report_flame_write_svg_file(r->flame, o->flamegraph, err) != 0)
-        return 1;
-    if (o->html && report_html_write(r, stats, err) != 0)
-        return 1;
-    return 0;
+    report_sink_t *trace = NULL, *flame = NULL, *html = NULL, *tree = NULL, *aggregate = NULL;
+    int rc;
+    if (o->trace != NULL && (rc = report_chrome_trace_open(o, in, in->origin_ns, &trace, err)) != 0)
+        return rc; /* it said what failed */
+    if (trace != NULL && o->tree_step >= 0)
+        trace->rows = 0; /* --tree reads one thread's calls for itself: the trace stays empty */
+    if (o->tree_step >= 0) {
+        rc = report_tree_new(o, sites, &tree);
+    } else {
+        rc = report_aggregate_new(o, sites, p->out.have_gpu_files, trace, &aggregate);
+        if (rc == 0 && (o->folded || o->flamegraph || o->html))
+            rc = report_flame_open(o, sites, &flame);
+        if (rc == 0 && o->html)
+            rc = report_html_open(o, flame, aggregate, &html);
+    }
+    if (rc != 0)
+        fprintf(err, "tw-report: %s\n", tw_strerror(rc));
+    report_sink_t *const order[] = {flame, html, trace, tree, aggregate};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++)
+        if (order[i] != NULL)
+            p->sinks[p->nsinks++] = order[i];
+    return rc;
+}
+
+/* After the pass: each sink settles, writes its files, then prints; 0, or the first error (after its
+ * message on err: the outputs after it are still written, but nothing is printed). */
+static int finish_sinks(pass_t *p, const struct timespec *t0, FILE *out, FILE *err)
+{
+    for (size_t i = 0; i < p->nsinks; i++)
+        if (p->sinks[i]->ops->settle != NULL && p->sinks[i]->ops->settle(p->sinks[i]) == TW_ENOMEM)
+            p->out.oom = 1;
+    int rc = 0;
+    for (size_t i = 0; i < p->nsinks; i++) {
+        int written = p->sinks[i]->ops->write != NULL ? p->sinks[i]->ops->write(p->sinks[i], &p->out, err) : 0;
+        if (rc == 0)
+            rc = written;
+    }
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    p->out.seconds = (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+    if (rc == 0 && p->out.oom)
+        fprintf(err, "tw-report: out of memory: some calls are not counted\n");
+    for (size_t i = 0; rc == 0 && i < p->nsinks; i++)
+        if (p->sinks[i]->ops->print != NULL)
+            rc = p->sinks[i]->ops->print(p->sinks[i], &p->out, out, err);
+    return rc;
+}
+
+/* The report of the inputs: 0, or a negative errno after a message on err. */
+static int report_run(const options_t *o, FILE *out, FILE *err)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    inputs_t in;
+    memset(&in, 0, sizeof in);
+    report_sites_t sites;
+    memset(&sites, 0, sizeof sites);
+    tw_read_stats_t stats = {0};
+    pass_t p;
+    memset(&p, 0, sizeof p);
+    p.out = (report_pass_t){.o = o, .in = &in, .stats = &stats};
+    p.filter = (report_filter_t){.o = o, .window_to_ns = INT64_MAX};
+    p.filtering = report_filter_any(o);
+    p.min_start_ns = INT64_MAX;
+    int rc = report_collect_inputs(o, &in, err);
+    for (size_t i = 0; rc == 0 && i < in.count; i++)
+        p.out.have_gpu_files |= in.files[i].kind == TW_FILE_GPU;
+    if (rc == 0)
+        rc = find_origin(&p, &in, err);
+    if (rc == 0 && (o->by == BY_SITE || o->tree_step >= 0 || o->folded || o->flamegraph || o->html))
+        rc = report_load_sites(&sites, &in); /* sites.json beside the record files */
+    if (rc == 0)
+        rc = open_sinks(&p, o, &in, &sites, err);
+    if (rc == 0)
+        rc = read_all(&p, &in, &stats, err);
+    if (rc == 0)
+        rc = finish_sinks(&p, &t0, out, err);
+    for (size_t i = 0; i < p.nsinks; i++)
+        p.sinks[i]->ops->free(p.sinks[i]);
+    report_sites_free(&sites);
+    report_free_inputs(&in);
+    return rc;
 }
 
 int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
 {
     options_t o;
-    int rc = report_parse_options(argc, argv, &o, out, err);
-    if (rc != 0 || o.ndiff_base > 0) { /* --diff reads two runs its own way (diff.c) */
-        if (rc == 0)
-            rc = report_diff_main(&o, out, err);
-        free(o.inputs);
-        free(o.diff_base);
-        fflush(out);
-        fflush(err);
-        return rc < 0 ? 0 : rc;
+    int rc = report_parse_options(argc, argv, &o, out, err), status;
+    if (rc != 0) {
+        status = rc == -EINVAL ? 2 : 1; /* a usage error, or no memory */
+    } else if (o.help) {
+        status = 0;
+    } else if (o.ndiff_base > 0) { /* --diff reads two runs its own way (diff.c) */
+        int failed = 0;
+        rc = report_diff_main(&o, out, err, &failed);
+        status = rc != 0 || failed ? 1 : 0;
+    } else {
+        status = report_run(&o, out, err) != 0 ? 1 : 0;
     }
-    inputs_t in;
-    memset(&in, 0, sizeof in);
-    report_t r;
-    memset(&r, 0, sizeof r);
-    r.o = &o;
-    r.in = &in;
-    r.min_start_ns = INT64_MAX;
-    r.window_to_ns = INT64_MAX;
-    tw_read_stats_t stats = {0};
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    rc = report_collect_inputs(&o, &in, err);
-    for (size_t i = 0; rc == 0 && i < in.count; i++)
-        r.have_gpu_files |= in.files[i].kind == TW_FILE_GPU;
-    if (rc == 0)
-        rc = find_origin(&r, &in, err);
-    if (rc == 0 && (o.by == BY_SITE || o.tree_step >= 0 || o.folded || o.flamegraph || o.html))
-        /* sites.json beside the record files */
-        rc = report_load_sites(&r.sites, &in);
-    r.tree.sites = &r.sites;
-    if (rc == 0 && o.trace != NULL && (r.trace = report_trace_open(o.trace, in.origin_ns, err)) == NULL)
-        rc = 1;
-    if (rc == 0 && (o.folded || o.flamegraph || o.html) &&
-        (r.flame = report_flame_new(o.frames_by_module, o.frames_by_module ? NULL : &r.sites, o.backward_timeline)) ==
-            NULL)
-        rc = 1;
-    if (rc == 0 && o.html && (r.html_data = report_html_new()) == NULL)
-        rc = 1;
-    if (rc == 0)
-        rc = read_all(&r, &in, &stats, err);
-    if (rc == 0 && o.by == BY_PARENT)
-        report_settle_pending(&r);
-    if (rc == 0 && o.by == BY_SITE)
-        report_site_keys_finish(&r);
-    if (rc == 0 && r.flame != NULL)
-        rc = write_stacks(&r, &stats, err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    if (r.trace != NULL && report_trace_close(r.trace) != 0 && rc == 0) {
-        fprintf(err, "tw-report: writing the trace %s failed (disk full?)\n", o.trace);
-        rc = 1;
-    }
-    if (rc == 0 && r.oom)
-        fprintf(err, "tw-report: out of memory: some calls are not counted\n");
-    if (rc == 0 && o.tree_step >= 0) {
-        report_print_tree(out, err, &o, &r.tree);
-        if (r.tree.selected.count == 0)
-            rc = 1;
-    } else if (rc == 0) {
-        report_print_table(out, err, &r, &stats, seconds);
-    }
-    report_free(&r);
-    report_free_inputs(&in);
     free(o.inputs);
+    free(o.diff_base);
     fflush(out);
     fflush(err);
-    return rc;
+    return status;
 }

@@ -1,17 +1,45 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tw-report, --tree: the calls of one step of one thread, kept while the rows stream by, then printed
- * as a tree.
+ * as a tree. A sink (sink.h) that prints instead of the table.
  */
 #include "config.h"
 
+#include <errno.h>
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
+
+#include "tree.h"
+
+typedef struct tree_call {
+    uint64_t call_id, start_ns, cost_ns, self_ns, depth, site, parent_id, fwd_call_id;
+    char *api, *module;
+    /* while printing: the tree as shown (nodes charged to their forward call, or where they ran) */
+    size_t first_child, last_child, next_sibling; /* indexes + 1; 0: none */
+} tree_call_t;
+
+typedef struct tree_calls {
+    tree_call_t *items;
+    size_t count, capacity;
+} tree_calls_t;
+
+typedef struct tree {
+    report_sink_t sink;
+    const options_t *o;
+    const report_sites_t *sites; /* to name the calls' sites */
+    int have_tid;
+    uint64_t tid;
+    int64_t pid;
+    int64_t boundaries; /* outermost boundary calls seen: the step the next outermost call is in */
+    int64_t column_steps; /* by the step column: 1 + the largest step of an outermost call; 0: none */
+    tree_calls_t pending;  /* calls inside the outermost call not yet returned (rows come children first) */
+    tree_calls_t selected; /* the step's calls */
+} tree_t;
 
 static void tree_calls_clear(tree_calls_t *c)
 {
@@ -121,8 +149,12 @@ static size_t *link_tree(tree_calls_t *c, int timeline)
     return stack;
 }
 
-void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
+/* The step's calls as a tree: 0, or after a message on err -ENOENT (the step is not in the records) or
+ * TW_ENOMEM. */
+static int tree_print(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err)
 {
+    tree_t *t = (tree_t *)sink;
+    const options_t *o = t->o;
     tree_calls_t *c = &t->selected;
     if ((!t->have_tid || c->count == 0) && t->column_steps > 0) {
         fprintf(err, "tw-report: step %" PRId64 " is not in the records: steps 0 to %" PRId64 " of thread %" PRIu64
@@ -130,7 +162,7 @@ void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
                 o->tree_step, t->column_steps - 1, t->tid, t->pid,
                 o->npids || o->ntids ? "" : "; the tree is of the first thread read: give --pid N (a rank's) or --tid N "
                                             "for another");
-        return;
+        return -ENOENT;
     }
     if (!t->have_tid || c->count == 0) {
         fprintf(err, "tw-report: step %" PRId64 " is not in the records: %" PRId64 " step(s) of thread %" PRIu64
@@ -138,7 +170,7 @@ void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
                 o->tree_step, t->boundaries + (t->pending.count > 0), t->tid, t->pid, o->boundary,
                 o->npids || o->ntids ? "" : "; the tree is of the first thread read: give --pid N (a rank's) or --tid N "
                                             "for another");
-        return;
+        return -ENOENT;
     }
     qsort(c->items, c->count, sizeof *c->items, compare_tree_calls);
     uint64_t total = 0;
@@ -149,7 +181,7 @@ void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
         free(stack);
         free(order);
         fprintf(err, "tw-report: out of memory for the tree of %zu calls\n", c->count);
-        return;
+        return TW_ENOMEM;
     }
     /* depth-first from the roots (calls whose parent is not in the step, in start order): the order
      * shown, each call's depth its level in it */
@@ -193,42 +225,43 @@ void report_print_tree(FILE *out, FILE *err, const options_t *o, tree_t *t)
     }
     free(order);
     free(stack);
+    return 0;
 }
 
 /* --tree: rows of the chosen thread wait until their outermost call returns, then belong to the
  * step that call is in: only that step's rows are kept. */
-void report_tree_row(report_t *r, const tw_row_t *row)
+static int tree_row(report_sink_t *sink, const tw_row_t *row, int kept)
 {
-    tree_t *t = &r->tree;
+    tree_t *t = (tree_t *)sink;
+    const options_t *o = t->o;
+    int rc = 0;
     /* The step column, where rows have it, is the step as the session decided it (optimizer steps,
      * prof.step(), a schedule); files without it, or --boundary, count boundary calls. */
-    int by_column = row->step >= 0 && !r->o->boundary_given;
-    if (row->kind != TW_FILE_CALLS || (!by_column && t->boundaries > r->o->tree_step))
-        return;
+    int by_column = row->step >= 0 && !o->boundary_given;
+    if (row->kind != TW_FILE_CALLS || (!by_column && t->boundaries > o->tree_step))
+        return 0;
     if (!t->have_tid) {
-        if (r->o->ntids && row->tid != r->o->tids[0])
-            return;
+        if (o->ntids && row->tid != o->tids[0])
+            return 0;
         t->have_tid = 1; /* the first call's thread, or the first --tid, in the process it is seen in */
         t->tid = row->tid;
         t->pid = row->pid;
     }
     if (row->tid != t->tid || row->pid != t->pid)
-        return;
-    if (tree_calls_add(&t->pending, row) != 0) {
-        r->oom = 1;
-        return;
-    }
+        return 0;
+    if (tree_calls_add(&t->pending, row) != 0)
+        return TW_ENOMEM;
     if (row->depth != 0)
-        return;
+        return 0;
     if (by_column && row->step >= t->column_steps)
         t->column_steps = row->step + 1;
-    if (by_column ? row->step == r->o->tree_step : t->boundaries == r->o->tree_step) {
+    if (by_column ? row->step == o->tree_step : t->boundaries == o->tree_step) {
         for (size_t i = 0; i < t->pending.count; i++) {
             if (t->selected.count == t->selected.capacity) {
                 size_t capacity = t->selected.capacity ? t->selected.capacity * 2 : 256;
                 tree_call_t *items = realloc(t->selected.items, capacity * sizeof *items);
                 if (items == NULL) {
-                    r->oom = 1;
+                    rc = TW_ENOMEM;
                     break;
                 }
                 t->selected.items = items;
@@ -241,19 +274,41 @@ void report_tree_row(report_t *r, const tw_row_t *row)
         tree_calls_clear(&t->pending);
     }
     if (by_column)
-        return;
+        return rc;
     char api[1024];
     size_t len = row->api.len < sizeof api - 1 ? row->api.len : sizeof api - 1;
     memcpy(api, row->api.ptr, len);
     api[len] = '\0';
-    if (fnmatch(r->o->boundary, api, 0) == 0)
+    if (fnmatch(o->boundary, api, 0) == 0)
         t->boundaries++;
+    return rc;
 }
 
-void report_tree_free(tree_t *t)
+static void tree_free(report_sink_t *sink)
 {
+    tree_t *t = (tree_t *)sink;
     tree_calls_clear(&t->pending);
     tree_calls_clear(&t->selected);
     free(t->pending.items);
     free(t->selected.items);
+    free(t);
+}
+
+static const report_sink_ops_t tree_ops = {
+    .name = "tree",
+    .row = tree_row,
+    .print = tree_print,
+    .free = tree_free,
+};
+
+int report_tree_new(const options_t *o, const report_sites_t *sites, report_sink_t **sink)
+{
+    tree_t *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return TW_ENOMEM;
+    t->sink = (report_sink_t){&tree_ops, SINK_ROWS_KEPT};
+    t->o = o;
+    t->sites = sites;
+    *sink = &t->sink;
+    return 0;
 }

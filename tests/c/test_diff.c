@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "report_internal.h"
+#include "diff.h"
 
 /* cmocka 1.1 has no assert_double_equal. */
 #define assert_near(got, want, tolerance) near_at((got), (want), (tolerance), __LINE__)

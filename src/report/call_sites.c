@@ -1,21 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tw-report, call sites: the sites files beside the record files (sites.json, sites-PID.json, at most
- * cap sites per process: bounded memory), a row's site as its text ("train.py:42 train_step"), and
- * --by site's groups with the APIs called from each.
+ * cap sites per process: bounded memory), and a row's site as its text ("train.py:42 train_step").
  */
 #include "config.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
 
-#define SITE_APIS_SHOWN 4 /* APIs listed per site in --by site; more are counted as "+N more" */
+#include "call_sites.h"
+#include "groups.h"
+#include "util.h"
 
 static size_t slot_of(const report_sites_t *s, int64_t pid, uint64_t id)
 {
@@ -129,57 +129,4 @@ void report_sites_free(report_sites_t *s)
         free(s->slots[i].text);
     free(s->slots);
     memset(s, 0, sizeof *s);
-}
-
-/* --by site: the row's group key ("(no site)" for calls torch's own code made). */
-int report_site_key(const report_t *r, const tw_row_t *row, char *key, size_t size)
-{
-    if (row->site == 0)
-        return snprintf(key, size, "(no site: called by torch)");
-    const char *text = report_site_text(&r->sites, row->pid, row->site);
-    if (text != NULL)
-        return snprintf(key, size, "%s", text);
-    return snprintf(key, size, "(site %" PRIu64 " of pid %" PRId64 ": not in a sites file, or past the cap)",
-                    row->site, row->pid);
-}
-
-/* Notes api among the APIs called at group g's site (the first SITE_APIS_SHOWN, then a count). */
-void report_site_note_api(group_t *g, const char *api, size_t api_len)
-{
-    char *list = g->detail;
-    size_t len = list != NULL ? strlen(list) : 0;
-    for (const char *p = list; p != NULL && *p;) { /* ", "-separated */
-        const char *end = strstr(p, ", ");
-        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
-        if (n == api_len && memcmp(p, api, api_len) == 0)
-            return;
-        p = end != NULL ? end + 2 : p + n;
-    }
-    if (g->detail_count++ >= SITE_APIS_SHOWN)
-        return;
-    char *bigger = realloc(list, len + api_len + 3);
-    if (bigger == NULL)
-        return;
-    sprintf(bigger + len, "%s%.*s", len ? ", " : "", (int)api_len, api);
-    g->detail = bigger;
-}
-
-/* After the pass: each site's key gets the APIs called there ("train.py:42 step: torch.relu, ..."). */
-void report_site_keys_finish(report_t *r)
-{
-    for (size_t i = 0; i < r->groups.capacity; i++) {
-        group_t *g = r->groups.slots[i];
-        if (g == NULL || g->detail == NULL)
-            continue;
-        char more[48] = "";
-        if (g->detail_count > SITE_APIS_SHOWN)
-            snprintf(more, sizeof more, ", +%zu more", g->detail_count - SITE_APIS_SHOWN);
-        size_t n = g->key_len + strlen(g->detail) + strlen(more) + 4;
-        char *key = malloc(n);
-        if (key == NULL)
-            continue;
-        g->key_len = (size_t)snprintf(key, n, "%s: %s%s", g->key, g->detail, more);
-        free(g->key);
-        g->key = key; /* the table is not probed again: only printed */
-    }
 }

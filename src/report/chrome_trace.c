@@ -2,6 +2,7 @@
 /*
  * tw-report, --trace: the Chrome trace event file (Perfetto, chrome://tracing), gzip or plain, with
  * GPU rows and flow arrows (call -> its GPU work; forward call -> the backward nodes it created).
+ * A sink (sink.h): events are written as the rows come; its write finishes the file.
  */
 #include "config.h"
 
@@ -13,7 +14,45 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
+#include "torchwrapper/writer.h"
+
+#include "chrome_trace.h"
+#include "groups.h"
+#include "util.h"
+
+struct launch {
+    int64_t pid;
+    uint64_t call_id; /* 0: an empty slot */
+};
+
+typedef struct trace {
+    report_sink_t sink;
+    const inputs_t *in; /* the ranks, for the processes' names */
+    const char *path;
+    uint64_t limit;   /* calls written at most; 0: all */
+    FILE *file;
+    gzFile gz;
+    char buf[1 << 16];
+    size_t used;
+    int failed;
+    uint64_t events;  /* calls written */
+    uint64_t skipped; /* calls beyond --limit */
+    int64_t origin_ns;
+    /* Tracks named so far: (pid, tid) pairs; bounded by the threads and streams of the run. */
+    struct { int64_t pid; uint64_t tid; } *tracks;
+    size_t ntracks, track_capacity;
+    /* (pid, call id) of the calls that launched GPU work, for the flow arrows. */
+    struct launch *launches;
+    size_t launch_capacity, nlaunches;
+    /* The last calls seen, by (pid, call id) in a direct-mapped table (TRACE_RECENT slots), for the
+     * arrows from a forward call to the backward nodes it created: a node comes at most a step after
+     * its forward call, and the table stays 2 MB however long the run. NULL until a call is seen. */
+    struct recent_call { int64_t pid; uint64_t call_id, tid; int64_t ts; } *recent;
+    /* Nodes met before their forward call (another thread's records can reach the files first),
+     * by (pid, forward call id), probed over a few slots: drawn when the forward call comes. */
+    struct pending_node { int64_t pid; uint64_t fwd_call_id, call_id, tid; int64_t ts; } *pending;
+} trace_t;
 
 static void trace_flush(trace_t *t)
 {
@@ -102,7 +141,7 @@ static size_t launch_slot(const trace_t *t, int64_t pid, uint64_t call_id)
     return j;
 }
 
-void report_launch_add(trace_t *t, int64_t pid, uint64_t call_id)
+static void launch_add(trace_t *t, int64_t pid, uint64_t call_id)
 {
     if ((t->nlaunches + 1) * 2 > t->launch_capacity) {
         size_t capacity = t->launch_capacity ? t->launch_capacity * 2 : 1024;
@@ -195,8 +234,9 @@ static uint64_t gpu_track(const tw_row_t *row)
     return (1ull << 32) + ((uint64_t)(row->device & 0xFFFF) << 16) + (uint64_t)(row->stream & 0xFFFF);
 }
 
-void report_trace_event(trace_t *t, const tw_row_t *row, const inputs_t *in)
+static void trace_event(trace_t *t, const tw_row_t *row)
 {
+    const inputs_t *in = t->in;
     int gpu = row->kind == TW_FILE_GPU;
     uint64_t tid = gpu ? gpu_track(row) : row->tid;
     if (!trace_track_seen(t, row->pid, 0)) {
@@ -263,50 +303,94 @@ void report_trace_event(trace_t *t, const tw_row_t *row, const inputs_t *in)
     }
 }
 
-/* ---- opening and closing ----------------------------------------------------------------------- */
+/* ---- the sink --------------------------------------------------------------------------------- */
 
-/* Opens path (gzip when it ends in .gz) and writes the trace's head; NULL with a message on err. */
-trace_t *report_trace_open(const char *path, int64_t origin_ns, FILE *err)
+static int trace_row(report_sink_t *sink, const tw_row_t *row, int kept)
 {
+    trace_t *t = (trace_t *)sink;
+    if (row->kind == TW_FILE_GPU && row->call_id != 0)
+        launch_add(t, row->pid, row->call_id);
+    if (t->limit == 0 || t->events < t->limit) {
+        t->events++;
+        trace_event(t, row);
+    } else {
+        t->skipped++;
+    }
+    return 0;
+}
+
+/* Writes the trace's tail and closes its file: 0, or TW_EIO after a message (a write failed: disk
+ * full?). */
+static int trace_write(report_sink_t *sink, const report_pass_t *pass, FILE *err)
+{
+    trace_t *t = (trace_t *)sink;
+    /* The last event is an empty metadata record so that every event above can end with a comma. */
+    TRACE_LIT(t, "{\"ph\":\"M\",\"name\":\"trace_end\",\"pid\":0,\"tid\":0,\"args\":{}}\n]}\n");
+    trace_flush(t);
+    int closed = t->gz ? gzclose(t->gz) == Z_OK : fclose(t->file) == 0;
+    t->gz = NULL;
+    t->file = NULL;
+    if (t->failed || !closed) {
+        fprintf(err, "tw-report: writing the trace %s failed (disk full?)\n", t->path);
+        return TW_EIO;
+    }
+    return 0;
+}
+
+static void trace_free(report_sink_t *sink)
+{
+    trace_t *t = (trace_t *)sink;
+    if (t->gz != NULL) /* not written: the report failed before */
+        gzclose(t->gz);
+    if (t->file != NULL)
+        fclose(t->file);
+    free(t->tracks);
+    free(t->launches);
+    free(t->recent);
+    free(t->pending);
+    free(t);
+}
+
+static const report_sink_ops_t trace_ops = {
+    .name = "chrome_trace",
+    .row = trace_row,
+    .write = trace_write,
+    .free = trace_free,
+};
+
+int report_chrome_trace_open(const options_t *o, const inputs_t *in, int64_t origin_ns, report_sink_t **sink,
+                             FILE *err)
+{
+    const char *path = o->trace;
     trace_t *trace = calloc(1, sizeof *trace);
     if (trace == NULL) {
         fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
-        return NULL;
+        return TW_ENOMEM;
     }
+    trace->sink = (report_sink_t){&trace_ops, SINK_ROWS_KEPT};
+    trace->in = in;
+    trace->path = path;
+    trace->limit = o->limit;
     trace->origin_ns = origin_ns;
     if (report_has_suffix(path, ".gz"))
         trace->gz = gzopen(path, "wb6");
     else
         trace->file = fopen(path, "wb");
     if (trace->gz == NULL && trace->file == NULL) {
+        int rc = errno ? -errno : TW_EIO;
         fprintf(err, "tw-report: cannot write the trace %s: %s\n", path, strerror(errno));
         free(trace);
-        return NULL;
+        return rc;
     }
     trace_printf(trace, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"origin_ns\":%" PRId64
                         ",\"generator\":\"tw-report %s\"},\n\"traceEvents\":[\n", origin_ns, tw_version());
-    return trace;
+    *sink = &trace->sink;
+    return 0;
 }
 
-/* Writes the trace's tail and closes its file; 0, or -1 when a write failed (disk full?). */
-int report_trace_close(trace_t *trace)
+void report_chrome_trace_counts(const report_sink_t *sink, uint64_t *events, uint64_t *skipped)
 {
-    /* The last event is an empty metadata record so that every event above can end with a comma. */
-    TRACE_LIT(trace, "{\"ph\":\"M\",\"name\":\"trace_end\",\"pid\":0,\"tid\":0,\"args\":{}}\n]}\n");
-    trace_flush(trace);
-    int closed = trace->gz ? gzclose(trace->gz) == Z_OK : fclose(trace->file) == 0;
-    trace->gz = NULL;
-    trace->file = NULL;
-    return trace->failed || !closed ? -1 : 0;
-}
-
-void report_trace_free(trace_t *trace)
-{
-    if (trace == NULL)
-        return;
-    free(trace->tracks);
-    free(trace->launches);
-    free(trace->recent);
-    free(trace->pending);
-    free(trace);
+    const trace_t *t = (const trace_t *)sink;
+    *events = t->events;
+    *skipped = t->skipped;
 }

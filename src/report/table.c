@@ -7,7 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "torchwrapper/stats.h"
+#include "torchwrapper/writer.h"
+
+#include "chrome_trace.h"
+#include "table.h"
+#include "util.h"
 
 static uint64_t sort_value(const group_t *g, sort_key_t key)
 {
@@ -55,33 +60,6 @@ static row_values_t values_of(const group_t *g, uint64_t all_self)
                           s->calls ? s->total_ns / s->calls : 0, s->min_ns, tw_stats_percentile(s, 0.50),
                           tw_stats_percentile(s, 0.95), tw_stats_percentile(s, 0.99), s->max_ns, g->bwd_ns,
                           all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0};
-}
-
-void report_csv_text(FILE *out, const char *s)
-{
-    if (strpbrk(s, ",\"\n\r") == NULL) {
-        fputs(s, out);
-        return;
-    }
-    fputc('"', out);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', out);
-        fputc(*s, out);
-    }
-    fputc('"', out);
-}
-
-void report_json_text(FILE *out, const char *s)
-{
-    size_t len = strlen(s); /* a group key: at most ~1200 bytes */
-    char *text = malloc(6 * len + 2);
-    if (text == NULL) {
-        fputs("\"\"", out); /* still valid JSON */
-        return;
-    }
-    fwrite(text, 1, (size_t)(tw_json_escape(text, s, len) - text), out);
-    free(text);
 }
 
 static const char *group_title(group_by_t by)
@@ -282,29 +260,28 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     free(cells);
 }
 
-/* The table of groups, the first by --sort on top, and its footer. */
-void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_stats_t *stats, double seconds)
+int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const report_pass_t *pass,
+                       const report_sink_t *trace)
 {
-    const options_t *o = r->o;
-    const inputs_t *in = r->in;
-    group_t **order = calloc(r->groups.count ? r->groups.count : 1, sizeof *order);
+    const options_t *o = pass->o;
+    const inputs_t *in = pass->in;
+    const tw_read_stats_t *stats = pass->stats;
+    double seconds = pass->seconds;
     size_t n = 0;
+    group_t **order = report_group_list(groups, &n);
     uint64_t all_self = 0;
     int any_gpu = 0, any_bwd = 0;
-    for (size_t i = 0; order != NULL && i < r->groups.capacity; i++) {
-        if (r->groups.slots[i] != NULL) {
-            order[n++] = r->groups.slots[i];
-            all_self += r->groups.slots[i]->stats.self_ns;
-            any_gpu |= r->groups.slots[i]->stats.gpu_ns != 0;
-            any_bwd |= r->groups.slots[i]->bwd_ns != 0;
-        }
+    for (size_t i = 0; i < n; i++) {
+        all_self += order[i]->stats.self_ns;
+        any_gpu |= order[i]->stats.gpu_ns != 0;
+        any_bwd |= order[i]->bwd_ns != 0;
     }
     qsort_r(order, n, sizeof *order, compare_groups, (void *)&o->sort);
     size_t shown = o->top && o->top < n ? o->top : n;
     if (stats->rows == 0 && in->count > 0)
         fprintf(err, "tw-report: the record files hold no records yet (%zu file%s)\n", in->count,
                 in->count == 1 ? "" : "s");
-    print_rows(out, o, order, shown, all_self, any_gpu || r->have_gpu_files, any_bwd);
+    print_rows(out, o, order, shown, all_self, any_gpu || pass->have_gpu_files, any_bwd);
     free(order);
     /* The footer goes under the terminal table; with CSV, JSON or Markdown it goes to err, and only
      * when something was skipped, so that the output stays clean. */
@@ -320,25 +297,14 @@ void report_print_table(FILE *out, FILE *err, const report_t *r, const tw_read_s
             fprintf(note, "; skipped: %" PRIu64 " torn last line%s (a killed process), %" PRIu64
                           " malformed row%s", stats->truncated, stats->truncated == 1 ? "" : "s", stats->malformed,
                     stats->malformed == 1 ? "" : "s");
-        if (r->filtered)
-            fprintf(note, "; %" PRIu64 " filtered out", r->filtered);
-        if (r->trace != NULL)
-            fprintf(note, "; trace: %" PRIu64 " calls in %s%s", r->trace->events, o->trace,
-                    r->trace->skipped ? " (--limit reached)" : "");
+        if (pass->filtered)
+            fprintf(note, "; %" PRIu64 " filtered out", pass->filtered);
+        if (trace != NULL) {
+            uint64_t events, skipped;
+            report_chrome_trace_counts(trace, &events, &skipped);
+            fprintf(note, "; trace: %" PRIu64 " calls in %s%s", events, o->trace, skipped ? " (--limit reached)" : "");
+        }
         fputc('\n', note);
-    }
-}
-
-int report_close_output(FILE *out, const char *path, int rc, FILE *err)
-{
-    int failed = ferror(out);
-    if (fclose(out) != 0 || failed) { /* a file cut short (a full disk) is an error, not a result */
-        fprintf(err, "tw-report: writing %s failed (disk full?)\n", path);
-        return 1;
-    }
-    if (rc != 0) {
-        fprintf(err, "tw-report: %s\n", tw_strerror(rc));
-        return 1;
     }
     return 0;
 }

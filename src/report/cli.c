@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: MIT */
-/* tw-report, the command line: tw-report's options, parsed and checked, and its usage text. */
+/* tw-report, the command line: tw-report's options (--diff's too), parsed and checked, and its usage text. */
 #include "config.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "torchwrapper/common.h"
+
+#include "cli.h"
 
 #define USAGE                                                                                                     \
     "usage: tw-report [options] OUT_DIR|FILE...\n"                                                                 \
@@ -49,6 +54,7 @@
 
 /* ---- options ----------------------------------------------------------------------------------- */
 
+/* The index of value among names, or -1. */
 static int pick(const char *value, const char *const *names, int count)
 {
     for (int i = 0; i < count; i++)
@@ -57,15 +63,17 @@ static int pick(const char *value, const char *const *names, int count)
     return -1;
 }
 
+/* The parsers of option values below return 0, or -EINVAL when the value is not accepted. */
+
 static int parse_count(const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
     if (*s < '0' || *s > '9')
-        return -1;
+        return -EINVAL;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0 || *end != '\0')
-        return -1;
+        return -EINVAL;
     *out = v;
     return 0;
 }
@@ -74,19 +82,19 @@ static int parse_window(const char *s, options_t *o)
 {
     const char *colon = strchr(s, ':');
     if (colon == NULL)
-        return -1;
+        return -EINVAL;
     char *end;
     o->window_from = 0;
     o->window_to = -1;
     if (colon != s) {
         o->window_from = strtod(s, &end);
         if (end != colon || o->window_from < 0)
-            return -1;
+            return -EINVAL;
     }
     if (colon[1] != '\0') {
         o->window_to = strtod(colon + 1, &end);
         if (*end != '\0' || o->window_to < o->window_from)
-            return -1;
+            return -EINVAL;
     }
     o->has_window = 1;
     return 0;
@@ -100,23 +108,25 @@ static int parse_steps(const char *s, options_t *o)
     char a[32];
     size_t len = colon != NULL ? (size_t)(colon - s) : strlen(s);
     if (len >= sizeof a)
-        return -1;
+        return -EINVAL;
     memcpy(a, s, len);
     a[len] = '\0';
     if ((len > 0 || colon == NULL) && (parse_count(a, &from) != 0 || from > INT64_MAX))
-        return -1;
+        return -EINVAL;
     o->steps_from = (int64_t)from;
     o->steps_to = colon == NULL ? (int64_t)from : -1;
     if (colon != NULL && colon[1] != '\0') {
         if (parse_count(colon + 1, &to) != 0 || to > INT64_MAX || to < from)
-            return -1;
+            return -EINVAL;
         o->steps_to = (int64_t)to;
     }
     o->has_steps = 1;
     return 0;
 }
 
-int report_usage_error(FILE *err, const char *fmt, ...)
+/* A usage error: the message, then where the options are listed; returns -EINVAL. */
+static int usage_error(FILE *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(FILE *err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -124,10 +134,66 @@ int report_usage_error(FILE *err, const char *fmt, ...)
     vfprintf(err, fmt, ap);
     fputs("\n(tw-report --help lists the options)\n", err);
     va_end(ap);
-    return 2;
+    return -EINVAL;
 }
 
-/* Fills o from argv; returns -1 when help was printed, 0, or 2 after a usage error. */
+/* ---- --diff's options ---------------------------------------------------------------------------- */
+
+/* A percentage or a level: a finite number, nothing after it. */
+static int parse_number(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno != 0 || !isfinite(v))
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* --diff, --fail-above, --alpha, --min-change: 0 (*matched set when name is one of them), -EINVAL after
+ * a usage message, or TW_ENOMEM after its message. */
+static int parse_diff_option(const char *name, size_t name_len, const char *value, int argc, options_t *o,
+                             FILE *err, int *matched)
+{
+#define IS(n) (name_len == strlen(n) && strncmp(name, n, name_len) == 0)
+    *matched = IS("--diff") || IS("--fail-above") || IS("--alpha") || IS("--min-change");
+    if (!*matched)
+        return 0;
+    if (value == NULL)
+        return usage_error(err, "option %.*s needs a value", (int)name_len, name);
+    double v;
+    if (IS("--diff")) {
+        if (o->diff_base == NULL && (o->diff_base = calloc((size_t)argc + 1, sizeof *o->diff_base)) == NULL) {
+            fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
+            return TW_ENOMEM;
+        }
+        o->diff_base[o->ndiff_base++] = value;
+    } else if (IS("--fail-above")) {
+        if (parse_number(value, &v) != 0 || v < 0)
+            return usage_error(err, "--fail-above '%s' is not accepted: give a percentage of BASE's step time, "
+                                         "a number >= 0 (e.g. 5 or 2.5)", value);
+        o->diff_fail_above = v;
+        o->diff_fail_above_given = 1;
+    } else if (IS("--alpha")) {
+        if (parse_number(value, &v) != 0 || !(v > 0 && v < 1))
+            return usage_error(err, "--alpha '%s' is not accepted: give a significance level between 0 and 1, "
+                                         "both excluded (e.g. 0.001)", value);
+        o->diff_alpha = v;
+    } else {
+        if (parse_number(value, &v) != 0 || v < 0)
+            return usage_error(err, "--min-change '%s' is not accepted: give a percentage of BASE's step time, "
+                                         "a number >= 0 (e.g. 1 or 0.5)", value);
+        o->diff_min_change = v;
+        o->diff_min_change_given = 1;
+    }
+    return 0;
+#undef IS
+}
+
+
+/* ---- the command line ---------------------------------------------------------------------------- */
+
 int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, FILE *err)
 {
     static const char *const sorts[] = {"total", "self", "gpu", "calls", "mean", "min", "max", "p50", "p95", "p99",
@@ -140,7 +206,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
     o->boundary = "torch.optim.*.step";
     if ((o->inputs = calloc((size_t)argc + 1, sizeof *o->inputs)) == NULL) {
         fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
-        return 1;
+        return TW_ENOMEM;
     }
     int i = 1;
     for (; i < argc; i++) {
@@ -155,56 +221,56 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, out);
-            return -1;
+            o->help = 1;
+            return 0;
         }
         /* Every other option takes a value: --opt VALUE or --opt=VALUE. */
         const char *eq = strchr(a, '=');
         size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        int diff_rc = report_parse_diff_option(a, name_len, value, argc, o, err); /* diff.c's own options */
-        if (diff_rc >= 0) {
-            if (diff_rc != 0)
-                return diff_rc;
+        int matched, diff_rc = parse_diff_option(a, name_len, value, argc, o, err, &matched);
+        if (diff_rc != 0)
+            return diff_rc;
+        if (matched)
             continue;
-        }
 #define IS(name) (name_len == strlen(name) && strncmp(a, name, name_len) == 0)
         if (!(IS("--sort") || IS("--top") || IS("--by") || IS("--api") || IS("--pid") || IS("--tid") ||
               IS("--window") || IS("--steps") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
               IS("--boundary") || IS("--max-depth") || IS("--folded") || IS("--flamegraph") || IS("--html") ||
               IS("--backward")))
-            return report_usage_error(err, "unknown option '%.*s'", (int)name_len, a);
+            return usage_error(err, "unknown option '%.*s'", (int)name_len, a);
         if (value == NULL)
-            return report_usage_error(err, "option %s needs a value", a);
+            return usage_error(err, "option %s needs a value", a);
         uint64_t n;
         int k;
         if (IS("--folded") || IS("--flamegraph") || IS("--html")) {
             if (value[0] == '\0')
-                return report_usage_error(err, "%.*s needs a file name", (int)name_len, a);
+                return usage_error(err, "%.*s needs a file name", (int)name_len, a);
             *(IS("--folded") ? &o->folded : IS("--flamegraph") ? &o->flamegraph : &o->html) = value;
         } else if (IS("--backward")) {
             if (strcmp(value, "charged") != 0 && strcmp(value, "timeline") != 0)
-                return report_usage_error(err, "--backward '%s' is not accepted: give charged or timeline", value);
+                return usage_error(err, "--backward '%s' is not accepted: give charged or timeline", value);
             o->backward_timeline = strcmp(value, "timeline") == 0;
         } else if (IS("--by") && strcmp(value, "module") == 0) {
             o->frames_by_module = 1;
         } else if (IS("--sort")) {
             if ((k = pick(value, sorts, 11)) < 0)
-                return report_usage_error(err, "--sort '%s' is not accepted: give total, self, gpu, calls, mean, min, max, "
+                return usage_error(err, "--sort '%s' is not accepted: give total, self, gpu, calls, mean, min, max, "
                                         "p50, p95, p99 or name", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
             if ((k = pick(value, bys, 6)) < 0)
-                return report_usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site or "
+                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site or "
                                         "module (module: with --folded, --flamegraph or --html)", value);
             o->by = (group_by_t)k;
             o->frames_by_module = 0;
         } else if (IS("--format")) {
             if ((k = pick(value, formats, 4)) < 0)
-                return report_usage_error(err, "--format '%s' is not accepted: give table, csv, json or markdown", value);
+                return usage_error(err, "--format '%s' is not accepted: give table, csv, json or markdown", value);
             o->format = (out_format_t)k;
         } else if (IS("--top") || IS("--limit") || IS("--tree") || IS("--max-depth")) {
             if (parse_count(value, &n) != 0 || (IS("--tree") && n > INT64_MAX))
-                return report_usage_error(err, "%.*s '%s' is not a count (a whole number >= 0)", (int)name_len, a, value);
+                return usage_error(err, "%.*s '%s' is not a count (a whole number >= 0)", (int)name_len, a, value);
             if (IS("--top"))
                 o->top = (size_t)n;
             else if (IS("--limit"))
@@ -218,7 +284,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             o->boundary_given = 1;
         } else if (IS("--api")) {
             if (o->napis == MAX_FILTERS)
-                return report_usage_error(err, "at most %d --api globs", MAX_FILTERS);
+                return usage_error(err, "at most %d --api globs", MAX_FILTERS);
             o->apis[o->napis++] = value;
         } else if (IS("--pid") || IS("--tid")) {
             int64_t v;
@@ -226,21 +292,21 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             errno = 0;
             v = strtoll(value, &end, 10);
             if (errno != 0 || end == value || *end != '\0')
-                return report_usage_error(err, "%.*s '%s' is not a process or thread id (a whole number)", (int)name_len, a,
+                return usage_error(err, "%.*s '%s' is not a process or thread id (a whole number)", (int)name_len, a,
                                    value);
             if ((IS("--pid") ? o->npids : o->ntids) == MAX_FILTERS)
-                return report_usage_error(err, "at most %d %.*s filters", MAX_FILTERS, (int)name_len, a);
+                return usage_error(err, "at most %d %.*s filters", MAX_FILTERS, (int)name_len, a);
             if (IS("--pid"))
                 o->pids[o->npids++] = v;
             else
                 o->tids[o->ntids++] = (uint64_t)v;
         } else if (IS("--window")) {
             if (parse_window(value, o) != 0)
-                return report_usage_error(err, "--window '%s' is not accepted: give START:END in seconds after the run's "
+                return usage_error(err, "--window '%s' is not accepted: give START:END in seconds after the run's "
                                         "start, START <= END, either may be empty (e.g. 10:20, 5:, :1.5)", value);
         } else if (IS("--steps")) {
             if (parse_steps(value, o) != 0)
-                return report_usage_error(err, "--steps '%s' is not accepted: give FIRST:LAST, steps counted from 0, FIRST <= "
+                return usage_error(err, "--steps '%s' is not accepted: give FIRST:LAST, steps counted from 0, FIRST <= "
                                         "LAST, either may be empty (e.g. 7:9, 10:, :4), or one step (e.g. 5)", value);
         } else if (IS("--trace")) {
             o->trace = value;
@@ -250,17 +316,23 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
     while (i < argc)
         o->inputs[o->ninputs++] = argv[i++];
     if (o->ninputs == 0 && o->ndiff_base > 0)
-        return report_usage_error(err, "--diff BASE compares BASE with the run given as input (NEW): give NEW's directory "
+        return usage_error(err, "--diff BASE compares BASE with the run given as input (NEW): give NEW's directory "
                                 "or record files too (tw-report --diff BASE NEW)");
     if (o->ninputs == 0)
-        return report_usage_error(err, "no input: give an output directory or record files");
+        return usage_error(err, "no input: give an output directory or record files");
     /* --folded, --flamegraph, --html: stacks of API names, or of module paths */
     int stacks = o->folded || o->flamegraph || o->html;
     if (o->frames_by_module && !stacks)
-        return report_usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
+        return usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
                                 "give one of them, or --by api, thread, pid, parent, step or site for the table");
     if (stacks && (o->by != BY_API || o->tree_step >= 0))
-        return report_usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
+        return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
                                 "and not --tree");
+    if (o->ndiff_base > 0 && (o->tree_step >= 0 || o->trace != NULL || o->has_window || o->by != BY_API || o->folded ||
+                              o->flamegraph || o->frames_by_module))
+        return usage_error(err, "--diff compares per API and step: it does not go with %s",
+                           o->tree_step >= 0 ? "--tree" : o->trace != NULL ? "--trace"
+                           : o->has_window ? "--window (give --steps)" : o->folded ? "--folded"
+                           : o->flamegraph ? "--flamegraph (--html shows the diff)" : "--by");
     return 0;
 }

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hashing and the group tables (groups.c): totals per key (an API, a pid, a step, a module...) in an
+ * open-addressing table. The aggregate (the table's groups) and --html's modules keep theirs here;
+ * the (pid, call id) tables of the other parts use report_pid_id_hash.
+ */
+#ifndef TW_REPORT_GROUPS_H
+#define TW_REPORT_GROUPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "torchwrapper/stats.h"
+
+typedef struct group {
+    char *key;
+    size_t key_len;
+    uint64_t hash;
+    tw_api_stats_t stats;
+    uint64_t bwd_ns;     /* the autograd nodes charged to this group's calls (--by api, site; modules) */
+    char *detail;        /* --by site: the APIs called there (aggregate.c) */
+    size_t detail_count;
+} group_t;
+
+typedef struct group_table {
+    group_t **slots;
+    size_t capacity; /* a power of two */
+    size_t count;
+} group_table_t;
+
+/* A hash of len bytes of s (seed: to keep apart names of different kinds). Inline, as the next: each
+ * row is hashed a few times, by every sink that keeps a table. */
+static inline uint64_t report_hash_bytes(const char *s, size_t len, uint64_t seed)
+{
+    /* Eight bytes a step, multiply-xorshift mixing: API names are 10-60 bytes. */
+    uint64_t h = seed ^ (len * 0x9E3779B97F4A7C15ull);
+    for (; len >= 8; s += 8, len -= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, len);
+    h = (h ^ w) * 0x94D049BB133111EBull;
+    return h ^ (h >> 29);
+}
+
+/* The hash of a (process, call id) pair: call ids are unique per process only. */
+static inline uint64_t report_pid_id_hash(int64_t pid, uint64_t id)
+{
+    uint64_t h = id * 0x9E3779B97F4A7C15ull ^ (uint64_t)pid * 0xC2B2AE3D27D4EB4Full;
+    return h ^ (h >> 31);
+}
+
+/* The group with this key (len bytes, copied), created if missing; NULL when out of memory. */
+group_t *report_group_get(group_table_t *t, const char *key, size_t len);
+
+/* The groups of t in a new array (NULL when out of memory), in no order; *count their number. */
+group_t **report_group_list(const group_table_t *t, size_t *count);
+
+/* Frees the groups and the table's slots; t is left empty and can be used again. */
+void report_group_table_free(group_table_t *t);
+
+#endif

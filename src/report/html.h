@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * --html (html.c): one self-contained page of the run, a sink gathering its own aggregates (steps,
+ * processes, modules) and showing the flame sink's stacks and the aggregate's per-API table; and the
+ * page's parts that diff_html.c's page reuses.
+ */
+#ifndef TW_REPORT_HTML_H
+#define TW_REPORT_HTML_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "sink.h"
+
+/*
+ * A new --html sink into *sink, writing o->html: flame is the flame sink, aggregate the aggregate
+ * (by api), both settled and written before it. Its write returns 0, or after a message on err the
+ * -errno of the failed open, TW_EIO (a write failed) or TW_ENOMEM. Returns 0 or TW_ENOMEM.
+ */
+int report_html_open(const options_t *o, const report_sink_t *flame, const report_sink_t *aggregate,
+                     report_sink_t **sink);
+
+/* For other pages: the page's head (styles) and end (scripts: sortable tables, the flame graph's
+ * search box), and text escaped for HTML. */
+void report_html_begin(FILE *out, const char *title);
+void report_html_end(FILE *out);
+void report_html_text(FILE *out, const char *s, size_t len);
+
+#endif

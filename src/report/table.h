@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: MIT */
+/* The table (table.c): the aggregate's groups sorted by --sort, as text, CSV, JSON or Markdown. */
+#ifndef TW_REPORT_TABLE_H
+#define TW_REPORT_TABLE_H
+
+#include <stdio.h>
+
+#include "groups.h"
+#include "sink.h"
+
+/*
+ * Prints the groups, the first by --sort on top, and the footer (to out under the terminal table,
+ * else to err when something was skipped). trace (NULL: none) is the --trace sink, whose calls the
+ * footer counts. Returns 0 (a table that did not fit in memory is left out).
+ */
+int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const report_pass_t *pass,
+                       const report_sink_t *trace);
+
+#endif
