@@ -106,8 +106,8 @@ static long csv_split(const char *data, size_t len, tw_str_t *fields, size_t max
     }
 }
 
-long tw_csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fields, size_t *nfields, char *scratch,
-                  size_t scratch_size)
+TW_HOT_ALIGNED long tw_csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fields, size_t *nfields,
+                                 char *scratch, size_t scratch_size)
 {
     uint64_t quoted;
     return csv_split(data, len, fields, max_fields, nfields, scratch, scratch_size, &quoted);
@@ -228,8 +228,10 @@ static int json_record(reader_t *r, const char *line, size_t len)
 }
 
 /* Handles the complete records at the start of data[0..len); *used receives the bytes consumed.
- * At eof, what is left is a torn last record. */
-static int process(reader_t *r, const char *data, size_t len, int eof, size_t *used)
+ * At eof, what is left is a torn last record. Aligned, as are the splitter and the number parser:
+ * tw-report's rate moved by 4-7% with where the linker happened to put these loops in their cache
+ * lines (measured: with process() at offset 48 of a 64-byte block every build was the slow one). */
+TW_HOT_ALIGNED static int process(reader_t *r, const char *data, size_t len, int eof, size_t *used)
 {
     size_t pos = 0;
     int rc = 0;

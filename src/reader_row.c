@@ -43,7 +43,7 @@ tw_file_kind_t tw_kind_of(uint32_t present)
     return 0;
 }
 
-static int parse_u64(const char *s, size_t len, uint64_t *out)
+TW_HOT_ALIGNED static int parse_u64(const char *s, size_t len, uint64_t *out)
 {
     if (len == 0 || len > 20)
         return -1;

@@ -6,7 +6,7 @@
 #ifndef TW_REPORT_AGGREGATE_H
 #define TW_REPORT_AGGREGATE_H
 
-#include "call_sites.h"
+#include "site_texts.h"
 #include "cli.h"
 #include "groups.h"
 #include "sink.h"

@@ -12,7 +12,7 @@
 
 #include "torchwrapper/reader.h"
 
-#include "call_sites.h"
+#include "site_texts.h"
 #include "cli.h"
 #include "sink.h"
 

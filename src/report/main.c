@@ -19,7 +19,7 @@
 #include "torchwrapper/report.h"
 
 #include "aggregate.h"
-#include "call_sites.h"
+#include "site_texts.h"
 #include "chrome_trace.h"
 #include "cli.h"
 #include "diff.h"

@@ -3,7 +3,7 @@
 #ifndef TW_REPORT_TREE_H
 #define TW_REPORT_TREE_H
 
-#include "call_sites.h"
+#include "site_texts.h"
 #include "cli.h"
 #include "sink.h"
 

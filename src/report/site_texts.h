@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The call sites of the run (call_sites.c): (pid, site id) -> "file:line function", from the sites
+ * The call sites of the run (site_texts.c): (pid, site id) -> "file:line function", from the sites
  * files beside the record files (sites.json, sites-PID.json). --by site, --tree and the flame graph
  * name the calls' sites with it.
  */
-#ifndef TW_REPORT_CALL_SITES_H
-#define TW_REPORT_CALL_SITES_H
+#ifndef TW_REPORT_SITE_TEXTS_H
+#define TW_REPORT_SITE_TEXTS_H
 
 #include <stddef.h>
 #include <stdint.h>

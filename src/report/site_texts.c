@@ -5,15 +5,15 @@
  */
 #include "config.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "torchwrapper/common.h"
+#include "torchwrapper/sites.h"
 
-#include "call_sites.h"
+#include "site_texts.h"
 #include "groups.h"
 #include "util.h"
 
@@ -53,38 +53,50 @@ static int add_site(report_sites_t *s, int64_t pid, uint64_t id, const char *tex
     return 0;
 }
 
-/* Reads one sites file; one that does not parse is not used (its sites show as ids). */
+/* The sites of one file, gathered until its pid is known (tw_sites_read_json gives it at the end). */
+typedef struct {
+    uint64_t *ids;
+    char **texts;
+    size_t count, capacity;
+} file_sites_t;
+
+static int gather_site(void *ctx, uint32_t id, const char *file, uint32_t line, const char *function,
+                       const char *text)
+{
+    (void)file, (void)line, (void)function;
+    file_sites_t *f = ctx;
+    if (f->count == f->capacity) {
+        size_t capacity = f->capacity ? 2 * f->capacity : 64;
+        uint64_t *ids = realloc(f->ids, capacity * sizeof *ids);
+        if (ids != NULL)
+            f->ids = ids;
+        char **texts = ids != NULL ? realloc(f->texts, capacity * sizeof *texts) : NULL;
+        if (texts == NULL)
+            return TW_ENOMEM;
+        f->texts = texts;
+        f->capacity = capacity;
+    }
+    if ((f->texts[f->count] = strdup(text)) == NULL)
+        return TW_ENOMEM;
+    f->ids[f->count++] = id;
+    return 0;
+}
+
+/* Reads one sites file with the library's one parser of them (src/sites.c); one that does not parse
+ * is not used (its sites show as ids). */
 static void read_sites_file(report_sites_t *s, const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = size > 0 ? malloc((size_t)size + 1) : NULL;
-    size_t n = text != NULL ? fread(text, 1, (size_t)size, f) : 0;
-    fclose(f);
-    if (text == NULL)
-        return;
-    text[n] = '\0';
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(root, "pid");
-    const cJSON *sites = cJSON_GetObjectItemCaseSensitive(root, "sites");
-    const cJSON *site;
-    if (!cJSON_IsObject(sites))
-        sites = NULL;
-    cJSON_ArrayForEach(site, sites)
-    {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(site, "text");
-        char *end;
-        unsigned long long id = strtoull(site->string, &end, 10);
-        if (cJSON_IsString(t) && *end == '\0' && add_site(s, cJSON_IsNumber(pid) ? (int64_t)pid->valuedouble : -1, id,
-                                                         t->valuestring) != 0)
-            break;
+    file_sites_t f = {0};
+    int64_t pid = -1;
+    char err[256];
+    int rc = tw_sites_read_json(path, gather_site, &f, &pid, err, sizeof err);
+    for (size_t i = 0; i < f.count; i++) {
+        if (rc == 0 && add_site(s, pid, f.ids[i], f.texts[i]) != 0)
+            rc = TW_ENOMEM;
+        free(f.texts[i]);
     }
-    cJSON_Delete(root);
+    free(f.ids);
+    free(f.texts);
 }
 
 int report_load_sites(report_sites_t *s, const inputs_t *in)
