@@ -459,22 +459,6 @@ static void *flush_main(void *arg)
     return NULL;
 }
 
-/* What CUPTI's errors without a GPU mean, for the reason line: the real library says
- * CUPTI_ERROR_NOT_INITIALIZED (CUDA 12) or CUPTI_ERROR_UNKNOWN (CUDA 13) when it cannot reach a GPU,
- * and most often that is because there is no CUDA driver at all, which is then named. */
-static const char *no_gpu_cause(CUptiResult r)
-{
-    if (r != CUPTI_ERROR_NOT_INITIALIZED && r != CUPTI_ERROR_UNKNOWN)
-        return "";
-    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
-    if (driver == NULL)
-        driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (driver == NULL)
-        return " (no usable GPU or driver: the CUDA driver, libcuda.so.1, cannot be loaded)";
-    dlclose(driver);
-    return " (no usable GPU or driver)";
-}
-
 /* ---- start and stop ------------------------------------------------------------------------------- */
 
 static int64_t epoch_now(const tw_clock_t *clock)
@@ -588,7 +572,7 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
             rc = TW_EBUSY;
         } else if (r != CUPTI_SUCCESS) {
             g->subscriber = NULL;
-            snprintf(reason, reason_size, "cuptiSubscribe failed: %s%s", tw_cupti_result_text(r), no_gpu_cause(r));
+            snprintf(reason, reason_size, "cuptiSubscribe failed: %s%s", tw_cupti_result_text(r), tw_cupti_no_gpu_cause(r));
             rc = TW_EUNAVAIL;
         }
     }
@@ -609,7 +593,7 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
             g->enabled |= 1u << i;
         } else if (kinds[i] != CUPTI_ACTIVITY_KIND_DRIVER) { /* the driver API's records are a bonus */
             snprintf(reason, reason_size, "cuptiActivityEnable(%s) failed: %s%s", kind_labels[i], tw_cupti_result_text(r),
-                     no_gpu_cause(r));
+                     tw_cupti_no_gpu_cause(r));
             rc = TW_EUNAVAIL;
         }
     }

@@ -232,3 +232,19 @@ void tw_cupti_buffer_release(uint8_t *b)
 }
 
 #endif /* TW_HAVE_CUPTI */
+
+/* What CUPTI's errors without a GPU mean, for the reason line: the real library says
+ * CUPTI_ERROR_NOT_INITIALIZED (CUDA 12) or CUPTI_ERROR_UNKNOWN (CUDA 13) when it cannot reach a GPU,
+ * and most often that is because there is no CUDA driver at all, which is then named. */
+const char *tw_cupti_no_gpu_cause(CUptiResult r)
+{
+    if (r != CUPTI_ERROR_NOT_INITIALIZED && r != CUPTI_ERROR_UNKNOWN)
+        return "";
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+    if (driver == NULL)
+        driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == NULL)
+        return " (no usable GPU or driver: the CUDA driver, libcuda.so.1, cannot be loaded)";
+    dlclose(driver);
+    return " (no usable GPU or driver)";
+}

@@ -46,6 +46,9 @@ extern tw_gpu_hooks_t tw_cupti_hooks;
 /* CUPTI's text for r. */
 const char *tw_cupti_result_text(CUptiResult r);
 
+/* Why CUPTI's r means no GPU, for the reason line (" (no usable GPU or driver...)"), or "". */
+const char *tw_cupti_no_gpu_cause(CUptiResult r);
+
 /* Loads CUPTI from the first place that has it (see tw_gpu_config_t), unless loaded: 0, or
  * TW_EUNAVAIL with the places tried in reason. The caller serializes calls. */
 int tw_cupti_load(const tw_gpu_config_t *config, char *reason, size_t reason_size);

@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * File name specs (file_name_spec): "timestamp", "serial" or a template of {timestamp} {pid} {tid}
- * {rank} {index} {host}; checked once (tw_name_spec_check) and expanded for each new file
- * (tw_name_expand). See config.h.
+ * The user-facing values that are not config keys' choices: file name specs (file_name_spec:
+ * "timestamp", "serial" or a template of {timestamp} {pid} {tid} {rank} {index} {host}; checked once,
+ * tw_name_spec_check, and expanded for each new file, tw_name_expand) and sizes ("128MB",
+ * tw_parse_size). See config.h.
  */
 #include "config.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <strings.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -142,4 +147,73 @@ int tw_name_expand(const char *spec, const tw_name_fields_t *f, const char *exte
     if (strcmp(out, ".") == 0 || strcmp(out, "..") == 0)
         return TW_EINVAL;
     return (int)n;
+}
+
+/* ---- sizes ("128MB") -------------------------------------------------------------------------- */
+
+static const struct {
+    const char *unit;
+    double factor;
+} size_units[] = {
+    {"", 1},
+    {"b", 1},
+    {"kb", 1e3},
+    {"mb", 1e6},
+    {"gb", 1e9},
+    {"tb", 1e12},
+    {"kib", 1024.0},
+    {"mib", 1024.0 * 1024},
+    {"gib", 1024.0 * 1024 * 1024},
+    {"tib", 1024.0 * 1024 * 1024 * 1024},
+};
+
+int tw_parse_size(const char *text, uint64_t *bytes)
+{
+    if (text == NULL || bytes == NULL)
+        return TW_EINVAL;
+    const char *p = text;
+    while (isspace((unsigned char)*p))
+        p++;
+    if (!isdigit((unsigned char)*p) && *p != '.')
+        return TW_EINVAL; /* no sign, no "inf", no "nan" */
+    /* Integers are parsed exactly; only a fraction goes through a double. */
+    char *end;
+    errno = 0;
+    unsigned long long whole = strtoull(p, &end, 10);
+    if (errno == ERANGE)
+        return TW_ERANGE;
+    double value = (double)whole;
+    int exact = 1;
+    if (*end == '.') {
+        char *frac_end;
+        double fraction = strtod(end, &frac_end);
+        if (frac_end == end + 1 && end == p)
+            return TW_EINVAL; /* "." alone */
+        value += fraction;
+        exact = fraction == 0.0;
+        end = frac_end;
+    } else if (end == p) {
+        return TW_EINVAL;
+    }
+    while (*end == ' ')
+        end++;
+    size_t unit_len = strlen(end);
+    while (unit_len > 0 && isspace((unsigned char)end[unit_len - 1]))
+        unit_len--;
+    for (size_t i = 0; i < sizeof size_units / sizeof size_units[0]; i++) {
+        if (strlen(size_units[i].unit) != unit_len || strncasecmp(end, size_units[i].unit, unit_len) != 0)
+            continue;
+        if (exact && size_units[i].factor == 1) {
+            if (whole == 0 || whole > (1ull << 63))
+                return TW_ERANGE;
+            *bytes = whole;
+            return 0;
+        }
+        double result = floor(value * size_units[i].factor);
+        if (!(result >= 1) || result > 9223372036854775808.0)
+            return TW_ERANGE;
+        *bytes = (uint64_t)result;
+        return 0;
+    }
+    return TW_EINVAL;
 }
