@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The chunk queue between the recorder and the writer: chunk pool, bounded FIFO with admission and
- * condition variables, flush epoch, drop counter, fork handling. See queue.h.
+ * The chunk queue between the recorder and the writer: chunk pool, FIFO, the memory budget (lock-free
+ * charges and refunds; producers wait for room on a condition variable), flush epoch, drop counter,
+ * fork handling. See queue.h.
  */
 #include "config.h"
 

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The chunk queue: where finished record chunks wait between the threads that fill them (the
- * recorder's) and the thread that writes them (the writer's). It owns the chunk pool, the bounded
- * FIFO with its admission rule and condition variables, the flush epoch (how a consumer asks the
- * recording threads for their partial chunks), the count of records lost on the way, and its own
- * fork handling. The recorder only pushes to it; the writer only drains it. A queue nobody drains
+ * recorder's) and the thread that writes them (the writer's). It owns the chunk pool, the FIFO, the
+ * memory budget every byte waiting for the consumer is charged to (below), the flush epoch (how a
+ * consumer asks the recording threads for their partial chunks), the count of records lost on the
+ * way, and its own fork handling. The recorder only pushes to it; the writer only drains it. A queue nobody drains
  * holds the records in memory (tw_queue_foreach), unbounded.
  *
  * Lock order, across the library: recorder registry -> queue -> its consumer (the writer) -> chunk

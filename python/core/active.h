@@ -17,7 +17,7 @@ typedef struct {
     uint64_t gen;                  /* 0: no session; else a number unique to this session */
     /* 1 outside the schedule's active and warmup steps when the summary counts active steps only:
      * wrappers call through, recording nothing (optimizer steps are still watched for the step's
-     * end). Flipped at step boundaries (steps.c), read by every call right after gen. */
+     * end). Flipped at step boundaries (active.c), read by every call right after gen. */
     uint32_t idle;
     uint32_t manual_steps;         /* the program marks steps (Session.step()): optimizer steps do not */
     uint32_t step;                 /* the current step, counted from 0 (also in the recorder) */

@@ -79,7 +79,7 @@ enum {
     TW_KIND_MODULE_CALL = 1u << 1,    /* nn.Module.__call__: the same, and tensor statistics */
     TW_KIND_INPLACE = 1u << 2,        /* may update args[0] (a tensor, or a list of them) in place */
     TW_KIND_BOUNDARY = 1u << 3,       /* optimizer step, backward, zero_grad: parameters checked around it */
-    TW_KIND_STEP = 1u << 4,           /* an optimizer's step: an outermost one ends a step (steps.c) */
+    TW_KIND_STEP = 1u << 4,           /* an optimizer's step: an outermost one ends a step (active.c) */
     TW_KIND_ALL = 31u,
 };
 

@@ -405,7 +405,7 @@ static _Thread_local uint32_t optimizer_depth;
 
 /*
  * An optimizer's step while steps end at optimizer steps: recorded as usual (t NULL: not recorded,
- * outside the schedule's steps), and the end of an outermost one ends the step (steps.c), after its
+ * outside the schedule's steps), and the end of an outermost one ends the step (active.c), after its
  * record is made, so that it belongs to the step it ends.
  */
 static __attribute__((noinline)) PyObject *optimizer_step(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen,
