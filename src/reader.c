@@ -131,6 +131,8 @@ typedef struct reader {
     size_t limit;               /* rows to deliver before pausing (tw_reader_next); 0: no limit */
     size_t delivered;
     int paused;                 /* the limit was reached: process() stopped after that row */
+    size_t stop;                /* a byte range (tw_reader_open_range): no record starting at or after
+                                 * this offset of the data given to process() is read; SIZE_MAX: none */
 } reader_t;
 
 static int not_ours(reader_t *r, const char *what, const char *text, size_t len)
@@ -239,7 +241,7 @@ TW_HOT_ALIGNED static int process(reader_t *r, const char *data, size_t len, int
         const char *first = tw_skip_ws(data, data + len);
         r->json = first < data + len && *first == '{';
     }
-    while (pos < len && rc == 0) {
+    while (pos < len && pos < r->stop && rc == 0) {
         if (r->json) {
             const char *nl = memchr(data + pos, '\n', len - pos);
             if (nl == NULL)
@@ -268,7 +270,7 @@ TW_HOT_ALIGNED static int process(reader_t *r, const char *data, size_t len, int
         rc = csv_record(r, fields, n, quoted, data + pos, (size_t)got);
         pos += (size_t)got;
     }
-    if (rc == 0 && eof && pos < len && tw_skip_ws(data + pos, data + len) < data + len) {
+    if (rc == 0 && eof && pos < r->stop && pos < len && tw_skip_ws(data + pos, data + len) < data + len) {
         /* A torn last record; if it is the first one, it must at least start like our header. */
         const char *text = tw_skip_ws(data + pos, data + len);
         size_t rest = (size_t)(data + len - text);
@@ -278,7 +280,7 @@ TW_HOT_ALIGNED static int process(reader_t *r, const char *data, size_t len, int
             return not_ours(r, "its only line is", text, rest);
         r->stats->truncated++;
     }
-    if (rc == 0 && eof)
+    if (rc == 0 && eof && pos < r->stop)
         pos = len;
     *used = pos;
     return rc;
@@ -295,6 +297,7 @@ static int reader_init(reader_t *r, const char *name, tw_row_fn fn, void *ctx, t
     r->err = err;
     r->err_size = err_size;
     r->json = -1;
+    r->stop = SIZE_MAX;
     r->scratch_size = scratch_size;
     r->scratch = malloc(scratch_size ? scratch_size : 1);
     if (r->scratch == NULL) {
@@ -331,6 +334,12 @@ struct tw_reader {
     int eof;                /* read() said so: what is left in buf is all there is */
     int done;               /* every row was delivered */
     int failed;             /* the error that ended the reading, returned again by later calls */
+    uint64_t pos;           /* the file offset of buf[0] */
+    /* A byte range (tw_reader_open_range): the records that start in [from, range_end). */
+    int ranged;
+    int skipping;           /* from > 0: the bytes up to the first line end are the previous range's */
+    uint64_t range_end;
+    uint64_t first, end;    /* where the range's records begin and end (end: once done) */
 };
 
 int tw_reader_open(const char *path, tw_read_stats_t *stats, tw_reader_t **out, char *err, size_t err_size)
@@ -370,6 +379,50 @@ int tw_reader_open(const char *path, tw_read_stats_t *stats, tw_reader_t **out, 
     return 0;
 }
 
+static int read_head(const char *path, tw_file_kind_t *kind, int streams, reader_t *keep, char *err,
+                     size_t err_size);
+
+int tw_reader_open_range(const char *path, uint64_t offset, uint64_t length, tw_read_stats_t *stats,
+                         tw_reader_t **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    reader_t head;
+    tw_file_kind_t kind;
+    int rc = 0;
+    if (offset > 0 && (rc = read_head(path, &kind, 0, &head, err, err_size)) == 0 && kind == 0) {
+        snprintf(err, err_size, "%s: no header line to read a range of it with", path);
+        rc = TW_EINVAL;
+    }
+    tw_reader_t *rd = NULL;
+    if (rc != 0 || (rc = tw_reader_open(path, stats, &rd, err, err_size)) != 0)
+        return rc;
+    rd->ranged = 1;
+    rd->range_end = length < UINT64_MAX - offset ? offset + length : UINT64_MAX;
+    if (offset > 0) {
+        /* The column order is the header's; the first record is the first line that starts at or
+         * after offset: after the first line end found from offset - 1 on. */
+        rd->r.json = head.json;
+        rd->r.kind = head.kind;
+        memcpy(rd->r.columns, head.columns, sizeof head.columns);
+        rd->r.ncolumns = head.ncolumns;
+        rd->skipping = 1;
+        rd->pos = offset - 1;
+        if (lseek(rd->fd, (off_t)(offset - 1), SEEK_SET) < 0) {
+            snprintf(err, err_size, "reading %s: %s", path, strerror(errno));
+            tw_reader_close(rd);
+            return TW_EIO;
+        }
+    }
+    *out = rd;
+    return 0;
+}
+
+void tw_reader_range(const tw_reader_t *rd, uint64_t *first, uint64_t *end)
+{
+    *first = rd->first;
+    *end = rd->end;
+}
+
 /* Reads more of the file into the buffer, growing it when one record fills it. */
 static int fill(tw_reader_t *rd)
 {
@@ -403,8 +456,24 @@ static int fill(tw_reader_t *rd)
         }
         rd->eof = got == 0;
         rd->have += (size_t)got;
-        r->stats->bytes += (uint64_t)got;
+        if (!rd->ranged) /* a range counts its records' bytes, once done: it reads past its end */
+            r->stats->bytes += (uint64_t)got;
         return 0;
+    }
+}
+
+/* A range that starts inside the file: drops what the buffer holds up to and including the first
+ * line end (the previous range's last record, or a part of it), or all of it when there is none. */
+static void skip_to_line(tw_reader_t *rd)
+{
+    const char *nl = memchr(rd->buf, '\n', rd->have);
+    size_t n = nl != NULL ? (size_t)(nl + 1 - rd->buf) : rd->have;
+    memmove(rd->buf, rd->buf + n, rd->have - n);
+    rd->have -= n;
+    rd->pos += n;
+    if (nl != NULL || rd->eof) {
+        rd->skipping = 0;
+        rd->first = rd->pos;
     }
 }
 
@@ -426,20 +495,31 @@ int tw_reader_next(tw_reader_t *rd, tw_row_fn fn, void *ctx, size_t max_rows, in
     r->paused = 0;
     int rc = 0;
     while (!rd->done) {
+        if (rd->skipping)
+            skip_to_line(rd);
         /* What the last call left (it paused), or what was just read. */
-        if (rd->have > 0 || rd->eof) {
+        if (!rd->skipping && (rd->have > 0 || rd->eof)) {
             size_t used = 0;
+            if (rd->ranged) {
+                uint64_t left = rd->range_end > rd->pos ? rd->range_end - rd->pos : 0;
+                r->stop = left < SIZE_MAX ? (size_t)left : SIZE_MAX;
+            }
             rc = process(r, rd->buf, rd->have, rd->eof, &used);
             memmove(rd->buf, rd->buf + used, rd->have - used);
             rd->have -= used;
+            rd->pos += used;
             if (r->paused) {
                 *more = 1;
                 return 0;
             }
             if (rc != 0)
                 break;
-            if (rd->eof) {
+            if (rd->eof || (rd->ranged && rd->pos >= rd->range_end)) {
                 rd->done = 1;
+                if (rd->ranged) {
+                    rd->end = rd->pos;
+                    r->stats->bytes += rd->end - rd->first;
+                }
                 break;
             }
         }
@@ -524,7 +604,10 @@ static int names_keys(const char *line, size_t len, int json, const char *const 
     return 1;
 }
 
-static int read_kind(const char *path, tw_file_kind_t *kind, int streams, char *err, size_t err_size)
+/* The kind of the file at path from its first line; keep (may be NULL) receives what the reader
+ * learnt from it (CSV or JSON, the kind, the column order), for tw_reader_open_range. */
+static int read_head(const char *path, tw_file_kind_t *kind, int streams, reader_t *keep, char *err,
+                     size_t err_size)
 {
     *kind = 0;
     FILE *f = fopen(path, "rb");
@@ -561,6 +644,9 @@ static int read_kind(const char *path, tw_file_kind_t *kind, int streams, char *
     size_t used, line_len = (size_t)(nl + 1 - head);
     rc = process(&r, head, line_len, 1, &used);
     free(r.scratch);
+    r.scratch = NULL;
+    if (keep != NULL)
+        *keep = r;
     if (rc == 0)
         *kind = r.kind;
     /* not ours as records (or a torn first line, judged by the keys it has) */
@@ -585,10 +671,10 @@ static int read_kind(const char *path, tw_file_kind_t *kind, int streams, char *
 
 int tw_read_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size)
 {
-    return read_kind(path, kind, 0, err, err_size);
+    return read_head(path, kind, 0, NULL, err, err_size);
 }
 
 int tw_read_any_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size)
 {
-    return read_kind(path, kind, 1, err, err_size);
+    return read_head(path, kind, 1, NULL, err, err_size);
 }

@@ -118,6 +118,24 @@ TW_API int tw_reader_open(const char *path, tw_read_stats_t *stats, tw_reader_t 
 TW_API int tw_reader_next(tw_reader_t *reader, tw_row_fn fn, void *ctx, size_t max_rows, int *more, char *err,
                           size_t err_size);
 
+/*
+ * Opens the part of path whose records start in [offset, offset + length) (length UINT64_MAX: to the
+ * end), for reading one file on several threads: the record that starts before offset + length is
+ * read to its end, past it; a range with offset > 0 starts at the first line that begins at or after
+ * offset, read with the column order of the file's header (CSV) or first object (JSON lines). Read it
+ * with tw_reader_next. A CSV record may hold line ends in a quoted field: a range whose offset falls
+ * inside one starts in the middle of that record; tw_reader_range tells the caller, who checks that
+ * each range begins where the one before it ended. Its stats count the bytes from the first record's
+ * start to the last one's end, once the range is read. Returns tw_reader_open's errors, and
+ * TW_EINVAL when offset > 0 and the file has no header line.
+ */
+TW_API int tw_reader_open_range(const char *path, uint64_t offset, uint64_t length, tw_read_stats_t *stats,
+                                tw_reader_t **reader, char *err, size_t err_size);
+
+/* A range read to its end: the file offset of its first record's start, and of its last record's end
+ * (the same offset when it holds no record). */
+TW_API void tw_reader_range(const tw_reader_t *reader, uint64_t *first, uint64_t *end);
+
 /* The file's kind: 0 until its header (or first object) is read, and for an empty file. */
 TW_API tw_file_kind_t tw_reader_kind(const tw_reader_t *reader);
 
