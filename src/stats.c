@@ -104,6 +104,30 @@ int tw_api_stats_add(tw_api_stats_t *a, uint64_t cost_ns, uint64_t self_ns, uint
     return 0;
 }
 
+int tw_api_stats_merge(tw_api_stats_t *into, const tw_api_stats_t *from)
+{
+    if (from->histogram != NULL && into->histogram == NULL &&
+        (into->histogram = calloc(BUCKETS, sizeof *into->histogram)) == NULL)
+        return TW_ENOMEM;
+    if (from->calls > 0) {
+        if (into->calls == 0 || from->min_ns < into->min_ns)
+            into->min_ns = from->min_ns;
+        if (from->max_ns > into->max_ns)
+            into->max_ns = from->max_ns;
+    }
+    into->calls += from->calls;
+    into->errors += from->errors;
+    into->total_ns += from->total_ns;
+    into->self_ns += from->self_ns;
+    into->gpu_ns += from->gpu_ns;
+    for (uint32_t b = 0; from->histogram != NULL && b < BUCKETS; b++) {
+        /* Saturating as tw_api_stats_add does: min(a, MAX) + min(b, MAX) saturated is min(a + b, MAX). */
+        uint64_t sum = (uint64_t)into->histogram[b] + from->histogram[b];
+        into->histogram[b] = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
+    }
+    return 0;
+}
+
 uint64_t tw_stats_percentile(const tw_api_stats_t *a, double q)
 {
     if (a == NULL || a->calls == 0 || a->histogram == NULL)

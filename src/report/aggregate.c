@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "torchwrapper/common.h"
+#include "torchwrapper/stats.h"
 
 #include "aggregate.h"
 #include "table.h"
@@ -315,6 +316,30 @@ static int aggregate_settle(report_sink_t *sink)
     return rc;
 }
 
+/* Adds from's groups to into's: sums, counts, min, max and the histograms the percentiles are read
+ * from, so the table is the one a single pass over both sets of rows prints (table.c sorts groups
+ * by value, then key: no order of arrival shows). Not for --by parent (a child waits for its parent,
+ * which may be in another part of the files) nor --by site (the APIs named per site are the first
+ * ones seen): their ops have no merge. 0, or TW_ENOMEM (some calls not counted). */
+static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
+{
+    aggregate_t *into = (aggregate_t *)into_sink;
+    const aggregate_t *from = (const aggregate_t *)from_sink;
+    int rc = 0;
+    for (size_t i = 0; i < from->groups.capacity; i++) {
+        const group_t *f = from->groups.slots[i];
+        if (f == NULL)
+            continue;
+        group_t *g = report_group_get(&into->groups, f->key, f->key_len);
+        if (g == NULL || tw_api_stats_merge(&g->stats, &f->stats) != 0) {
+            rc = TW_ENOMEM;
+            continue;
+        }
+        g->bwd_ns += f->bwd_ns;
+    }
+    return rc;
+}
+
 static int aggregate_print(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err)
 {
     aggregate_t *a = (aggregate_t *)sink;
@@ -336,6 +361,16 @@ static const report_sink_ops_t aggregate_ops = {
     .name = "aggregate",
     .row = aggregate_row,
     .settle = aggregate_settle,
+    .merge = aggregate_merge,
+    .print = aggregate_print,
+    .free = aggregate_free,
+};
+
+/* --by parent and --by site: read in file order, on one thread (see aggregate_merge). */
+static const report_sink_ops_t aggregate_ordered_ops = {
+    .name = "aggregate",
+    .row = aggregate_row,
+    .settle = aggregate_settle,
     .print = aggregate_print,
     .free = aggregate_free,
 };
@@ -346,7 +381,8 @@ int report_aggregate_new(const options_t *o, const report_sites_t *sites, int ha
     aggregate_t *a = calloc(1, sizeof *a);
     if (a == NULL)
         return TW_ENOMEM;
-    a->sink = (report_sink_t){&aggregate_ops, SINK_ROWS_KEPT};
+    int ordered = o->by == BY_PARENT || o->by == BY_SITE;
+    a->sink = (report_sink_t){ordered ? &aggregate_ordered_ops : &aggregate_ops, SINK_ROWS_KEPT};
     a->o = o;
     a->sites = sites;
     a->trace = trace;

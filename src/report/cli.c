@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "torchwrapper/common.h"
 
@@ -50,6 +51,9 @@
     "  --fail-above PCT  --diff: exit status 1 when a regression beyond noise exceeds PCT percent of BASE's step\n" \
     "  --alpha P         --diff: the significance level of the per-step test (default 0.001)\n"                   \
     "  --min-change PCT  --diff: changes under PCT percent of BASE's step time are not flagged (default 4)\n"          \
+    "  -j, --jobs N      read and total on N threads (default: the number of online CPUs; 1: one thread).\n"   \
+    "                    The output is the same for any N. Large files are read in ranges of 32 MiB; the\n"     \
+    "                    table (--by api, thread, pid, step) is read on N threads, other outputs on one\n"     \
     "  -h, --help        this text\n"
 
 /* ---- options ----------------------------------------------------------------------------------- */
@@ -204,6 +208,8 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
     o->limit = 1000000;
     o->tree_step = -1;
     o->boundary = "torch.optim.*.step";
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    o->jobs = cpus < 1 ? 1 : cpus > REPORT_JOBS_MAX ? REPORT_JOBS_MAX : (unsigned)cpus;
     if ((o->inputs = calloc((size_t)argc + 1, sizeof *o->inputs)) == NULL) {
         fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
         return TW_ENOMEM;
@@ -224,10 +230,16 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             o->help = 1;
             return 0;
         }
-        /* Every other option takes a value: --opt VALUE or --opt=VALUE. */
+        /* Every other option takes a value: --opt VALUE or --opt=VALUE (and -jN, as make takes it). */
         const char *eq = strchr(a, '=');
         size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
-        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        const char *value;
+        if (a[1] == 'j' && a[2] != '\0' && a[2] != '=') {
+            name_len = 2;
+            value = a + 2;
+        } else {
+            value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        }
         int matched, diff_rc = parse_diff_option(a, name_len, value, argc, o, err, &matched);
         if (diff_rc != 0)
             return diff_rc;
@@ -237,7 +249,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         if (!(IS("--sort") || IS("--top") || IS("--by") || IS("--api") || IS("--pid") || IS("--tid") ||
               IS("--window") || IS("--steps") || IS("--format") || IS("--trace") || IS("--limit") || IS("--tree") ||
               IS("--boundary") || IS("--max-depth") || IS("--folded") || IS("--flamegraph") || IS("--html") ||
-              IS("--backward")))
+              IS("--backward") || IS("-j") || IS("--jobs")))
             return usage_error(err, "unknown option '%.*s'", (int)name_len, a);
         if (value == NULL)
             return usage_error(err, "option %s needs a value", a);
@@ -247,6 +259,11 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             if (value[0] == '\0')
                 return usage_error(err, "%.*s needs a file name", (int)name_len, a);
             *(IS("--folded") ? &o->folded : IS("--flamegraph") ? &o->flamegraph : &o->html) = value;
+        } else if (IS("-j") || IS("--jobs")) {
+            if (parse_count(value, &n) != 0 || n < 1 || n > REPORT_JOBS_MAX)
+                return usage_error(err, "%.*s '%s' is not accepted: give a number of threads from 1 to %d (1: read on "
+                                        "one thread)", (int)name_len, a, value, REPORT_JOBS_MAX);
+            o->jobs = (unsigned)n;
         } else if (IS("--backward")) {
             if (strcmp(value, "charged") != 0 && strcmp(value, "timeline") != 0)
                 return usage_error(err, "--backward '%s' is not accepted: give charged or timeline", value);

@@ -50,7 +50,11 @@ typedef struct options {
     size_t ndiff_base;
     double diff_fail_above, diff_alpha, diff_min_change; /* diff_alpha 0: the default */
     int diff_fail_above_given, diff_min_change_given;
+    /* -j N: threads reading the files (jobs.c); 1: one pass on the calling thread, as before -j */
+    unsigned jobs;
 } options_t;
+
+#define REPORT_JOBS_MAX 1024
 
 /*
  * Fills o from argv (help text to out, messages to err). Returns 0 (o->help set when --help was

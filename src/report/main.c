@@ -5,7 +5,8 @@
  *
  * The pass is the driver's: it reads the GPU files first (the trace's arrows need their call ids),
  * applies the filters (filter.c) and hands each row to the sinks that asked for it, knowing none of
- * them by name; only open_sinks, which picks them from the options, does.
+ * them by name; only report_open_sinks, which picks them from the options, does. With -j N it is
+ * read on N threads (jobs.c) when every sink can merge; else, and with -j 1, here on this one.
  */
 #include "config.h"
 
@@ -27,21 +28,12 @@
 #include "flame.h"
 #include "html.h"
 #include "inputs.h"
+#include "jobs.h"
+#include "pass.h"
 #include "sink.h"
 #include "tree.h"
 
-typedef struct pass {
-    report_pass_t out;    /* what the sinks' outputs read */
-    report_filter_t filter;
-    int filtering;        /* some filter is given (report_filter_any) */
-    report_sink_t *sinks[5]; /* in the order they write and print (open_sinks) */
-    size_t nsinks;
-    int64_t min_start_ns; /* for the origin when no manifest gave one */
-    int gpu_pass;         /* reading GPU files (first) */
-    int prepass;          /* only finding the run's first call */
-} pass_t;
-
-static int on_row(void *ctx, const tw_row_t *row)
+int report_pass_row(void *ctx, const tw_row_t *row)
 {
     pass_t *p = ctx;
     if (p->gpu_pass != (row->kind == TW_FILE_GPU))
@@ -73,7 +65,7 @@ static int read_all(pass_t *p, const inputs_t *in, tw_read_stats_t *stats, FILE 
             if ((in->files[i].kind == TW_FILE_GPU) != gpu || in->files[i].kind == 0)
                 continue;
             char message[512];
-            int rc = tw_read_file(in->files[i].path, on_row, p, stats, message, sizeof message);
+            int rc = tw_read_file(in->files[i].path, report_pass_row, p, stats, message, sizeof message);
             if (rc != 0) {
                 fprintf(err, "tw-report: %s\n", message);
                 return rc;
@@ -109,9 +101,9 @@ static int find_origin(pass_t *p, inputs_t *in, FILE *err)
 /*
  * The sinks the options ask for, in the order they write their files (the flame graph's, the page
  * that embeds it, the trace) and print (the tree, or the table, whose footer counts the trace's
- * calls). 0, or a negative errno after a message on err; the sinks opened are in p either way.
+ * calls). See pass.h.
  */
-static int open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const report_sites_t *sites, FILE *err)
+int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const report_sites_t *sites, FILE *err)
 {
     report_sink_t *trace = NULL, *flame = NULL, *html = NULL, *tree = NULL, *aggregate = NULL;
     int rc;
@@ -185,9 +177,9 @@ static int report_run(const options_t *o, FILE *out, FILE *err)
     if (rc == 0 && (o->by == BY_SITE || o->tree_step >= 0 || o->folded || o->flamegraph || o->html))
         rc = report_load_sites(&sites, &in); /* sites.json beside the record files */
     if (rc == 0)
-        rc = open_sinks(&p, o, &in, &sites, err);
-    if (rc == 0)
-        rc = read_all(&p, &in, &stats, err);
+        rc = report_open_sinks(&p, o, &in, &sites, err);
+    if (rc == 0 && report_read_jobs(&p, &in, &sites, &stats, err) != 0)
+        rc = read_all(&p, &in, &stats, err); /* -j 1, or what cannot be read on several threads */
     if (rc == 0)
         rc = finish_sinks(&p, &t0, out, err);
     for (size_t i = 0; i < p.nsinks; i++)

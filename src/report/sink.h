@@ -7,8 +7,12 @@
  *   row     every row the sink asked for (rows: the ones the filters kept, left out, or both), with
  *           the filters' verdict;
  *   settle  once the last row is read: what waited for rows that never came is counted;
- *   merge   (for a later reading on several threads: each thread feeds sinks of its own, merged
- *           into the first at the end; NULL where a sink cannot be split, which is every one today);
+ *   merge   for a reading on several threads (jobs.c, -j): each thread feeds sinks of its own, fed
+ *           parts of the files in whatever order the threads take them, merged into the driver's
+ *           at the end, before settle. A merge must give what one pass would have, whatever the
+ *           order of the parts (sums, counts, min, max, histograms); NULL where the sink needs the
+ *           rows in file order (the trace, the flame graph, the tree, --by parent and site): then
+ *           the whole report is read on one thread;
  *   write   the sink's files (--trace, --folded, --flamegraph, --html), every sink's in turn;
  *   print   what goes to the standard output (the table, the tree), after every file is written;
  *   free    its memory (and files still open, unfinished).
