@@ -51,9 +51,9 @@
     "  --fail-above PCT  --diff: exit status 1 when a regression beyond noise exceeds PCT percent of BASE's step\n" \
     "  --alpha P         --diff: the significance level of the per-step test (default 0.001)\n"                   \
     "  --min-change PCT  --diff: changes under PCT percent of BASE's step time are not flagged (default 4)\n"          \
-    "  -j, --jobs N      read and total on N threads (default: the number of online CPUs; 1: one thread).\n"   \
-    "                    The output is the same for any N. Large files are read in ranges of 32 MiB; the\n"     \
-    "                    table (--by api, thread, pid, step) is read on N threads, other outputs on one\n"     \
+    "  -j, --jobs N      read on N threads (default: the number of online CPUs; 1: one thread); the output\n"    \
+    "                    is the same for any N. Files over 32 MiB are read in ranges. Only the table --by\n"     \
+    "                    api, thread, pid or step: the other outputs, and --diff, are read on one thread\n"      \
     "  -h, --help        this text\n"
 
 /* ---- options ----------------------------------------------------------------------------------- */

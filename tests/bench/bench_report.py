@@ -148,6 +148,31 @@ def engine_report(engine, paths):
     return float(done.stdout.split()[-2]), (int(text) / 1024 if timer and text else None)
 
 
+def jobs_throughput(paths, reps=REPS):
+    """tw-report -j 1 against -j 2 (and -j 4 where there are 4 CPUs), interleaved, on the same files:
+    {"all_files" | "one_file": {jobs: MB/s wall (median), "max_rss_mb": {jobs: MB}}}. One file is cut
+    into 32 MiB ranges, read on the threads as the files are."""
+    counts = [1, 2] + ([4] if (os.cpu_count() or 1) >= 4 else [])
+    results = {}
+    for name, chosen in (("all_files", paths), ("one_file", paths[:1])):
+        mb = sum(os.path.getsize(p) for p in chosen) / 1e6
+        runs = {jobs: [] for jobs in counts}
+        for _ in range(reps):
+            for jobs in counts:
+                runs[jobs].append(run_report(chosen, ("-j", str(jobs))))
+        results[name] = {"input_mb": round(mb, 1),
+                         "mb_s_wall": {jobs: round(mb / statistics.median(r[0] for r in runs[jobs]), 1) for jobs in counts},
+                         "max_rss_mb": {jobs: runs[jobs][0][2] and round(max(r[2] for r in runs[jobs]), 1)
+                                        for jobs in counts}}
+    return results
+
+
+def print_jobs(jobs):
+    for name, row in jobs.items():
+        rates = ", ".join(f"-j {j}: {mbs:.0f} MB/s (max RSS {row['max_rss_mb'][j]} MB)" for j, mbs in row["mb_s_wall"].items())
+        print(f"  tw-report -j N on {name.replace('_', ' ')} ({row['input_mb']:.0f} MB, median of {REPS}, interleaved): {rates}")
+
+
 def main():
     results = {}
     with tempfile.TemporaryDirectory(prefix="tw-bench-report-") as tmp:
@@ -195,6 +220,8 @@ def main():
                            "max_rss_mb_one_file": view_rss_small and round(view_rss_small, 1),
                            "max_rss_mb_all_files": runs[0][2] and round(max(r[2] for r in runs), 1),
                            "output_kb": round(os.path.getsize(os.path.join(tmp, target)) / 1024, 1)}
+        # -j N (#39): the same files on 1 and on 2 threads.
+        jobs = jobs_throughput(paths)
         report_mbs = total / statistics.median(report_walls)
         report_cpu_mbs = total / statistics.median(report_cpus)
         pandas_mbs = size * len(pandas_paths) / 1e6 / statistics.median(pandas_walls)
@@ -206,9 +233,11 @@ def main():
             "max_rss_mb_all_files": rss_large and round(rss_large, 1),
             "engines": engines,
             "views": views,
+            "jobs": jobs,
             "diff_mb_s_wall": round(diff_mbs, 1), "diff_max_rss_mb": diff_runs[0][2] and round(max(r[2] for r in diff_runs), 1),
         }
-    print(f"tw-report on {results['input_mb']:.0f} MB ({results['files']} files, median of {REPS}): "
+    print(f"tw-report on {results['input_mb']:.0f} MB ({results['files']} files, median of {REPS}, default -j: "
+          f"{os.cpu_count()} CPUs): "
           f"{results['tw_report_mb_s_wall']:.0f} MB/s wall, {results['tw_report_mb_s_cpu']:.0f} MB/s of CPU time; "
           f"pandas.read_csv + groupby: {results['pandas_mb_s_wall']:.0f} MB/s -> {results['speedup_vs_pandas']}x; "
           f"max RSS {results['max_rss_mb_one_file']} MB on {FILE_MB} MB, "
@@ -222,6 +251,7 @@ def main():
         print(f"  tw-report --{name} on all {results['input_mb']:.0f} MB: {row['mb_s_wall']:.0f} MB/s wall, "
               f"{row['mb_s_cpu']:.0f} MB/s of CPU time; max RSS {row['max_rss_mb_one_file']} MB on {FILE_MB} MB, "
               f"{row['max_rss_mb_all_files']} MB on {results['input_mb']:.0f} MB; output {row['output_kb']} KB")
+    print_jobs(results["jobs"])
     out = os.environ.get("BENCH_REPORT_JSON", os.path.join(BUILD, "build", "bench-report.json"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
