@@ -160,8 +160,9 @@ def jobs_throughput(paths, reps=REPS):
         for _ in range(reps):
             for jobs in counts:
                 runs[jobs].append(run_report(chosen, ("-j", str(jobs))))
-        results[name] = {"input_mb": round(mb, 1),
+        results[name] = {"input_mb": round(mb, 1), "reps": reps,
                          "mb_s_wall": {jobs: round(mb / statistics.median(r[0] for r in runs[jobs]), 1) for jobs in counts},
+                         "mb_s_cpu": {jobs: round(mb / statistics.median(r[1] for r in runs[jobs]), 1) for jobs in counts},
                          "max_rss_mb": {jobs: runs[jobs][0][2] and round(max(r[2] for r in runs[jobs]), 1)
                                         for jobs in counts}}
     return results
@@ -169,8 +170,10 @@ def jobs_throughput(paths, reps=REPS):
 
 def print_jobs(jobs):
     for name, row in jobs.items():
-        rates = ", ".join(f"-j {j}: {mbs:.0f} MB/s (max RSS {row['max_rss_mb'][j]} MB)" for j, mbs in row["mb_s_wall"].items())
-        print(f"  tw-report -j N on {name.replace('_', ' ')} ({row['input_mb']:.0f} MB, median of {REPS}, interleaved): {rates}")
+        rates = ", ".join(f"-j {j}: {mbs:.0f} MB/s wall, {row['mb_s_cpu'][j]:.0f} MB/s of CPU time, max RSS "
+                          f"{row['max_rss_mb'][j]} MB" for j, mbs in row["mb_s_wall"].items())
+        print(f"  tw-report -j N on {name.replace('_', ' ')} ({row['input_mb']:.0f} MB, median of {row['reps']}, "
+              f"interleaved): {rates}")
 
 
 def main():
