@@ -4,8 +4,7 @@
  * in place, the call sites' part, and steps (the step counter and the schedule's decision at each
  * boundary).
  *
- * Steps: *
- * A step ends when an outermost optimizer step returns (one not called from inside another
+ * Steps: a step ends when an outermost optimizer step returns (one not called from inside another
  * optimizer step on the same thread, so that GradScaler.step(opt) or an optimizer wrapping another
  * ends one step), or, once the program has called Session.step(), at each such call only (the first
  * such call ends no step when optimizer steps have ended some: see tw_step_mark). Each
@@ -18,6 +17,7 @@
 #include "module.h"
 
 #include <string.h>
+
 #include "backward.h"
 
 tw_active_t tw_active;
