@@ -14,21 +14,10 @@ import torch
 
 import torchwrapper as tw
 
-from models import MLP
+from test_report import train  # the same real training loop as the one-thread report tests
 
 BUILD = os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", ".."))
 TW_REPORT = os.path.join(BUILD, "tw-report")
-
-
-def train(steps):
-    torch.manual_seed(0)
-    model = MLP()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    for _ in range(steps):
-        loss = model(torch.randn(32, 32)).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
 
 
 @pytest.fixture(scope="module", params=["csv", "json"])
