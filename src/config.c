@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "config_tree.h"
 #include "schedule.h"
 #include "torchwrapper/config.h"
 
@@ -561,10 +562,10 @@ int tw_config_normalize(const char *json_in, int from_strings, char **json_out, 
     return tw_config_normalize_for(TW_CONFIG_DEFAULTS_TORCHWRAPPER, json_in, from_strings, json_out, err, err_size);
 }
 
-int tw_config_normalize_for(tw_config_defaults_t defaults, const char *json_in, int from_strings, char **json_out,
-                            char *err, size_t err_size)
+int tw_config_normalize_tree(tw_config_defaults_t defaults, const char *json_in, int from_strings, cJSON **tree,
+                             char *err, size_t err_size)
 {
-    *json_out = NULL;
+    *tree = NULL;
     if ((unsigned)defaults >= TW_CONFIG_DEFAULTS_COUNT) {
         snprintf(err, err_size, "unknown set of defaults %d", (int)defaults);
         return TW_EINVAL;
@@ -633,8 +634,24 @@ int tw_config_normalize_for(tw_config_defaults_t defaults, const char *json_in, 
         cJSON_AddItemToObject(out, config_keys[i].name, value);
     }
     cJSON_Delete(in);
-    *json_out = out ? cJSON_PrintUnformatted(out) : NULL;
-    cJSON_Delete(out);
+    if (out == NULL) {
+        snprintf(err, err_size, "out of memory");
+        return TW_ENOMEM;
+    }
+    *tree = out;
+    return 0;
+}
+
+int tw_config_normalize_for(tw_config_defaults_t defaults, const char *json_in, int from_strings, char **json_out,
+                            char *err, size_t err_size)
+{
+    cJSON *tree;
+    *json_out = NULL;
+    int rc = tw_config_normalize_tree(defaults, json_in, from_strings, &tree, err, err_size);
+    if (rc != 0)
+        return rc;
+    *json_out = cJSON_PrintUnformatted(tree);
+    cJSON_Delete(tree);
     if (*json_out == NULL) {
         snprintf(err, err_size, "out of memory");
         return TW_ENOMEM;

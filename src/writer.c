@@ -159,12 +159,13 @@ static void *writer_main(void *arg)
     for (;;) {
         wait_for_work(w, next_flush); /* returns with the lock held */
         int stopping = w->stopping;
-        tw_captures_refresh_view(w);
         int manifest_due = w->manifest_due;
         w->manifest_due = 0;
         pthread_mutex_unlock(&w->lock);
         if (manifest_due) /* written by this thread only: two writers would share its temporary file */
             tw_writer_write_manifest(w);
+        /* Each drain takes a new view of the captures after taking its rows (the calls' runs first,
+         * so that the view is fresh for tw_captures_advance below too). */
         for (writer_source_t *s = tw_writer_sources(w); s != NULL; s = s->next)
             s->ops->drain(w, s);
         tw_queue_room(w->queue); /* what was written gave its memory back */
@@ -294,6 +295,10 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
         return TW_EINVAL;
     /* Zero fields take the config's defaults (config.c, the one table of them). */
     const tw_config_t *defaults = tw_config_defaults(TW_CONFIG_DEFAULTS_TORCHWRAPPER);
+    if (defaults == NULL) {
+        snprintf(err, err_size, "out of memory");
+        return TW_ENOMEM;
+    }
     const char *spec = config->file_name_spec ? config->file_name_spec : defaults->file_name_spec;
     if (tw_name_spec_check(spec, err, err_size) != 0)
         return TW_EINVAL;

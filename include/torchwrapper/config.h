@@ -140,7 +140,8 @@ TW_API int tw_config_load(tw_config_defaults_t defaults, const char *json_in, in
 /* Frees what tw_config_load() allocated in config (not config itself). */
 TW_API void tw_config_free(tw_config_t *config);
 
-/* An entry point's defaults, typed (static; every call gives the same values). */
+/* An entry point's defaults, typed (static; every call gives the same values), or NULL when there
+ * was no memory to make them at the first call. */
 TW_API const tw_config_t *tw_config_defaults(tw_config_defaults_t defaults);
 
 /* The writer's part of config into out (its strings point into config). rank, manifest_json,
