@@ -57,8 +57,7 @@ void tw_active_quiesce(void)
 
 PyObject *tw_active_end(void)
 {
-    tw_active.gen = 0;
-    tw_active.seq_peek = NULL;
+    tw_active_quiesce();
     tw_active.idle = 0;
     tw_active.recorder = NULL;
     tw_active.writer = NULL;
