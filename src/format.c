@@ -129,6 +129,8 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
     int64_t start = tw_clock_epoch_ns(clock, r->start);
     uint64_t cost = tw_clock_duration_ns(clock, r->cost);
     uint64_t self = tw_clock_duration_ns(clock, r->self);
+    tw_resources_t res;
+    int has_res = tw_record_resources(chunk, r, &res);
     if (format == TW_FORMAT_CSV) {
         p = tw_format_u64(p, r->call_id);
         *p++ = ',';
@@ -169,6 +171,17 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         *p++ = ',';
         if (fwd_api != NULL)
             p = put_csv_text(p, fwd_api, fwd_api_len);
+        /* the resources: empty fields for the (many) records that carry none, which read as 0 */
+        if (has_res) {
+            const uint64_t fields[] = {res.flops, res.flops_total, res.mem_alloc, res.mem_self, res.mem_freed, res.mem_peak};
+            for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+                *p++ = ',';
+                p = tw_format_u64(p, fields[i]);
+            }
+        } else {
+            memcpy(p, ",,,,,,", 6);
+            p += 6;
+        }
         *p++ = '\n';
     } else {
         memcpy(p, "{\"call_id\":", 11);
@@ -216,6 +229,17 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         p = tw_format_u64(p + 15, fwd_call_id);
         memcpy(p, ",\"fwd_api\":", 11);
         p = tw_json_escape(p + 11, fwd_api != NULL ? fwd_api : "", fwd_api_len);
+        /* the resources, only in the records that carry some: a key left out reads as 0 */
+        static const struct {
+            const char *key; /* ,"name": */
+            size_t len;
+        } keys[] = {{",\"flops\":", 9},     {",\"flops_total\":", 15}, {",\"mem_alloc\":", 13},
+                    {",\"mem_self\":", 12}, {",\"mem_freed\":", 13},   {",\"mem_peak\":", 12}};
+        const uint64_t fields[] = {res.flops, res.flops_total, res.mem_alloc, res.mem_self, res.mem_freed, res.mem_peak};
+        for (size_t i = 0; has_res && i < sizeof fields / sizeof fields[0]; i++) {
+            memcpy(p, keys[i].key, keys[i].len);
+            p = tw_format_u64(p + keys[i].len, fields[i]);
+        }
         *p++ = '}';
         *p++ = '\n';
     }

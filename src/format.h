@@ -17,10 +17,10 @@
 
 /* One formatted record: escaped API name, module path, forward API and arguments (6 bytes per byte at
  * worst in JSON). */
-#define TW_LINE_MAX (18 * TW_API_NAME_MAX + 6 * TW_ARGS_MAX + 512)
+#define TW_LINE_MAX (18 * TW_API_NAME_MAX + 6 * TW_ARGS_MAX + 1024)
 
 /* The header line of a CSV file of call records. */
-#define TW_CALLS_CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module,step,site,fwd_call_id,fwd_api\n"
+#define TW_CALLS_CSV_HEADER "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,module,step,site,fwd_call_id,fwd_api,flops,flops_total,mem_alloc,mem_self,mem_freed,mem_peak\n"
 
 /* Formats record r of chunk into line (at least TW_LINE_MAX bytes) in format, its times converted
  * by clock and its argument text cut to args_max bytes; returns its length. */

@@ -21,7 +21,10 @@ static const char *const column_names[COL_COUNT] = {
     [COL_KIND] = "kind",       [COL_NAME] = "name",       [COL_END_NS] = "end_ns",     [COL_DEVICE] = "device",
     [COL_STREAM] = "stream",   [COL_CORRELATION_ID] = "correlation_id", [COL_MODULE] = "module", [COL_STEP] = "step",
     [COL_SITE] = "site",       [COL_FWD_CALL_ID] = "fwd_call_id", [COL_FWD_API] = "fwd_api",
+    [COL_FLOPS] = "flops",     [COL_FLOPS_TOTAL] = "flops_total", [COL_MEM_ALLOC] = "mem_alloc",
+    [COL_MEM_SELF] = "mem_self", [COL_MEM_FREED] = "mem_freed", [COL_MEM_PEAK] = "mem_peak",
 };
+_Static_assert(COL_COUNT <= 32, "columns are bits of a 32-bit set");
 
 column_t tw_column_of(const char *s, size_t len)
 {
@@ -111,6 +114,13 @@ int tw_set_field(tw_row_t *row, column_t col, const char *s, size_t len)
     case COL_STEP: return parse_i64(s, len, &row->step);
     case COL_SITE: return parse_u64(s, len, &row->site);
     case COL_FWD_CALL_ID: return parse_u64(s, len, &row->fwd_call_id);
+    /* resources: an empty field is a record that carries none (format.c) */
+    case COL_FLOPS: return len == 0 ? 0 : parse_u64(s, len, &row->flops);
+    case COL_FLOPS_TOTAL: return len == 0 ? 0 : parse_u64(s, len, &row->flops_total);
+    case COL_MEM_ALLOC: return len == 0 ? 0 : parse_u64(s, len, &row->mem_alloc);
+    case COL_MEM_SELF: return len == 0 ? 0 : parse_u64(s, len, &row->mem_self);
+    case COL_MEM_FREED: return len == 0 ? 0 : parse_u64(s, len, &row->mem_freed);
+    case COL_MEM_PEAK: return len == 0 ? 0 : parse_u64(s, len, &row->mem_peak);
     case COL_DEVICE: return parse_i64(s, len, &row->device);
     case COL_STREAM: return parse_i64(s, len, &row->stream);
     case COL_CORRELATION_ID: return parse_u64(s, len, &row->correlation_id);

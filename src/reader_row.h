@@ -39,6 +39,12 @@ typedef enum {
     COL_SITE,
     COL_FWD_CALL_ID,
     COL_FWD_API,
+    COL_FLOPS,
+    COL_FLOPS_TOTAL,
+    COL_MEM_ALLOC,
+    COL_MEM_SELF,
+    COL_MEM_FREED,
+    COL_MEM_PEAK,
     COL_COUNT
 } column_t;
 

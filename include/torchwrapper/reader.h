@@ -68,6 +68,13 @@ typedef struct tw_row {
      * and in JSON), 0 when the call is no module's forward (an empty CSV field, a JSON null), -1 in
      * files older than the column. Appended last: the fields above keep their places. */
     int has_module;
+    /* calls: resources (recorder.h tw_resources_t), 0 when not measured and in older files */
+    uint64_t flops;       /* the call's own FLOPs */
+    uint64_t flops_total; /* with those of the calls inside it */
+    uint64_t mem_alloc;   /* bytes allocated during the call, inside calls included */
+    uint64_t mem_self;    /* of which outside the recorded calls inside it */
+    uint64_t mem_freed;   /* bytes freed during the call */
+    uint64_t mem_peak;    /* the highest allocated total reported during it */
 } tw_row_t;
 
 /* Called for every row; a non-zero return stops the reading and is returned by tw_read_*. */

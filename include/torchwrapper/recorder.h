@@ -34,7 +34,40 @@ enum {
     /* an autograd node (libtorch layer): its argument text is the link to the forward call that
      * created it, TW_BACKWARD_LINK_SIZE bytes (tw_backward_link_pack), not a summary */
     TW_RECORD_BACKWARD = 1u << 1,
+    /* a tw_resources_t (TW_RESOURCES_SIZE bytes, unaligned: read it with memcpy) follows the record's
+     * text (its argument summary or backward link), outside args_len */
+    TW_RECORD_RESOURCES = 1u << 2,
 };
+
+/*
+ * What a call used besides time: FLOPs (the caller states the call's own, tw_frame_t.flops) and the
+ * memory the allocator reported on its thread while it ran (tw_thread_t.memory). Carried after the
+ * record's text only by the records that have some, so that a record stays one cache line and the
+ * calls without any pay nothing.
+ */
+typedef struct tw_resources {
+    uint64_t flops;       /* the call's own floating-point operations */
+    uint64_t flops_total; /* with those of the recorded calls inside it */
+    uint64_t mem_alloc;   /* bytes allocated on this thread during the call, inside calls included */
+    uint64_t mem_self;    /* of which outside the recorded calls inside it */
+    uint64_t mem_freed;   /* bytes freed on this thread during the call, inside calls included */
+    uint64_t mem_peak;    /* the highest allocated total the allocator reported during the call (0: none) */
+} tw_resources_t;
+#define TW_RESOURCES_SIZE ((uint32_t)sizeof(tw_resources_t))
+
+/*
+ * The allocator's reports on one OS thread, written only by that thread: a report of n bytes
+ * allocated does allocated += n (freed: freed += n), total = the allocator's allocated total,
+ * peak = max(peak, total). Calls read differences of allocated and freed; peak is reset to total at
+ * each call's beginning and put back at its end (the outer call's peak is the max of its own and its
+ * inner calls'), so that it is the highest total seen during the innermost call in progress.
+ */
+typedef struct tw_memory_counters {
+    uint64_t allocated; /* bytes allocated on this thread, ever (only grows) */
+    uint64_t freed;     /* bytes freed on this thread, ever */
+    uint64_t total;     /* the allocator's allocated total at its last report on this thread */
+    uint64_t peak;      /* the highest total since the innermost call in progress began */
+} tw_memory_counters_t;
 
 /* A backward node's link: the forward call's id (0: none found) and API id, little-endian. */
 #define TW_BACKWARD_LINK_SIZE 12
@@ -105,6 +138,12 @@ typedef struct tw_frame {
     uint32_t site;        /* sites.h: set by the caller between begin and end (0: none) */
     uint32_t api_id;      /* set by the caller between begin and end: what backward nodes link to */
     uint64_t seq_begin;   /* the autograd sequence number when the call began (backward nodes' links) */
+    uint64_t flops;       /* the call's own FLOPs: 0 at begin, set by the caller between begin and end */
+    uint64_t child_flops; /* flops_total of the recorded calls directly inside this one */
+    uint64_t child_alloc; /* mem_alloc of the recorded calls directly inside this one */
+    uint64_t allocated_at_begin; /* the thread's memory counters when the call began (memory set) */
+    uint64_t freed_at_begin;
+    uint64_t outer_peak;  /* the counters' peak when the call began, put back (max) at its end */
 } tw_frame_t;
 
 typedef struct tw_recorder tw_recorder_t;
@@ -126,6 +165,9 @@ typedef struct tw_thread {
     const uint32_t *flush_epoch; /* the recorder's; when it moves, the partial chunk is handed over */
     uint32_t seen_epoch;
     const uint32_t *step; /* the recorder's current step (tw_recorder_set_step) */
+    /* This OS thread's allocator reports, set by whoever measures memory; NULL (the default): memory
+     * is not measured on this thread. */
+    tw_memory_counters_t *memory;
     struct tw_thread *next_in_recorder;
     unsigned refs;       /* the recorder's and the OS thread's; guarded by the library's registry lock */
     tw_frame_t stack[TW_MAX_DEPTH];
@@ -198,6 +240,16 @@ static inline tw_frame_t *tw_call_begin(tw_thread_t *t)
     frame->module_id = TW_MODULE_NONE;
     frame->site = 0;
     frame->step = __atomic_load_n(t->step, __ATOMIC_RELAXED);
+    frame->flops = 0;
+    frame->child_flops = 0;
+    frame->child_alloc = 0;
+    tw_memory_counters_t *m = t->memory;
+    if (m != NULL) {
+        frame->allocated_at_begin = m->allocated;
+        frame->freed_at_begin = m->freed;
+        frame->outer_peak = m->peak;
+        m->peak = m->total;
+    }
     return frame;
 }
 
@@ -218,15 +270,40 @@ static inline void tw_call_end_args(tw_thread_t *t, tw_frame_t *frame, uint32_t 
     uint64_t cost = end - start;
     cost = cost > excluded ? cost - excluded : 0;
     uint64_t parent_id = 0;
+    /* Resources: FLOPs when the call or a call inside it stated some, memory when it is measured. */
+    tw_resources_t res;
+    uint32_t res_size = 0;
+    tw_memory_counters_t *m = t->memory;
+    if (TW_UNLIKELY((frame->flops | frame->child_flops) != 0 || m != NULL)) {
+        res.flops = frame->flops;
+        res.flops_total = frame->flops + frame->child_flops;
+        res.mem_alloc = res.mem_self = res.mem_freed = res.mem_peak = 0;
+        if (m != NULL) {
+            res.mem_alloc = m->allocated - frame->allocated_at_begin;
+            res.mem_self = res.mem_alloc > frame->child_alloc ? res.mem_alloc - frame->child_alloc : 0;
+            res.mem_freed = m->freed - frame->freed_at_begin;
+            res.mem_peak = m->peak;
+            if (frame->outer_peak > m->peak)
+                m->peak = frame->outer_peak;
+        }
+        if ((res.flops_total | res.mem_alloc | res.mem_freed) != 0) {
+            res_size = TW_RESOURCES_SIZE;
+            flags |= TW_RECORD_RESOURCES;
+        }
+    }
     if (depth > 0) {
         frame[-1].child_ticks += cost;
         parent_id = frame[-1].call_id;
+        if (res_size != 0) {
+            frame[-1].child_flops += res.flops_total;
+            frame[-1].child_alloc += res.mem_alloc;
+        }
     }
     if (args_len > TW_ARGS_MAX)
         args_len = TW_ARGS_MAX;
     tw_chunk_t *chunk = t->chunk;
     if (TW_UNLIKELY(chunk == NULL || chunk->count == chunk->capacity ||
-                    chunk->text_capacity - chunk->text_used < args_len)) {
+                    chunk->text_capacity - chunk->text_used < args_len + res_size)) {
         chunk = tw_thread_next_chunk(t);
         if (chunk == NULL) {
             t->dropped++;
@@ -248,14 +325,28 @@ static inline void tw_call_end_args(tw_thread_t *t, tw_frame_t *frame, uint32_t 
     r->module_id = frame->module_id;
     r->args_offset = 0;
     r->args_len = (uint16_t)args_len;
-    if (args_len > 0) {
-        r->args_offset = (uint16_t)chunk->text_used; /* < TW_CHUNK_TEXT: args_len bytes follow */
-        memcpy(chunk->text + chunk->text_used, args, args_len);
-        chunk->text_used += args_len;
+    if (args_len + res_size > 0) {
+        r->args_offset = (uint16_t)chunk->text_used; /* < TW_CHUNK_TEXT: the bytes follow */
+        if (args_len > 0)
+            memcpy(chunk->text + chunk->text_used, args, args_len);
+        if (res_size != 0)
+            memcpy(chunk->text + chunk->text_used + args_len, &res, TW_RESOURCES_SIZE);
+        chunk->text_used += args_len + res_size;
     }
     /* The writer asks for partial chunks once per flush interval, so records reach the disk soon. */
     if (TW_UNLIKELY(__atomic_load_n(t->flush_epoch, __ATOMIC_RELAXED) != t->seen_epoch))
         tw_thread_flush(t);
+}
+
+/* The resources a record carries (tw_resources_t), or zeros: 1 when it carries some. */
+static inline int tw_record_resources(const tw_chunk_t *chunk, const tw_record_t *r, tw_resources_t *out)
+{
+    if (!(r->flags & TW_RECORD_RESOURCES)) {
+        memset(out, 0, sizeof *out);
+        return 0;
+    }
+    memcpy(out, chunk->text + r->args_offset + r->args_len, TW_RESOURCES_SIZE);
+    return 1;
 }
 
 /*

@@ -41,6 +41,8 @@ static const field_t call_fields[] = {
     INT("depth", depth),     INT("parent_id", parent_id), {"error", F_BOOL, offsetof(tw_row_t, error)},
     STR("args", args),       {"module", F_MODULE, offsetof(tw_row_t, module)}, INT("step", step),
     INT("site", site),       INT("fwd_call_id", fwd_call_id), STR("fwd_api", fwd_api),
+    INT("flops", flops),     INT("flops_total", flops_total), INT("mem_alloc", mem_alloc),
+    INT("mem_self", mem_self), INT("mem_freed", mem_freed), INT("mem_peak", mem_peak),
 };
 static const field_t gpu_fields[] = {
     INT("call_id", call_id), STR("api", api),   STR("kind", gpu_kind),   STR("name", name),

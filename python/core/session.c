@@ -519,9 +519,10 @@ int tw_session_add_type(PyObject *module, tw_module_state *state)
         return -1;
     /* The names of records()' tuple fields, in the order append_chunk_records builds them, so that
      * Python reads each by name (torchwrapper.records) and a field added here cannot shift another. */
-    PyObject *fields = Py_BuildValue("(ssssssssssssssss)", "call_id", "api", "start_ns", "cost_ns", "self_ns",
+    PyObject *fields = Py_BuildValue("(ssssssssssssssssssssss)", "call_id", "api", "start_ns", "cost_ns", "self_ns",
                                      "gpu_ns", "tid", "depth", "parent_id", "error", "args", "module", "step", "site",
-                                     "fwd_call_id", "fwd_api");
+                                     "fwd_call_id", "fwd_api", "flops", "flops_total", "mem_alloc", "mem_self",
+                                     "mem_freed", "mem_peak");
     if (fields == NULL)
         return -1;
     int rc = PyModule_AddObjectRef(module, "RECORD_FIELDS", fields);

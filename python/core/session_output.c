@@ -67,8 +67,10 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
             Py_DECREF(fwd_api);
             return -1;
         }
-        /* the fields in the order of RECORD_FIELDS (below): readers take them by name */
-        PyObject *row = Py_BuildValue("(KNLKKKKIKONNIIKN)", (unsigned long long)r->call_id, name,
+        tw_resources_t res;
+        tw_record_resources(chunk, r, &res);
+        /* the fields in the order of RECORD_FIELDS (session.c): readers take them by name */
+        PyObject *row = Py_BuildValue("(KNLKKKKIKONNIIKNKKKKKK)", (unsigned long long)r->call_id, name,
                                       (long long)tw_clock_epoch_ns(clock, r->start),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->cost),
                                       (unsigned long long)tw_clock_duration_ns(clock, r->self), 0ull,
@@ -76,7 +78,10 @@ static int append_chunk_records(const tw_chunk_t *chunk, void *arg)
                                       (unsigned long long)r->parent_id,
                                       (r->flags & TW_RECORD_ERROR) ? Py_True : Py_False, args, module,
                                       (unsigned int)r->step, (unsigned int)r->site,
-                                      (unsigned long long)fwd_call_id, fwd_api);
+                                      (unsigned long long)fwd_call_id, fwd_api, (unsigned long long)res.flops,
+                                      (unsigned long long)res.flops_total, (unsigned long long)res.mem_alloc,
+                                      (unsigned long long)res.mem_self, (unsigned long long)res.mem_freed,
+                                      (unsigned long long)res.mem_peak);
         if (row == NULL)
             return -1;
         int err = PyList_Append(ctx->list, row);

@@ -45,6 +45,12 @@ class Record(NamedTuple):
     pid: int = 0                  # the process that made the call
     fwd_call_id: int = 0          # an autograd node's forward call (its call_id; 0: none, or not a node)
     fwd_api: str = ""             # that forward call's API
+    flops: int = 0                # the call's own floating-point operations (config flops; 0: none)
+    flops_total: int = 0          # with those of the recorded calls inside it
+    mem_alloc: int = 0            # bytes allocated during the call, inside calls included (config memory)
+    mem_self: int = 0             # of which outside the recorded calls inside it
+    mem_freed: int = 0            # bytes freed during the call
+    mem_peak: int = 0             # the highest allocated total the allocator reported during it
 
     # Fields are read by name, never by position: columns were appended before (step, site) and will
     # be again, and a row unpacked by position silently shifts (callRecords' Arguments became the step).

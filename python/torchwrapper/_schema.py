@@ -33,7 +33,7 @@ def _col(name: str, type_: str, description: str, unit: Optional[str] = None, nu
 
 _KINDS: Dict[str, Dict[str, Any]] = {
     "calls": {
-        "version": 4,
+        "version": 5,
         "description": "one row per profiled call, in the order calls ended",
         "files": {"csv": "NAME.csv", "json": "NAME.jsonl"},
         "columns": [
@@ -66,6 +66,18 @@ _KINDS: Dict[str, Dict[str, Any]] = {
                                          "for nodes no forward call made (AccumulateGrad), and in older files",
                  missing=0),
             _col("fwd_api", "string", "that forward call's API name (\"\" when fwd_call_id is 0)", missing=""),
+            _col("flops", "int64", "the call's own floating-point operations (config flops: linear, matmul, "
+                                   "conv, attention, ...; an autograd node: its backward's), not those of the "
+                                   "recorded calls inside it; 0 for none and in older files", missing=0),
+            _col("flops_total", "int64", "flops with those of the recorded calls inside it", missing=0),
+            _col("mem_alloc", "int64", "bytes the allocator reported allocated on the call's thread while it "
+                                       "ran, inside calls included (config memory); 0 when off", "bytes",
+                 missing=0),
+            _col("mem_self", "int64", "of mem_alloc, the bytes outside the recorded calls inside it", "bytes",
+                 missing=0),
+            _col("mem_freed", "int64", "bytes freed on the call's thread while it ran", "bytes", missing=0),
+            _col("mem_peak", "int64", "the highest allocated total the allocator reported during the call "
+                                      "(0: no report)", "bytes", missing=0),
         ],
     },
     "gpu": {

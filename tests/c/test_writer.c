@@ -321,6 +321,19 @@ static void json_escape_matches_a_reference_for_every_byte_anywhere_in_a_run(voi
     assert_memory_equal(empty, "\"\"", 2);
 }
 
+/* The resource columns (flops .. mem_peak) cut off a CSV line, its newline kept: the tests of the
+ * columns before them read the line's end. */
+static char *cut_resource_columns(char *line)
+{
+    for (int i = 0; i < 6; i++) {
+        char *comma = strrchr(line, ',');
+        assert_non_null(comma);
+        *comma = '\0';
+    }
+    strcat(line, "\n");
+    return line;
+}
+
 /* An autograd node (TW_RECORD_BACKWARD) carries the link to its forward call in place of argument
  * text: written as the fwd_call_id and fwd_api columns, with empty arguments, in CSV and JSON. */
 static void check_backward_columns(tw_format_t format, const char *ext)
@@ -348,8 +361,9 @@ static void check_backward_columns(tw_format_t format, const char *ext)
     if (format == TW_FORMAT_CSV) {
         assert_non_null(fgets(line, sizeof line, fp)); /* header */
         assert_non_null(fgets(line, sizeof line, fp));
-        assert_non_null(strstr(line, ",\"(1,)\",,0,0,0,\n")); /* args, module, step, site, no link */
+        assert_non_null(strstr(cut_resource_columns(line), ",\"(1,)\",,0,0,0,\n")); /* args, module, step, site, no link */
         assert_non_null(fgets(line, sizeof line, fp));
+        cut_resource_columns(line);
         snprintf(want, sizeof want, ",0,,,0,3,%llu,torch.nn.functional.linear\n", (unsigned long long)forward);
         assert_string_equal(line + strlen(line) - strlen(want), want); /* error, empty args, ..., the link */
     } else {
@@ -371,6 +385,77 @@ static void a_backward_node_names_its_forward_call_in_place_of_arguments(void **
 {
     check_backward_columns(TW_FORMAT_CSV, ".csv");
     check_backward_columns(TW_FORMAT_JSON, ".jsonl");
+}
+
+/* Resources (TW_RECORD_RESOURCES): a parent call that states no FLOPs around a child that states 100,
+ * with the thread's allocator reports in between: the child's own and total FLOPs, the parent's total
+ * (its child's), memory inclusive and self, freed, and the peak of each, as columns in CSV and JSON;
+ * a call with nothing to report writes zeros. */
+static void check_resource_columns(tw_format_t format, const char *ext)
+{
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = format, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                          .rank = -1});
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    tw_memory_counters_t mem = {.allocated = 1000, .freed = 10, .total = 5000, .peak = 0};
+    t->memory = &mem;
+    tw_frame_t *parent = tw_call_begin(t);
+    mem.allocated += 300; /* the parent's own allocation: total 5300 */
+    mem.total = mem.peak = 5300;
+    tw_frame_t *child = tw_call_begin(t);
+    child->flops = 100;
+    mem.allocated += 4096; /* the child's: total 9396, then freed back to 5300 */
+    mem.total = 9396;
+    mem.peak = 9396;
+    mem.freed += 4096;
+    mem.total = 5300;
+    tw_call_end(t, child, f.ids[0], 1, 2, 0);
+    assert_int_equal(mem.peak, 9396); /* the parent's peak so far: its child's */
+    tw_call_end(t, parent, f.ids[1], 0, 3, 0);
+    t->memory = NULL;
+    tw_call_end(t, tw_call_begin(t), f.ids[2], 4, 5, 0); /* nothing to report */
+    close_fixture(&f);
+    char path[512], line[4096];
+    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    /* flops, flops_total, mem_alloc, mem_self, mem_freed, mem_peak; child first (it ended first) */
+    const uint64_t want[3][6] = {{100, 100, 4096, 4096, 4096, 9396}, {0, 100, 4396, 300, 4096, 9396}, {0}};
+    const int carries[3] = {1, 1, 0}; /* the last carries none: empty CSV fields, no JSON keys */
+    static const char *const keys[6] = {"flops", "flops_total", "mem_alloc", "mem_self", "mem_freed", "mem_peak"};
+    if (format == TW_FORMAT_CSV)
+        assert_non_null(fgets(line, sizeof line, fp)); /* header */
+    for (int i = 0; i < 3; i++) {
+        assert_non_null(fgets(line, sizeof line, fp));
+        if (format == TW_FORMAT_CSV) {
+            char expect[256];
+            snprintf(expect, sizeof expect, ",%llu,%llu,%llu,%llu,%llu,%llu\n", (unsigned long long)want[i][0],
+                     (unsigned long long)want[i][1], (unsigned long long)want[i][2], (unsigned long long)want[i][3],
+                     (unsigned long long)want[i][4], (unsigned long long)want[i][5]);
+            if (!carries[i])
+                strcpy(expect, ",,,,,,\n");
+            assert_string_equal(line + strlen(line) - strlen(expect), expect);
+        } else {
+            cJSON *o = cJSON_Parse(line);
+            assert_non_null(o);
+            for (int k = 0; k < 6; k++) {
+                if (carries[i])
+                    assert_int_equal(cJSON_GetObjectItem(o, keys[k])->valuedouble, (double)want[i][k]);
+                else
+                    assert_null(cJSON_GetObjectItem(o, keys[k]));
+            }
+            cJSON_Delete(o);
+        }
+    }
+    assert_null(fgets(line, sizeof line, fp));
+    fclose(fp);
+    free_fixture(&f);
+}
+
+static void flops_and_memory_are_written_per_call_with_totals_and_self(void **state)
+{
+    check_resource_columns(TW_FORMAT_CSV, ".csv");
+    check_resource_columns(TW_FORMAT_JSON, ".jsonl");
 }
 
 /* Module calls: the path in the module column, before step ("" for the root, quoted in CSV so that it differs from
@@ -401,11 +486,13 @@ static void check_module_column(tw_format_t format, const char *ext)
     const char *json_paths[] = {"", "encoder.layers,\"3\".self_attn", NULL};
     if (format == TW_FORMAT_CSV) {
         assert_non_null(fgets(line, sizeof line, fp));
-        assert_non_null(strstr(line, ",args,module,step,site,fwd_call_id,fwd_api\n"));
+        assert_non_null(strstr(line, ",args,module,step,site,fwd_call_id,fwd_api,flops,flops_total,mem_alloc,"
+                                     "mem_self,mem_freed,mem_peak\n"));
     }
     for (int i = 0; i < 3; i++) {
         assert_non_null(fgets(line, sizeof line, fp));
         if (format == TW_FORMAT_CSV) {
+            cut_resource_columns(line);
             size_t n = strlen(line), m = strlen(csv_ends[i]);
             assert_true(n > m);
             assert_string_equal(line + n - m, csv_ends[i]);
@@ -463,6 +550,7 @@ static void check_schedule(int summary_active, int summary_only)
         const char *steps[] = {",4,0,0,\n", ",4,0,0,\n", ",5,0,0,\n", ",5,0,0,\n"};
         for (int i = 0; i < 4; i++) {
             assert_non_null(fgets(line, sizeof line, fp));
+            cut_resource_columns(line);
             assert_string_equal(line + strlen(line) - 8, steps[i]);
         }
         assert_null(fgets(line, sizeof line, fp));
@@ -519,7 +607,8 @@ static size_t csv_steps(const char *path, uint32_t *steps, size_t max)
     size_t n = 0;
     assert_non_null(fgets(line, sizeof line, fp)); /* the header */
     while (n < max && fgets(line, sizeof line, fp) != NULL) {
-        /* the last columns are step, site, fwd_call_id, fwd_api (empty here): cut three */
+        /* the last columns are step, site, fwd_call_id, fwd_api (empty here), then the resources */
+        cut_resource_columns(line);
         for (int cut = 0; cut < 3; cut++)
             *strrchr(line, ',') = '\0';
         steps[n++] = (uint32_t)strtoul(strrchr(line, ',') + 1, NULL, 10);
@@ -1383,6 +1472,7 @@ int main(void)
         cmocka_unit_test(json_escape_matches_a_reference_for_every_byte_anywhere_in_a_run),
         cmocka_unit_test(module_paths_are_written_before_the_step_and_site_columns),
         cmocka_unit_test(a_backward_node_names_its_forward_call_in_place_of_arguments),
+        cmocka_unit_test(flops_and_memory_are_written_per_call_with_totals_and_self),
         cmocka_unit_test(a_schedule_writes_the_records_of_active_steps_only),
         cmocka_unit_test(summary_only_writes_the_summary_and_no_record_file),
         cmocka_unit_test(a_capture_writes_its_steps_to_a_dir_of_its_own),

@@ -172,11 +172,11 @@ def test_a_file_of_a_future_version_with_a_column_appended_reads_the_same(tmp_pa
             lines = f.read().splitlines()
         assert all(line.count('"') % 2 == 0 for line in lines)   # one physical line a record
         with open(future, "w", newline="") as f:   # a text column with a comma, quoted, after the others
-            f.write("".join(line + (',flops\n' if n == 0 else ',"1,5"\n') for n, line in enumerate(lines)))
+            f.write("".join(line + (',future_column\n' if n == 0 else ',"1,5"\n') for n, line in enumerate(lines)))
     else:
         with open(path) as f, open(future, "w") as out:
             for line in f:
-                out.write(json.dumps(dict(json.loads(line), flops=[1, 5])) + "\n")
+                out.write(json.dumps(dict(json.loads(line), future_column=[1, 5])) + "\n")
     expected = call_records(read_rows([path]), {})
     assert call_records(read_rows([future]), {}) == expected
     assert_call_records_match(expected, raw_calls([path]))

@@ -172,7 +172,7 @@ def test_kill_9_leaves_files_that_parse_and_at_most_a_flush_interval_at_risk(tmp
         body = lines[1:]
         torn_tail = body[-1]  # "" after a final newline; else the one line a kill may cut
         for line in body[:-1]:
-            assert len(line.split(",")) == 17, line  # no torn record inside a file
+            assert len(line.split(",")) == 23, line  # no torn record inside a file
         assert torn_tail == "" or path == files[-1]
         total += len(body) - 1
     assert total >= MADE

@@ -229,7 +229,8 @@ def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
     assert list(frame["error"]) == [False, False, True]
     assert list(frame.columns) == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid",
                                    "depth", "parent_id", "error", "args", "module", "step", "site", "fwd_call_id",
-                                   "fwd_api", "site_text"]
+                                   "fwd_api", "flops", "flops_total", "mem_alloc", "mem_self", "mem_freed",
+                                   "mem_peak", "site_text"]
 
     stray = tmp_path / "notes.csv"
     stray.write_text("name,age\nbob,42\n")

@@ -28,7 +28,10 @@ def test_the_schema_is_plain_json_data_with_every_kind_described():
         assert len(names) == len(set(names)), kind
         for c in k["columns"]:
             assert c["type"] in TYPES and isinstance(c["nullable"], bool) and c["description"], (kind, c)
-            assert c["unit"] in (None, "ns") and (c["unit"] == "ns") == c["name"].endswith("_ns"), (kind, c)
+            # times end in _ns; memory columns (mem_*) are in bytes; nothing else has a unit
+            assert c["unit"] in (None, "ns", "bytes"), (kind, c)
+            assert (c["unit"] == "ns") == c["name"].endswith("_ns"), (kind, c)
+            assert (c["unit"] == "bytes") == c["name"].startswith("mem_"), (kind, c)
     s["kinds"]["calls"]["columns"].clear()   # a copy: the readers' schema is untouched
     assert tw.schema()["kinds"]["calls"]["columns"]
 
