@@ -48,30 +48,98 @@ def tw_report():
     return os.path.join(top, "tw-report")
 
 
+class ModuleRanges:
+    """Global module hooks that open a record_function("module:PATH") range around each module's
+    forward (paths from the outermost module entered, as named_modules() names them), so that
+    torch.profiler's events can be charged to modules the way torchwrapper charges its calls: the
+    innermost module other than the model itself, "-" for none."""
+
+    def __init__(self):
+        from torch.nn.modules import module as nn_module
+        self.paths, self.open = {}, []
+        self.handles = [nn_module.register_module_forward_pre_hook(self.enter),
+                        nn_module.register_module_forward_hook(self.leave)]
+
+    def enter(self, module, _inputs):
+        if not self.open and id(module) not in self.paths:   # an outermost module: name its tree
+            self.paths.update((id(m), path) for path, m in module.named_modules())
+        path = self.paths.get(id(module))
+        ctx = torch.autograd.profiler.record_function(f"module:{path}") if path else None
+        if ctx is not None:
+            ctx.__enter__()
+        self.open.append(ctx)
+
+    def leave(self, _module, _inputs, _output):
+        ctx = self.open.pop()
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+def event_module(event):
+    """The innermost "module:PATH" range around a CPU event, "-" for none."""
+    while event is not None:
+        if event.name.startswith("module:"):
+            return event.name[len("module:"):]
+        event = event.cpu_parent
+    return "-"
+
+
+def kernels_below(event):
+    """GPU time (ns) of the kernels launched under a CPU event, at any depth."""
+    total, pending = 0.0, [event]
+    while pending:
+        e = pending.pop()
+        total += sum(kernel.duration for kernel in e.kernels) * 1000.0
+        pending.extend(e.cpu_children)
+    return total
+
+
 def profiler_nodes(args):
-    """torch.profiler: GPU time of the kernels under each node's evaluate_function, and aten events."""
+    """torch.profiler: GPU time of the kernels under each node's evaluate_function, aten events, and
+    per module the forward kernels under its range and the backward kernels of the nodes whose
+    forward operator (same sequence number) ran in it."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     run = gpu_loops.LOOPS["gpt2"](args.device, args.small)
     run(2)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
-    with profile(activities=activities) as prof:
-        run(STEPS)
+    ranges = ModuleRanges()
+    try:
+        with profile(activities=activities) as prof:
+            run(STEPS)
+    finally:
+        ranges.remove()
     by_node = collections.defaultdict(float)
+    by_module = collections.defaultdict(lambda: {"forward_ns": 0.0, "backward_ns": 0.0})
     aten = collections.Counter()
-    for event in prof.events():
-        if event.device_type == DeviceType.CPU and event.name.startswith("aten::"):
+    events = [e for e in prof.events() if e.device_type == DeviceType.CPU]
+    # the module of each forward operator that made autograd nodes, by its thread and sequence number
+    seq_module = {(e.thread, e.sequence_nr): event_module(e) for e in events
+                  if e.sequence_nr >= 0 and not e.name.startswith(PREFIX) and e.name.startswith("aten::")}
+    for event in events:
+        if event.name.startswith("aten::"):
             aten[event.name] += 1
-        if event.device_type != DeviceType.CPU or not event.name.startswith(PREFIX):
-            continue
-        node = event.name[len(PREFIX):]
-        pending = [event]   # the kernels launched under the node's evaluate_function, at any depth
-        while pending:
-            e = pending.pop()
-            by_node[node] += sum(kernel.duration for kernel in e.kernels) * 1000.0
-            pending.extend(e.cpu_children)
-    return {"by_node_ns": dict(by_node), "aten_events": sum(aten.values()), "aten_names": len(aten)}
+        if event.name.startswith(PREFIX):
+            ns = kernels_below(event)
+            by_node[event.name[len(PREFIX):]] += ns
+            module = seq_module.get((event.fwd_thread, event.sequence_nr), "-")
+            by_module[module]["backward_ns"] += ns
+        elif event.kernels and not any(a.name.startswith(PREFIX) for a in _ancestors(event)):
+            by_module[event_module(event)]["forward_ns"] += sum(k.duration for k in event.kernels) * 1000.0
+    return {"by_node_ns": dict(by_node), "by_module_ns": dict(by_module), "aten_events": sum(aten.values()),
+            "aten_names": len(aten)}
+
+
+def _ancestors(event):
+    event = event.cpu_parent
+    while event is not None:
+        yield event
+        event = event.cpu_parent
 
 
 def ours(args, out, aten="backward"):
@@ -111,6 +179,16 @@ def section_nodes(args, results):
                 by_module[gpu_loops.call_module(calls, calls[fwd])]["backward_ns"] += ns
         else:
             by_module[gpu_loops.call_module(calls, call)]["forward_ns"] += ns
+    modules = {}
+    theirs_modules = theirs.get("by_module_ns", {})
+    for name in sorted(set(by_module) | set(theirs_modules)):
+        a = by_module.get(name, {"forward_ns": 0, "backward_ns": 0})
+        b = theirs_modules.get(name, {"forward_ns": 0, "backward_ns": 0})
+        both_a, both_b = a["forward_ns"] + a["backward_ns"], b["forward_ns"] + b["backward_ns"]
+        modules[name] = {"torchwrapper": dict(a), "torch_profiler": b,
+                         "ratio": both_a / both_b if both_b else None}
+    big_modules = {n: m for n, m in modules.items() if m["torch_profiler"]["forward_ns"]
+                   + m["torch_profiler"]["backward_ns"] >= 50_000}
     compared = {}
     for name in sorted(set(by_node) | set(theirs["by_node_ns"])):
         a, b = by_node.get(name, 0.0), theirs["by_node_ns"].get(name, 0.0)
@@ -119,10 +197,20 @@ def section_nodes(args, results):
     results["nodes"] = {"out": out, "compared": compared,
                         "within_5pct": sum(1 for c in big.values() if c["ratio"] and abs(c["ratio"] - 1) <= 0.05),
                         "compared_over_50us": len(big), "by_module_ns": dict(by_module),
+                        "modules": modules, "modules_over_50us": len(big_modules),
+                        "modules_within_5pct": sum(1 for m in big_modules.values()
+                                                   if m["ratio"] and abs(m["ratio"] - 1) <= 0.05),
                         "total_backward_ns": {"torchwrapper": sum(by_node.values()),
                                               "torch_profiler": sum(theirs["by_node_ns"].values())}}
     print(f"[nodes] {results['nodes']['within_5pct']} of {len(big)} node names within 5% of torch.profiler; "
           f"backward GPU time {results['nodes']['total_backward_ns']}", flush=True)
+    print(f"[nodes] per module, forward + backward GPU time: {results['nodes']['modules_within_5pct']} of "
+          f"{len(big_modules)} modules within 5% of torch.profiler's kernels under the same ops", flush=True)
+    for name, m in sorted(big_modules.items()):
+        print(f"  {name:40} ours fwd {m['torchwrapper']['forward_ns'] / 1e3:10.1f} us bwd "
+              f"{m['torchwrapper']['backward_ns'] / 1e3:10.1f} us | torch.profiler fwd "
+              f"{m['torch_profiler']['forward_ns'] / 1e3:10.1f} us bwd {m['torch_profiler']['backward_ns'] / 1e3:10.1f} us",
+              flush=True)
 
 
 def section_views(args, results):
