@@ -67,6 +67,47 @@ TW_TORCH_API int tw_torch_start(const tw_torch_hooks_t *hooks, int operators);
  * python/core/backward.c). */
 TW_TORCH_API void tw_torch_stop(void);
 
+/* ---- memory (tw_torch_memory.cpp) ----------------------------------------------------------------
+ * The allocators' own reports (c10::reportMemoryUsageToProfiler, what torch.profiler's profile_memory
+ * takes): a reporter in this thread's c10::ThreadLocalDebugInfo slot PROFILER_STATE, which torch
+ * copies into the threads that work for this one (autograd's engine threads). Functions other than
+ * the report are called with the GIL held. */
+
+/* A report, on the thread that allocated or freed, with or without the GIL: bytes > 0 allocated,
+ * < 0 freed; total the allocator's allocated total for that device afterwards (the CPU allocator's
+ * counts only the blocks it saw allocated while reports were on); device as c10::DeviceType and
+ * index (-1: none). Must not call back into torch. */
+typedef void (*tw_torch_memory_report_t)(int64_t bytes, uint64_t total, int device_type, int device_index);
+
+enum {
+    TW_TORCH_MEMORY_FREE = 0,  /* no profiler holds this thread's reports */
+    TW_TORCH_MEMORY_OURS = 1,  /* our reporter, live */
+    TW_TORCH_MEMORY_INERT = 2, /* our reporter of a stopped session, left in place (see stop) */
+    TW_TORCH_MEMORY_OTHER = 3, /* another's: torch.profiler (profile_memory or not), emit_nvtx, ... */
+};
+
+/* Who holds this thread's reports (TW_TORCH_MEMORY_*). */
+TW_TORCH_API int tw_torch_memory_owner(void);
+
+/* Pushes a reporter on this thread that calls report (the same function at every start). 0; -EBUSY
+ * when another profiler holds the slot on this thread (or a session already measures); -ENOMEM.
+ * While it is live, c10's log threshold is raised from WARNING to ERROR (see the .cpp: the CPU
+ * allocator's warning about blocks allocated before the start). */
+TW_TORCH_API int tw_torch_memory_start(tw_torch_memory_report_t report);
+
+/* Takes the reporter off this thread while another profiler starts here (then starting it does not
+ * fail with "Profiler is already enabled on this thread"): 0, or -ESRCH when it is not on top here. */
+TW_TORCH_API int tw_torch_memory_step_aside(void);
+
+/* Puts it back on this thread once the other profiler left: 0; -ESRCH when stopped; -EBUSY when
+ * the slot is held. */
+TW_TORCH_API int tw_torch_memory_resume(void);
+
+/* Makes the reporter inert (no report from now on, on any thread) and pops it from this thread: 0;
+ * -EBUSY when it is not on top of this thread's state (stop on another thread than start, or another
+ * profiler above it): then it stays there, inert, until the next start on that thread pops it. */
+TW_TORCH_API int tw_torch_memory_stop(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -121,6 +121,7 @@ typedef struct tw_config {
     char *on_demand_dir;        /* on_demand's dir; NULL: OUT_DIR/capture-N */
     tw_sites_mode_t sites;
     tw_aten_mode_t aten;
+    int memory;                 /* memory: bytes allocated, freed and the peak per call (allocator reports) */
 } tw_config_t;
 
 /* The built-in metrics of tensor_stats, space-separated, in the stats files' column order (the one

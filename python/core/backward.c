@@ -42,6 +42,7 @@
 #include "../../libtorch/tw_torch.h"
 #include "atfork.h"
 #include "backward.h"
+#include "memory.h"
 
 /* ---- the layer ---------------------------------------------------------------------------------- */
 
@@ -210,6 +211,7 @@ static node_thread_t *hook_enter(void)
         st->gen = gen;
         st->open = 0;
         st->t = tw_recorder_attach(recording_recorder);
+        tw_memory_attach(st->t); /* config memory: autograd's threads inherit the reporter */
     }
     return st;
 }

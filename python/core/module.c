@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* torchwrapper._core: module definition (multi-phase init, module state). */
 #include "module.h"
+#include "memory.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -223,7 +224,7 @@ static int core_exec(PyObject *module)
 {
     tw_module_state *state = PyModule_GetState(module);
     if (tw_wrapper_add_types(module, state) < 0 || tw_session_add_type(module, state) < 0 || tw_args_init() < 0 ||
-        tw_trace_add_functions(module) < 0 || tw_reader_add_functions(module, state) < 0)
+        tw_trace_add_functions(module) < 0 || tw_memory_add_functions(module) < 0 || tw_reader_add_functions(module, state) < 0)
         return -1;
     /* tensor_stats' built-in metrics, as the validator knows them (config.c: the one list) */
     if (PyModule_AddStringConstant(module, "TENSOR_STATS_METRICS", tw_config_tensor_stats_metrics()) < 0)

@@ -9,6 +9,7 @@
  * Called with the GIL held, from Python (not the hot path).
  */
 #include "module.h"
+#include "memory.h"
 
 #define RANGE_DEPTH 64 /* ranges open at once on one thread; deeper ones are not recorded */
 
@@ -48,6 +49,7 @@ PyObject *tw_range_begin(PyObject *module, PyObject *name)
     range_open_t *r = &ranges.open[ranges.depth++];
     r->frame = NULL;
     tw_thread_t *t = tw_recorder_attach(tw_active.recorder);
+    tw_memory_attach(t);
     uint32_t api_id;
     if (t == NULL || t->paused || tw_active.idle || tw_api_intern(text, &api_id) != 0)
         Py_RETURN_TRUE;

@@ -8,6 +8,7 @@
 #include "module.h"
 #include "atfork.h"
 #include "backward.h"
+#include "memory.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -211,6 +212,7 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     self->schedule = settings->schedule;
     self->aten_operators = settings->aten == TW_ATEN_ALL;
     self->aten_backward = settings->aten != TW_ATEN_OFF;
+    self->memory_asked = settings->memory;
     if ((torch_layer != NULL && (self->torch_layer = tw_dup_cstr(torch_layer)) == NULL) ||
         (torch_version != NULL && (self->torch_version = tw_dup_cstr(torch_version)) == NULL)) {
         PyErr_NoMemory();
@@ -368,6 +370,11 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
         self->tensor_type = find_tensor_type();
     tw_sites_begin(self->sites_mode, self->sites);
     start_ondemand(self);
+    /* Before the wrappers record, so that every thread they attach gets its counters. Refused (one
+     * warning) while another profiler holds the allocator's reports: the rest of the session records. */
+    if (self->memory_asked)
+        self->memory_on = tw_memory_start(self->torch_layer, self->torch_version, self->memory_reason,
+                                          sizeof self->memory_reason) == 0;
     tw_active_config_t active = {self->recorder, self->clock.source, self->args_mode,
                                  (PyTypeObject *)self->tensor_type, &self->hooks, self->writer, self->ondemand,
                                  &self->schedule, tw_gpu_hooks(self->gpu), op};
@@ -383,6 +390,10 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
         char why[512];
         (void)tw_backward_load(self->torch_layer, self->torch_version, why, sizeof why);
     }
+    /* Last, the session recording: a warning made an error leaves it active for the caller to stop. */
+    if (self->memory_asked && !self->memory_on &&
+        PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "torchwrapper: config memory: %s", self->memory_reason) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -398,6 +409,8 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
     if (self->backward_on) /* returns once no hook of libtorch's threads is in the recorder */
         self->backward_unlinked = tw_backward_stop();
     self->backward_on = 0;
+    if (self->memory_on) /* the reporter off this thread; what it could not undo: stats()["memory_note"] */
+        (void)tw_memory_stop(self->memory_note, sizeof self->memory_note);
     PyObject *session = tw_active_end(); /* dropped once stopped, below */
     tw_ondemand_stop(self->ondemand); /* the program's SIGUSR2 handler back; the writer finishes the capture */
     self->ondemand = NULL;

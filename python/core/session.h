@@ -52,6 +52,11 @@ typedef struct {
     int backward_on;         /* recording them */
     char backward_reason[512]; /* why not, "" when on or not asked for */
     uint64_t backward_unlinked; /* nodes whose forward call was not found */
+    /* memory per call (config memory, memory.h) */
+    int memory_asked;
+    int memory_on;            /* measuring (or did, in a stopped session) */
+    char memory_reason[512];  /* why not, "" when on or not asked for */
+    char memory_note[512];    /* what stop could not undo, "" when all was */
 } tw_session_object;
 
 /* session_output.c: the methods of the same names. */

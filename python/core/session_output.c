@@ -152,6 +152,20 @@ static int add_backward_stats(tw_session_object *self, PyObject *out)
     return rc;
 }
 
+/* stats()["memory"]: "on" while memory is measured (or was, in a stopped session), else "off";
+ * "memory_unavailable": why not when asked for; "memory_note": what stop could not undo. */
+static int add_memory_stats(tw_session_object *self, PyObject *out)
+{
+    PyObject *extra = Py_BuildValue("{ssssss}", "memory", self->memory_on ? "on" : "off", "memory_unavailable",
+                                    self->memory_reason[0] ? self->memory_reason : NULL, "memory_note",
+                                    self->memory_note[0] ? self->memory_note : NULL);
+    if (extra == NULL)
+        return -1;
+    int rc = PyDict_Update(out, extra);
+    Py_DECREF(extra);
+    return rc;
+}
+
 /* stats()["sites"]: sites interned; "sites_overflow": calls attributed to the overflow id (past the cap). */
 static int add_sites_stats(tw_session_object *self, PyObject *out)
 {
@@ -213,7 +227,7 @@ PyObject *tw_session_stats(PyObject *op, PyObject *unused)
                                   self->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic", "ticks_per_ns",
                                   self->clock.ticks_per_ns, "step", (unsigned int)tw_recorder_step(self->recorder));
     if (out == NULL || add_gpu_stats(self, out) < 0 || add_sites_stats(self, out) < 0 ||
-        add_backward_stats(self, out) < 0) {
+        add_backward_stats(self, out) < 0 || add_memory_stats(self, out) < 0) {
         Py_XDECREF(out);
         return NULL;
     }

@@ -14,6 +14,7 @@
  */
 #include "module.h"
 #include "backward.h"
+#include "memory.h"
 #include "wrapper.h"
 
 
@@ -33,6 +34,7 @@ static tw_thread_t *attach_thread(uint64_t gen)
 {
     /* NULL (out of memory) is cached too: this thread then calls through without recording. */
     thread_cache.thread = tw_recorder_attach(tw_active.recorder);
+    tw_memory_attach(thread_cache.thread); /* config memory: this thread's allocator reports */
     thread_cache.gen = gen;
     thread_cache.module_depth = 0;
     thread_cache.sampling = 0;

@@ -12,11 +12,13 @@ import sys
 import threading
 import time
 import types
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 from ._discover import Plan, discover
 from ._files import read_rows, read_stream, record_files
+from ._memory import ProfilerGuard
 from ._patch import WRAPPER_TYPES, Patcher
 from ._tensor_stats import StatsOptions
 from ._trace import Tracer
@@ -194,6 +196,12 @@ class Profile:
     why). "all" records every aten operator as well (aten::addmm, ...), nested under the call or
     node that ran it (torch then builds a RecordFunction per operator: it costs more). "off"
     records none.
+
+    ``memory``: True records, per call, the bytes the allocator reported allocated and freed during
+    it (children included, and self) and the peak of its allocated total (the ``mem_*`` columns):
+    torch's own reports, as torch.profiler's profile_memory takes them, on the thread that starts
+    profiling and autograd's threads. Off by default (it costs every allocation; see README). While
+    torch.profiler runs on that thread it is refused, with a warning, and the rest records.
     """
 
     def __init__(self, modules: Optional[Sequence[str]] = None, include: Optional[Sequence[str]] = None,
@@ -205,12 +213,13 @@ class Profile:
                  tensor_stats: Any = None, track: Optional[Sequence[str]] = None,
                  metrics: Optional[Dict[str, Any]] = None, schedule: Optional[Dict[str, Any]] = None,
                  records: Optional[str] = None, on_demand: Any = None, sites: Optional[str] = None,
-                 aten: Optional[str] = None) -> None:
+                 aten: Optional[str] = None, memory: Optional[bool] = None) -> None:
         given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
                  "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
                  "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
                  "gpu": gpu, "tensor_stats": tensor_stats, "track": track, "schedule": schedule, "records": records,
-                 "on_demand": on_demand, "sites": sites, "aten": aten}
+                 "on_demand": on_demand, "sites": sites, "aten": aten,
+                 "memory": memory}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
         c = json.loads(_core.normalize_config(json.dumps(given, default=_unjsonable), defaults="profile"))
@@ -245,12 +254,14 @@ class Profile:
                           manifest=json.dumps(extra, default=str), per_process_names=per_process_names)
         if c["gpu"] != "off":
             output.update(gpu_device=_cuda_available(), cupti_paths=cupti_candidates())
-        if c["aten"] != "off" or c["args"] == "summary":   # nodes, and tensors' summaries read in C++
+        # nodes, tensors' summaries read in C++, and the allocator's reports
+        if c["aten"] != "off" or c["args"] == "summary" or c["memory"]:
             output.update(torch_layer=_torch_layer())
         self.tracer = Tracer(self.out_dir, stats=stats, track=c["track"], format=c["format"],
                              flush_interval=c["flush_interval"])
         self.session = _core.Session(tracer=self.tracer, **output)
         self.plan: Optional[Plan] = None
+        self._profiler_guard: Optional[ProfilerGuard] = None
         self.patcher = Patcher()
         self._registries = _TorchRegistries()
         self._modules_before: frozenset = frozenset()
@@ -286,12 +297,17 @@ class Profile:
             self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
             self.tracer.names = self.plan.names   # public names of module classes (no cycle through self)
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
+            if self.session.stats()["memory"] == "on":   # torch.profiler may start meanwhile: see _memory
+                self._profiler_guard = ProfilerGuard()
+                self._profiler_guard.install()
             self.tracer.attach(self.session)
             if self.tracer.stats is not None:
                 self.tracer.stats.check_globs((), self._module_class_names(), final=False)
         except BaseException:
             if self.session.active:
                 self.session.stop()
+            if self._profiler_guard is not None:
+                self._profiler_guard.restore()
             self.tracer.close()
             self.patcher.restore()
             self._registries.unregister()
@@ -314,6 +330,9 @@ class Profile:
             return
         self.tracer.finish()
         self.session.stop()
+        if self._profiler_guard is not None:
+            self._profiler_guard.restore()
+            self._profiler_guard = None
         self.tracer.close()
         _exit_guard.stopped(self)
         t0 = time.perf_counter()
@@ -321,6 +340,9 @@ class Profile:
         self._registries.unregister()
         self._unwrap_new_modules()
         self.timings["restore_s"] = time.perf_counter() - t0
+        note = self.session.stats()["memory_note"]
+        if note:   # last: a warning made an error leaves nothing of the session behind
+            warnings.warn(f"torchwrapper: config memory: {note}", RuntimeWarning, stacklevel=2)
 
     def _unwrap_new_modules(self) -> None:
         """Modules imported while profiling copied wrappers (``from torch.x import f``): put the

@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Memory per call (config memory): the allocators' own reports, counted per OS thread.
+ *
+ * The libtorch layer (tw_torch_memory.cpp) puts a reporter in the starting thread's c10 debug info;
+ * torch hands every allocation and free of its CPU allocator and CUDA caching allocator made on
+ * that thread, or on a thread that inherited its state (autograd's engine threads), to on_report()
+ * below, on that thread, with or without the GIL. on_report() updates that thread's counters
+ * (tw_memory_counters_t, recorder.h); the calls recorded on the thread (tw_thread_t.memory points at
+ * them) take differences of them at their beginning and end (tw_call_begin/end): bytes allocated and
+ * freed during the call, and the peak.
+ *
+ * The allocated total: each allocator reports its own (the CPU allocator's counts the blocks it saw
+ * allocated while reports were on; the CUDA allocator's, per device, all it has allocated). The peak
+ * is taken over their sum, kept here from the last report of each device: one number for a call that
+ * uses the CPU and a GPU.
+ *
+ * Not covered: threads that do not inherit the starting thread's state (other Python threads, the
+ * intra-op pool's workers): their allocations are not reported to anyone (README).
+ */
+#include "memory.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../../libtorch/tw_torch.h"
+#include "backward.h"
+
+static struct {
+    int (*owner)(void);
+    int (*start)(tw_torch_memory_report_t);
+    int (*step_aside)(void);
+    int (*resume)(void);
+    int (*stop)(void);
+} layer;
+
+/* 1 while a session measures: threads attached meanwhile get counters (written with the GIL, read
+ * also by libtorch's threads when they attach) */
+static _Atomic int measuring;
+
+static _Thread_local tw_memory_counters_t counters;
+/* this thread took the reporter off for another profiler (memory_step_aside) */
+static _Thread_local int stepped_aside;
+
+/* The allocated total of each device at its last report: the CPU, CUDA devices 0..14, the rest. */
+#define DEVICE_SLOTS 17
+static _Atomic uint64_t device_total[DEVICE_SLOTS];
+static _Atomic uint64_t total_sum;
+
+static unsigned device_slot(int type, int index)
+{
+    if (type == 0) /* c10::DeviceType::CPU */
+        return 0;
+    if (type == 1 && index >= 0 && index < DEVICE_SLOTS - 2) /* CUDA */
+        return 1 + (unsigned)index;
+    return DEVICE_SLOTS - 1;
+}
+
+/* On the thread that allocated or freed (maybe without the GIL, maybe inside the allocator's lock):
+ * no call out, no allocation. */
+static void on_report(int64_t bytes, uint64_t total, int device_type, int device_index)
+{
+    tw_memory_counters_t *m = &counters;
+    if (bytes >= 0)
+        m->allocated += (uint64_t)bytes;
+    else
+        m->freed += (uint64_t)0 - (uint64_t)bytes;
+    unsigned slot = device_slot(device_type, device_index);
+    uint64_t change = total - atomic_exchange_explicit(&device_total[slot], total, memory_order_relaxed);
+    uint64_t sum = atomic_fetch_add_explicit(&total_sum, change, memory_order_relaxed) + change;
+    m->total = sum;
+    if (sum > m->peak)
+        m->peak = sum;
+}
+
+static int load_layer(const char *layer_path, const char *torch_version, char *why, size_t why_size)
+{
+    if (layer.start != NULL)
+        return 0;
+    if (layer_path == NULL || torch_version == NULL) {
+        snprintf(why, why_size, "the libtorch layer was not built (configure found no torch for its Python, or no C++20 "
+                                "compiler)");
+        return -1;
+    }
+    if (tw_backward_load(layer_path, torch_version, why, why_size) != 0)
+        return -1;
+    void *handle = dlopen(layer_path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD); /* loaded just above */
+    if (handle == NULL) {
+        snprintf(why, why_size, "the libtorch layer %s cannot be found again: %s", layer_path, dlerror());
+        return -1;
+    }
+    layer.owner = (int (*)(void))dlsym(handle, "tw_torch_memory_owner");
+    layer.step_aside = (int (*)(void))dlsym(handle, "tw_torch_memory_step_aside");
+    layer.resume = (int (*)(void))dlsym(handle, "tw_torch_memory_resume");
+    layer.stop = (int (*)(void))dlsym(handle, "tw_torch_memory_stop");
+    int (*start)(tw_torch_memory_report_t) = (int (*)(tw_torch_memory_report_t))dlsym(handle, "tw_torch_memory_start");
+    dlclose(handle); /* the reference taken by RTLD_NOLOAD; backward.c keeps its own for the process */
+    if (layer.owner == NULL || layer.step_aside == NULL || layer.resume == NULL || layer.stop == NULL ||
+        start == NULL) {
+        snprintf(why, why_size, "the libtorch layer %s lacks its memory entry points (an older build)", layer_path);
+        return -1;
+    }
+    layer.start = start;
+    return 0;
+}
+
+int tw_memory_start(const char *layer_path, const char *torch_version, char *why, size_t why_size)
+{
+    if (load_layer(layer_path, torch_version, why, why_size) != 0)
+        return -1;
+    int rc = layer.start(on_report);
+    if (rc == -EBUSY) {
+        snprintf(why, why_size, "another profiler holds the allocator's reports on this thread (torch.profiler is "
+                                "running): memory is not measured; stop it first to measure memory");
+        return -1;
+    }
+    if (rc != 0) {
+        snprintf(why, why_size, "the allocator's reports cannot be taken: %s", strerror(-rc));
+        return -1;
+    }
+    stepped_aside = 0;
+    measuring = 1;
+    return 0;
+}
+
+int tw_memory_stop(char *note, size_t note_size)
+{
+    if (!measuring)
+        return 0;
+    measuring = 0;
+    stepped_aside = 0;
+    if (layer.stop() == 0)
+        return 0;
+    snprintf(note, note_size, "the allocator reporter could not be taken off the thread that started the session "
+                              "(stopped on another thread, or another profiler still runs above it there): it stays "
+                              "there, inert, until a next session starts on that thread");
+    return -1;
+}
+
+int tw_memory_measuring(void)
+{
+    return measuring;
+}
+
+void tw_memory_attach(tw_thread_t *t)
+{
+    if (t != NULL)
+        t->memory = atomic_load_explicit(&measuring, memory_order_relaxed) ? &counters : NULL;
+}
+
+/* memory_step_aside() -> bool: another profiler starts on this thread; our reporter, when it is on
+ * top here, goes off until memory_resume(). */
+static PyObject *core_memory_step_aside(PyObject *module, PyObject *unused)
+{
+    if (!measuring || stepped_aside || layer.step_aside() != 0)
+        Py_RETURN_FALSE;
+    stepped_aside = 1;
+    Py_RETURN_TRUE;
+}
+
+/* memory_resume() -> bool: the other profiler stopped on this thread; ours goes back if it left. */
+static PyObject *core_memory_resume(PyObject *module, PyObject *unused)
+{
+    if (!stepped_aside)
+        Py_RETURN_FALSE;
+    if (!measuring || layer.resume() != 0)
+        Py_RETURN_FALSE; /* still stepped aside: another profiler holds the slot */
+    stepped_aside = 0;
+    Py_RETURN_TRUE;
+}
+
+/* memory_owner() -> "free", "ours", "inert", "other", or None when the layer's memory part is not
+ * loaded: who holds this thread's allocator reports. */
+static PyObject *core_memory_owner(PyObject *module, PyObject *unused)
+{
+    static const char *const names[] = {"free", "ours", "inert", "other"};
+    if (layer.owner == NULL)
+        Py_RETURN_NONE;
+    int owner = layer.owner();
+    return PyUnicode_FromString(owner >= 0 && owner <= 3 ? names[owner] : "other");
+}
+
+/* memory_counters() -> (allocated, freed, total, peak): this thread's counters. */
+static PyObject *core_memory_counters(PyObject *module, PyObject *unused)
+{
+    return Py_BuildValue("(KKKK)", (unsigned long long)counters.allocated, (unsigned long long)counters.freed,
+                         (unsigned long long)counters.total, (unsigned long long)counters.peak);
+}
+
+static PyMethodDef memory_methods[] = {
+    {"memory_step_aside", core_memory_step_aside, METH_NOARGS,
+     "memory_step_aside() -> bool\n--\n\nTakes memory measuring's reporter off this thread while another profiler "
+     "starts here; True when it was on."},
+    {"memory_resume", core_memory_resume, METH_NOARGS,
+     "memory_resume() -> bool\n--\n\nPuts it back once the other profiler stopped; True when it went back."},
+    {"memory_owner", core_memory_owner, METH_NOARGS,
+     "memory_owner() -> 'free', 'ours', 'inert', 'other' or None\n--\n\nWho holds this thread's allocator "
+     "reports (None: the libtorch layer's memory part is not loaded)."},
+    {"memory_counters", core_memory_counters, METH_NOARGS,
+     "memory_counters() -> (allocated, freed, total, peak)\n--\n\nThis thread's allocator report counters."},
+    {NULL, NULL, 0, NULL},
+};
+
+int tw_memory_add_functions(PyObject *module)
+{
+    return PyModule_AddFunctions(module, memory_methods);
+}
