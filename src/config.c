@@ -36,7 +36,7 @@ typedef enum {
     KEY_TENSOR_STATS, /* false/null (off), true (the defaults), or an object (see tensor_stats_keys) */
     KEY_SCHEDULE,     /* null, or an object of steps (schedule.c) */
     KEY_ON_DEMAND,    /* false/null (off), true (the defaults), or an object (steps, dir) */
-    KEY_BOOL,         /* true or false (environment variables: 1/true/on/yes, 0/false/off/no) */
+    KEY_BOOL,         /* true or false */
 } key_kind_t;
 
 /*
@@ -441,6 +441,15 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
         return tw_schedule_check(value, from_strings, err, err_size);
     case KEY_ON_DEMAND:
         return check_on_demand(value, from_strings, err, err_size);
+    case KEY_BOOL: {
+        cJSON *parsed = from_strings && text != NULL ? switch_or_json(text) : NULL;
+        const cJSON *v = parsed != NULL ? parsed : value;
+        cJSON *out = cJSON_IsBool(v) ? cJSON_CreateBool(cJSON_IsTrue(v)) : NULL;
+        cJSON_Delete(parsed);
+        if (out == NULL)
+            snprintf(err, err_size, "config key '%s': %s is not accepted: give true or false", key->name, given);
+        return out;
+    }
     case KEY_STRING: {
         /* null where it is the default: records in memory (profile(), Session). */
         int null_ok = strcmp(fallback_of(key, defaults), "null") == 0;
@@ -531,16 +540,6 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
                  key->kind == KEY_LIST_OR_NULL ? " (API-name globs; \"+glob\" adds to the default list), or null for "
                                                  "the default list" : "");
         return NULL;
-    }
-    case KEY_BOOL: {
-        cJSON *parsed = from_strings && text != NULL ? switch_or_json(text) : NULL;
-        const cJSON *v = parsed != NULL ? parsed : value;
-        cJSON *out = cJSON_IsBool(v) ? cJSON_CreateBool(cJSON_IsTrue(v)) : NULL;
-        cJSON_Delete(parsed);
-        if (out == NULL)
-            snprintf(err, err_size, "config key '%s': %s is not accepted: give true or false%s", key->name, given,
-                     from_strings ? " (or 1/0, on/off, yes/no)" : "");
-        return out;
     }
     case KEY_COUNT:
     case KEY_SECONDS: {
