@@ -42,6 +42,8 @@ static struct {
 static _Atomic int measuring;
 
 static _Thread_local tw_memory_counters_t counters;
+/* reports on this thread (allocations and frees), for the benchmarks */
+static _Thread_local uint64_t reports;
 /* this thread took the reporter off for another profiler (memory_step_aside) */
 static _Thread_local int stepped_aside;
 
@@ -64,10 +66,13 @@ static unsigned device_slot(int type, int index)
 static void on_report(int64_t bytes, uint64_t total, int device_type, int device_index)
 {
     tw_memory_counters_t *m = &counters;
+    reports++;
     if (bytes >= 0)
         m->allocated += (uint64_t)bytes;
     else
         m->freed += (uint64_t)0 - (uint64_t)bytes;
+    if (total == 0 && bytes > 0)
+        return; /* an allocator that keeps no total (a file mapping reports 0): the last one stands */
     unsigned slot = device_slot(device_type, device_index);
     uint64_t change = total - atomic_exchange_explicit(&device_total[slot], total, memory_order_relaxed);
     uint64_t sum = atomic_fetch_add_explicit(&total_sum, change, memory_order_relaxed) + change;
@@ -183,11 +188,12 @@ static PyObject *core_memory_owner(PyObject *module, PyObject *unused)
     return PyUnicode_FromString(owner >= 0 && owner <= 3 ? names[owner] : "other");
 }
 
-/* memory_counters() -> (allocated, freed, total, peak): this thread's counters. */
+/* memory_counters() -> (allocated, freed, total, peak, reports): this thread's counters. */
 static PyObject *core_memory_counters(PyObject *module, PyObject *unused)
 {
-    return Py_BuildValue("(KKKK)", (unsigned long long)counters.allocated, (unsigned long long)counters.freed,
-                         (unsigned long long)counters.total, (unsigned long long)counters.peak);
+    return Py_BuildValue("(KKKKK)", (unsigned long long)counters.allocated, (unsigned long long)counters.freed,
+                         (unsigned long long)counters.total, (unsigned long long)counters.peak,
+                         (unsigned long long)reports);
 }
 
 static PyMethodDef memory_methods[] = {
@@ -200,7 +206,8 @@ static PyMethodDef memory_methods[] = {
      "memory_owner() -> 'free', 'ours', 'inert', 'other' or None\n--\n\nWho holds this thread's allocator "
      "reports (None: the libtorch layer's memory part is not loaded)."},
     {"memory_counters", core_memory_counters, METH_NOARGS,
-     "memory_counters() -> (allocated, freed, total, peak)\n--\n\nThis thread's allocator report counters."},
+     "memory_counters() -> (allocated, freed, total, peak, reports)\n--\n\nThis thread's allocator report counters "
+     "and how many reports it had."},
     {NULL, NULL, 0, NULL},
 };
 
