@@ -1,0 +1,735 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tw-report --ranks: which rank is slow, in which steps, and because of which API.
+ *
+ * What is kept is one sum per (process, API, step): the self time of the calls (memory grows with
+ * ranks x APIs x steps, never with records), and per (process, step) the span of its calls. Sums of
+ * integers, so a reading on -j threads merges to exactly what one pass gives.
+ *
+ * A rank's step time is the sum of its calls' self times in the step (as --diff's: the step's
+ * recorded time). Part of it is waiting: in collectives (torch.distributed.* calls, c10d operators)
+ * a fast rank waits for the slow one, and under DistributedDataParallel the gradient allreduce is
+ * waited for inside backward, after the graph's last node, in the engine's own time (the self time
+ * of torch.autograd.backward and Tensor.backward where the autograd nodes are records of their own:
+ * aten="backward", the default). That time is shown apart and never blamed: a rank's busy time is
+ * its step time minus it, and the slowest rank of a step is the one with the most busy time.
+ *
+ * Noise: a rank is named a straggler when its busy time per step, against the median of the other
+ * ranks' in the same steps, passes --diff's test (Mann-Whitney over the steps, p < --alpha, and a
+ * change of at least --min-change percent of the median rank's step time); and for it, each API's
+ * self time per step against the median of the others' is tested the same way, and those beyond
+ * noise are its explanation, the largest first. A rank that is slowest in a few steps by chance
+ * passes neither.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "torchwrapper/common.h"
+
+#include "diff.h"
+#include "groups.h"
+#include "ranks.h"
+
+#define DEFAULT_ALPHA 0.001    /* --diff's */
+#define DEFAULT_MIN_CHANGE 4.0 /* --diff's */
+#define APIS_SHOWN 10
+
+/* A cell's key: occupied bit, process (15 bits), API (20), step (28). */
+#define PROC_BITS 15
+#define API_BITS 20
+#define STEP_BITS 28
+#define OCCUPIED (1ull << 63)
+#define CELL_KEY(proc, api, step) \
+    (OCCUPIED | (uint64_t)(proc) << (API_BITS + STEP_BITS) | (uint64_t)(api) << STEP_BITS | (uint64_t)(step))
+#define KEY_PROC(k) ((size_t)((k) >> (API_BITS + STEP_BITS) & ((1u << PROC_BITS) - 1)))
+#define KEY_API(k) ((size_t)((k) >> STEP_BITS & ((1u << API_BITS) - 1)))
+#define KEY_STEP(k) ((int64_t)((k) & ((1u << STEP_BITS) - 1)))
+
+typedef struct cell {
+    uint64_t key;
+    uint64_t self_ns; /* cells: self time; spans: first start */
+    uint64_t end_ns;  /* spans only: last end */
+} cell_t;
+
+typedef struct cell_table {
+    cell_t *slots;
+    size_t capacity, count; /* capacity a power of two */
+} cell_table_t;
+
+typedef struct proc {
+    int64_t pid;
+    int ddp;   /* ran DistributedDataParallel */
+    int nodes; /* has autograd nodes of its own (backward's self time is then the engine's) */
+} proc_t;
+
+typedef struct api {
+    char *name;
+    size_t len;
+    uint64_t hash;
+} api_t;
+
+typedef struct ranks {
+    report_sink_t sink;
+    const options_t *o;
+    const inputs_t *in;
+    proc_t *procs;
+    size_t nprocs, procs_capacity, proc_hint;
+    api_t *apis;
+    size_t napis, apis_capacity;
+    uint32_t *api_slots; /* index + 1 into apis; 0: empty */
+    size_t api_capacity;
+    cell_table_t cells, spans;
+    uint64_t no_step, beyond;
+    int computed;
+    ranks_result_t *result;
+} ranks_t;
+
+/* ---- the tables ----------------------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    return k ^ (k >> 33);
+}
+
+/* The cell of key, created (zero) if missing; NULL when out of memory. */
+static cell_t *cell_get(cell_table_t *t, uint64_t key)
+{
+    if ((t->count + 1) * 2 > t->capacity) {
+        size_t capacity = t->capacity ? t->capacity * 2 : 1024;
+        cell_t *slots = calloc(capacity, sizeof *slots);
+        if (slots == NULL)
+            return NULL;
+        for (size_t i = 0; i < t->capacity; i++) {
+            if (t->slots[i].key == 0)
+                continue;
+            size_t j = mix(t->slots[i].key) & (capacity - 1);
+            while (slots[j].key != 0)
+                j = (j + 1) & (capacity - 1);
+            slots[j] = t->slots[i];
+        }
+        free(t->slots);
+        t->slots = slots;
+        t->capacity = capacity;
+    }
+    size_t j = mix(key) & (t->capacity - 1);
+    while (t->slots[j].key != 0 && t->slots[j].key != key)
+        j = (j + 1) & (t->capacity - 1);
+    if (t->slots[j].key == 0) {
+        t->slots[j].key = key;
+        t->count++;
+    }
+    return &t->slots[j];
+}
+
+static const cell_t *cell_find(const cell_table_t *t, uint64_t key)
+{
+    if (t->capacity == 0)
+        return NULL;
+    for (size_t j = mix(key) & (t->capacity - 1); t->slots[j].key != 0; j = (j + 1) & (t->capacity - 1))
+        if (t->slots[j].key == key)
+            return &t->slots[j];
+    return NULL;
+}
+
+/* The index of process pid, added if new; SIZE_MAX when out of memory. */
+static size_t proc_index(ranks_t *r, int64_t pid)
+{
+    if (r->proc_hint < r->nprocs && r->procs[r->proc_hint].pid == pid)
+        return r->proc_hint;
+    for (size_t i = 0; i < r->nprocs; i++)
+        if (r->procs[i].pid == pid)
+            return r->proc_hint = i;
+    if (r->nprocs == r->procs_capacity) {
+        size_t capacity = r->procs_capacity ? 2 * r->procs_capacity : 16;
+        proc_t *bigger = realloc(r->procs, capacity * sizeof *bigger);
+        if (bigger == NULL)
+            return SIZE_MAX;
+        r->procs = bigger;
+        r->procs_capacity = capacity;
+    }
+    r->procs[r->nprocs] = (proc_t){.pid = pid};
+    return r->proc_hint = r->nprocs++;
+}
+
+/* The index of the API name[0..len), added if new; SIZE_MAX when out of memory. */
+static size_t api_index(ranks_t *r, const char *name, size_t len)
+{
+    uint64_t h = report_hash_bytes(name, len, 0x72616e6b73ull);
+    if (r->api_capacity > 0)
+        for (size_t j = h & (r->api_capacity - 1); r->api_slots[j] != 0; j = (j + 1) & (r->api_capacity - 1)) {
+            const api_t *a = &r->apis[r->api_slots[j] - 1];
+            if (a->hash == h && a->len == len && memcmp(a->name, name, len) == 0)
+                return r->api_slots[j] - 1;
+        }
+    if ((r->napis + 1) * 2 > r->api_capacity) {
+        size_t capacity = r->api_capacity ? r->api_capacity * 2 : 256;
+        uint32_t *slots = calloc(capacity, sizeof *slots);
+        if (slots == NULL)
+            return SIZE_MAX;
+        for (size_t i = 0; i < r->napis; i++) {
+            size_t j = r->apis[i].hash & (capacity - 1);
+            while (slots[j] != 0)
+                j = (j + 1) & (capacity - 1);
+            slots[j] = (uint32_t)i + 1;
+        }
+        free(r->api_slots);
+        r->api_slots = slots;
+        r->api_capacity = capacity;
+    }
+    if (r->napis == r->apis_capacity) {
+        size_t capacity = r->apis_capacity ? 2 * r->apis_capacity : 256;
+        api_t *bigger = realloc(r->apis, capacity * sizeof *bigger);
+        if (bigger == NULL)
+            return SIZE_MAX;
+        r->apis = bigger;
+        r->apis_capacity = capacity;
+    }
+    char *copy = malloc(len + 1);
+    if (copy == NULL)
+        return SIZE_MAX;
+    memcpy(copy, name, len);
+    copy[len] = '\0';
+    r->apis[r->napis] = (api_t){copy, len, h};
+    size_t j = h & (r->api_capacity - 1);
+    while (r->api_slots[j] != 0)
+        j = (j + 1) & (r->api_capacity - 1);
+    r->api_slots[j] = (uint32_t)r->napis + 1;
+    return r->napis++;
+}
+
+static int has_text(const char *s, size_t len, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(s + i, needle, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* Adds self time (and the span) of process proc, API api, step step. */
+static int add(ranks_t *r, size_t proc, size_t api, int64_t step, uint64_t self_ns, uint64_t first_ns,
+               uint64_t end_ns)
+{
+    if (proc >= (1u << PROC_BITS) || api >= (1u << API_BITS) || step >= (1ll << STEP_BITS)) {
+        r->beyond++;
+        return 0;
+    }
+    cell_t *c = cell_get(&r->cells, CELL_KEY(proc, api, step));
+    cell_t *s = cell_get(&r->spans, CELL_KEY(proc, 0, step));
+    if (c == NULL || s == NULL)
+        return TW_ENOMEM;
+    c->self_ns += self_ns;
+    if (first_ns != 0 && (s->self_ns == 0 || first_ns < s->self_ns))
+        s->self_ns = first_ns;
+    if (end_ns > s->end_ns)
+        s->end_ns = end_ns;
+    return 0;
+}
+
+/* ---- the sink ------------------------------------------------------------------------------------- */
+
+static int ranks_row(report_sink_t *sink, const tw_row_t *row, int kept)
+{
+    (void)kept;
+    ranks_t *r = (ranks_t *)sink;
+    if (row->kind != TW_FILE_CALLS)
+        return 0; /* GPU records carry no step */
+    if (row->step < 0) {
+        r->no_step++;
+        return 0;
+    }
+    size_t proc = proc_index(r, row->pid), api = proc == SIZE_MAX ? SIZE_MAX : api_index(r, row->api.ptr, row->api.len);
+    if (api == SIZE_MAX)
+        return TW_ENOMEM;
+    proc_t *p = &r->procs[proc];
+    if (!p->ddp && has_text(row->api.ptr, row->api.len, "DistributedDataParallel"))
+        p->ddp = 1;
+    if (!p->nodes && (row->fwd_call_id != 0 || (row->api.len == 31 && memcmp(row->api.ptr, "torch::autograd::AccumulateGrad", 31) == 0)))
+        p->nodes = 1;
+    return add(r, proc, api, row->step, row->self_ns, row->start_ns, row->start_ns + row->cost_ns);
+}
+
+static int ranks_merge(report_sink_t *into_sink, report_sink_t *from_sink)
+{
+    ranks_t *into = (ranks_t *)into_sink, *from = (ranks_t *)from_sink;
+    size_t *procs = malloc((from->nprocs + 1) * sizeof *procs), *apis = malloc((from->napis + 1) * sizeof *apis);
+    int rc = procs == NULL || apis == NULL ? TW_ENOMEM : 0;
+    for (size_t i = 0; rc == 0 && i < from->nprocs; i++) {
+        if ((procs[i] = proc_index(into, from->procs[i].pid)) == SIZE_MAX) {
+            rc = TW_ENOMEM;
+            break;
+        }
+        into->procs[procs[i]].ddp |= from->procs[i].ddp;
+        into->procs[procs[i]].nodes |= from->procs[i].nodes;
+    }
+    for (size_t i = 0; rc == 0 && i < from->napis; i++)
+        if ((apis[i] = api_index(into, from->apis[i].name, from->apis[i].len)) == SIZE_MAX)
+            rc = TW_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < from->cells.capacity; i++) {
+        uint64_t k = from->cells.slots[i].key;
+        if (k != 0)
+            rc = add(into, procs[KEY_PROC(k)], apis[KEY_API(k)], KEY_STEP(k), from->cells.slots[i].self_ns, 0, 0);
+    }
+    for (size_t i = 0; rc == 0 && i < from->spans.capacity; i++) {
+        const cell_t *s = &from->spans.slots[i];
+        if (s->key == 0)
+            continue;
+        cell_t *t = cell_get(&into->spans, CELL_KEY(procs[KEY_PROC(s->key)], 0, KEY_STEP(s->key)));
+        if (t == NULL) {
+            rc = TW_ENOMEM;
+            break;
+        }
+        if (s->self_ns != 0 && (t->self_ns == 0 || s->self_ns < t->self_ns))
+            t->self_ns = s->self_ns;
+        if (s->end_ns > t->end_ns)
+            t->end_ns = s->end_ns;
+    }
+    into->no_step += from->no_step;
+    into->beyond += from->beyond;
+    free(procs);
+    free(apis);
+    return rc;
+}
+
+static void result_free(ranks_result_t *res)
+{
+    if (res == NULL)
+        return;
+    for (size_t i = 0; i < res->nranks; i++)
+        free(res->by_rank[i].apis);
+    free(res->by_rank);
+    free(res->order);
+    free(res->steps);
+    free(res->step_ns);
+    free(res->wait_ns);
+    free(res->busy_ns);
+    free(res->start_ns);
+    free(res->end_ns);
+    free(res);
+}
+
+static void ranks_free(report_sink_t *sink)
+{
+    ranks_t *r = (ranks_t *)sink;
+    for (size_t i = 0; i < r->napis; i++)
+        free(r->apis[i].name);
+    free(r->apis);
+    free(r->api_slots);
+    free(r->procs);
+    free(r->cells.slots);
+    free(r->spans.slots);
+    result_free(r->result);
+    free(r);
+}
+
+/* ---- the analysis --------------------------------------------------------------------------------- */
+
+enum { API_OTHER, API_COLLECTIVE, API_BACKWARD };
+
+/* Where a fast rank waits for a slow one: collectives, and (under DDP) backward's own time. */
+static int api_class(const api_t *a)
+{
+    if (strncmp(a->name, "torch.distributed.", 18) == 0 || strstr(a->name, "c10d::") != NULL ||
+        strncmp(a->name, "gloo:", 5) == 0 || strncmp(a->name, "nccl:", 5) == 0)
+        return API_COLLECTIVE;
+    if (strcmp(a->name, "torch.autograd.backward") == 0 || strcmp(a->name, "torch.Tensor.backward") == 0 ||
+        strcmp(a->name, "torch.autograd.grad") == 0)
+        return API_BACKWARD;
+    return API_OTHER;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double u = *(const double *)a, v = *(const double *)b;
+    return (u > v) - (u < v);
+}
+
+/* The median of v[0..n) (reordered); NAN when n == 0. */
+static double median(double *v, size_t n)
+{
+    if (n == 0)
+        return NAN;
+    qsort(v, n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double mean(const double *v, size_t n)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += v[i];
+    return n ? sum / (double)n : 0;
+}
+
+typedef struct test {
+    double x, y, change, pct, p;
+} test_t;
+
+/*
+ * x[k]: one rank's value in step k; y[k]: the median of the others' in step k. The change is the
+ * difference of the median steps (of the means where both medians are 0: a call made in a few steps
+ * only), as --diff's. scratch: 2 n doubles.
+ */
+static int compare_steps(const double *x, const double *y, size_t n, double step_ns, double *scratch, test_t *t)
+{
+    mann_whitney_t mw;
+    if (report_mann_whitney(x, n, y, n, &mw) != 0)
+        return TW_ENOMEM;
+    memcpy(scratch, x, n * sizeof *x);
+    memcpy(scratch + n, y, n * sizeof *y);
+    t->x = median(scratch, n);
+    t->y = median(scratch + n, n);
+    if (t->x == 0 && t->y == 0) {
+        t->x = mean(x, n);
+        t->y = mean(y, n);
+    }
+    t->change = t->x - t->y;
+    t->pct = step_ns > 0 ? 100 * t->change / step_ns : 0;
+    t->p = mw.p;
+    return 0;
+}
+
+static int beyond_noise(const test_t *t, const ranks_result_t *res)
+{
+    return t->p < res->alpha && t->change > 0 && t->pct >= res->min_change_pct;
+}
+
+static int compare_apis(const void *a, const void *b)
+{
+    const ranks_api_t *u = a, *v = b;
+    if (u->change_ns != v->change_ns)
+        return u->change_ns < v->change_ns ? 1 : -1;
+    return strcmp(u->api, v->api);
+}
+
+/* The APIs beyond noise on rank i (by_rank index) of the ranked processes procs. */
+static int explain(const ranks_t *r, ranks_result_t *res, const size_t *procs, size_t i, const int *classes,
+                   double *work)
+{
+    size_t n = res->nsteps, R = res->nranks;
+    double *x = work, *y = x + n, *others = y + n, *scratch = others + R;
+    ranks_rank_t *rank = &res->by_rank[i];
+    int waits = r->procs[procs[i]].ddp && r->procs[procs[i]].nodes;
+    for (size_t a = 0; a < r->napis; a++) {
+        if (classes[a] == API_COLLECTIVE || (classes[a] == API_BACKWARD && waits))
+            continue;
+        int seen = 0;
+        for (size_t k = 0; k < n; k++) {
+            int64_t step = res->first_step + (int64_t)k;
+            size_t m = 0;
+            x[k] = 0;
+            for (size_t j = 0; j < R; j++) {
+                const cell_t *c = cell_find(&r->cells, CELL_KEY(procs[j], a, step));
+                double v = c != NULL ? (double)c->self_ns : 0;
+                if (j == i)
+                    x[k] = v;
+                else
+                    others[m++] = v;
+                seen |= c != NULL;
+            }
+            y[k] = median(others, m);
+        }
+        if (!seen)
+            continue;
+        test_t t;
+        if (compare_steps(x, y, n, res->step_time_ns, scratch, &t) != 0)
+            return TW_ENOMEM;
+        if (!beyond_noise(&t, res))
+            continue;
+        ranks_api_t *grown = realloc(rank->apis, (rank->napis + 1) * sizeof *grown);
+        if (grown == NULL)
+            return TW_ENOMEM;
+        rank->apis = grown;
+        rank->apis[rank->napis++] = (ranks_api_t){r->apis[a].name, t.x, t.y, t.change, t.pct, t.p};
+    }
+    if (rank->napis > 1)
+        qsort(rank->apis, rank->napis, sizeof *rank->apis, compare_apis);
+    if (rank->napis > APIS_SHOWN)
+        rank->napis = APIS_SHOWN;
+    return 0;
+}
+
+typedef struct ranked {
+    int64_t rank, pid;
+    size_t proc;
+    uint64_t total_ns;
+} ranked_t;
+
+static int compare_ranked(const void *a, const void *b)
+{
+    const ranked_t *u = a, *v = b;
+    if (u->rank != v->rank)
+        return u->rank < v->rank ? -1 : 1;
+    if (u->total_ns != v->total_ns) /* a rank's busiest process first: its main one */
+        return u->total_ns > v->total_ns ? -1 : 1;
+    return (u->pid > v->pid) - (u->pid < v->pid);
+}
+
+static const ranks_result_t *sort_key_result; /* qsort has no context argument */
+
+static int compare_order(const void *a, const void *b)
+{
+    const ranks_rank_t *u = &sort_key_result->by_rank[*(const size_t *)a];
+    const ranks_rank_t *v = &sort_key_result->by_rank[*(const size_t *)b];
+    if (u->slowest_steps != v->slowest_steps)
+        return u->slowest_steps > v->slowest_steps ? -1 : 1;
+    if (u->slowest_extra_ns != v->slowest_extra_ns)
+        return u->slowest_extra_ns > v->slowest_extra_ns ? -1 : 1;
+    return (u->rank > v->rank) - (u->rank < v->rank);
+}
+
+/* The ranked processes (one per rank: its busiest) into *out, by rank; their count. */
+static size_t pick_ranks(const ranks_t *r, ranked_t *out, size_t *other_processes)
+{
+    uint64_t *totals = calloc(r->nprocs + 1, sizeof *totals);
+    if (totals == NULL)
+        return SIZE_MAX;
+    for (size_t i = 0; i < r->cells.capacity; i++)
+        if (r->cells.slots[i].key != 0)
+            totals[KEY_PROC(r->cells.slots[i].key)] += r->cells.slots[i].self_ns;
+    int any_rank = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < r->nprocs; i++) {
+        const input_proc_t *p = report_input_proc(r->in, r->procs[i].pid, NULL);
+        out[n] = (ranked_t){p != NULL ? p->rank : -1, r->procs[i].pid, i, totals[i]};
+        any_rank |= out[n].rank >= 0;
+        n++;
+    }
+    free(totals);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) /* with ranks in the manifests, the processes without one are not ranks */
+        if (!any_rank || out[i].rank >= 0)
+            out[kept++] = out[i];
+    if (!any_rank) /* no ranks at all: each process is one, by pid */
+        for (size_t i = 0; i < kept; i++)
+            out[i].rank = out[i].pid;
+    qsort(out, kept, sizeof *out, compare_ranked);
+    size_t unique = 0;
+    for (size_t i = 0; i < kept; i++)
+        if (unique == 0 || out[i].rank != out[unique - 1].rank)
+            out[unique++] = out[i];
+    if (!any_rank)
+        for (size_t i = 0; i < unique; i++)
+            out[i].rank = -1;
+    *other_processes = r->nprocs - unique;
+    return unique;
+}
+
+static int compute(ranks_t *r, ranks_result_t *res)
+{
+    const options_t *o = r->o;
+    res->alpha = o->diff_alpha > 0 ? o->diff_alpha : DEFAULT_ALPHA;
+    res->min_change_pct = o->diff_min_change_given ? o->diff_min_change : DEFAULT_MIN_CHANGE;
+    res->no_step_rows = r->no_step;
+    res->clock_error_ns = -1;
+    ranked_t *ranked = malloc((r->nprocs + 1) * sizeof *ranked);
+    int *classes = malloc((r->napis + 1) * sizeof *classes);
+    size_t *procs = malloc((r->nprocs + 1) * sizeof *procs), *rank_of = malloc((r->nprocs + 1) * sizeof *rank_of);
+    double *work = NULL;
+    int rc = TW_ENOMEM;
+    size_t R = ranked == NULL ? SIZE_MAX : pick_ranks(r, ranked, &res->other_processes);
+    if (classes == NULL || procs == NULL || rank_of == NULL || R == SIZE_MAX)
+        goto out;
+    rc = 0;
+    res->nranks = R;
+    for (size_t a = 0; a < r->napis; a++)
+        classes[a] = api_class(&r->apis[a]);
+    for (size_t i = 0; i < r->nprocs; i++)
+        rank_of[i] = SIZE_MAX;
+    int64_t lo = INT64_MAX, hi = -1;
+    for (size_t i = 0; i < R; i++) {
+        procs[i] = ranked[i].proc;
+        rank_of[ranked[i].proc] = i;
+    }
+    for (size_t i = 0; i < r->cells.capacity; i++) {
+        uint64_t k = r->cells.slots[i].key;
+        if (k != 0 && rank_of[KEY_PROC(k)] != SIZE_MAX) {
+            lo = KEY_STEP(k) < lo ? KEY_STEP(k) : lo;
+            hi = KEY_STEP(k) > hi ? KEY_STEP(k) : hi;
+        }
+    }
+    if (R == 0 || hi < 0)
+        goto out; /* nothing to compare: the output says so */
+    if (!o->has_steps && hi - lo >= 2) { /* warm-up, and a last step maybe cut off: as --diff */
+        lo++;
+        hi--;
+        res->steps_cut = 1;
+    }
+    size_t n = (size_t)(hi - lo + 1);
+    res->first_step = lo;
+    res->last_step = hi;
+    res->nsteps = n;
+    rc = TW_ENOMEM;
+    if (n > SIZE_MAX / 8 / (R + 1))
+        goto out;
+    res->by_rank = calloc(R, sizeof *res->by_rank);
+    res->order = malloc(R * sizeof *res->order);
+    res->steps = calloc(n, sizeof *res->steps);
+    res->step_ns = calloc(n * R, sizeof *res->step_ns);
+    res->wait_ns = calloc(n * R, sizeof *res->wait_ns);
+    res->busy_ns = calloc(n * R, sizeof *res->busy_ns);
+    res->start_ns = calloc(n * R, sizeof *res->start_ns);
+    res->end_ns = calloc(n * R, sizeof *res->end_ns);
+    work = malloc((6 * n + 2 * R + 8) * sizeof *work);
+    if (res->by_rank == NULL || res->order == NULL || res->steps == NULL || res->step_ns == NULL ||
+        res->wait_ns == NULL || res->busy_ns == NULL || res->start_ns == NULL || res->end_ns == NULL || work == NULL)
+        goto out;
+    rc = 0;
+    for (size_t i = 0; i < R; i++) {
+        ranks_rank_t *k = &res->by_rank[i];
+        k->rank = ranked[i].rank;
+        k->pid = ranked[i].pid;
+        k->change_ns = k->change_pct = 0;
+        k->p_value = NAN;
+        const input_proc_t *p = report_input_proc(r->in, k->pid, NULL);
+        if (p != NULL && p->has_clock) {
+            k->has_clock = 1;
+            k->clock_offset_ns = p->clock_offset_ns;
+            k->clock_error_ns = p->clock_error_ns;
+            res->clocks++;
+            if (p->clock_error_ns > res->clock_error_ns)
+                res->clock_error_ns = p->clock_error_ns;
+        }
+    }
+    /* step x rank: the step's time and the waiting in it */
+    for (size_t i = 0; i < r->cells.capacity; i++) {
+        const cell_t *c = &r->cells.slots[i];
+        if (c->key == 0)
+            continue;
+        size_t j = rank_of[KEY_PROC(c->key)];
+        int64_t step = KEY_STEP(c->key);
+        if (j == SIZE_MAX || step < lo || step > hi)
+            continue;
+        size_t at = (size_t)(step - lo) * R + j;
+        res->step_ns[at] += c->self_ns;
+        int cls = classes[KEY_API(c->key)];
+        const proc_t *p = &r->procs[KEY_PROC(c->key)];
+        if (cls == API_COLLECTIVE || (cls == API_BACKWARD && p->ddp && p->nodes))
+            res->wait_ns[at] += c->self_ns;
+    }
+    for (size_t k = 0; k < n; k++)
+        for (size_t j = 0; j < R; j++) {
+            size_t at = k * R + j;
+            res->busy_ns[at] = res->step_ns[at] - res->wait_ns[at];
+            const cell_t *s = cell_find(&r->spans, CELL_KEY(procs[j], 0, lo + (int64_t)k));
+            if (s != NULL) { /* on rank 0's clock */
+                int64_t offset = res->by_rank[j].has_clock ? res->by_rank[j].clock_offset_ns : 0;
+                res->start_ns[at] = (int64_t)s->self_ns + offset;
+                res->end_ns[at] = (int64_t)s->end_ns + offset;
+            }
+        }
+    /* per step: the median rank, the slowest, the skew */
+    double *row = work, *medians = work + R + 1;
+    for (size_t k = 0; k < n; k++) {
+        size_t slowest = 0;
+        for (size_t j = 0; j < R; j++) {
+            row[j] = (double)res->busy_ns[k * R + j];
+            if (res->busy_ns[k * R + j] > res->busy_ns[k * R + slowest])
+                slowest = j;
+        }
+        ranks_step_t *s = &res->steps[k];
+        s->step = lo + (int64_t)k;
+        s->median_busy_ns = median(row, R);
+        s->slowest = slowest;
+        s->skew_ns = (double)res->busy_ns[k * R + slowest] - s->median_busy_ns;
+        res->by_rank[slowest].slowest_steps++;
+        res->by_rank[slowest].slowest_extra_ns += s->skew_ns;
+        for (size_t j = 0; j < R; j++)
+            row[j] = (double)res->step_ns[k * R + j];
+        medians[k] = median(row, R);
+    }
+    res->step_time_ns = median(medians, n);
+    /* per rank: its medians, and its busy time against the others' */
+    double *x = work, *y = x + n, *others = y + n, *scratch = others + R;
+    for (size_t i = 0; i < R; i++) {
+        ranks_rank_t *rank = &res->by_rank[i];
+        double *cols[3] = {x, y, others};
+        const uint64_t *from[3] = {res->step_ns, res->wait_ns, res->busy_ns};
+        double *to[3] = {&rank->step_ns, &rank->wait_ns, &rank->busy_ns};
+        for (int m = 0; m < 3; m++) {
+            (void)cols;
+            for (size_t k = 0; k < n; k++)
+                scratch[k] = (double)from[m][k * R + i];
+            *to[m] = median(scratch, n);
+        }
+        if (R < 2)
+            continue;
+        for (size_t k = 0; k < n; k++) {
+            size_t count = 0;
+            for (size_t j = 0; j < R; j++)
+                if (j != i)
+                    others[count++] = (double)res->busy_ns[k * R + j];
+            x[k] = (double)res->busy_ns[k * R + i];
+            y[k] = median(others, count);
+        }
+        test_t t;
+        if ((rc = compare_steps(x, y, n, res->step_time_ns, scratch, &t)) != 0)
+            goto out;
+        rank->change_ns = t.change;
+        rank->change_pct = t.pct;
+        rank->p_value = t.p;
+        rank->straggler = beyond_noise(&t, res);
+        if (rank->straggler && (rc = explain(r, res, procs, i, classes, work)) != 0)
+            goto out;
+    }
+    for (size_t i = 0; i < R; i++)
+        res->order[i] = i;
+    sort_key_result = res;
+    qsort(res->order, R, sizeof *res->order, compare_order);
+out:
+    free(work);
+    free(ranked);
+    free(classes);
+    free(procs);
+    free(rank_of);
+    return rc;
+}
+
+const ranks_result_t *report_ranks_result(report_sink_t *sink)
+{
+    ranks_t *r = (ranks_t *)sink;
+    if (!r->computed) {
+        r->computed = 1;
+        r->result = calloc(1, sizeof *r->result);
+        if (r->result != NULL && compute(r, r->result) != 0) {
+            result_free(r->result);
+            r->result = NULL;
+        }
+    }
+    return r->result;
+}
+
+static int ranks_print(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err)
+{
+    const ranks_result_t *res = report_ranks_result(sink);
+    if (res == NULL) {
+        fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));
+        return TW_ENOMEM;
+    }
+    return report_ranks_print(res, pass->o, out, err);
+}
+
+static const report_sink_ops_t ranks_ops = {
+    .name = "ranks",
+    .row = ranks_row,
+    .merge = ranks_merge,
+    .print = ranks_print,
+    .free = ranks_free,
+};
+
+int report_ranks_new(const options_t *o, const inputs_t *in, report_sink_t **sink)
+{
+    ranks_t *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return TW_ENOMEM;
+    r->sink = (report_sink_t){&ranks_ops, SINK_ROWS_KEPT};
+    r->o = o;
+    r->in = in;
+    *sink = &r->sink;
+    return 0;
+}
