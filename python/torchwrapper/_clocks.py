@@ -20,6 +20,7 @@ Nothing here may break the program: a failure (a store without ``get``, a timeou
 never comes) is written in the manifest as the reason, and profiling goes on.
 """
 import json
+import os
 import sys
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional
@@ -66,6 +67,9 @@ class ClockSync:
         self.results: Dict[str, Any] = {}
         self._patched: List[tuple] = []
         self._phases = 0
+        # A forked child (a DataLoader worker) keeps this object and a copy of the group: it is no
+        # rank of its own, and must not answer or ask in the store.
+        self._pid = os.getpid()
 
     def _dist(self) -> Any:
         dist = sys.modules.get("torch.distributed")
@@ -75,7 +79,8 @@ class ClockSync:
 
     def _run(self, phase: str) -> None:
         dist = self._dist()
-        if dist is None or not dist.is_initialized() or phase in self.results or not self.session.active:
+        if (dist is None or os.getpid() != self._pid or not dist.is_initialized() or phase in self.results
+                or not self.session.active):
             return
         self._phases += 1
         name = f"{phase}{self._phases}"   # each measurement's keys are its own, in every rank alike
