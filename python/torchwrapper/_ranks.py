@@ -27,9 +27,9 @@ def ranks(path: Source, *, steps: Optional[str] = None, alpha: Optional[float] =
     columns ``RANKS_COLUMNS``.
 
     ``frame.attrs["ranks"]``: per rank, how often and how much it was slowest, its medians, its busy
-    time against the other ranks' (``change_ns``, ``p_value``), ``straggler`` (beyond noise, the test
-    of ``diff``: alpha, default 0.001, and min_change, percent of the median rank's step time, default
-    4), its clock offset and error, and for a straggler ``apis``: the APIs that explain its extra
+    time against the other ranks' (``change_ns``, ``p_value``), ``straggler`` (beyond noise: the rank
+    test of ``diff`` in its paired form, Wilcoxon signed-rank over the steps; alpha, default 0.001, and
+    min_change, percent of the median rank's step time, default 4), its clock offset and error, and for a straggler ``apis``: the APIs that explain its extra
     time, the largest first. Also ``first_step``, ``last_step``, ``step_ns``, ``clock_error_ns``.
     steps: "FIRST:LAST" (default: all but the first and the last step).
     """

@@ -15,11 +15,11 @@
  * its step time minus it, and the slowest rank of a step is the one with the most busy time.
  *
  * Noise: a rank is named a straggler when its busy time per step, against the median of the other
- * ranks' in the same steps, passes --diff's test (Mann-Whitney over the steps, p < --alpha, and a
- * change of at least --min-change percent of the median rank's step time); and for it, each API's
- * self time per step against the median of the others' is tested the same way, and those beyond
- * noise are its explanation, the largest first. A rank that is slowest in a few steps by chance
- * passes neither.
+ * ranks' in the same steps, passes --diff's test in its paired form (ranks over the steps: the
+ * Wilcoxon signed-rank test, p < --alpha, and a change of at least --min-change percent of the
+ * median rank's step time); and for it, each API's self time per step against the median of the
+ * others' is tested the same way, and those beyond noise are its explanation, the largest first. A
+ * rank that is slowest in a few steps by chance passes neither.
  */
 #include "config.h"
 
@@ -37,32 +37,26 @@
 #define DEFAULT_MIN_CHANGE 4.0 /* --diff's */
 #define APIS_SHOWN 10
 
-/* A cell's key: occupied bit, process (15 bits), API (20), step (28). */
-#define PROC_BITS 15
-#define API_BITS 20
-#define STEP_BITS 28
-#define OCCUPIED (1ull << 63)
-#define CELL_KEY(proc, api, step) \
-    (OCCUPIED | (uint64_t)(proc) << (API_BITS + STEP_BITS) | (uint64_t)(api) << STEP_BITS | (uint64_t)(step))
-#define KEY_PROC(k) ((size_t)((k) >> (API_BITS + STEP_BITS) & ((1u << PROC_BITS) - 1)))
-#define KEY_API(k) ((size_t)((k) >> STEP_BITS & ((1u << API_BITS) - 1)))
-#define KEY_STEP(k) ((int64_t)((k) & ((1u << STEP_BITS) - 1)))
+/* Steps one series spans at most: a record's step is a 32-bit number, and a malformed or hostile file
+ * could otherwise ask for terabytes (--diff's bound). */
+#define MAX_STEPS (1 << 22)
 
-typedef struct cell {
-    uint64_t key;
-    uint64_t self_ns; /* cells: self time; spans: first start */
-    uint64_t end_ns;  /* spans only: last end */
-} cell_t;
-
-typedef struct cell_table {
-    cell_t *slots;
-    size_t capacity, count; /* capacity a power of two */
-} cell_table_t;
+/* Values per step, from step first (zero where none); dense: a training loop calls most of its APIs
+ * in every step, and 8 bytes a step and API cost less than a hash table's slot. */
+typedef struct series {
+    int64_t first;
+    size_t len; /* 0: empty */
+    uint64_t *v;
+} series_t;
 
 typedef struct proc {
     int64_t pid;
     int ddp;   /* ran DistributedDataParallel */
     int nodes; /* has autograd nodes of its own (backward's self time is then the engine's) */
+    int64_t min_step, max_step; /* of its rows; max_step -1: none */
+    series_t *apis;             /* self time per step, by API index */
+    size_t napis;
+    series_t first_ns, end_ns;  /* the span of its calls in each step */
 } proc_t;
 
 typedef struct api {
@@ -81,7 +75,6 @@ typedef struct ranks {
     size_t napis, apis_capacity;
     uint32_t *api_slots; /* index + 1 into apis; 0: empty */
     size_t api_capacity;
-    cell_table_t cells, spans;
     uint64_t no_step, beyond;
     int computed;
     ranks_result_t *result;
@@ -89,51 +82,45 @@ typedef struct ranks {
 
 /* ---- the tables ----------------------------------------------------------------------------------- */
 
-static uint64_t mix(uint64_t k)
+/* The value of step in s, made room for (zero); NULL when out of memory or beyond MAX_STEPS. */
+static uint64_t *series_at(series_t *s, int64_t step)
 {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    return k ^ (k >> 33);
-}
-
-/* The cell of key, created (zero) if missing; NULL when out of memory. */
-static cell_t *cell_get(cell_table_t *t, uint64_t key)
-{
-    if ((t->count + 1) * 2 > t->capacity) {
-        size_t capacity = t->capacity ? t->capacity * 2 : 1024;
-        cell_t *slots = calloc(capacity, sizeof *slots);
-        if (slots == NULL)
-            return NULL;
-        for (size_t i = 0; i < t->capacity; i++) {
-            if (t->slots[i].key == 0)
-                continue;
-            size_t j = mix(t->slots[i].key) & (capacity - 1);
-            while (slots[j].key != 0)
-                j = (j + 1) & (capacity - 1);
-            slots[j] = t->slots[i];
-        }
-        free(t->slots);
-        t->slots = slots;
-        t->capacity = capacity;
-    }
-    size_t j = mix(key) & (t->capacity - 1);
-    while (t->slots[j].key != 0 && t->slots[j].key != key)
-        j = (j + 1) & (t->capacity - 1);
-    if (t->slots[j].key == 0) {
-        t->slots[j].key = key;
-        t->count++;
-    }
-    return &t->slots[j];
-}
-
-static const cell_t *cell_find(const cell_table_t *t, uint64_t key)
-{
-    if (t->capacity == 0)
+    if (s->len > 0 && step >= s->first && step < s->first + (int64_t)s->len)
+        return &s->v[step - s->first];
+    int64_t first = s->len == 0 || step < s->first ? step : s->first;
+    int64_t end = s->len == 0 ? step + 1 : s->first + (int64_t)s->len;
+    if (step + 1 > end)
+        end = step + 1;
+    size_t len = (size_t)(end - first);
+    if (len < 2 * s->len) /* doubling: a loop's steps come one after the other */
+        len = 2 * s->len;
+    if (len < 16)
+        len = 16;
+    if (len > MAX_STEPS)
+        len = (size_t)(end - first);
+    if (len > MAX_STEPS)
         return NULL;
-    for (size_t j = mix(key) & (t->capacity - 1); t->slots[j].key != 0; j = (j + 1) & (t->capacity - 1))
-        if (t->slots[j].key == key)
-            return &t->slots[j];
-    return NULL;
+    uint64_t *v = calloc(len, sizeof *v);
+    if (v == NULL)
+        return NULL;
+    if (s->len > 0)
+        memcpy(v + (s->first - first), s->v, s->len * sizeof *v);
+    free(s->v);
+    s->v = v;
+    s->first = first;
+    s->len = len;
+    return &s->v[step - first];
+}
+
+static uint64_t series_get(const series_t *s, int64_t step)
+{
+    return s->len > 0 && step >= s->first && step < s->first + (int64_t)s->len ? s->v[step - s->first] : 0;
+}
+
+static void series_free(series_t *s)
+{
+    free(s->v);
+    *s = (series_t){0};
 }
 
 /* The index of process pid, added if new; SIZE_MAX when out of memory. */
@@ -152,7 +139,7 @@ static size_t proc_index(ranks_t *r, int64_t pid)
         r->procs = bigger;
         r->procs_capacity = capacity;
     }
-    r->procs[r->nprocs] = (proc_t){.pid = pid};
+    r->procs[r->nprocs] = (proc_t){.pid = pid, .min_step = INT64_MAX, .max_step = -1};
     return r->proc_hint = r->nprocs++;
 }
 
@@ -202,32 +189,39 @@ static size_t api_index(ranks_t *r, const char *name, size_t len)
     return r->napis++;
 }
 
-static int has_text(const char *s, size_t len, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (size_t i = 0; i + n <= len; i++)
-        if (memcmp(s + i, needle, n) == 0)
-            return 1;
-    return 0;
-}
-
-/* Adds self time (and the span) of process proc, API api, step step. */
+/* Adds self time (and the span of the calls: 0 for none) of process proc, API api, step step. */
 static int add(ranks_t *r, size_t proc, size_t api, int64_t step, uint64_t self_ns, uint64_t first_ns,
                uint64_t end_ns)
 {
-    if (proc >= (1u << PROC_BITS) || api >= (1u << API_BITS) || step >= (1ll << STEP_BITS)) {
-        r->beyond++;
-        return 0;
+    proc_t *p = &r->procs[proc];
+    if (api >= p->napis) {
+        size_t n = api + 1 > 2 * p->napis ? api + 1 : 2 * p->napis;
+        series_t *bigger = realloc(p->apis, n * sizeof *bigger);
+        if (bigger == NULL)
+            return TW_ENOMEM;
+        memset(bigger + p->napis, 0, (n - p->napis) * sizeof *bigger);
+        p->apis = bigger;
+        p->napis = n;
     }
-    cell_t *c = cell_get(&r->cells, CELL_KEY(proc, api, step));
-    cell_t *s = cell_get(&r->spans, CELL_KEY(proc, 0, step));
-    if (c == NULL || s == NULL)
+    uint64_t *self = series_at(&p->apis[api], step);
+    uint64_t *first = first_ns != 0 ? series_at(&p->first_ns, step) : NULL;
+    uint64_t *last = end_ns != 0 ? series_at(&p->end_ns, step) : NULL;
+    if (self == NULL || (first_ns != 0 && first == NULL) || (end_ns != 0 && last == NULL)) {
+        if (step >= MAX_STEPS) { /* no memory asked for: a step number no loop reaches */
+            r->beyond++;
+            return 0;
+        }
         return TW_ENOMEM;
-    c->self_ns += self_ns;
-    if (first_ns != 0 && (s->self_ns == 0 || first_ns < s->self_ns))
-        s->self_ns = first_ns;
-    if (end_ns > s->end_ns)
-        s->end_ns = end_ns;
+    }
+    *self += self_ns;
+    if (first != NULL && (*first == 0 || first_ns < *first))
+        *first = first_ns;
+    if (last != NULL && end_ns > *last)
+        *last = end_ns;
+    if (step < p->min_step)
+        p->min_step = step;
+    if (step > p->max_step)
+        p->max_step = step;
     return 0;
 }
 
@@ -247,7 +241,7 @@ static int ranks_row(report_sink_t *sink, const tw_row_t *row, int kept)
     if (api == SIZE_MAX)
         return TW_ENOMEM;
     proc_t *p = &r->procs[proc];
-    if (!p->ddp && has_text(row->api.ptr, row->api.len, "DistributedDataParallel"))
+    if (!p->ddp && memmem(row->api.ptr, row->api.len, "DistributedDataParallel", 23) != NULL)
         p->ddp = 1;
     if (!p->nodes && (row->fwd_call_id != 0 || (row->api.len == 31 && memcmp(row->api.ptr, "torch::autograd::AccumulateGrad", 31) == 0)))
         p->nodes = 1;
@@ -270,24 +264,23 @@ static int ranks_merge(report_sink_t *into_sink, report_sink_t *from_sink)
     for (size_t i = 0; rc == 0 && i < from->napis; i++)
         if ((apis[i] = api_index(into, from->apis[i].name, from->apis[i].len)) == SIZE_MAX)
             rc = TW_ENOMEM;
-    for (size_t i = 0; rc == 0 && i < from->cells.capacity; i++) {
-        uint64_t k = from->cells.slots[i].key;
-        if (k != 0)
-            rc = add(into, procs[KEY_PROC(k)], apis[KEY_API(k)], KEY_STEP(k), from->cells.slots[i].self_ns, 0, 0);
-    }
-    for (size_t i = 0; rc == 0 && i < from->spans.capacity; i++) {
-        const cell_t *s = &from->spans.slots[i];
-        if (s->key == 0)
-            continue;
-        cell_t *t = cell_get(&into->spans, CELL_KEY(procs[KEY_PROC(s->key)], 0, KEY_STEP(s->key)));
-        if (t == NULL) {
-            rc = TW_ENOMEM;
-            break;
+    for (size_t i = 0; rc == 0 && i < from->nprocs; i++) {
+        const proc_t *p = &from->procs[i];
+        for (size_t a = 0; rc == 0 && a < p->napis; a++)
+            for (size_t k = 0; rc == 0 && k < p->apis[a].len; k++)
+                if (p->apis[a].v[k] != 0)
+                    rc = add(into, procs[i], apis[a], p->apis[a].first + (int64_t)k, p->apis[a].v[k], 0, 0);
+        for (size_t k = 0; rc == 0 && k < p->first_ns.len; k++)
+            if (p->first_ns.v[k] != 0)
+                rc = add(into, procs[i], apis[0], p->first_ns.first + (int64_t)k, 0, p->first_ns.v[k], 0);
+        for (size_t k = 0; rc == 0 && k < p->end_ns.len; k++)
+            if (p->end_ns.v[k] != 0)
+                rc = add(into, procs[i], apis[0], p->end_ns.first + (int64_t)k, 0, 0, p->end_ns.v[k]);
+        if (rc == 0 && p->max_step >= 0) { /* steps whose calls all took 0 ns still count */
+            proc_t *q = &into->procs[procs[i]];
+            q->min_step = p->min_step < q->min_step ? p->min_step : q->min_step;
+            q->max_step = p->max_step > q->max_step ? p->max_step : q->max_step;
         }
-        if (s->self_ns != 0 && (t->self_ns == 0 || s->self_ns < t->self_ns))
-            t->self_ns = s->self_ns;
-        if (s->end_ns > t->end_ns)
-            t->end_ns = s->end_ns;
     }
     into->no_step += from->no_step;
     into->beyond += from->beyond;
@@ -320,9 +313,14 @@ static void ranks_free(report_sink_t *sink)
         free(r->apis[i].name);
     free(r->apis);
     free(r->api_slots);
+    for (size_t i = 0; i < r->nprocs; i++) {
+        for (size_t a = 0; a < r->procs[i].napis; a++)
+            series_free(&r->procs[i].apis[a]);
+        free(r->procs[i].apis);
+        series_free(&r->procs[i].first_ns);
+        series_free(&r->procs[i].end_ns);
+    }
     free(r->procs);
-    free(r->cells.slots);
-    free(r->spans.slots);
     result_free(r->result);
     free(r);
 }
@@ -370,6 +368,56 @@ typedef struct test {
     double x, y, change, pct, p;
 } test_t;
 
+typedef struct signed_rank {
+    double value; /* |x - y| */
+    int positive;
+} signed_rank_t;
+
+static int compare_signed_ranks(const void *a, const void *b)
+{
+    double u = ((const signed_rank_t *)a)->value, v = ((const signed_rank_t *)b)->value;
+    return (u > v) - (u < v);
+}
+
+/*
+ * The two-sided p value of the Wilcoxon signed-rank test of the pairs (x[k], y[k]): --diff's rank
+ * test, in its paired form. Why paired: the steps of a distributed run are the same steps on every
+ * rank (DDP synchronises them), so what makes a step slow for all (a larger batch, the machine
+ * busier) cancels in each step's difference, where Mann-Whitney would count it as noise. Normal
+ * approximation with tie and continuity corrections (scipy's wilcoxon(method="approx",
+ * correction=True)); zero differences are dropped (zero_method="wilcox"). 1 when no pair differs.
+ */
+static double wilcoxon(const double *x, const double *y, size_t n, int *oom)
+{
+    signed_rank_t *d = malloc((n + 1) * sizeof *d);
+    if (d == NULL) {
+        *oom = 1;
+        return NAN;
+    }
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++)
+        if (x[k] != y[k])
+            d[m++] = (signed_rank_t){fabs(x[k] - y[k]), x[k] > y[k]};
+    qsort(d, m, sizeof *d, compare_signed_ranks);
+    double w = 0, ties = 0; /* ranks and tie sizes are integers: exact sums in any order */
+    for (size_t i = 0; i < m;) {
+        size_t j = i, positive = 0;
+        while (j < m && d[j].value == d[i].value)
+            positive += (size_t)d[j++].positive;
+        double t = (double)(j - i);
+        w += ((double)i + 1 + (double)j) / 2 * (double)positive;
+        ties += t * t * t - t;
+        i = j;
+    }
+    free(d);
+    double nm = (double)m, mean = nm * (nm + 1) / 4, variance = nm * (nm + 1) * (2 * nm + 1) / 24 - ties / 48;
+    if (m == 0 || !(variance > 0))
+        return 1;
+    double distance = fabs(w - mean) - 0.5;
+    double p = erfc((distance > 0 ? distance : 0) / sqrt(variance) / sqrt(2.0));
+    return p > 1 ? 1 : p;
+}
+
 /*
  * x[k]: one rank's value in step k; y[k]: the median of the others' in step k. The change is the
  * difference of the median steps (of the means where both medians are 0: a call made in a few steps
@@ -377,8 +425,9 @@ typedef struct test {
  */
 static int compare_steps(const double *x, const double *y, size_t n, double step_ns, double *scratch, test_t *t)
 {
-    mann_whitney_t mw;
-    if (report_mann_whitney(x, n, y, n, &mw) != 0)
+    int oom = 0;
+    t->p = wilcoxon(x, y, n, &oom);
+    if (oom)
         return TW_ENOMEM;
     memcpy(scratch, x, n * sizeof *x);
     memcpy(scratch + n, y, n * sizeof *y);
@@ -390,7 +439,6 @@ static int compare_steps(const double *x, const double *y, size_t n, double step
     }
     t->change = t->x - t->y;
     t->pct = step_ns > 0 ? 100 * t->change / step_ns : 0;
-    t->p = mw.p;
     return 0;
 }
 
@@ -424,13 +472,13 @@ static int explain(const ranks_t *r, ranks_result_t *res, const size_t *procs, s
             size_t m = 0;
             x[k] = 0;
             for (size_t j = 0; j < R; j++) {
-                const cell_t *c = cell_find(&r->cells, CELL_KEY(procs[j], a, step));
-                double v = c != NULL ? (double)c->self_ns : 0;
+                const proc_t *p = &r->procs[procs[j]];
+                double v = a < p->napis ? (double)series_get(&p->apis[a], step) : 0;
                 if (j == i)
                     x[k] = v;
                 else
                     others[m++] = v;
-                seen |= c != NULL;
+                seen |= v != 0;
             }
             y[k] = median(others, m);
         }
@@ -489,9 +537,10 @@ static size_t pick_ranks(const ranks_t *r, ranked_t *out, size_t *other_processe
     uint64_t *totals = calloc(r->nprocs + 1, sizeof *totals);
     if (totals == NULL)
         return SIZE_MAX;
-    for (size_t i = 0; i < r->cells.capacity; i++)
-        if (r->cells.slots[i].key != 0)
-            totals[KEY_PROC(r->cells.slots[i].key)] += r->cells.slots[i].self_ns;
+    for (size_t i = 0; i < r->nprocs; i++)
+        for (size_t a = 0; a < r->procs[i].napis; a++)
+            for (size_t k = 0; k < r->procs[i].apis[a].len; k++)
+                totals[i] += r->procs[i].apis[a].v[k];
     int any_rank = 0;
     size_t n = 0;
     for (size_t i = 0; i < r->nprocs; i++) {
@@ -546,11 +595,11 @@ static int compute(ranks_t *r, ranks_result_t *res)
         procs[i] = ranked[i].proc;
         rank_of[ranked[i].proc] = i;
     }
-    for (size_t i = 0; i < r->cells.capacity; i++) {
-        uint64_t k = r->cells.slots[i].key;
-        if (k != 0 && rank_of[KEY_PROC(k)] != SIZE_MAX) {
-            lo = KEY_STEP(k) < lo ? KEY_STEP(k) : lo;
-            hi = KEY_STEP(k) > hi ? KEY_STEP(k) : hi;
+    for (size_t i = 0; i < R; i++) {
+        const proc_t *p = &r->procs[procs[i]];
+        if (p->max_step >= 0) {
+            lo = p->min_step < lo ? p->min_step : lo;
+            hi = p->max_step > hi ? p->max_step : hi;
         }
     }
     if (R == 0 || hi < 0)
@@ -597,30 +646,28 @@ static int compute(ranks_t *r, ranks_result_t *res)
         }
     }
     /* step x rank: the step's time and the waiting in it */
-    for (size_t i = 0; i < r->cells.capacity; i++) {
-        const cell_t *c = &r->cells.slots[i];
-        if (c->key == 0)
-            continue;
-        size_t j = rank_of[KEY_PROC(c->key)];
-        int64_t step = KEY_STEP(c->key);
-        if (j == SIZE_MAX || step < lo || step > hi)
-            continue;
-        size_t at = (size_t)(step - lo) * R + j;
-        res->step_ns[at] += c->self_ns;
-        int cls = classes[KEY_API(c->key)];
-        const proc_t *p = &r->procs[KEY_PROC(c->key)];
-        if (cls == API_COLLECTIVE || (cls == API_BACKWARD && p->ddp && p->nodes))
-            res->wait_ns[at] += c->self_ns;
+    for (size_t j = 0; j < R; j++) {
+        const proc_t *p = &r->procs[procs[j]];
+        for (size_t a = 0; a < p->napis; a++) {
+            int waits = classes[a] == API_COLLECTIVE || (classes[a] == API_BACKWARD && p->ddp && p->nodes);
+            for (size_t k = 0; k < n; k++) {
+                uint64_t v = series_get(&p->apis[a], lo + (int64_t)k);
+                res->step_ns[k * R + j] += v;
+                if (waits)
+                    res->wait_ns[k * R + j] += v;
+            }
+        }
     }
     for (size_t k = 0; k < n; k++)
         for (size_t j = 0; j < R; j++) {
             size_t at = k * R + j;
             res->busy_ns[at] = res->step_ns[at] - res->wait_ns[at];
-            const cell_t *s = cell_find(&r->spans, CELL_KEY(procs[j], 0, lo + (int64_t)k));
-            if (s != NULL) { /* on rank 0's clock */
+            const proc_t *p = &r->procs[procs[j]];
+            uint64_t first = series_get(&p->first_ns, lo + (int64_t)k), end = series_get(&p->end_ns, lo + (int64_t)k);
+            if (first != 0) { /* on rank 0's clock */
                 int64_t offset = res->by_rank[j].has_clock ? res->by_rank[j].clock_offset_ns : 0;
-                res->start_ns[at] = (int64_t)s->self_ns + offset;
-                res->end_ns[at] = (int64_t)s->end_ns + offset;
+                res->start_ns[at] = (int64_t)first + offset;
+                res->end_ns[at] = (int64_t)end + offset;
             }
         }
     /* per step: the median rank, the slowest, the skew */
@@ -635,10 +682,12 @@ static int compute(ranks_t *r, ranks_result_t *res)
         ranks_step_t *s = &res->steps[k];
         s->step = lo + (int64_t)k;
         s->median_busy_ns = median(row, R);
-        s->slowest = slowest;
         s->skew_ns = (double)res->busy_ns[k * R + slowest] - s->median_busy_ns;
-        res->by_rank[slowest].slowest_steps++;
-        res->by_rank[slowest].slowest_extra_ns += s->skew_ns;
+        s->slowest = s->skew_ns > 0 ? slowest : SIZE_MAX; /* ranks tied at the top: no one is slowest */
+        if (s->slowest != SIZE_MAX) {
+            res->by_rank[slowest].slowest_steps++;
+            res->by_rank[slowest].slowest_extra_ns += s->skew_ns;
+        }
         for (size_t j = 0; j < R; j++)
             row[j] = (double)res->step_ns[k * R + j];
         medians[k] = median(row, R);

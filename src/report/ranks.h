@@ -40,7 +40,8 @@ typedef struct ranks_rank {
 typedef struct ranks_step {
     int64_t step;
     double median_busy_ns, skew_ns;
-    size_t slowest; /* index into the ranks by rank number (ranks_result_t.by_rank) */
+    size_t slowest; /* index into the ranks by rank number (ranks_result_t.by_rank); SIZE_MAX: none
+                     * (the busiest ranks tie with the median) */
 } ranks_step_t;
 
 typedef struct ranks_result {

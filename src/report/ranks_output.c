@@ -221,7 +221,7 @@ static int print_text(const ranks_result_t *r, FILE *out, int markdown)
         const ranks_step_t *s = &r->steps[k];
         tab_add(&t, "%" PRId64, s->step);
         tab_add(&t, "%.3f", ms(s->skew_ns));
-        tab_add(&t, "%s", rank_label(&r->by_rank[s->slowest], label, sizeof label));
+        tab_add(&t, "%s", s->slowest == SIZE_MAX ? "-" : rank_label(&r->by_rank[s->slowest], label, sizeof label));
         tab_add(&t, "%.3f", ms(s->median_busy_ns));
         for (size_t j = 0; columns && j < r->nranks; j++)
             tab_add(&t, "%.3f", ms((double)r->busy_ns[k * r->nranks + j]));
@@ -312,8 +312,12 @@ static void print_json(const ranks_result_t *r, FILE *out)
     fputs("],\n\"steps\":[", out);
     for (size_t k = 0; k < r->nsteps; k++) {
         const ranks_step_t *s = &r->steps[k];
-        fprintf(out, "%s\n{\"step\":%" PRId64 ",\"slowest_rank\":%" PRId64 ",\"slowest_pid\":%" PRId64 ",", k ? "," : "",
-                s->step, r->by_rank[s->slowest].rank, r->by_rank[s->slowest].pid);
+        fprintf(out, "%s\n{\"step\":%" PRId64 ",", k ? "," : "", s->step);
+        if (s->slowest == SIZE_MAX)
+            fputs("\"slowest_rank\":null,\"slowest_pid\":null,", out);
+        else
+            fprintf(out, "\"slowest_rank\":%" PRId64 ",\"slowest_pid\":%" PRId64 ",", r->by_rank[s->slowest].rank,
+                    r->by_rank[s->slowest].pid);
         json_number(out, "skew_ns", s->skew_ns, "%.1f");
         fputc(',', out);
             json_number(out, "median_busy_ns", s->median_busy_ns, "%.1f");
@@ -406,7 +410,8 @@ void report_ranks_write_html(const ranks_result_t *r, FILE *out)
     for (size_t k = 0; k < shown; k++) {
         const ranks_step_t *s = &r->steps[k];
         fprintf(out, "<tr><td>%" PRId64 "</td><td>%.3f</td><td>%s</td><td>%.3f</td></tr>\n", s->step, ms(s->skew_ns),
-                rank_label(&r->by_rank[s->slowest], label, sizeof label), ms(s->median_busy_ns));
+                s->slowest == SIZE_MAX ? "-" : rank_label(&r->by_rank[s->slowest], label, sizeof label),
+                ms(s->median_busy_ns));
     }
     fputs("</tbody></table></section>\n", out);
 }
