@@ -368,7 +368,7 @@ int report_ranks_compute(const ranks_t *r, ranks_result_t *res)
     /* step x rank: the step's time and the waiting in it */
     for (size_t j = 0; j < R; j++) {
         const proc_t *p = &r->procs[procs[j]];
-        for (size_t a = 0; a < p->napis; a++) {
+        for (size_t a = 0; a < p->napis && a < r->napis; a++) { /* p->napis: room, maybe more */
             int waits = classes[a] == API_COLLECTIVE || (classes[a] == API_BACKWARD && p->ddp && p->nodes);
             for (size_t k = 0; k < n; k++) {
                 uint64_t v = series_get(&p->apis[a], lo + (int64_t)k);

@@ -29,7 +29,7 @@ typedef struct proc {
     int nodes; /* has autograd nodes of its own (backward's self time is then the engine's) */
     int64_t min_step, max_step; /* of its rows; max_step -1: none */
     series_t *apis;             /* self time per step, by API index */
-    size_t napis;
+    size_t napis;               /* room in apis (empty series past the sink's APIs) */
     series_t first_ns, end_ns;  /* the span of its calls in each step */
 } proc_t;
 
