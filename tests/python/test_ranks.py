@@ -7,6 +7,7 @@ torch.matmul, or torch.cumsum), and the same training with no extra work. The re
 rank 2, its steps and the planted API first, name no one in the run without it, and never blame the
 other ranks for the time they wait for rank 2 in DDP's allreduce."""
 import json
+import math
 import os
 import socket
 import statistics
@@ -129,6 +130,39 @@ def test_the_same_run_without_planted_work_names_no_straggler(runs):
     assert sorted(r["rank"] for r in frame.attrs["ranks"]) == [0, 1, 2, 3]
     assert [r["rank"] for r in frame.attrs["ranks"] if r["straggler"]] == []
     assert "No rank is slower than the others beyond noise" in report("--ranks", runs["none"])
+
+
+def wilcoxon_p(x, y):
+    """The two-sided signed-rank p value, normal approximation with tie and continuity corrections,
+    zero differences dropped: written here apart from the C code, to check it."""
+    d = [a - b for a, b in zip(x, y) if a != b]
+    order = sorted(range(len(d)), key=lambda i: abs(d[i]))
+    ranks = [0.0] * len(d)
+    ties = 0.0
+    i = 0
+    while i < len(order):
+        j = i
+        while j < len(order) and abs(d[order[j]]) == abs(d[order[i]]):
+            j += 1
+        for k in range(i, j):
+            ranks[order[k]] = (i + 1 + j) / 2
+        ties += (j - i) ** 3 - (j - i)
+        i = j
+    n = len(d)
+    if n == 0:
+        return 1.0
+    w = sum(r for r, v in zip(ranks, d) if v > 0)
+    sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24 - ties / 48)
+    return min(1.0, math.erfc(max(abs(w - n * (n + 1) / 4) - 0.5, 0) / sd / math.sqrt(2)))
+
+
+def test_each_ranks_p_value_is_the_signed_rank_test_of_its_busy_time_against_the_others_median(runs):
+    frame = tw.ranks(runs["matmul"])
+    busy = frame.pivot(index="step", columns="rank", values="busy_ns")
+    for r in frame.attrs["ranks"]:
+        others = busy.drop(columns=r["rank"]).median(axis=1)
+        expected = wilcoxon_p(list(busy[r["rank"]]), list(others))
+        assert r["p_value"] == pytest.approx(expected, rel=1e-5), r["rank"]
 
 
 def test_ranks_output_is_the_same_on_one_and_two_threads(runs):
