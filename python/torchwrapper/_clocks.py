@@ -77,10 +77,23 @@ class ClockSync:
             return None
         return dist
 
+    def _paused(self, work: Callable[[], None]) -> None:
+        """Runs work with this thread's recording paused: the torch.distributed calls made here
+        (is_initialized, the store's) are ours, not the program's, and must not be records."""
+        if not self.session.active or os.getpid() != self._pid:
+            return
+        self.session.pause_thread()
+        try:
+            work()
+        finally:
+            self.session.resume_thread()
+
     def _run(self, phase: str) -> None:
+        self._paused(lambda: self._measure(phase))
+
+    def _measure(self, phase: str) -> None:
         dist = self._dist()
-        if (dist is None or os.getpid() != self._pid or not dist.is_initialized() or phase in self.results
-                or not self.session.active):
+        if dist is None or not dist.is_initialized() or phase in self.results:
             return
         self._phases += 1
         name = f"{phase}{self._phases}"   # each measurement's keys are its own, in every rank alike
@@ -90,11 +103,9 @@ class ClockSync:
             store = c10d._get_default_store()
             old = getattr(store, "timeout", None)
             store.set_timeout(timedelta(seconds=TIMEOUT_S))
-            self.session.pause_thread()   # the store's calls are ours, not the program's
             try:
                 result = _measure(store, dist.get_rank(), dist.get_world_size(), name, self.session.clock_ns)
             finally:
-                self.session.resume_thread()
                 if old is not None:
                     store.set_timeout(old)
             result["at_ns"] = self.session.clock_ns()
@@ -109,6 +120,9 @@ class ClockSync:
     def attach(self) -> None:
         """At session start: measure now if the group is up; else when init_process_group returns.
         And before destroy_process_group."""
+        self._paused(self._attach)
+
+    def _attach(self) -> None:
         dist = self._dist()
         if dist is None:
             if "torch" in sys.modules:
@@ -120,7 +134,7 @@ class ClockSync:
                     return
             else:
                 return
-        self._run("start")
+        self._measure("start")
         from torch.distributed import distributed_c10d as c10d
 
         sync = self
