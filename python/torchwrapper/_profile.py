@@ -17,6 +17,7 @@ import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
+from ._clocks import ClockSync
 from ._discover import Plan, discover
 from ._files import read_rows, read_stream, record_files
 from ._memory import ProfilerGuard
@@ -267,6 +268,7 @@ class Profile:
         self._registries = _TorchRegistries()
         self._modules_before: frozenset = frozenset()
         self.timings: Dict[str, float] = {}
+        self._clocks: Optional[ClockSync] = None
 
     def start(self) -> "Profile":
         import torch  # noqa: F401  (discovery needs torch imported)
@@ -306,6 +308,13 @@ class Profile:
                 self._profiler_guard = ProfilerGuard()
                 self._profiler_guard.install()
             self.tracer.attach(self.session)
+            if self.out_dir is not None:
+                # the clock's offset to rank 0's, in the manifest (now, or once the group is up)
+                self._clocks = ClockSync(self.session)
+                try:
+                    self._clocks.attach()
+                except Exception:  # never the program's failure: the manifest then has no offset
+                    pass
             if self.tracer.stats is not None:
                 self.tracer.stats.check_globs((), self._module_class_names(), final=False)
         except BaseException:
@@ -333,6 +342,9 @@ class Profile:
     def stop(self) -> None:
         if not self.session.active:
             return
+        if self._clocks is not None:
+            self._clocks.detach()
+            self._clocks = None
         self.tracer.finish()
         self.session.stop()
         if self._profiler_guard is not None:
