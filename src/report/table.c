@@ -211,7 +211,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
             if (any_flops)
                 fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%.6g", v.flops, v.bwd_flops, v.flop_s);
             if (any_flops && peak > 0)
-                fprintf(out, ",%.6f", v.mfu / 100.0);
+                fprintf(out, ",%.6g", v.mfu / 100.0);
             fputc('\n', out);
         }
         return;
@@ -234,7 +234,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                 fprintf(out, ",\"flops\":%" PRIu64 ",\"bwd_flops\":%" PRIu64 ",\"flop_s\":%.6g", v.flops, v.bwd_flops,
                         v.flop_s);
             if (any_flops && peak > 0)
-                fprintf(out, ",\"mfu\":%.6f", v.mfu / 100.0);
+                fprintf(out, ",\"mfu\":%.6g", v.mfu / 100.0);
             fputc('}', out);
         }
         fputs("\n]}\n", out);

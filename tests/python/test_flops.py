@@ -207,6 +207,10 @@ def test_flops_per_step_equal_flop_counter_modes_forward_and_backward(workload):
         assert sum(r.flops_total for r in in_step if r.depth == 0) == fwd + bwd
 
 
+# Modules that run beside another branch of the model (see the test below).
+BRANCHES = {"resnet": {"ResNet.layer2.down", "ResNet.layer2.down.0"}}
+
+
 def module_flops(records, root):
     """Per module, as FlopCounterMode names them (the root's class name, then paths): the flops_total
     of its forward calls, and of the backward nodes charged to it or to modules under it."""
@@ -239,9 +243,15 @@ def test_flops_per_module_equal_flop_counter_modes_table(workload):
         reported = {name for name, n in fwd.items() if n}
         assert len(reported) >= 3
         assert {name: fwd[name] for name in reported} == {name: fwd_table.get(name, 0) for name in reported}
-        # with backward: FlopCounterMode's module tracker puts a module's backward under it from the
-        # gradient of its output to those of its inputs, which is where the nodes it created run
-        assert {name: both[name] for name in reported} == {name: table.get(name, 0) for name in reported}
+        # with backward: FlopCounterMode's module tracker counts under a module whatever runs between
+        # the gradient of its output and those of its inputs. For a branch that runs beside another
+        # (a residual block's downsample), that interval holds the other branch's nodes too, which
+        # it then counts there as well; the block around both is exact again.
+        overlapping = BRANCHES.get(workload, set())
+        assert {name: both[name] for name in reported - overlapping} == \
+            {name: table.get(name, 0) for name in reported - overlapping}
+        for name in overlapping:
+            assert fwd_table[name] < both[name] < table[name]
 
 
 def test_a_retained_graphs_second_backward_counts_again():
@@ -390,3 +400,71 @@ def test_flops_from_environment_strings():
     assert c["flops"] is False and c["peak_flops"] == 1.5e14
     with pytest.raises(ValueError, match="config key 'peak_flops': \"-3\" is not accepted"):
         tw.load_config({}, environ={"TORCHWRAPPER_PEAK_FLOPS": "-3"})
+
+
+# ---- reports -------------------------------------------------------------------------------------
+
+TW_REPORT = os.path.join(os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", "..")),
+                         "tw-report")
+
+
+def _profiled_run(out):
+    torch.manual_seed(0)
+    model = ResNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with tw.profile(out_dir=out, format="csv", peak_flops=2e12) as prof:
+        for step in range(2):
+            x, loss_of = _resnet_batch(step)
+            opt.zero_grad()
+            loss_of(model(x)).backward()
+            opt.step()
+    return prof.records()
+
+
+def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
+    import csv
+    import subprocess
+
+    out = str(tmp_path / "run")
+    records = _profiled_run(out)
+    nodes = [r for r in records if is_node(r)]
+    expected = collections.defaultdict(lambda: [0, 0, 0, 0])   # api: flops, bwd_flops, time, bwd time
+    for r in records:
+        if is_node(r):
+            expected[r.fwd_api][1] += r.flops
+            expected[r.fwd_api][3] += r.cost_ns
+        if not is_node(r) or r.fwd_call_id == 0:
+            expected[r.api][0] += r.flops
+            expected[r.api][2] += r.cost_ns
+    done = subprocess.run([TW_REPORT, out, "--format", "csv"], capture_output=True, text=True, check=True)
+    rows = {row["api"]: row for row in csv.DictReader(done.stdout.splitlines())}
+    conv = rows["torch.conv2d"]
+    flops, bwd_flops, time_ns, bwd_ns = expected["torch.conv2d"]
+    assert int(conv["flops"]) == flops > 0 and int(conv["bwd_flops"]) == bwd_flops > 0
+    assert int(conv["bwd_ns"]) == bwd_ns
+    rate = (flops + bwd_flops) * 1e9 / (int(conv["total_ns"]) + bwd_ns)
+    assert float(conv["flop_s"]) == pytest.approx(rate, rel=1e-5)
+    assert float(conv["mfu"]) == pytest.approx(rate / 2e12, rel=1e-4)
+    # the nodes' own rows carry their FLOPs too; the APIs without FLOPs have none
+    assert int(rows["ConvolutionBackward0"]["flops"]) == sum(r.flops for r in nodes if r.api == "ConvolutionBackward0")
+    assert int(rows["torch.relu"]["flops"]) == 0 and rows["torch.relu"]["flop_s"] == "0"
+    text = subprocess.run([TW_REPORT, out, "--top", "5"], capture_output=True, text=True, check=True).stdout
+    assert "GFLOP" in text.splitlines()[0] and "MFU %" in text.splitlines()[0]
+    html = str(tmp_path / "report.html")
+    subprocess.run([TW_REPORT, out, "--html", html], capture_output=True, text=True, check=True)
+    with open(html) as f:
+        page = f.read()
+    assert page.count("<th class=\"num\">GFLOP</th>") == 2 and "fwd MFU %" in page
+    # load(): the peak from the manifest, and the same numbers per API; per module as in the test above
+    frame = tw.load(out)
+    assert frame.attrs["peak_flops"] == 2e12
+    table = tw.flops_table(frame)
+    assert table.loc["torch.conv2d", "flops"] == flops and table.loc["torch.conv2d", "bwd_flops"] == bwd_flops
+    assert table.loc["torch.conv2d", "mfu"] == pytest.approx(rate / 2e12, rel=1e-9)
+    modules = tw.flops_table(frame, by="module")
+    fwd, both = module_flops(records, "ResNet")
+    for path, row in modules.iterrows():
+        assert row["total_flops"] == both["ResNet" + ("." + path if path else "")]
+    steps = tw.flops_table(out, by="step")
+    assert list(steps.index) == [0, 1]
+    assert steps["total_flops"].sum() == sum(r.flops for r in records)
