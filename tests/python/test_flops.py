@@ -331,6 +331,7 @@ def _calls():
     ]
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")
 @pytest.mark.parametrize("name,call", _calls(), ids=[name for name, _ in _calls()])
 def test_each_api_counts_what_flop_counter_mode_counts(name, call):
     with counter() as fwd:
