@@ -10,8 +10,11 @@ medians of REPS repetitions (one thread):
     repetition: flops off, flops on, and for reference torch.profiler (CPU) with with_flops=True
     (which counts forward operators only) and torch.utils.flop_counter.FlopCounterMode.
 
-Prints the figures and one JSON line; `make bench` tees it into build/bench-flops.txt. BENCH=full
-for more repetitions; BENCH_REPS overrides.
+Times are this thread's CPU time (time.thread_time_ns; everything runs on it at one thread), so
+that other processes on a shared machine, which take the CPU away in turns, do not land in one mode
+more than another; BENCH_CLOCK=wall takes time.perf_counter_ns instead. Prints the figures and one
+JSON line; `make bench` tees it into build/bench-flops.txt. BENCH=full for more repetitions;
+BENCH_REPS overrides.
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ from transformers import FACTORIES  # noqa: E402  (this folder's module, not the
 
 MODE = os.environ.get("BENCH", "quick")
 REPS = int(os.environ.get("BENCH_REPS", 0)) or {"quick": 15, "full": 41, "smoke": 2}[MODE]
-BLOCK = 2000   # calls per timed block
+BLOCK = 5000   # calls per timed block
+CLOCK = time.perf_counter_ns if os.environ.get("BENCH_CLOCK") == "wall" else time.thread_time_ns
 STEPS = 10     # training steps per timed block
 
 
@@ -44,11 +48,11 @@ def per_call(tmp):
     x, w, b = torch.randn(16, 32), torch.randn(32, 32, requires_grad=True), torch.randn(32, requires_grad=True)
 
     def block(grad):
-        t0 = time.perf_counter_ns()
+        t0 = CLOCK()
         with torch.set_grad_enabled(grad):
             for _ in range(BLOCK):
                 F.linear(x, w, b)
-        return time.perf_counter_ns() - t0
+        return CLOCK() - t0
 
     out = {}
     for grad in (False, True):
@@ -75,10 +79,10 @@ def training(name, tmp):
         step()
 
     def timed():
-        t0 = time.perf_counter_ns()
+        t0 = CLOCK()
         for _ in range(STEPS):
             step()
-        return time.perf_counter_ns() - t0
+        return CLOCK() - t0
 
     def profiled(flops):
         out = os.path.join(tmp, f"{name}-{flops}")
@@ -127,7 +131,9 @@ def main() -> None:
             print(f"{name}: " + ", ".join(f"{m} {v:.3f}x" for m, v in r.items()) +
                   f" (median of {REPS}, one thread); a step: {flops['forward'] / 1e6:.1f} MFLOP forward, "
                   f"{flops['backward'] / 1e6:.1f} MFLOP backward")
-        print(json.dumps({"bench_flops": results, "torch": torch.__version__}))
+        print(json.dumps({"bench_flops": results, "torch": torch.__version__,
+                          "clock": "wall" if CLOCK is time.perf_counter_ns else "thread cpu",
+                          "loadavg": os.getloadavg()}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
