@@ -363,6 +363,11 @@ def test_flops_off_and_in_no_grad():
         with torch.no_grad():
             model(x)
     assert sum(r.flops for r in prof.records()) == fc.get_total_flops() > 0
+    # without backward nodes (aten "off") the forward calls still count theirs
+    with tw.profile(aten="off") as prof:
+        model(x).sum().backward()
+    assert prof.session.stats()["flops"] == "on"
+    assert sum(r.flops for r in prof.records()) == fc.get_total_flops()
 
 
 def test_files_and_manifest_carry_flops_and_the_peak(tmp_path):
