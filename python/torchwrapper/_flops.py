@@ -42,6 +42,31 @@ def gpu_peak(device_name: str) -> Optional[float]:
     return None
 
 
+def _nvml_device_name() -> Optional[str]:
+    """The name of the first visible GPU from NVML (the driver's library), or None. Asking torch
+    would initialize CUDA in a program that may not have yet (before it forks DataLoader workers)."""
+    import ctypes
+    import os
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+        handle = ctypes.c_void_p()
+        if not first.isdigit() or nvml.nvmlDeviceGetHandleByIndex_v2(int(first), ctypes.byref(handle)) != 0:
+            return None
+        name = ctypes.create_string_buffer(96)
+        if nvml.nvmlDeviceGetName(handle, name, ctypes.c_uint(96)) != 0:
+            return None
+        return name.value.decode(errors="replace")
+    finally:
+        nvml.nvmlShutdown()
+
+
 def peak_flops(given: Optional[float]) -> Tuple[Optional[float], str]:
     """(peak FLOP/s, where it came from): the config's, the GPU table's, or (None, why not)."""
     if given is not None:
@@ -51,8 +76,10 @@ def peak_flops(given: Optional[float]) -> Tuple[Optional[float], str]:
     try:
         if cuda is None or not cuda.is_available():
             return None, "no peak_flops given (on a CPU, MFU needs one)"
-        name = cuda.get_device_name()
+        name = cuda.get_device_name() if cuda.is_initialized() else _nvml_device_name()
     except Exception:  # a broken driver: no MFU, the program goes on
+        name = None
+    if name is None:
         return None, "no peak_flops given and no CUDA device name"
     peak = gpu_peak(name)
     if peak is None:

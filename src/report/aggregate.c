@@ -287,7 +287,8 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
             pending_remove(&a->pending, p);
         }
         if (row->parent_id == 0) {
-            if (count_in(group_for(a, "%s", self_api->key), row->cost_ns, row->self_ns, gpu, row->error, row->flops) != 0)
+            if (count_in(group_for(a, "%s", self_api->key), row->cost_ns, row->self_ns, gpu, row->error,
+                         row->flops) != 0)
                 rc = TW_ENOMEM;
         } else {
             pending_child_t child = {self_api, row->cost_ns, row->self_ns, row->error};

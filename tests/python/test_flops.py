@@ -474,3 +474,17 @@ def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
     steps = tw.flops_table(out, by="step")
     assert list(steps.index) == [0, 1]
     assert steps["total_flops"].sum() == sum(r.flops for r in records)
+
+
+def test_the_gpu_table_names_known_gpus_and_a_given_peak_wins():
+    from torchwrapper import _flops
+
+    assert _flops.gpu_peak("NVIDIA H100 80GB HBM3") == 989e12
+    assert _flops.gpu_peak("NVIDIA H100 PCIe") == 756e12
+    assert _flops.gpu_peak("NVIDIA H200") == 989e12
+    assert _flops.gpu_peak("NVIDIA A100-SXM4-80GB") == 312e12
+    assert _flops.gpu_peak("Some Future GPU") is None
+    assert _flops.peak_flops(3e12) == (3e12, "config")
+    if not torch.cuda.is_available():   # on a CPU, MFU only with a peak given
+        peak, why = _flops.peak_flops(None)
+        assert peak is None and "on a CPU, MFU needs one" in why
