@@ -27,6 +27,7 @@ static uint64_t sort_value(const group_t *g, sort_key_t key)
     case SORT_P50: return tw_stats_percentile(s, 0.50);
     case SORT_P95: return tw_stats_percentile(s, 0.95);
     case SORT_P99: return tw_stats_percentile(s, 0.99);
+    case SORT_FLOPS: return g->flops + g->bwd_flops;
     default: return s->total_ns;
     }
 }

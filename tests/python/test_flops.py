@@ -456,6 +456,11 @@ def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
     assert int(rows["torch.relu"]["flops"]) == 0 and rows["torch.relu"]["flop_s"] == "0"
     text = subprocess.run([TW_REPORT, out, "--top", "5"], capture_output=True, text=True, check=True).stdout
     assert "GFLOP" in text.splitlines()[0] and "MFU %" in text.splitlines()[0]
+    # --sort flops: the groups with the most FLOPs (forward and charged backward) first
+    done = subprocess.run([TW_REPORT, out, "--format", "csv", "--sort", "flops"], capture_output=True, text=True,
+                          check=True)
+    ranked = [int(row["flops"]) + int(row["bwd_flops"]) for row in csv.DictReader(done.stdout.splitlines())]
+    assert ranked == sorted(ranked, reverse=True) and ranked[0] == flops + bwd_flops
     html = str(tmp_path / "report.html")
     subprocess.run([TW_REPORT, out, "--html", html], capture_output=True, text=True, check=True)
     with open(html) as f:
