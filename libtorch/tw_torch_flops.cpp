@@ -18,6 +18,7 @@
 // (sequence numbers [seq_begin, seq_end)): a call's compute node is not always its result's grad_fn
 // (linear on a 3-D input ends in a view).
 #include <cstring>
+#include <typeinfo>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/record_function.h>
@@ -365,13 +366,21 @@ uint64_t product_backward(const Node &node, uint32_t first)
     return flops;
 }
 
+// Whether node is of class T: its type_info is libtorch's one object for T, so an address
+// comparison says it (operator== would also compare the mangled names of every other class).
+template <typename T> bool is(const std::type_info *type)
+{
+    return type == &typeid(T);
+}
+
 uint64_t node_flops(const Node &node, const Forward &fwd)
 {
-    if (typeid(node) == typeid(gen::MmBackward0) || typeid(node) == typeid(gen::BmmBackward0))
+    const std::type_info *type = &typeid(node);
+    if (is<gen::MmBackward0>(type) || is<gen::BmmBackward0>(type))
         return product_backward(node, 0);
-    if (typeid(node) == typeid(gen::AddmmBackward0) || typeid(node) == typeid(gen::BaddbmmBackward0))
+    if (is<gen::AddmmBackward0>(type) || is<gen::BaddbmmBackward0>(type))
         return product_backward(node, 1);
-    if (typeid(node) == typeid(gen::ConvolutionBackward0) && fwd.conv) {
+    if (is<gen::ConvolutionBackward0>(type) && fwd.conv) {
         // convolution_backward's output mask: the input's and the weight's gradients, when needed
         bool transposed = fwd.kind == TW_FLOPS_CONV_TRANSPOSE;
         uint64_t flops = 0;
@@ -385,11 +394,11 @@ uint64_t node_flops(const Node &node, const Forward &fwd)
         }
         return flops;
     }
-    if (fwd.sdpa && (typeid(node) == typeid(gen::ScaledDotProductFlashAttentionForCpuBackward0) ||
-                     typeid(node) == typeid(gen::ScaledDotProductFlashAttentionBackward0) ||
-                     typeid(node) == typeid(gen::ScaledDotProductEfficientAttentionBackward0) ||
-                     typeid(node) == typeid(gen::ScaledDotProductCudnnAttentionBackward0) ||
-                     typeid(node) == typeid(gen::ScaledDotProductFusedAttentionOverrideableBackward0)))
+    if (fwd.sdpa && (is<gen::ScaledDotProductFlashAttentionForCpuBackward0>(type) ||
+                     is<gen::ScaledDotProductFlashAttentionBackward0>(type) ||
+                     is<gen::ScaledDotProductEfficientAttentionBackward0>(type) ||
+                     is<gen::ScaledDotProductCudnnAttentionBackward0>(type) ||
+                     is<gen::ScaledDotProductFusedAttentionOverrideableBackward0>(type)))
         return sdpa_backward_flops(fwd.q, fwd.k, fwd.v);
     return 0;
 }
