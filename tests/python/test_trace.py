@@ -112,7 +112,8 @@ def test_csv_module_column_follows_args_and_site_ends_the_row(tmp_path):
     with open(prof.files[0]) as f:
         header = f.readline().strip().split(",")
     assert header == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid", "depth",
-                      "parent_id", "error", "args", "module", "step", "site", "fwd_call_id", "fwd_api"]
+                      "parent_id", "error", "args", "module", "step", "site", "fwd_call_id", "fwd_api",
+                      "flops", "flops_total", "mem_alloc", "mem_self", "mem_freed", "mem_peak"]
     import pandas
 
     frame = pandas.read_csv(prof.files[0], keep_default_na=False)
