@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import importlib.util
 import json
@@ -15,6 +16,7 @@ import types
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
+from ._clocks import ClockSync
 from ._discover import Plan, discover
 from ._files import read_rows, read_stream, record_files
 from ._flops import peak_flops as _peak_flops
@@ -266,6 +268,7 @@ class Profile:
         self._registries = _TorchRegistries()
         self._modules_before: frozenset = frozenset()
         self.timings: Dict[str, float] = {}
+        self._clocks: Optional[ClockSync] = None
 
     def start(self) -> "Profile":
         import torch  # noqa: F401  (discovery needs torch imported)
@@ -296,8 +299,19 @@ class Profile:
             t2 = time.perf_counter()
             self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
             self.tracer.names = self.plan.names   # public names of module classes (no cycle through self)
+            # (a module forward's kind only: statistics come from nn.Module.__call__'s wrapper)
+            self.tracer.forward_installer = functools.partial(self.patcher.install_forward,
+                                                              kinds=_core.KIND_MODULE_FORWARD)
+            self.tracer.wrap_module_classes()
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
             self.tracer.attach(self.session)
+            if self.out_dir is not None:
+                # the clock's offset to rank 0's, in the manifest (now, or once the group is up)
+                self._clocks = ClockSync(self.session)
+                try:
+                    self._clocks.attach()
+                except Exception:  # never the program's failure: the manifest then has no offset
+                    pass
             if self.tracer.stats is not None:
                 self.tracer.stats.check_globs((), self._module_class_names(), final=False)
         except BaseException:
@@ -323,6 +337,9 @@ class Profile:
     def stop(self) -> None:
         if not self.session.active:
             return
+        if self._clocks is not None:
+            self._clocks.detach()
+            self._clocks = None
         self.tracer.finish()
         self.session.stop()
         self.tracer.close()

@@ -353,6 +353,8 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
 static int aggregate_print(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err)
 {
     aggregate_t *a = (aggregate_t *)sink;
+    if (a->o->ranks)
+        return 0; /* kept for --html's page only: --ranks prints instead */
     return report_print_table(out, err, &a->groups, pass, a->trace);
 }
 

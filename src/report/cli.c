@@ -48,9 +48,14 @@
     "  --diff BASE       compare the inputs (NEW) with BASE (a directory or file; repeat for more files): per\n"   \
     "                    API, time per step in both runs, the change, and whether it is beyond the step-to-step\n" \
     "                    noise; steps 1 to the last but one unless --steps (warm-up and a cut-off last step)\n"   \
+    "  --ranks           instead of the table: per step and rank the step's time, the skew and the slowest\n"   \
+    "                    rank; the ranks by how often and how much they were slowest; for a rank slower than\n"  \
+    "                    the others beyond noise (--alpha, --min-change), the APIs that explain it; time in\n"   \
+    "                    collectives shown apart, never blamed; times on rank 0's clock (clock_sync)\n"          \
     "  --fail-above PCT  --diff: exit status 1 when a regression beyond noise exceeds PCT percent of BASE's step\n" \
-    "  --alpha P         --diff: the significance level of the per-step test (default 0.001)\n"                   \
-    "  --min-change PCT  --diff: changes under PCT percent of BASE's step time are not flagged (default 4)\n"          \
+    "  --alpha P         --diff, --ranks: the significance level of the per-step test (default 0.001)\n"                   \
+    "  --min-change PCT  --diff, --ranks: changes under PCT percent of BASE's (the median rank's) step time\n"   \
+    "                    are not flagged (default 4)\n"          \
     "  -j, --jobs N      read on N threads (default: the number of online CPUs; 1: one thread); the output\n"    \
     "                    is the same for any N. Files over 32 MiB are read in ranges. Only the table --by\n"     \
     "                    api, thread, pid or step: the other outputs, and --diff, are read on one thread\n"      \
@@ -225,6 +230,10 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             o->inputs[o->ninputs++] = a;
             continue;
         }
+        if (strcmp(a, "--ranks") == 0) { /* the one option without a value */
+            o->ranks = 1;
+            continue;
+        }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, out);
             o->help = 1;
@@ -345,6 +354,9 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
     if (stacks && (o->by != BY_API || o->tree_step >= 0))
         return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
                                 "and not --tree");
+    if (o->ranks && (o->ndiff_base > 0 || o->tree_step >= 0 || o->by != BY_API || o->frames_by_module))
+        return usage_error(err, "--ranks compares ranks per step and API: it does not go with %s",
+                           o->ndiff_base > 0 ? "--diff" : o->tree_step >= 0 ? "--tree" : "--by");
     if (o->ndiff_base > 0 && (o->tree_step >= 0 || o->trace != NULL || o->has_window || o->by != BY_API || o->folded ||
                               o->flamegraph || o->frames_by_module))
         return usage_error(err, "--diff compares per API and step: it does not go with %s",

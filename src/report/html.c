@@ -21,6 +21,7 @@
 #include "torchwrapper/stats.h"
 
 #include "aggregate.h"
+#include "ranks.h"
 #include "flame.h"
 #include "table.h"
 #include "groups.h"
@@ -45,6 +46,7 @@ typedef struct html {
     report_sink_t sink;
     const char *path;
     const report_sink_t *flame, *aggregate; /* the flame graph, and the per-API table */
+    report_sink_t *ranks;                   /* --ranks: its section (NULL: none) */
     uint64_t *step_ns; /* per step, the cost of the outermost calls of every process */
     int64_t nsteps, step_capacity;
     process_t *processes;
@@ -686,6 +688,8 @@ static int html_write(report_sink_t *sink, const report_pass_t *pass, FILE *err)
     int rc = section_flame(out, &page);
     section_apis(out, &page);
     section_processes(out, &page);
+    if (h->ranks != NULL)
+        report_ranks_write_html(report_ranks_result(h->ranks), out);
     section_modules(out, &page);
     section_gpu(out, &page);
     fputs("</main>\n", out);
@@ -710,7 +714,7 @@ static const report_sink_ops_t html_ops = {
 };
 
 int report_html_open(const options_t *o, const report_sink_t *flame, const report_sink_t *aggregate,
-                     report_sink_t **sink)
+                     report_sink_t *ranks, report_sink_t **sink)
 {
     html_t *h = calloc(1, sizeof *h);
     if (h == NULL)
@@ -719,6 +723,7 @@ int report_html_open(const options_t *o, const report_sink_t *flame, const repor
     h->path = o->html;
     h->flame = flame;
     h->aggregate = aggregate;
+    h->ranks = ranks;
     h->first_ns = UINT64_MAX;
     *sink = &h->sink;
     return 0;
