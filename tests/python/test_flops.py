@@ -238,10 +238,10 @@ def test_flops_per_module_equal_flop_counter_modes_table(workload):
     root = type(model).__name__
     for step, (_, _, table, fwd_table) in enumerate(expected):
         fwd, both = module_flops([r for r in records if r.step == step], root)
-        # the modules reported: torch's own that counted FLOPs (torch.nn.Linear.forward, ...; the
-        # program's own classes have no forward of torch's to record)
+        # the modules reported: every one whose forward counted FLOPs, torch's and the model's own
+        # classes (GPT, Block, Attention): the same set as FlopCounterMode's
         reported = {name for name, n in fwd.items() if n}
-        assert len(reported) >= 3
+        assert reported == {name for name, n in fwd_table.items() if name != "Global" and n}
         assert {name: fwd[name] for name in reported} == {name: fwd_table.get(name, 0) for name in reported}
         # with backward: FlopCounterMode's module tracker counts under a module whatever runs between
         # the gradient of its output and those of its inputs. For a branch that runs beside another
