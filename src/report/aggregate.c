@@ -190,9 +190,12 @@ static group_t *group_for(aggregate_t *a, const char *fmt, ...)
 }
 
 /* 0, or TW_ENOMEM when g is NULL (no memory for it) or its histogram could not grow. */
-static int count_in(group_t *g, uint64_t cost, uint64_t self, uint64_t gpu, int error)
+static int count_in(group_t *g, uint64_t cost, uint64_t self, uint64_t gpu, int error, uint64_t flops)
 {
-    return g == NULL || tw_api_stats_add(&g->stats, cost, self, gpu, error) != 0 ? TW_ENOMEM : 0;
+    if (g == NULL || tw_api_stats_add(&g->stats, cost, self, gpu, error) != 0)
+        return TW_ENOMEM;
+    g->flops += flops;
+    return 0;
 }
 
 static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
@@ -220,13 +223,15 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
     int rc = 0;
     switch (by) {
     case BY_API:
-        rc = count_in(report_group_get(&a->groups, api, (size_t)api_len), row->cost_ns, row->self_ns, gpu, row->error);
+        rc = count_in(report_group_get(&a->groups, api, (size_t)api_len), row->cost_ns, row->self_ns, gpu, row->error,
+                      row->flops);
         if (row->fwd_call_id != 0 && row->fwd_api.len > 0) { /* an autograd node: its cost is its forward API's bwd */
             group_t *f = report_group_get(&a->groups, row->fwd_api.ptr,
                                           row->fwd_api.len < 1000 ? row->fwd_api.len : 1000);
-            if (f != NULL)
+            if (f != NULL) {
                 f->bwd_ns += row->cost_ns;
-            else
+                f->bwd_flops += row->flops;
+            } else
                 rc = TW_ENOMEM;
         }
         break;
@@ -240,15 +245,15 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         else
             k = tw_format_i64(k, row->pid);
         rc = count_in(report_group_get(&a->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu,
-                      row->error);
+                      row->error, row->flops);
         break;
     case BY_STEP:
         if (row->step < 0) {
-            rc = count_in(group_for(a, "(no step)"), row->cost_ns, row->self_ns, gpu, row->error);
+            rc = count_in(group_for(a, "(no step)"), row->cost_ns, row->self_ns, gpu, row->error, row->flops);
         } else {
             k = tw_format_i64(k, row->step);
             rc = count_in(report_group_get(&a->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu,
-                          row->error);
+                          row->error, row->flops);
         }
         break;
     case BY_SITE: {
@@ -256,13 +261,15 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         int n = site_key(a, row, site, sizeof site);
         group_t *g = report_group_get(&a->groups, site, n < (int)sizeof site ? (size_t)n : sizeof site - 1);
         if (row->fwd_call_id != 0) { /* an autograd node charged to the site of its forward call: its bwd */
-            if (g != NULL)
+            if (g != NULL) {
                 g->bwd_ns += row->cost_ns;
-            else
+                g->bwd_flops += row->flops;
+            } else {
                 rc = TW_ENOMEM;
+            }
             break;
         }
-        rc = count_in(g, row->cost_ns, row->self_ns, gpu, row->error);
+        rc = count_in(g, row->cost_ns, row->self_ns, gpu, row->error, row->flops);
         if (g != NULL)
             site_note_api(g, api, (size_t)api_len);
         break;
@@ -275,12 +282,13 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         if (p != NULL) {
             for (size_t i = 0; i < p->count; i++)
                 if (count_in(group_for(a, "%s > %s", self_api->key, p->children[i].api->key), p->children[i].cost_ns,
-                             p->children[i].self_ns, 0, p->children[i].error) != 0)
+                             p->children[i].self_ns, 0, p->children[i].error, 0) != 0)
                     rc = TW_ENOMEM;
             pending_remove(&a->pending, p);
         }
         if (row->parent_id == 0) {
-            if (count_in(group_for(a, "%s", self_api->key), row->cost_ns, row->self_ns, gpu, row->error) != 0)
+            if (count_in(group_for(a, "%s", self_api->key), row->cost_ns, row->self_ns, gpu, row->error,
+                         row->flops) != 0)
                 rc = TW_ENOMEM;
         } else {
             pending_child_t child = {self_api, row->cost_ns, row->self_ns, row->error};
@@ -305,7 +313,7 @@ static int aggregate_settle(report_sink_t *sink)
             continue;
         for (size_t k = 0; k < p->count; k++)
             if (count_in(group_for(a, "(not recorded) > %s", p->children[k].api->key), p->children[k].cost_ns,
-                         p->children[k].self_ns, 0, p->children[k].error) != 0)
+                         p->children[k].self_ns, 0, p->children[k].error, 0) != 0)
                 rc = TW_ENOMEM;
         free(p->children);
     }
@@ -336,6 +344,8 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
             continue;
         }
         g->bwd_ns += f->bwd_ns;
+        g->flops += f->flops;
+        g->bwd_flops += f->bwd_flops;
     }
     return rc;
 }

@@ -19,7 +19,7 @@
     "usage: tw-report [options] OUT_DIR|FILE...\n"                                                                 \
     "Per-API totals and percentiles from TorchWrapper record files (CSV or JSON lines, any number of\n"            \
     "processes and ranks), read in one streaming pass.\n\n"                                                        \
-    "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"                 \
+    "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name, flops\n"          \
     "  --top N           the first N rows only\n"                                                                  \
     "  --by GROUP        api (default), thread, pid, parent (caller > callee), step, site (where the program\n"    \
     "                    made the calls, with the APIs called there: config sites); no GPU time by step, site;\n"\
@@ -206,7 +206,7 @@ static int parse_diff_option(const char *name, size_t name_len, const char *valu
 int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, FILE *err)
 {
     static const char *const sorts[] = {"total", "self", "gpu", "calls", "mean", "min", "max", "p50", "p95", "p99",
-                                        "name"};
+                                        "name", "flops"};
     static const char *const bys[] = {"api", "thread", "pid", "parent", "step", "site"};
     static const char *const formats[] = {"table", "csv", "json", "markdown"};
     memset(o, 0, sizeof *o);
@@ -280,9 +280,9 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         } else if (IS("--by") && strcmp(value, "module") == 0) {
             o->frames_by_module = 1;
         } else if (IS("--sort")) {
-            if ((k = pick(value, sorts, 11)) < 0)
+            if ((k = pick(value, sorts, 12)) < 0)
                 return usage_error(err, "--sort '%s' is not accepted: give total, self, gpu, calls, mean, min, max, "
-                                        "p50, p95, p99 or name", value);
+                                        "p50, p95, p99, name or flops", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
             if ((k = pick(value, bys, 6)) < 0)
