@@ -16,6 +16,7 @@
 #include "torchwrapper/stats.h"
 
 #include "aggregate.h"
+#include "flame.h"
 #include "table.h"
 
 #define SITE_APIS_SHOWN 4 /* APIs listed per site in --by site; more are counted as "+N more" */
@@ -198,6 +199,34 @@ static int count_in(group_t *g, uint64_t cost, uint64_t self, uint64_t gpu, int 
     return 0;
 }
 
+/* count_in() for a record, with the memory it carries (config memory). Its bytes count the calls
+ * inside it: a group of whole call trees (--by thread, pid, step) takes them from the outermost
+ * calls only, as nested ones would count twice; the peak is the highest of every record's. */
+static int count_row(group_t *g, const tw_row_t *row, uint64_t gpu, uint64_t flops, int whole_trees)
+{
+    if (count_in(g, row->cost_ns, row->self_ns, gpu, row->error, flops) != 0)
+        return TW_ENOMEM;
+    if (!whole_trees || row->parent_id == 0) {
+        g->mem_alloc += row->mem_alloc;
+        g->mem_self += row->mem_self;
+        g->mem_freed += row->mem_freed;
+    }
+    if (row->mem_peak > g->mem_peak)
+        g->mem_peak = row->mem_peak;
+    return 0;
+}
+
+/* An autograd node's cost charged to g, the group of its forward call (NULL: out of memory). */
+static int charge_node(group_t *g, const tw_row_t *row)
+{
+    if (g == NULL)
+        return TW_ENOMEM;
+    g->bwd_ns += row->cost_ns;
+    g->bwd_flops += row->flops;
+    g->bwd_mem += row->mem_alloc;
+    return 0;
+}
+
 static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
 {
     aggregate_t *a = (aggregate_t *)sink;
@@ -223,17 +252,11 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
     int rc = 0;
     switch (by) {
     case BY_API:
-        rc = count_in(report_group_get(&a->groups, api, (size_t)api_len), row->cost_ns, row->self_ns, gpu, row->error,
-                      row->flops);
-        if (row->fwd_call_id != 0 && row->fwd_api.len > 0) { /* an autograd node: its cost is its forward API's bwd */
-            group_t *f = report_group_get(&a->groups, row->fwd_api.ptr,
-                                          row->fwd_api.len < 1000 ? row->fwd_api.len : 1000);
-            if (f != NULL) {
-                f->bwd_ns += row->cost_ns;
-                f->bwd_flops += row->flops;
-            } else
-                rc = TW_ENOMEM;
-        }
+        rc = count_row(report_group_get(&a->groups, api, (size_t)api_len), row, gpu, row->flops, 0);
+        if (row->fwd_call_id != 0 && row->fwd_api.len > 0 && /* an autograd node: its cost is its forward API's bwd */
+            charge_node(report_group_get(&a->groups, row->fwd_api.ptr, row->fwd_api.len < 1000 ? row->fwd_api.len : 1000),
+                        row) != 0)
+            rc = TW_ENOMEM;
         break;
     case BY_THREAD:
         k = tw_format_i64(k, row->pid);
@@ -244,16 +267,14 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
             k = tw_format_u64(k, row->tid);
         else
             k = tw_format_i64(k, row->pid);
-        rc = count_in(report_group_get(&a->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu,
-                      row->error, row->flops);
+        rc = count_row(report_group_get(&a->groups, key, (size_t)(k - key)), row, gpu, row->flops, 1);
         break;
     case BY_STEP:
         if (row->step < 0) {
-            rc = count_in(group_for(a, "(no step)"), row->cost_ns, row->self_ns, gpu, row->error, row->flops);
+            rc = count_row(group_for(a, "(no step)"), row, gpu, row->flops, 1);
         } else {
             k = tw_format_i64(k, row->step);
-            rc = count_in(report_group_get(&a->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu,
-                          row->error, row->flops);
+            rc = count_row(report_group_get(&a->groups, key, (size_t)(k - key)), row, gpu, row->flops, 1);
         }
         break;
     case BY_SITE: {
@@ -261,15 +282,10 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         int n = site_key(a, row, site, sizeof site);
         group_t *g = report_group_get(&a->groups, site, n < (int)sizeof site ? (size_t)n : sizeof site - 1);
         if (row->fwd_call_id != 0) { /* an autograd node charged to the site of its forward call: its bwd */
-            if (g != NULL) {
-                g->bwd_ns += row->cost_ns;
-                g->bwd_flops += row->flops;
-            } else {
-                rc = TW_ENOMEM;
-            }
+            rc = charge_node(g, row);
             break;
         }
-        rc = count_in(g, row->cost_ns, row->self_ns, gpu, row->error, row->flops);
+        rc = count_row(g, row, gpu, row->flops, 0);
         if (g != NULL)
             site_note_api(g, api, (size_t)api_len);
         break;
@@ -287,14 +303,25 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
             pending_remove(&a->pending, p);
         }
         if (row->parent_id == 0) {
-            if (count_in(group_for(a, "%s", self_api->key), row->cost_ns, row->self_ns, gpu, row->error,
-                         row->flops) != 0)
+            if (count_row(group_for(a, "%s", self_api->key), row, gpu, row->flops, 0) != 0)
                 rc = TW_ENOMEM;
         } else {
             pending_child_t child = {self_api, row->cost_ns, row->self_ns, row->error};
             if (pending_add(&a->pending, row->pid, row->parent_id, &child) != 0)
                 rc = TW_ENOMEM;
         }
+        break;
+    }
+    case BY_MODULE: {
+        /* as --html's modules: each module's forward calls (their FLOPs and memory with those of the
+         * calls inside), and the autograd nodes charged to it; the calls outside every module
+         * forward (optimizer steps, backward) are not a module's */
+        const char *label;
+        size_t len = report_module_label(row, &label);
+        if (len == 0)
+            break;
+        group_t *g = report_group_get(&a->groups, label, len);
+        rc = row->fwd_call_id != 0 ? charge_node(g, row) : count_row(g, row, gpu, row->flops_total, 0);
         break;
     }
     }
@@ -346,6 +373,12 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
         g->bwd_ns += f->bwd_ns;
         g->flops += f->flops;
         g->bwd_flops += f->bwd_flops;
+        g->mem_alloc += f->mem_alloc;
+        g->mem_self += f->mem_self;
+        g->mem_freed += f->mem_freed;
+        g->bwd_mem += f->bwd_mem;
+        if (f->mem_peak > g->mem_peak)
+            g->mem_peak = f->mem_peak;
     }
     return rc;
 }

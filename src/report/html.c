@@ -137,10 +137,15 @@ static int html_row(report_sink_t *sink, const tw_row_t *row, int kept)
         group_t *g = report_group_get(&h->modules, label, len);
         if (g != NULL && row->fwd_call_id != 0) { /* an autograd node charged to the module: its backward */
             g->bwd_ns += row->cost_ns;
+            g->bwd_mem += row->mem_alloc;
         } else if (g == NULL || tw_api_stats_add(&g->stats, row->cost_ns, row->self_ns, row->gpu_ns, row->error) != 0) {
             h->oom = 1;
         } else {
             g->flops += row->flops_total; /* the FLOPs of the calls inside its forward */
+            g->mem_alloc += row->mem_alloc; /* and the bytes they allocated */
+            g->mem_freed += row->mem_freed;
+            if (row->mem_peak > g->mem_peak)
+                g->mem_peak = row->mem_peak;
             if (row->module.len == 0 && row->has_module == 1 && h->root_label[0] == '\0')
                 snprintf(h->root_label, sizeof h->root_label, "%.*s", (int)len, label);
         }
@@ -189,6 +194,14 @@ static void ms(FILE *out, uint64_t ns)
 static void us(FILE *out, uint64_t ns)
 {
     fprintf(out, "%.2f", (double)ns / 1e3);
+}
+
+/* A cell of bytes in MiB after the previous cell ("</td><td>" first), blank for 0 (config memory). */
+static void mib(FILE *out, uint64_t bytes)
+{
+    fputs("</td><td>", out);
+    if (bytes != 0)
+        fprintf(out, "%.4g", (double)bytes / 1048576.0);
 }
 
 static const char page_style[] =
@@ -365,6 +378,12 @@ static void section_apis(FILE *out, const page_t *pg)
     if (any_flops) /* forward and the charged nodes' backward, as tw-report's table */
         fprintf(out, "<th class=\"num\">GFLOP</th><th class=\"num\">TFLOP/s</th>%s",
                 peak > 0 ? "<th class=\"num\">MFU %</th>" : "");
+    int any_mem = 0;
+    for (size_t i = 0; i < n; i++)
+        any_mem |= (order[i]->mem_alloc | order[i]->mem_freed) != 0;
+    if (any_mem) /* as tw-report's table: with the calls inside, of which self; the highest peak */
+        fputs("<th class=\"num\">alloc MiB</th><th class=\"num\">self MiB</th><th class=\"num\">freed MiB</th>"
+              "<th class=\"num\">peak MiB</th>", out);
     fputs("</tr></thead><tbody>\n", out);
     for (size_t i = 0; i < shown; i++) {
         const tw_api_stats_t *s = &order[i]->stats;
@@ -397,6 +416,12 @@ static void section_apis(FILE *out, const page_t *pg)
                 fprintf(out, "</td><td>%.2f", 100.0 * rate / peak);
         } else if (any_flops) {
             fputs(peak > 0 ? "</td><td></td><td></td><td>" : "</td><td></td><td>", out);
+        }
+        if (any_mem) {
+            mib(out, order[i]->mem_alloc);
+            mib(out, order[i]->mem_self);
+            mib(out, order[i]->mem_freed);
+            mib(out, order[i]->mem_peak);
         }
         fputs("</td></tr>\n", out);
     }
@@ -579,28 +604,33 @@ static void section_modules(FILE *out, const page_t *pg)
         return;
     /* groups made only for backward FLOPs (a ModuleList, whose forward never runs) are not shown */
     size_t n = 0;
-    int any_flops = 0;
+    int any_flops = 0, any_mem = 0;
     for (size_t i = 0; i < h->modules.count; i++) {
         if (order[i]->stats.calls > 0)
             order[n++] = order[i];
         any_flops |= (order[i]->flops | order[i]->bwd_flops) != 0;
+        any_mem |= (order[i]->mem_alloc | order[i]->bwd_mem) != 0;
     }
     size_t shown = n < HTML_MAX_MODULES ? n : HTML_MAX_MODULES;
     uint64_t top = n > 0 ? order[0]->stats.total_ns : 0;
     double peak = pg->pass->in->info.peak_flops;
     fprintf(out, "<section id=\"modules\"><h2>Modules (top %zu of %zu)</h2>\n<p class=\"note\">Each module's "
                  "forward calls: total includes the modules and calls inside it; the model is named by its "
-                 "class; bwd: the autograd nodes its forward created, in backward passes.%s</p>\n"
+                 "class; bwd: the autograd nodes its forward created, in backward passes.%s%s</p>\n"
                  "<table class=\"sortable\" id=\"module-table\"><thead><tr><th>module</th>"
                  "<th class=\"num\">calls</th><th class=\"num\" data-dir=\"desc\">total ms</th>"
                  "<th class=\"num\">self ms</th><th class=\"num\">bwd ms</th><th class=\"num\">mean us</th>"
-                 "<th class=\"num\">p95 us</th>%s%s"
+                 "<th class=\"num\">p95 us</th>%s%s%s"
                  "<th style=\"width:25%%\"></th></tr></thead><tbody>\n",
             shown, n,
             any_flops ? " GFLOP: its forward calls' and the backward nodes' of it and of the modules inside it; "
                         "TFLOP/s: its forward calls' FLOPs over their time" : "",
+            any_mem ? " alloc MiB: what its forward calls allocated, the modules inside included; bwd MiB: what "
+                      "its nodes allocated; peak: the highest allocated total during its forward calls" : "",
             any_flops ? "<th class=\"num\">GFLOP</th><th class=\"num\">fwd TFLOP/s</th>" : "",
-            any_flops && peak > 0 ? "<th class=\"num\">fwd MFU %</th>" : "");
+            any_flops && peak > 0 ? "<th class=\"num\">fwd MFU %</th>" : "",
+            any_mem ? "<th class=\"num\">alloc MiB</th><th class=\"num\">bwd MiB</th><th class=\"num\">peak MiB</th>"
+                    : "");
     for (size_t i = 0; i < shown; i++) {
         const tw_api_stats_t *s = &order[i]->stats;
         fputs("<tr><td>", out);
@@ -623,6 +653,11 @@ static void section_modules(FILE *out, const page_t *pg)
             fprintf(out, "</td><td>%.4g</td><td>%.4g", (double)(order[i]->flops + bwd) / 1e9, rate / 1e12);
             if (peak > 0)
                 fprintf(out, "</td><td>%.2f", 100.0 * rate / peak);
+        }
+        if (any_mem) {
+            mib(out, order[i]->mem_alloc);
+            mib(out, order[i]->bwd_mem);
+            mib(out, order[i]->mem_peak);
         }
         fprintf(out, "</td><td><div class=\"bar\" style=\"width:%.1f%%\"></div></td></tr>\n",
                 top ? 100.0 * (double)s->total_ns / (double)top : 0.0);

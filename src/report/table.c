@@ -28,6 +28,7 @@ static uint64_t sort_value(const group_t *g, sort_key_t key)
     case SORT_P95: return tw_stats_percentile(s, 0.95);
     case SORT_P99: return tw_stats_percentile(s, 0.99);
     case SORT_FLOPS: return g->flops + g->bwd_flops;
+    case SORT_MEM: return g->mem_alloc + g->bwd_mem;
     default: return s->total_ns;
     }
 }
@@ -52,6 +53,7 @@ typedef struct row_values {
     const char *key;
     uint64_t calls, errors, total, self, gpu, mean, min, p50, p95, p99, max, bwd, flops, bwd_flops;
     double share, flop_s, mfu; /* mfu < 0: no peak known */
+    uint64_t mem_alloc, mem_self, mem_freed, mem_peak, bwd_mem;
 } row_values_t;
 
 /*
@@ -65,7 +67,8 @@ double report_flop_rate(const group_t *g, group_by_t by)
     const tw_api_stats_t *s = &g->stats;
     if (s->gpu_ns > 0)
         return (double)g->flops * 1e9 / (double)s->gpu_ns;
-    uint64_t ns = by == BY_API || by == BY_SITE || by == BY_PARENT ? s->total_ns + g->bwd_ns : s->self_ns;
+    uint64_t ns = by == BY_API || by == BY_SITE || by == BY_PARENT || by == BY_MODULE ? s->total_ns + g->bwd_ns
+                                                                                      : s->self_ns;
     return ns ? (double)(g->flops + g->bwd_flops) * 1e9 / (double)ns : 0.0;
 }
 
@@ -77,13 +80,14 @@ static row_values_t values_of(const group_t *g, uint64_t all_self, group_by_t by
                           s->calls ? s->total_ns / s->calls : 0, s->min_ns, tw_stats_percentile(s, 0.50),
                           tw_stats_percentile(s, 0.95), tw_stats_percentile(s, 0.99), s->max_ns, g->bwd_ns,
                           g->flops, g->bwd_flops, all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0,
-                          rate, peak > 0 ? 100.0 * rate / peak : -1.0};
+                          rate, peak > 0 ? 100.0 * rate / peak : -1.0, g->mem_alloc, g->mem_self, g->mem_freed,
+                          g->mem_peak, g->bwd_mem};
 }
 
 static const char *group_title(group_by_t by)
 {
     return by == BY_THREAD ? "pid/thread" : by == BY_PID ? "pid" : by == BY_PARENT ? "caller > api"
-           : by == BY_STEP ? "step" : by == BY_SITE ? "site: APIs called there" : "api";
+           : by == BY_STEP ? "step" : by == BY_SITE ? "site: APIs called there" : by == BY_MODULE ? "module" : "api";
 }
 
 static void print_ms(char *buf, size_t size, uint64_t ns)
@@ -176,31 +180,49 @@ fail:
     return NULL;
 }
 
+/* The optional columns a table has: those of some group's values. */
+typedef struct columns {
+    int gpu, bwd, flops, mem, bwd_mem;
+    double peak; /* FLOP/s (MFU) */
+} columns_t;
+
 /* Whether the table shows column c (of print_rows' heads). */
-static int shown_column(int c, int any_bwd, int any_gpu, int any_flops, double peak)
+static int shown_column(int c, const columns_t *k)
 {
-    return (c != 3 || any_bwd) && (c != 4 || any_gpu) && (c < 12 || any_flops) && (c != 14 || peak > 0);
+    return (c != 3 || k->bwd) && (c != 4 || k->gpu) && (c < 12 || c > 14 || k->flops) && (c != 14 || k->peak > 0) &&
+           (c < 15 || k->mem) && (c != 19 || k->bwd_mem);
+}
+
+/* Bytes as MiB, blank for 0 (a group with no allocator report). */
+static void print_mib(char *buf, size_t size, uint64_t bytes)
+{
+    if (bytes != 0)
+        snprintf(buf, size, "%.4g", (double)bytes / 1048576.0);
 }
 
 /* Name column: the widest shown name, up to this many columns in the terminal table (Markdown shows
  * names whole). */
 #define NAME_CAP 100
 
-/* any_bwd: some API has autograd nodes charged to it (a "bwd" column: after self time in the table,
- * last in CSV and JSON, so that runs without backward nodes read as before). any_flops: some record
- * counted FLOPs (GFLOP: forward and the charged nodes' backward; TFLOP/s; MFU % with a peak: last, and
- * in CSV and JSON after bwd_ns). */
-static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n, uint64_t all_self, int any_gpu,
-                       int any_bwd, int any_flops, double peak)
+/* k->bwd: some API has autograd nodes charged to it (a "bwd" column: after self time in the table,
+ * last in CSV and JSON, so that runs without backward nodes read as before). k->flops: some record
+ * counted FLOPs (GFLOP: forward and the charged nodes' backward; TFLOP/s; MFU % with a peak: and in
+ * CSV and JSON after bwd_ns). k->mem: some record carries memory (config memory: MiB allocated with
+ * the calls inside, of which self, freed, the highest peak, and what the charged nodes allocated;
+ * bytes in CSV and JSON, last). */
+static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n, uint64_t all_self,
+                       const columns_t *k)
 {
     static const char *const heads[] = {"calls", "total ms", "self ms", "bwd ms", "gpu ms", "mean us", "min us",
                                         "p50 us", "p95 us", "p99 us", "max us", "share %", "GFLOP", "TFLOP/s",
-                                        "MFU %"};
-    enum { NCOLS = 15 };
+                                        "MFU %", "alloc MiB", "self MiB", "freed MiB", "peak MiB", "bwd MiB"};
+    enum { NCOLS = 20 };
+    int any_bwd = k->bwd, any_flops = k->flops;
+    double peak = k->peak;
     if (o->format == OUT_CSV) {
-        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share%s%s%s\n",
+        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share%s%s%s%s\n",
                 group_title(o->by), any_bwd ? ",bwd_ns" : "", any_flops ? ",flops,bwd_flops,flop_s" : "",
-                any_flops && peak > 0 ? ",mfu" : "");
+                any_flops && peak > 0 ? ",mfu" : "", k->mem ? ",mem_alloc,mem_self,mem_freed,mem_peak,bwd_mem" : "");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self, o->by, peak);
             report_csv_text(out, v.key);
@@ -213,6 +235,9 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                 fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%.6g", v.flops, v.bwd_flops, v.flop_s);
             if (any_flops && peak > 0)
                 fprintf(out, ",%.6g", v.mfu / 100.0);
+            if (k->mem)
+                fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, v.mem_alloc, v.mem_self,
+                        v.mem_freed, v.mem_peak, v.bwd_mem);
             fputc('\n', out);
         }
         return;
@@ -220,7 +245,8 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     if (o->format == OUT_JSON) {
         fprintf(out, "{\"group_by\":\"%s\",\"rows\":[", o->by == BY_API ? "api" : o->by == BY_THREAD ? "thread"
                                                        : o->by == BY_PID ? "pid" : o->by == BY_STEP ? "step"
-                                                       : o->by == BY_SITE ? "site" : "parent");
+                                                       : o->by == BY_SITE ? "site" : o->by == BY_MODULE ? "module"
+                                                       : "parent");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self, o->by, peak);
             fputs(i ? ",\n{\"key\":" : "\n{\"key\":", out);
@@ -236,6 +262,10 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                         v.flop_s);
             if (any_flops && peak > 0)
                 fprintf(out, ",\"mfu\":%.6g", v.mfu / 100.0);
+            if (k->mem)
+                fprintf(out, ",\"mem_alloc\":%" PRIu64 ",\"mem_self\":%" PRIu64 ",\"mem_freed\":%" PRIu64
+                             ",\"mem_peak\":%" PRIu64 ",\"bwd_mem\":%" PRIu64,
+                        v.mem_alloc, v.mem_self, v.mem_freed, v.mem_peak, v.bwd_mem);
             fputc('}', out);
         }
         fputs("\n]}\n", out);
@@ -271,6 +301,11 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
             snprintf(cells[i][13], 24, "%.4g", v.flop_s / 1e12);
             snprintf(cells[i][14], 24, "%.2f", v.mfu);
         }
+        print_mib(cells[i][15], 24, v.mem_alloc);
+        print_mib(cells[i][16], 24, v.mem_self);
+        print_mib(cells[i][17], 24, v.mem_freed);
+        print_mib(cells[i][18], 24, v.mem_peak);
+        print_mib(cells[i][19], 24, v.bwd_mem);
         for (int c = 0; c < NCOLS; c++)
             if (strlen(cells[i][c]) > width[c + 1])
                 width[c + 1] = strlen(cells[i][c]);
@@ -278,7 +313,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     const char *sep = md ? " | " : "  ";
     fprintf(out, "%s%-*s", md ? "| " : "", (int)width[0], group_title(o->by));
     for (int c = 0; c < NCOLS; c++)
-        if (shown_column(c, any_bwd, any_gpu, any_flops, peak))
+        if (shown_column(c, k))
             fprintf(out, "%s%*s", sep, (int)width[c + 1], heads[c]);
     fputs(md ? " |\n" : "\n", out);
     if (md) {
@@ -286,7 +321,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         for (size_t i = 0; i < width[0] + 2; i++)
             fputc('-', out);
         for (int c = 0; c < NCOLS; c++)
-            if (shown_column(c, any_bwd, any_gpu, any_flops, peak))
+            if (shown_column(c, k))
                 fprintf(out, "|%.*s:", (int)width[c + 1] + 1, "--------------------------------");
         fputs("|\n", out);
     }
@@ -294,7 +329,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         fprintf(out, "%s%s%*s", md ? "| " : "", names[i], (int)(width[0] - text_columns(names[i])), "");
         free(names[i]);
         for (int c = 0; c < NCOLS; c++)
-            if (shown_column(c, any_bwd, any_gpu, any_flops, peak))
+            if (shown_column(c, k))
                 fprintf(out, "%s%*s", sep, (int)width[c + 1], cells[i][c]);
         fputs(md ? " |\n" : "\n", out);
     }
@@ -312,20 +347,22 @@ int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const 
     size_t n = 0;
     group_t **order = report_group_list(groups, &n);
     uint64_t all_self = 0;
-    int any_gpu = 0, any_bwd = 0, any_flops = 0;
+    columns_t k = {pass->have_gpu_files, 0, 0, 0, 0, in->info.peak_flops};
     for (size_t i = 0; i < n; i++) {
-        all_self += order[i]->stats.self_ns;
-        any_gpu |= order[i]->stats.gpu_ns != 0;
-        any_bwd |= order[i]->bwd_ns != 0;
-        any_flops |= (order[i]->flops | order[i]->bwd_flops) != 0;
+        const group_t *g = order[i];
+        all_self += g->stats.self_ns;
+        k.gpu |= g->stats.gpu_ns != 0;
+        k.bwd |= g->bwd_ns != 0;
+        k.flops |= (g->flops | g->bwd_flops) != 0;
+        k.mem |= (g->mem_alloc | g->mem_freed | g->bwd_mem) != 0;
+        k.bwd_mem |= g->bwd_mem != 0;
     }
     qsort_r(order, n, sizeof *order, compare_groups, (void *)&o->sort);
     size_t shown = o->top && o->top < n ? o->top : n;
     if (stats->rows == 0 && in->count > 0)
         fprintf(err, "tw-report: the record files hold no records yet (%zu file%s)\n", in->count,
                 in->count == 1 ? "" : "s");
-    print_rows(out, o, order, shown, all_self, any_gpu || pass->have_gpu_files, any_bwd, any_flops,
-               in->info.peak_flops);
+    print_rows(out, o, order, shown, all_self, &k);
     free(order);
     /* The footer goes under the terminal table; with CSV, JSON or Markdown it goes to err, and only
      * when something was skipped, so that the output stays clean. */

@@ -4,6 +4,8 @@ call (children included, and self) and the peak, from torch's own reports (the m
 torch.profiler's profile_memory), compared with torch.profiler on real models; its coexistence with
 torch.profiler (refused while it runs, stepping aside when it starts inside); start and stop leave
 torch as they found it."""
+import csv
+import io
 import os
 import subprocess
 import sys
@@ -23,6 +25,9 @@ LAYER = os.path.join(os.path.dirname(os.path.abspath(tw.__file__)), "_torch.so")
 pytestmark = pytest.mark.skipif(not os.path.exists(LAYER), reason="the libtorch layer was not built (configure)")
 
 MIB4 = 4 << 20  # torch.empty(1 << 20): 2**20 float32
+BUILD = os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", ".."))
+TW_REPORT = os.path.join(BUILD, "tw-report")
+MEMORY_COLUMNS = ["mem_alloc", "mem_self", "mem_freed", "mem_peak", "bwd_mem"]
 
 
 class Scratch(nn.Module):
@@ -279,3 +284,61 @@ def test_step_peak_is_within_5_percent_of_cuda_max_memory_allocated():
     for n, peak in enumerate(peaks):
         ours = max(r.mem_peak for r in records if r.step == n)
         assert abs(ours - peak) <= 0.05 * peak, (n, ours, peak)
+
+
+def report_rows(*args):
+    done = subprocess.run([TW_REPORT, "--format", "csv", *map(str, args)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return list(csv.DictReader(io.StringIO(done.stdout)))
+
+
+@pytest.fixture(scope="module")
+def planted_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("planted")
+    with tw.profile(out_dir=str(out), format="csv", memory=True):
+        train_steps(Planted(), steps=3)
+    return out
+
+
+@pytest.mark.parametrize("by", ["api", "module", "step"])
+def test_tw_report_and_memory_table_agree(planted_run, by):
+    """tw-report's memory columns (C, from the files) and memory_table (pandas, from load()) are
+    the same bytes per API, module and step."""
+    rows = report_rows("--by", by, planted_run)
+    table = tw.memory_table(str(planted_run), by=by)
+    ours = {}
+    for row in rows:
+        if any(int(row[c]) for c in ("mem_alloc", "mem_freed", "bwd_mem")):
+            key = row[by]
+            if by == "module" and key.endswith("Planted"):   # tw-report names the model by its class
+                key = ""
+            ours[key if by != "step" else int(key)] = [int(row[c]) for c in MEMORY_COLUMNS]
+    theirs = {key: [int(v) for v in values] for key, values in table[MEMORY_COLUMNS].iterrows()}
+    assert ours == theirs
+    if by == "module":   # the planted buffers: allocated in scratch, freed by the model's forward
+        assert ours["scratch"][:3] == [3 * MIB4, 0, 0]
+        # the Linear layers' nodes allocated their gradients (charged to the innermost module)
+        assert ours[""][2] >= 3 * MIB4 and ours["mlp.0"][4] > 0 and ours["mlp.2"][4] > 0
+    if by == "api":
+        scratch = [key for key in ours if key.endswith("Scratch.forward")]
+        assert len(scratch) == 1 and ours[scratch[0]][:3] == [3 * MIB4, 0, 0]
+    if by == "step":
+        assert sorted(ours) == [0, 1, 2]
+
+
+def test_tw_report_sorts_by_memory_and_the_html_report_shows_it(planted_run, tmp_path):
+    rows = report_rows("--sort", "mem", "--top", "3", planted_run)
+    allocated = [int(r["mem_alloc"]) + int(r["bwd_mem"]) for r in rows]
+    assert allocated == sorted(allocated, reverse=True) and allocated[0] >= 3 * MIB4
+    page = tmp_path / "report.html"
+    done = subprocess.run([TW_REPORT, "--html", str(page), str(planted_run)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = page.read_text()
+    api_table = text[text.index('id="api-table"'):]
+    module_table = text[text.index('id="module-table"'):]
+    assert "alloc MiB" in api_table[:api_table.index("</thead>")]
+    assert "bwd MiB" in module_table[:module_table.index("</thead>")]
+    scratch = module_table[module_table.index("<td>scratch</td>"):]
+    assert "<td>12</td>" in scratch[:scratch.index("</tr>")]   # 3 steps of 4 MiB
+    bad = subprocess.run([TW_REPORT, "--sort", "memory", str(planted_run)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "flops or mem" in bad.stderr
