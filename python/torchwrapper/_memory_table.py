@@ -14,7 +14,8 @@ def memory_table(frame: Any, by: str = "api"):
     ``mem_freed`` (sums), ``mem_peak`` (the highest of their peaks), and ``bwd_mem``, what the autograd
     nodes charged to them allocated (nodes keep rows of their own too), as ``tw-report --by api``.
     by="module": each module's forward calls (the modules and calls inside them included) and the
-    nodes charged to it (its path; the model's is ""), as ``tw-report --by module``. by="step": the
+    nodes charged to it or to a module inside it (its path; the model's is ""), as ``tw-report --by
+    module``. by="step": the
     outermost calls of each step (on every thread; nested calls' bytes are theirs already) and the
     highest peak in it, as ``tw-report --by step``. Rows without any
     memory are left out; sorted by mem_alloc + bwd_mem, largest first."""
@@ -34,8 +35,14 @@ def memory_table(frame: Any, by: str = "api"):
         forward = ~node & frame["module"].notna() & frame["api"].astype(str).str.endswith(".forward")
         rows = frame[forward]
         keys = rows["module"].astype(str)
-        charged = node & frame["module"].notna()
-        bwd = frame["mem_alloc"][charged].groupby(frame["module"][charged].astype(str)).sum()
+        # a node's bytes count for its module and every module around it, the model ("") included
+        charged = frame[node & frame["module"].notna() & (frame["mem_alloc"] != 0)]
+        totals = {}
+        for module, size in charged.groupby(charged["module"].astype(str))["mem_alloc"].sum().items():
+            parts = module.split(".") if module else []
+            for prefix in [""] + [".".join(parts[:i]) for i in range(1, len(parts) + 1)]:
+                totals[prefix] = totals.get(prefix, 0) + int(size)
+        bwd = pandas.Series(totals, dtype="int64")
     else:
         rows = frame[frame["parent_id"] == 0]
         keys = rows["step"]
@@ -46,7 +53,7 @@ def memory_table(frame: Any, by: str = "api"):
                             "mem_peak": grouped["mem_peak"].max()})
     if by == "step":  # the highest peak of any call in the step, nested ones included
         out["mem_peak"] = frame["mem_peak"].groupby(frame["step"]).max()
-    out = out.join(bwd.rename("bwd_mem"), how="outer").fillna(0).astype("int64")
+    out = out.join(bwd.rename("bwd_mem"), how="left" if by == "module" else "outer").fillna(0).astype("int64")
     out.index.name = by
     out = out[(out["mem_alloc"] | out["mem_freed"] | out["bwd_mem"]) != 0]
     order = (out["mem_alloc"] + out["bwd_mem"]).sort_values(ascending=False, kind="stable").index

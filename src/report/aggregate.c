@@ -53,6 +53,10 @@ typedef struct aggregate {
     group_table_t groups;
     group_table_t api_names; /* --by parent: the child's API, interned */
     pending_table_t pending;
+    /* --by module: the backward FLOPs and bytes of the nodes charged anywhere in the model, which
+     * are the model's (its group is named by its class: the least such name seen) */
+    uint64_t root_bwd_flops, root_bwd_mem;
+    char root_label[256];
 } aggregate_t;
 
 /* ---- --by parent's children waiting for their parent --------------------------------------------- */
@@ -227,6 +231,49 @@ static int charge_node(group_t *g, const tw_row_t *row)
     return 0;
 }
 
+/*
+ * --by module, as --html's modules: each module's forward calls, their FLOPs and bytes with those of
+ * the calls inside (the modules inside included); the time of the autograd nodes charged to it
+ * (bwd ms), and the backward FLOPs and bytes of the nodes charged to it or to any module inside it,
+ * so that forward and backward count the same calls. The calls outside every module forward
+ * (optimizer steps, backward) are not a module's.
+ */
+static int module_row(aggregate_t *a, const tw_row_t *row, uint64_t gpu)
+{
+    const char *label;
+    size_t len = report_module_label(row, &label);
+    if (row->fwd_call_id == 0) {
+        if (len == 0)
+            return 0;
+        if (row->module.len == 0 && row->has_module == 1) { /* the model itself */
+            char name[sizeof a->root_label];
+            snprintf(name, sizeof name, "%.*s", (int)len, label);
+            if (a->root_label[0] == '\0' || strcmp(name, a->root_label) < 0)
+                memcpy(a->root_label, name, sizeof name);
+        }
+        return count_row(report_group_get(&a->groups, label, len), row, gpu, row->flops_total, 0);
+    }
+    group_t *g = len > 0 ? report_group_get(&a->groups, label, len) : NULL;
+    if (len > 0 && g == NULL)
+        return TW_ENOMEM;
+    if (g != NULL)
+        g->bwd_ns += row->cost_ns;
+    if (row->has_module != 1 || (row->flops | row->mem_alloc) == 0)
+        return 0;
+    a->root_bwd_flops += row->flops;
+    a->root_bwd_mem += row->mem_alloc;
+    for (size_t end = 0; end < row->module.len; end++) { /* the path's prefixes: features, features.0 */
+        if (end + 1 != row->module.len && row->module.ptr[end + 1] != '.')
+            continue;
+        group_t *m = report_group_get(&a->groups, row->module.ptr, end + 1);
+        if (m == NULL)
+            return TW_ENOMEM;
+        m->bwd_flops += row->flops;
+        m->bwd_mem += row->mem_alloc;
+    }
+    return 0;
+}
+
 static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
 {
     aggregate_t *a = (aggregate_t *)sink;
@@ -312,18 +359,9 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         }
         break;
     }
-    case BY_MODULE: {
-        /* as --html's modules: each module's forward calls (their FLOPs and memory with those of the
-         * calls inside), and the autograd nodes charged to it; the calls outside every module
-         * forward (optimizer steps, backward) are not a module's */
-        const char *label;
-        size_t len = report_module_label(row, &label);
-        if (len == 0)
-            break;
-        group_t *g = report_group_get(&a->groups, label, len);
-        rc = row->fwd_call_id != 0 ? charge_node(g, row) : count_row(g, row, gpu, row->flops_total, 0);
+    case BY_MODULE:
+        rc = module_row(a, row, gpu);
         break;
-    }
     }
     return rc;
 }
@@ -348,6 +386,13 @@ static int aggregate_settle(report_sink_t *sink)
     memset(&a->pending, 0, sizeof a->pending);
     if (a->o->by == BY_SITE)
         site_keys_finish(a);
+    if (a->o->by == BY_MODULE && a->root_label[0] != '\0') {
+        group_t *root = report_group_get(&a->groups, a->root_label, strlen(a->root_label));
+        if (root == NULL)
+            return TW_ENOMEM;
+        root->bwd_flops += a->root_bwd_flops;
+        root->bwd_mem += a->root_bwd_mem;
+    }
     return rc;
 }
 
@@ -361,6 +406,10 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
     aggregate_t *into = (aggregate_t *)into_sink;
     const aggregate_t *from = (const aggregate_t *)from_sink;
     int rc = 0;
+    into->root_bwd_flops += from->root_bwd_flops;
+    into->root_bwd_mem += from->root_bwd_mem;
+    if (from->root_label[0] != '\0' && (into->root_label[0] == '\0' || strcmp(from->root_label, into->root_label) < 0))
+        memcpy(into->root_label, from->root_label, sizeof into->root_label);
     for (size_t i = 0; i < from->groups.capacity; i++) {
         const group_t *f = from->groups.slots[i];
         if (f == NULL)

@@ -54,7 +54,7 @@ typedef struct html {
     group_table_t modules;
     /* FLOPs of the backward nodes charged to the model itself or to any module in it, and the
      * model's label: the modules' backward FLOPs include those of the modules inside them */
-    uint64_t root_bwd_flops;
+    uint64_t root_bwd_flops, root_bwd_mem;
     char root_label[256];
     uint64_t first_ns, last_ns; /* the span of the calls */
     int oom;
@@ -137,7 +137,6 @@ static int html_row(report_sink_t *sink, const tw_row_t *row, int kept)
         group_t *g = report_group_get(&h->modules, label, len);
         if (g != NULL && row->fwd_call_id != 0) { /* an autograd node charged to the module: its backward */
             g->bwd_ns += row->cost_ns;
-            g->bwd_mem += row->mem_alloc;
         } else if (g == NULL || tw_api_stats_add(&g->stats, row->cost_ns, row->self_ns, row->gpu_ns, row->error) != 0) {
             h->oom = 1;
         } else {
@@ -150,17 +149,21 @@ static int html_row(report_sink_t *sink, const tw_row_t *row, int kept)
                 snprintf(h->root_label, sizeof h->root_label, "%.*s", (int)len, label);
         }
     }
-    if (row->fwd_call_id != 0 && row->flops != 0 && row->has_module == 1) {
-        /* a node's backward FLOPs count for its module and every module around it: the path's prefixes */
+    if (row->fwd_call_id != 0 && (row->flops | row->mem_alloc) != 0 && row->has_module == 1) {
+        /* a node's backward FLOPs and bytes count for its module and every module around it: the
+         * path's prefixes */
         h->root_bwd_flops += row->flops;
+        h->root_bwd_mem += row->mem_alloc;
         for (size_t end = 0; end < row->module.len; end++) {
             if (end + 1 != row->module.len && row->module.ptr[end + 1] != '.')
                 continue;
             group_t *m = report_group_get(&h->modules, row->module.ptr, end + 1);
             if (m == NULL)
                 h->oom = 1;
-            else
+            else {
                 m->bwd_flops += row->flops;
+                m->bwd_mem += row->mem_alloc;
+            }
         }
     }
     return h->oom ? TW_ENOMEM : 0;
@@ -626,7 +629,8 @@ static void section_modules(FILE *out, const page_t *pg)
             any_flops ? " GFLOP: its forward calls' and the backward nodes' of it and of the modules inside it; "
                         "TFLOP/s: its forward calls' FLOPs over their time" : "",
             any_mem ? " alloc MiB: what its forward calls allocated, the modules inside included; bwd MiB: what "
-                      "its nodes allocated; peak: the highest allocated total during its forward calls" : "",
+                      "the backward nodes of it and of the modules inside it allocated; peak: the highest allocated "
+                      "total during its forward calls" : "",
             any_flops ? "<th class=\"num\">GFLOP</th><th class=\"num\">fwd TFLOP/s</th>" : "",
             any_flops && peak > 0 ? "<th class=\"num\">fwd MFU %</th>" : "",
             any_mem ? "<th class=\"num\">alloc MiB</th><th class=\"num\">bwd MiB</th><th class=\"num\">peak MiB</th>"
@@ -656,7 +660,7 @@ static void section_modules(FILE *out, const page_t *pg)
         }
         if (any_mem) {
             mib(out, order[i]->mem_alloc);
-            mib(out, order[i]->bwd_mem);
+            mib(out, strcmp(order[i]->key, h->root_label) == 0 ? h->root_bwd_mem : order[i]->bwd_mem);
             mib(out, order[i]->mem_peak);
         }
         fprintf(out, "</td><td><div class=\"bar\" style=\"width:%.1f%%\"></div></td></tr>\n",

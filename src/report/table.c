@@ -346,6 +346,14 @@ int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const 
     double seconds = pass->seconds;
     size_t n = 0;
     group_t **order = report_group_list(groups, &n);
+    if (order != NULL && o->by == BY_MODULE) { /* groups made only for backward FLOPs and bytes (a ModuleList,
+                                                 * whose forward never runs) are not shown, as in --html */
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++)
+            if (order[i]->stats.calls > 0)
+                order[kept++] = order[i];
+        n = kept;
+    }
     uint64_t all_self = 0;
     columns_t k = {pass->have_gpu_files, 0, 0, 0, 0, in->info.peak_flops};
     for (size_t i = 0; i < n; i++) {

@@ -55,6 +55,20 @@ def add_hf(add, hf):
             f"{row['rss_mb_first']:.0f} → {row['rss_mb_last']:.0f} MB", "flat")
 
 
+def add_memory(add, m):
+    """The rows of bench_memory.py: per allocation, and per model memory off / on / torch.profiler."""
+    a = m["per_allocation"]
+    add("config memory, per allocation and free (`torch.empty(64)`, one thread)",
+        f"{a['per_call_ns']:+.0f} ns (call {a['empty_profiled_ns']:.0f} ns)")
+    for name, row in m.items():
+        if name == "per_allocation":
+            continue
+        r = row["ratios"]
+        add(f"{name}, one thread: memory off / on; torch.profiler / with profile_memory",
+            f"{r['memory off']:.3f}x / {r['memory on']:.3f}x; {r['torch.profiler']:.3f}x / "
+            f"{r['torch.profiler profile_memory']:.3f}x", "— / 1.05x")
+
+
 def main(directory):
     main_run = load(directory, "bench.json")
     training = load(directory, "bench-training.json")
@@ -64,6 +78,7 @@ def main(directory):
     transformer = load(directory, "bench-transformer.json")
     hf = load(directory, "bench-hf.txt")
     loading = load(directory, "bench-load.json")
+    memory = load(directory, "bench-memory.txt")
     rows = []
 
     def add(what, measured, target="—"):
@@ -130,6 +145,8 @@ def main(directory):
                     f"{process['run, args none']:.3f}x / {process['run, default args']:.3f}x", "1.03x / 1.10x")
     if hf and not hf.get("skipped"):
         add_hf(add, hf)
+    if memory:
+        add_memory(add, memory["bench_memory"])
     if trace:
         add("model tracing: module path per module forward", f"+{trace['probe_ns']:.1f} ns", "no measurable cost")
         add(f"tensor statistics, CNN step ({trace['tensors_per_step']} tensors): extra / their own ops",
