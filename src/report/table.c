@@ -67,8 +67,10 @@ double report_flop_rate(const group_t *g, group_by_t by)
     const tw_api_stats_t *s = &g->stats;
     if (s->gpu_ns > 0)
         return (double)g->flops * 1e9 / (double)s->gpu_ns;
-    uint64_t ns = by == BY_API || by == BY_SITE || by == BY_PARENT || by == BY_MODULE ? s->total_ns + g->bwd_ns
-                                                                                      : s->self_ns;
+    if (by == BY_MODULE) /* its forward calls' FLOPs over their time, as --html's fwd TFLOP/s: the backward
+                          * FLOPs of the modules inside it have no time of their own here */
+        return s->total_ns ? (double)g->flops * 1e9 / (double)s->total_ns : 0.0;
+    uint64_t ns = by == BY_API || by == BY_SITE || by == BY_PARENT ? s->total_ns + g->bwd_ns : s->self_ns;
     return ns ? (double)(g->flops + g->bwd_flops) * 1e9 / (double)ns : 0.0;
 }
 
