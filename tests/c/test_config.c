@@ -146,6 +146,29 @@ static void flops_and_peak_flops_are_validated_and_typed(void **state)
     tw_config_free(&c);
 }
 
+static void memory_is_off_by_default_and_takes_booleans_only(void **state)
+{
+    (void)state;
+    expect_config_error("{\"memory\": \"yes\"}", 0, "config key 'memory': \"yes\" is not accepted: give true or false");
+    expect_config_error("{\"memory\": 1}", 0, "config key 'memory': 1 is not accepted: give true or false");
+    expect_config_error("{\"memory\": null}", 0, "config key 'memory': null is not accepted: give true or false");
+    expect_config_error("{\"memory\": \"sometimes\"}", 1, "config key 'memory': \"sometimes\" is not accepted");
+    tw_config_t c;
+    char err[512] = "";
+    for (int d = 0; d < TW_CONFIG_DEFAULTS_COUNT; d++) {
+        assert_int_equal(tw_config_load((tw_config_defaults_t)d, "{}", 0, &c, NULL, err, sizeof err), 0);
+        assert_int_equal(c.memory, 0); /* off for every entry point */
+        tw_config_free(&c);
+    }
+    assert_int_equal(tw_config_load(TW_CONFIG_DEFAULTS_PROFILE, "{\"memory\": true}", 0, &c, NULL, err, sizeof err), 0);
+    assert_int_equal(c.memory, 1);
+    tw_config_free(&c);
+    /* from environment variables: switches as text */
+    assert_int_equal(tw_config_load(TW_CONFIG_DEFAULTS_PROFILE, "{\"memory\": \"on\"}", 1, &c, NULL, err, sizeof err), 0);
+    assert_int_equal(c.memory, 1);
+    tw_config_free(&c);
+}
+
 static void tensor_stats_and_track_are_validated_and_completed(void **state)
 {
     char *out = NULL, err[512] = "";
@@ -364,6 +387,7 @@ int main(void)
         cmocka_unit_test(percentiles_are_within_one_percent),
         cmocka_unit_test(tensor_stats_and_track_are_validated_and_completed),
         cmocka_unit_test(flops_and_peak_flops_are_validated_and_typed),
+        cmocka_unit_test(memory_is_off_by_default_and_takes_booleans_only),
         cmocka_unit_test(schedules_are_validated_and_completed),
         cmocka_unit_test(schedule_states_follow_torch_profiler_schedule),
         cmocka_unit_test(normalized_configs_read_back_unchanged),
