@@ -143,10 +143,11 @@ TW_TORCH_API int tw_torch_memory_step_aside(void);
  * the slot is held. */
 TW_TORCH_API int tw_torch_memory_resume(void);
 
-/* Makes the reporter inert (no report from now on, on any thread) and pops it from this thread: 0;
- * -EBUSY when it is not on top of this thread's state (stop on another thread than start, or another
- * profiler above it): then it stays there, inert, until the next start on that thread pops it. */
-TW_TORCH_API int tw_torch_memory_stop(void);
+/* Makes the reporter inert (no report from now on, on any thread) and, with pushed_here nonzero (it
+ * was not stepped aside), pops it from this thread: 0; -EBUSY when it is not on top of this thread's
+ * state (stop on another thread than start, or another profiler above it): then it stays there,
+ * inert, until the next start on that thread pops it. */
+TW_TORCH_API int tw_torch_memory_stop(int pushed_here);
 
 #ifdef __cplusplus
 }

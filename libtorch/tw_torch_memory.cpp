@@ -162,7 +162,7 @@ extern "C" int tw_torch_memory_step_aside(void)
     }
 }
 
-extern "C" int tw_torch_memory_stop(void)
+extern "C" int tw_torch_memory_stop(int pushed_here)
 {
     if (current == nullptr)
         return 0;
@@ -170,7 +170,9 @@ extern "C" int tw_torch_memory_stop(void)
     current->live.store(false, std::memory_order_relaxed);
     int rc = 0;
     try {
-        if (slot() == current.get())
+        if (!pushed_here)
+            ; // stepped aside for another profiler, which still runs: ours is not in this thread's state
+        else if (slot() == current.get())
             c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
         else
             rc = -EBUSY; // not on top of this thread's state: left there, inert (popped by the next start)

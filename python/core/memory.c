@@ -34,7 +34,7 @@ static struct {
     int (*start)(tw_torch_memory_report_t);
     int (*step_aside)(void);
     int (*resume)(void);
-    int (*stop)(void);
+    int (*stop)(int);
 } layer;
 
 /* 1 while a session measures: threads attached meanwhile get counters (written with the GIL, read
@@ -100,7 +100,7 @@ static int load_layer(const char *layer_path, const char *torch_version, char *w
     layer.owner = (int (*)(void))dlsym(handle, "tw_torch_memory_owner");
     layer.step_aside = (int (*)(void))dlsym(handle, "tw_torch_memory_step_aside");
     layer.resume = (int (*)(void))dlsym(handle, "tw_torch_memory_resume");
-    layer.stop = (int (*)(void))dlsym(handle, "tw_torch_memory_stop");
+    layer.stop = (int (*)(int))dlsym(handle, "tw_torch_memory_stop");
     int (*start)(tw_torch_memory_report_t) = (int (*)(tw_torch_memory_report_t))dlsym(handle, "tw_torch_memory_start");
     dlclose(handle); /* the reference taken by RTLD_NOLOAD; backward.c keeps its own for the process */
     if (layer.owner == NULL || layer.step_aside == NULL || layer.resume == NULL || layer.stop == NULL ||
@@ -136,8 +136,9 @@ int tw_memory_stop(char *note, size_t note_size)
     if (!measuring)
         return 0;
     measuring = 0;
+    int pushed_here = !stepped_aside; /* stepped aside: another profiler still runs here, ours is off */
     stepped_aside = 0;
-    if (layer.stop() == 0)
+    if (layer.stop(pushed_here) == 0)
         return 0;
     snprintf(note, note_size, "the allocator reporter could not be taken off the thread that started the session "
                               "(stopped on another thread, or another profiler still runs above it there): it stays "

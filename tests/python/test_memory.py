@@ -179,6 +179,44 @@ def test_torch_profiler_started_inside_a_session_runs_and_memory_resumes_after()
     assert [e.self_cpu_memory_usage for e in p.key_averages() if e.key == "aten::mm"] == [4096]
 
 
+def test_torch_profiler_started_inside_and_stopped_after_the_session():
+    a = torch.randn(16, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # nothing to warn about at our stop
+        prof = tw.profile(memory=True).start()
+        with pytest.warns(RuntimeWarning, match="torch's profiler started on this thread"):
+            p = torch_profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            p.start()
+        torch.mm(a, a)
+        prof.stop()
+    assert prof.stats()["memory_note"] is None
+    assert _core.memory_owner() == "other"   # torch.profiler's, still running
+    torch.mm(a, a)
+    p.stop()
+    assert _core.memory_owner() == "free"
+    assert [e.self_cpu_memory_usage for e in p.key_averages() if e.key == "aten::mm"] == [2 * 1024]
+
+
+def test_stop_on_another_thread_leaves_an_inert_reporter_the_next_start_takes_off():
+    import threading
+    prof = tw.profile(memory=True).start()
+    torch.empty(100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (the note is also a warning, on that thread)
+        stopper = threading.Thread(target=prof.stop)
+        stopper.start()
+        stopper.join()
+    assert "could not be taken off the thread that started the session" in prof.stats()["memory_note"]
+    assert _core.memory_owner() == "inert"   # it reports nothing: the allocator asks it and skips
+    assert prof.records()[0].mem_alloc == 400
+    with tw.profile(memory=True) as again:
+        torch.empty(100)
+    assert again.stats()["memory_note"] is None and _core.memory_owner() == "free"
+    with torch_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+        torch.mm(torch.ones(2, 2), torch.ones(2, 2))
+    assert [e.self_cpu_memory_usage for e in p.key_averages() if e.key == "aten::mm"] == [16]
+
+
 def test_stop_restores_torch_and_torch_profiler_memory_works_after():
     import torch.autograd.profiler as autograd_profiler
     enable, disable = autograd_profiler._enable_profiler, autograd_profiler._disable_profiler
