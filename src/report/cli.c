@@ -23,7 +23,9 @@
     "  --top N           the first N rows only\n"                                                                  \
     "  --by GROUP        api (default), thread, pid, parent (caller > callee), step, site (where the program\n"    \
     "                    made the calls, with the APIs called there: config sites); no GPU time by step, site;\n"\
-    "                    module: the frames of --folded, --flamegraph and --html are module paths\n"             \
+    "                    module: a row per module path (its forward calls, the backward nodes charged to\n"      \
+    "                    it, FLOPs with those of the modules inside), or with --folded, --flamegraph and\n"     \
+    "                    --html their frames are module paths\n"                                                 \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \
@@ -348,9 +350,8 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         return usage_error(err, "no input: give an output directory or record files");
     /* --folded, --flamegraph, --html: stacks of API names, or of module paths */
     int stacks = o->folded || o->flamegraph || o->html;
-    if (o->frames_by_module && !stacks)
-        return usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
-                                "give one of them, or --by api, thread, pid, parent, step or site for the table");
+    if (o->frames_by_module && !stacks) /* no stacks: the table, a row per module */
+        o->by = BY_MODULE;
     if (stacks && (o->by != BY_API || o->tree_step >= 0))
         return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
                                 "and not --tree");

@@ -58,11 +58,14 @@ typedef struct row_values {
  * Achieved FLOP/s of a group (config flops): on a GPU, its own records' FLOPs over their GPU time
  * (autograd nodes are groups of their own there); else its FLOPs with those of the nodes charged to
  * it over its calls' time and the nodes' (--by api, site), or over its self time for groups of
- * whole call trees (step, pid, thread: their total counts nested calls more than once).
+ * whole call trees (step, pid, thread: their total counts nested calls more than once). A module:
+ * its forward calls' FLOPs over their time (its backward's are spread over nodes of many modules).
  */
 double report_flop_rate(const group_t *g, group_by_t by)
 {
     const tw_api_stats_t *s = &g->stats;
+    if (by == BY_MODULE)
+        return s->total_ns ? (double)g->flops * 1e9 / (double)s->total_ns : 0.0;
     if (s->gpu_ns > 0)
         return (double)g->flops * 1e9 / (double)s->gpu_ns;
     uint64_t ns = by == BY_API || by == BY_SITE || by == BY_PARENT ? s->total_ns + g->bwd_ns : s->self_ns;
@@ -83,7 +86,7 @@ static row_values_t values_of(const group_t *g, uint64_t all_self, group_by_t by
 static const char *group_title(group_by_t by)
 {
     return by == BY_THREAD ? "pid/thread" : by == BY_PID ? "pid" : by == BY_PARENT ? "caller > api"
-           : by == BY_STEP ? "step" : by == BY_SITE ? "site: APIs called there" : "api";
+           : by == BY_STEP ? "step" : by == BY_SITE ? "site: APIs called there" : by == BY_MODULE ? "module" : "api";
 }
 
 static void print_ms(char *buf, size_t size, uint64_t ns)
@@ -220,7 +223,8 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     if (o->format == OUT_JSON) {
         fprintf(out, "{\"group_by\":\"%s\",\"rows\":[", o->by == BY_API ? "api" : o->by == BY_THREAD ? "thread"
                                                        : o->by == BY_PID ? "pid" : o->by == BY_STEP ? "step"
-                                                       : o->by == BY_SITE ? "site" : "parent");
+                                                       : o->by == BY_SITE ? "site"
+                                                       : o->by == BY_MODULE ? "module" : "parent");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self, o->by, peak);
             fputs(i ? ",\n{\"key\":" : "\n{\"key\":", out);
@@ -318,6 +322,13 @@ int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const 
         any_gpu |= order[i]->stats.gpu_ns != 0;
         any_bwd |= order[i]->bwd_ns != 0;
         any_flops |= (order[i]->flops | order[i]->bwd_flops) != 0;
+    }
+    if (o->by == BY_MODULE) { /* groups made only for the backward FLOPs inside them (a ModuleList's) */
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++)
+            if (order[i]->stats.calls > 0)
+                order[kept++] = order[i];
+        n = kept;
     }
     qsort_r(order, n, sizeof *order, compare_groups, (void *)&o->sort);
     size_t shown = o->top && o->top < n ? o->top : n;
