@@ -53,10 +53,12 @@ typedef struct aggregate {
     group_table_t groups;
     group_table_t api_names; /* --by parent: the child's API, interned */
     pending_table_t pending;
-    /* --by module: the backward FLOPs and bytes of the nodes charged anywhere in the model, which
-     * are the model's (its group is named by its class: the least such name seen) */
-    uint64_t root_bwd_flops, root_bwd_mem;
+    /* --by module: the model's label (its class, as its forward's rows name it: the least such name
+     * seen) and what the backward nodes charged to the model itself, or to any module in it, add to
+     * it (the model's row holds every module's backward FLOPs and bytes); added to its group once the
+     * rows are all in (settle) */
     char root_label[256];
+    uint64_t root_bwd_flops, root_bwd_mem, root_node_bwd_ns;
 } aggregate_t;
 
 /* ---- --by parent's children waiting for their parent --------------------------------------------- */
@@ -232,18 +234,17 @@ static int charge_node(group_t *g, const tw_row_t *row)
 }
 
 /*
- * --by module, as --html's modules: each module's forward calls, their FLOPs and bytes with those of
- * the calls inside (the modules inside included); the time of the autograd nodes charged to it
- * (bwd ms), and the backward FLOPs and bytes of the nodes charged to it or to any module inside it,
- * so that forward and backward count the same calls. The calls outside every module forward
- * (optimizer steps, backward) are not a module's.
+ * --by module: a module's forward calls count in its group (their flops_total and bytes: those of
+ * the calls inside, the modules inside included), and each backward node charged to a module adds
+ * its time to that module's bwd, and its FLOPs and bytes to that module's and to every module around
+ * it (the path's prefixes, and the model), so that forward and backward count the same calls.
  */
 static int module_row(aggregate_t *a, const tw_row_t *row, uint64_t gpu)
 {
     const char *label;
     size_t len = report_module_label(row, &label);
     if (row->fwd_call_id == 0) {
-        if (len == 0)
+        if (len == 0) /* not a module's forward */
             return 0;
         if (row->module.len == 0 && row->has_module == 1) { /* the model itself */
             char name[sizeof a->root_label];
@@ -253,23 +254,24 @@ static int module_row(aggregate_t *a, const tw_row_t *row, uint64_t gpu)
         }
         return count_row(report_group_get(&a->groups, label, len), row, gpu, row->flops_total, 0);
     }
-    group_t *g = len > 0 ? report_group_get(&a->groups, label, len) : NULL;
-    if (len > 0 && g == NULL)
-        return TW_ENOMEM;
-    if (g != NULL)
-        g->bwd_ns += row->cost_ns;
-    if (row->has_module != 1 || (row->flops | row->mem_alloc) == 0)
+    if (row->has_module != 1)
         return 0;
     a->root_bwd_flops += row->flops;
     a->root_bwd_mem += row->mem_alloc;
-    for (size_t end = 0; end < row->module.len; end++) { /* the path's prefixes: features, features.0 */
+    if (row->module.len == 0) { /* the model's own */
+        a->root_node_bwd_ns += row->cost_ns;
+        return 0;
+    }
+    for (size_t end = 0; end < row->module.len; end++) {
         if (end + 1 != row->module.len && row->module.ptr[end + 1] != '.')
             continue;
-        group_t *m = report_group_get(&a->groups, row->module.ptr, end + 1);
-        if (m == NULL)
+        group_t *g = report_group_get(&a->groups, row->module.ptr, end + 1);
+        if (g == NULL)
             return TW_ENOMEM;
-        m->bwd_flops += row->flops;
-        m->bwd_mem += row->mem_alloc;
+        g->bwd_flops += row->flops;
+        g->bwd_mem += row->mem_alloc;
+        if (end + 1 == row->module.len)
+            g->bwd_ns += row->cost_ns;
     }
     return 0;
 }
@@ -337,6 +339,9 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
             site_note_api(g, api, (size_t)api_len);
         break;
     }
+    case BY_MODULE:
+        rc = module_row(a, row, gpu);
+        break;
     case BY_PARENT: {
         group_t *self_api = report_group_get(&a->api_names, api, (size_t)api_len);
         if (self_api == NULL)
@@ -359,9 +364,6 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         }
         break;
     }
-    case BY_MODULE:
-        rc = module_row(a, row, gpu);
-        break;
     }
     return rc;
 }
@@ -390,8 +392,10 @@ static int aggregate_settle(report_sink_t *sink)
         group_t *root = report_group_get(&a->groups, a->root_label, strlen(a->root_label));
         if (root == NULL)
             return TW_ENOMEM;
+        root->bwd_ns += a->root_node_bwd_ns;
         root->bwd_flops += a->root_bwd_flops;
         root->bwd_mem += a->root_bwd_mem;
+        a->root_node_bwd_ns = a->root_bwd_flops = a->root_bwd_mem = 0;
     }
     return rc;
 }
@@ -406,10 +410,6 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
     aggregate_t *into = (aggregate_t *)into_sink;
     const aggregate_t *from = (const aggregate_t *)from_sink;
     int rc = 0;
-    into->root_bwd_flops += from->root_bwd_flops;
-    into->root_bwd_mem += from->root_bwd_mem;
-    if (from->root_label[0] != '\0' && (into->root_label[0] == '\0' || strcmp(from->root_label, into->root_label) < 0))
-        memcpy(into->root_label, from->root_label, sizeof into->root_label);
     for (size_t i = 0; i < from->groups.capacity; i++) {
         const group_t *f = from->groups.slots[i];
         if (f == NULL)
@@ -429,6 +429,11 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
         if (f->mem_peak > g->mem_peak)
             g->mem_peak = f->mem_peak;
     }
+    if (from->root_label[0] != '\0' && (into->root_label[0] == '\0' || strcmp(from->root_label, into->root_label) < 0))
+        memcpy(into->root_label, from->root_label, sizeof into->root_label); /* the least: as one pass */
+    into->root_node_bwd_ns += from->root_node_bwd_ns;
+    into->root_bwd_flops += from->root_bwd_flops;
+    into->root_bwd_mem += from->root_bwd_mem;
     return rc;
 }
 

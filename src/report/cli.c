@@ -23,8 +23,9 @@
     "  --top N           the first N rows only\n"                                                                  \
     "  --by GROUP        api (default), thread, pid, parent (caller > callee), step, site (where the program\n"    \
     "                    made the calls, with the APIs called there: config sites); no GPU time by step, site;\n"\
-    "                    module: each module's forward calls and the autograd nodes charged to it (the table),\n"\
-    "                    and module paths as the frames of --folded, --flamegraph and --html\n"                 \
+    "                    module: a row per module path (its forward calls, the backward nodes charged to\n"      \
+    "                    it, FLOPs and bytes with those of the modules inside), or with --folded,\n"            \
+    "                    --flamegraph and --html their frames are module paths\n"                               \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \

@@ -60,16 +60,16 @@ typedef struct row_values {
  * Achieved FLOP/s of a group (config flops): on a GPU, its own records' FLOPs over their GPU time
  * (autograd nodes are groups of their own there); else its FLOPs with those of the nodes charged to
  * it over its calls' time and the nodes' (--by api, site), or over its self time for groups of
- * whole call trees (step, pid, thread: their total counts nested calls more than once).
+ * whole call trees (step, pid, thread: their total counts nested calls more than once). A module:
+ * its forward calls' FLOPs over their time (its backward's are spread over nodes of many modules).
  */
 double report_flop_rate(const group_t *g, group_by_t by)
 {
     const tw_api_stats_t *s = &g->stats;
+    if (by == BY_MODULE)
+        return s->total_ns ? (double)g->flops * 1e9 / (double)s->total_ns : 0.0;
     if (s->gpu_ns > 0)
         return (double)g->flops * 1e9 / (double)s->gpu_ns;
-    if (by == BY_MODULE) /* its forward calls' FLOPs over their time, as --html's fwd TFLOP/s: the backward
-                          * FLOPs of the modules inside it have no time of their own here */
-        return s->total_ns ? (double)g->flops * 1e9 / (double)s->total_ns : 0.0;
     uint64_t ns = by == BY_API || by == BY_SITE || by == BY_PARENT ? s->total_ns + g->bwd_ns : s->self_ns;
     return ns ? (double)(g->flops + g->bwd_flops) * 1e9 / (double)ns : 0.0;
 }
@@ -247,8 +247,8 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     if (o->format == OUT_JSON) {
         fprintf(out, "{\"group_by\":\"%s\",\"rows\":[", o->by == BY_API ? "api" : o->by == BY_THREAD ? "thread"
                                                        : o->by == BY_PID ? "pid" : o->by == BY_STEP ? "step"
-                                                       : o->by == BY_SITE ? "site" : o->by == BY_MODULE ? "module"
-                                                       : "parent");
+                                                       : o->by == BY_SITE ? "site"
+                                                       : o->by == BY_MODULE ? "module" : "parent");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self, o->by, peak);
             fputs(i ? ",\n{\"key\":" : "\n{\"key\":", out);

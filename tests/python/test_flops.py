@@ -466,6 +466,16 @@ def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
     with open(html) as f:
         page = f.read()
     assert page.count("<th class=\"num\">GFLOP</th>") == 2 and "fwd MFU %" in page
+    # --by module: a row per module, its forward calls' FLOPs with the backward of it and of the modules
+    # inside it (the model's row: every module's), as module_flops() counts them from the records
+    fwd, both = module_flops(records, "ResNet")
+    done = subprocess.run([TW_REPORT, out, "--format", "csv", "--by", "module"], capture_output=True, text=True,
+                          check=True)
+    rows = {row["module"]: row for row in csv.DictReader(done.stdout.splitlines())}
+    assert "layer2.down.0" in rows and any(key.endswith("ResNet") for key in rows)
+    for key, row in rows.items():
+        name = "ResNet" if key.endswith("ResNet") else "ResNet." + key
+        assert int(row["flops"]) == fwd[name] and int(row["flops"]) + int(row["bwd_flops"]) == both[name], key
     # load(): the peak from the manifest, and the same numbers per API; per module as in the test above
     frame = tw.load(out)
     assert frame.attrs["peak_flops"] == 2e12
@@ -473,7 +483,6 @@ def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
     assert table.loc["torch.conv2d", "flops"] == flops and table.loc["torch.conv2d", "bwd_flops"] == bwd_flops
     assert table.loc["torch.conv2d", "mfu"] == pytest.approx(rate / 2e12, rel=1e-9)
     modules = tw.flops_table(frame, by="module")
-    fwd, both = module_flops(records, "ResNet")
     for path, row in modules.iterrows():
         assert row["total_flops"] == both["ResNet" + ("." + path if path else "")]
     steps = tw.flops_table(out, by="step")
