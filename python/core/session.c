@@ -8,6 +8,7 @@
 #include "module.h"
 #include "atfork.h"
 #include "backward.h"
+#include "flops.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -378,6 +379,17 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
                                                       self->clock.source, active.gpu, gen, self->aten_operators,
                                                       self->backward_reason, sizeof self->backward_reason) == 0;
     tw_active_set_seq_peek(self->backward_on ? tw_backward_peek_function() : NULL);
+    self->flops_on = 0;
+    self->flops_reason[0] = '\0';
+    if (self->settings.flops) { /* the layer reads the shapes; backward nodes carry their FLOPs when on */
+        if (self->torch_layer == NULL || self->torch_version == NULL)
+            snprintf(self->flops_reason, sizeof self->flops_reason,
+                     "the libtorch layer was not built (configure found no torch for its Python, or no C++20 compiler)");
+        else if (tw_backward_load(self->torch_layer, self->torch_version, self->flops_reason,
+                                  sizeof self->flops_reason) == 0)
+            self->flops_on = 1;
+        tw_active_set_flops(self->flops_on);
+    }
     if (!self->backward_on && self->args_mode == TW_ARGS_SUMMARY && self->torch_layer != NULL &&
         self->torch_version != NULL) { /* the layer reads tensors' summaries (args.c); without it, Python does */
         char why[512];

@@ -19,6 +19,7 @@ from . import _core
 from ._clocks import ClockSync
 from ._discover import Plan, discover
 from ._files import read_rows, read_stream, record_files
+from ._flops import peak_flops as _peak_flops
 from ._patch import WRAPPER_TYPES, Patcher
 from ._tensor_stats import StatsOptions
 from ._trace import Tracer
@@ -189,6 +190,12 @@ class Profile:
     otherwise says once why not and profiles CPU time), "on" (the same, but start() raises
     RuntimeError when GPU timing is unavailable) or "off".
 
+    ``flops`` (True, the default): calls of linear, matmul, mm, addmm, bmm, baddbmm, einsum, the
+    convolutions and scaled_dot_product_attention record their FLOPs (``flops``, and ``flops_total``
+    with those of the calls inside; backward nodes their backward's), as FlopCounterMode counts them;
+    ``peak_flops`` (FLOP/s) is what MFU is measured against (default: the known GPUs' table on CUDA,
+    none on a CPU). Needs the libtorch layer (``stats()["flops_unavailable"]`` says why not).
+
     ``aten``: "backward" (the default) records every autograd node a backward pass evaluates
     (AddmmBackward0, ...) as a record of its own, charged to the forward call that created it (its
     ``fwd_call_id`` and ``fwd_api`` columns, and that call's module and site); it needs the libtorch
@@ -207,12 +214,13 @@ class Profile:
                  tensor_stats: Any = None, track: Optional[Sequence[str]] = None,
                  metrics: Optional[Dict[str, Any]] = None, schedule: Optional[Dict[str, Any]] = None,
                  records: Optional[str] = None, on_demand: Any = None, sites: Optional[str] = None,
-                 aten: Optional[str] = None) -> None:
+                 aten: Optional[str] = None, flops: Optional[bool] = None,
+                 peak_flops: Optional[float] = None) -> None:
         given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
                  "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
                  "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
                  "gpu": gpu, "tensor_stats": tensor_stats, "track": track, "schedule": schedule, "records": records,
-                 "on_demand": on_demand, "sites": sites, "aten": aten}
+                 "on_demand": on_demand, "sites": sites, "aten": aten, "flops": flops, "peak_flops": peak_flops}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
         c = json.loads(_core.normalize_config(json.dumps(given, default=_unjsonable), defaults="profile"))
@@ -237,17 +245,20 @@ class Profile:
             per_process_names = rank is not None or bool(os.environ.get("TORCHWRAPPER_AUTOSTART"))
         # The session takes the normalized values (the validator passes them through unchanged).
         output: Dict[str, Any] = {key: c[key] for key in _SESSION_KEYS}
+        # the peak MFU is computed against (reports read it from the manifest)
+        self.peak_flops, self.peak_flops_source = _peak_flops(c["peak_flops"])
         if self.out_dir is not None:
             extra = {"config": dict(c, out_dir=self.out_dir,
                                     exclude=list(exclude) if exclude is not None else "default"),
                      "python": sys.version.split()[0], "torch": _torch_version(),
-                     "argv": list(getattr(sys, "argv", []))}
+                     "argv": list(getattr(sys, "argv", [])),
+                     "peak_flops": self.peak_flops, "peak_flops_source": self.peak_flops_source}
             extra.update(manifest or {})
             output.update(out_dir=self.out_dir, rank=-1 if rank is None else rank,
                           manifest=json.dumps(extra, default=str), per_process_names=per_process_names)
         if c["gpu"] != "off":
             output.update(gpu_device=_cuda_available(), cupti_paths=cupti_candidates())
-        if c["aten"] != "off" or c["args"] == "summary":   # nodes, and tensors' summaries read in C++
+        if c["aten"] != "off" or c["args"] == "summary" or c["flops"]:   # nodes, summaries and FLOPs: C++
             output.update(torch_layer=_torch_layer())
         self.tracer = Tracer(self.out_dir, stats=stats, track=c["track"], format=c["format"],
                              flush_interval=c["flush_interval"])

@@ -19,11 +19,13 @@
     "usage: tw-report [options] OUT_DIR|FILE...\n"                                                                 \
     "Per-API totals and percentiles from TorchWrapper record files (CSV or JSON lines, any number of\n"            \
     "processes and ranks), read in one streaming pass.\n\n"                                                        \
-    "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"                 \
+    "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name, flops\n"          \
     "  --top N           the first N rows only\n"                                                                  \
     "  --by GROUP        api (default), thread, pid, parent (caller > callee), step, site (where the program\n"    \
     "                    made the calls, with the APIs called there: config sites); no GPU time by step, site;\n"\
-    "                    module: the frames of --folded, --flamegraph and --html are module paths\n"             \
+    "                    module: a row per module path (its forward calls, the backward nodes charged to\n"      \
+    "                    it, FLOPs with those of the modules inside), or with --folded, --flamegraph and\n"     \
+    "                    --html their frames are module paths\n"                                                 \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \
@@ -206,7 +208,7 @@ static int parse_diff_option(const char *name, size_t name_len, const char *valu
 int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, FILE *err)
 {
     static const char *const sorts[] = {"total", "self", "gpu", "calls", "mean", "min", "max", "p50", "p95", "p99",
-                                        "name"};
+                                        "name", "flops"};
     static const char *const bys[] = {"api", "thread", "pid", "parent", "step", "site"};
     static const char *const formats[] = {"table", "csv", "json", "markdown"};
     memset(o, 0, sizeof *o);
@@ -280,9 +282,9 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         } else if (IS("--by") && strcmp(value, "module") == 0) {
             o->frames_by_module = 1;
         } else if (IS("--sort")) {
-            if ((k = pick(value, sorts, 11)) < 0)
+            if ((k = pick(value, sorts, 12)) < 0)
                 return usage_error(err, "--sort '%s' is not accepted: give total, self, gpu, calls, mean, min, max, "
-                                        "p50, p95, p99 or name", value);
+                                        "p50, p95, p99, name or flops", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
             if ((k = pick(value, bys, 6)) < 0)
@@ -348,9 +350,8 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         return usage_error(err, "no input: give an output directory or record files");
     /* --folded, --flamegraph, --html: stacks of API names, or of module paths */
     int stacks = o->folded || o->flamegraph || o->html;
-    if (o->frames_by_module && !stacks)
-        return usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
-                                "give one of them, or --by api, thread, pid, parent, step or site for the table");
+    if (o->frames_by_module && !stacks) /* no stacks: the table, a row per module */
+        o->by = BY_MODULE;
     if (stacks && (o->by != BY_API || o->tree_step >= 0))
         return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
                                 "and not --tree");

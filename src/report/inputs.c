@@ -146,6 +146,9 @@ static void read_manifest(inputs_t *in, const char *path)
                     cJSON_GetObjectItemCaseSensitive(root, "torchwrapper"));
         info->written += cJSON_IsNumber(written) && written->valuedouble > 0 ? (uint64_t)written->valuedouble : 0;
         info->dropped += cJSON_IsNumber(dropped) && dropped->valuedouble > 0 ? (uint64_t)dropped->valuedouble : 0;
+        const cJSON *peak = cJSON_GetObjectItemCaseSensitive(root, "peak_flops");
+        if (cJSON_IsNumber(peak) && peak->valuedouble > 0 && info->peak_flops == 0)
+            info->peak_flops = peak->valuedouble;
         info->manifests++;
     }
     cJSON_Delete(root);

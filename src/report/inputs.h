@@ -39,6 +39,7 @@ typedef struct inputs {
         char host[128], torch[64], torchwrapper[32];
         int hosts; /* distinct host names seen: 1, or 2 for "more than one" */
         uint64_t written, dropped;
+        double peak_flops; /* FLOP/s MFU is measured against (the first manifest's peak_flops); 0: none */
     } info;
 } inputs_t;
 
