@@ -5,7 +5,7 @@
 // the thread that allocates or frees, which hands the report to the c10::MemoryReportingInfoBase
 // found in that thread's ThreadLocalDebugInfo under DebugInfoKind::PROFILER_STATE. We push ours
 // there on the thread that starts the session; torch copies a thread's debug info into the threads
-// that work for it (autograd's engine threads, at::launch), so backward passes report too.
+// that work for it (autograd's engine threads), so backward passes on a GPU report too.
 //
 // The slot is torch.profiler's: torch reads whatever is in it as a
 // torch::profiler::impl::ProfilerStateBase (profilerEnabled(), the Kineto profiler's "already
