@@ -22,8 +22,10 @@
     "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"                 \
     "  --top N           the first N rows only\n"                                                                  \
     "  --by GROUP        api (default), thread, pid, parent (caller > callee), step, site (where the program\n"    \
-    "                    made the calls, with the APIs called there: config sites); no GPU time by step, site;\n"\
-    "                    module: the frames of --folded, --flamegraph and --html are module paths\n"             \
+    "                    made the calls, with the APIs called there: config sites); no GPU time by step, site, shape;\n"\
+    "                    shape (an API and its input shapes, from the argument summaries: torch.profiler's\n"    \
+    "                    group_by_input_shape); module: the frames of --folded, --flamegraph and --html are\n"    \
+    "                    module paths\n"                                                                          \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \
@@ -53,7 +55,8 @@
     "  --min-change PCT  --diff: changes under PCT percent of BASE's step time are not flagged (default 4)\n"          \
     "  -j, --jobs N      read on N threads (default: the number of online CPUs; 1: one thread); the output\n"    \
     "                    is the same for any N. Files over 32 MiB are read in ranges. Only the table --by\n"     \
-    "                    api, thread, pid or step: the other outputs, and --diff, are read on one thread\n"      \
+    "                    api, thread, pid, step or shape: the other outputs, and --diff, are read on one\n"      \
+    "                    thread\n"                                                                                 \
     "  -h, --help        this text\n"
 
 /* ---- options ----------------------------------------------------------------------------------- */
@@ -202,7 +205,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
 {
     static const char *const sorts[] = {"total", "self", "gpu", "calls", "mean", "min", "max", "p50", "p95", "p99",
                                         "name"};
-    static const char *const bys[] = {"api", "thread", "pid", "parent", "step", "site"};
+    static const char *const bys[] = {"api", "thread", "pid", "parent", "step", "site", "shape"};
     static const char *const formats[] = {"table", "csv", "json", "markdown"};
     memset(o, 0, sizeof *o);
     o->limit = 1000000;
@@ -276,9 +279,9 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
                                         "p50, p95, p99 or name", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
-            if ((k = pick(value, bys, 6)) < 0)
-                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site or "
-                                        "module (module: with --folded, --flamegraph or --html)", value);
+            if ((k = pick(value, bys, 7)) < 0)
+                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site, shape "
+                                        "or module (module: with --folded, --flamegraph or --html)", value);
             o->by = (group_by_t)k;
             o->frames_by_module = 0;
         } else if (IS("--format")) {
@@ -341,7 +344,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
     int stacks = o->folded || o->flamegraph || o->html;
     if (o->frames_by_module && !stacks)
         return usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
-                                "give one of them, or --by api, thread, pid, parent, step or site for the table");
+                                "give one of them, or --by api, thread, pid, parent, step, site or shape for the table");
     if (stacks && (o->by != BY_API || o->tree_step >= 0))
         return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
                                 "and not --tree");

@@ -12,7 +12,7 @@
 
 #define MAX_FILTERS 32
 
-typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT, BY_STEP, BY_SITE } group_by_t;
+typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT, BY_STEP, BY_SITE, BY_SHAPE } group_by_t;
 typedef enum { OUT_TABLE, OUT_CSV, OUT_JSON, OUT_MARKDOWN } out_format_t;
 typedef enum { SORT_TOTAL, SORT_SELF, SORT_GPU, SORT_CALLS, SORT_MEAN, SORT_MIN, SORT_MAX, SORT_P50, SORT_P95,
                SORT_P99, SORT_NAME } sort_key_t;
