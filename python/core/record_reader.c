@@ -7,7 +7,7 @@
  *
  * A batch is parsed with the GIL released into C arrays (numbers as int64, strings copied into an
  * arena: the reader's buffer is valid during its callback only), then turned into Python objects
- * with the GIL held. Repeated strings (API names, module paths) are made once per reader: a small
+ * with the GIL held. Repeated strings (API names, module paths, input shapes) are made once per reader: a small
  * cache by content, which also makes pandas' categorical of the API cheap (equal strings are one
  * object).
  */
@@ -50,6 +50,7 @@ static const field_t gpu_fields[] = {
     INT("correlation_id", correlation_id), INT("pid", pid),
 };
 #define MAX_FIELDS (sizeof call_fields / sizeof call_fields[0])
+#define SHAPES_COLUMN MAX_FIELDS /* input_shapes: computed from args (tw_args_shapes), after the fields */
 
 static const field_t *fields_of(tw_file_kind_t kind, size_t *n)
 {
@@ -88,12 +89,13 @@ typedef struct {
     tw_reader_t *reader; /* the current file, or NULL */
     PyObject *module_missing; /* the module of rows of files without the column */
     size_t batch_rows;
+    int input_shapes;    /* call batches get an input_shapes column */
     int busy;            /* a batch is being read (the GIL released): no second one meanwhile */
     tw_read_stats_t stats;
     /* The batch being read: n rows of one file's kind, each column an array of batch_rows. */
     tw_file_kind_t kind;
     size_t n;
-    void *columns[MAX_FIELDS]; /* int64_t[], uint8_t[] or text_t[] by the kind's field types */
+    void *columns[MAX_FIELDS + 1]; /* int64_t[], uint8_t[] or text_t[] by the kind's field types; input_shapes */
     char *arena;
     size_t arena_used, arena_size;
     int failed;          /* the callback ran out of memory */
@@ -105,11 +107,12 @@ typedef struct {
 
 /* ---- the batch: filled without the GIL ---------------------------------------------------------- */
 
-static int store_text(reader_object *self, text_t *out, tw_str_t s, int state)
+/* Room for n more bytes in the arena; -1 when out of memory. */
+static int arena_reserve(reader_object *self, size_t n)
 {
-    if (self->arena_used + s.len > self->arena_size) {
+    if (self->arena_used + n > self->arena_size) {
         size_t size = self->arena_size ? self->arena_size : 1 << 20;
-        while (size < self->arena_used + s.len)
+        while (size < self->arena_used + n)
             size *= 2;
         char *bigger = realloc(self->arena, size); /* plain malloc: no GIL held here */
         if (bigger == NULL)
@@ -117,6 +120,13 @@ static int store_text(reader_object *self, text_t *out, tw_str_t s, int state)
         self->arena = bigger;
         self->arena_size = size;
     }
+    return 0;
+}
+
+static int store_text(reader_object *self, text_t *out, tw_str_t s, int state)
+{
+    if (arena_reserve(self, s.len) != 0)
+        return -1;
     memcpy(self->arena + self->arena_used, s.ptr, s.len);
     *out = (text_t){self->arena_used, (uint32_t)s.len, state};
     self->arena_used += s.len;
@@ -145,6 +155,18 @@ static int on_row(void *ctx, const tw_row_t *row)
             break;
         }
         }
+    }
+    if (self->input_shapes && row->kind == TW_FILE_CALLS) {
+        /* written straight into the arena: 2 * len + 2 bytes always suffice (reader.h) */
+        size_t room = 2 * row->args.len + 2;
+        if (arena_reserve(self, room) != 0) {
+            self->failed = 1;
+            return TW_ENOMEM;
+        }
+        int n = tw_args_shapes(row->args.ptr, row->args.len, self->arena + self->arena_used, room);
+        n = n < 0 ? 0 : n;
+        ((text_t *)self->columns[SHAPES_COLUMN])[i] = (text_t){self->arena_used, (uint32_t)n, 1};
+        self->arena_used += (size_t)n;
     }
     self->n++;
     return 0;
@@ -232,6 +254,15 @@ static PyObject *batch_dict(reader_object *self)
         }
         Py_DECREF(values);
     }
+    if (self->input_shapes && self->kind == TW_FILE_CALLS) {
+        PyObject *values = text_list(self, self->columns[SHAPES_COLUMN], self->n);
+        if (values == NULL || PyDict_SetItemString(dict, "input_shapes", values) < 0) {
+            Py_XDECREF(values);
+            Py_DECREF(dict);
+            return NULL;
+        }
+        Py_DECREF(values);
+    }
     return dict;
 }
 
@@ -253,7 +284,7 @@ static void raise_read_error(int rc, int saved_errno, PyObject *path, const char
 
 static int alloc_columns(reader_object *self)
 {
-    for (size_t f = 0; f < MAX_FIELDS; f++) {
+    for (size_t f = 0; f < MAX_FIELDS + 1; f++) {
         /* the largest of a column's element types, so that any kind's field f fits */
         self->columns[f] = PyMem_RawCalloc(self->batch_rows, sizeof(text_t));
         if (self->columns[f] == NULL) {
@@ -332,11 +363,12 @@ static PyObject *reader_next(reader_object *self)
 
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"paths", "batch_rows", "module_missing", NULL};
+    static char *keywords[] = {"paths", "batch_rows", "module_missing", "input_shapes", NULL};
     PyObject *paths, *module_missing = Py_None;
     Py_ssize_t batch_rows = BATCH_ROWS_DEFAULT;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$nO:RecordReader", keywords, &paths, &batch_rows,
-                                     &module_missing))
+    int input_shapes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$nOp:RecordReader", keywords, &paths, &batch_rows,
+                                     &module_missing, &input_shapes))
         return NULL;
     if (batch_rows < 1 || (size_t)batch_rows > SIZE_MAX / sizeof(text_t)) {
         PyErr_Format(PyExc_ValueError, "batch_rows=%zd is not accepted: give a positive number of rows", batch_rows);
@@ -357,6 +389,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     self->paths = tuple;
     self->module_missing = Py_NewRef(module_missing);
     self->batch_rows = (size_t)batch_rows;
+    self->input_shapes = input_shapes;
     return (PyObject *)self;
 }
 
@@ -364,7 +397,7 @@ static void reader_dealloc(reader_object *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     close_file(self);
-    for (size_t f = 0; f < MAX_FIELDS; f++)
+    for (size_t f = 0; f < MAX_FIELDS + 1; f++)
         PyMem_RawFree(self->columns[f]);
     free(self->arena);
     for (size_t i = 0; i < CACHE_SLOTS; i++)
@@ -408,12 +441,14 @@ static PyMethodDef reader_methods[] = {
 };
 
 static PyType_Slot reader_slots[] = {
-    {Py_tp_doc, "RecordReader(paths, *, batch_rows=16384, module_missing=None)\n--\n\n"
+    {Py_tp_doc, "RecordReader(paths, *, batch_rows=16384, module_missing=None, input_shapes=False)\n--\n\n"
                 "The call and GPU records of a file (or a sequence of files), in batches: iterating gives\n"
                 "(path, kind, columns) with kind 'calls' or 'gpu' and columns {name: values} in the schema's\n"
                 "order: int64 columns as bytes of native int64, error as bytes of 0/1, text as lists of str.\n"
                 "module is None for a call that is no module's forward ('' for the root module), and\n"
-                "module_missing in a file without the column. Torn last lines and rows that do not parse\n"
+                "module_missing in a file without the column. input_shapes=True adds to call batches an\n"
+                "input_shapes column (str, torch.profiler's form: [[4, 8], [8, 16]]; '' without a summary)\n"
+                "read in C from each call's argument summary. Torn last lines and rows that do not parse\n"
                 "are skipped and counted (truncated, malformed); a file that is not ours is a ValueError,\n"
                 "one that cannot be read an OSError, each naming the file."},
     {Py_tp_new, reader_new},
