@@ -21,6 +21,11 @@ from ._discover import MISSING as _MISSING
 
 WRAPPER_TYPES = (_core.Wrapper, _core.MethodWrapper)
 
+# The forwards of module classes defined outside torch (a model's own blocks), wrapped while a model
+# of theirs runs (Patcher.install_forward): one wrapper per (function, kinds) for the process, like
+# the plan's wrappers, so that torch.compile's guards see the same object at every profile.
+_FORWARD_WRAPPERS: Dict[Tuple[int, int], Tuple[Any, Any]] = {}
+
 # Patchers whose wrappers are installed now, and a counter of installs and restores: getAPIName's
 # name index is rebuilt when it changes (discovery cannot see an original behind its wrapper).
 _installed: List["Patcher"] = []
@@ -95,6 +100,25 @@ class Patcher:
         self.placements.append(Placement(owner, attr, before, installed))
         _changed(self, True)
         return installed
+
+    def install_forward(self, cls: type, kinds: int) -> bool:
+        """Wraps ``cls.forward`` (a plain function in cls's own __dict__: a module class defined
+        outside torch) as the API ``module.Qualname.forward`` with the tracing kinds, so that its
+        calls are records of their own: the frame that every call inside the module nests under,
+        with the instance's path. False when there is nothing of that shape to wrap."""
+        raw = cls.__dict__.get("forward")
+        if not isinstance(raw, types.FunctionType) or getattr(raw, "_torchwrapper_forward", False):
+            return False
+        key = (id(raw), kinds)
+        entry = _FORWARD_WRAPPERS.get(key)
+        if entry is None or entry[0] is not raw:
+            wrapper = _core.wrap(raw, f"{cls.__module__}.{cls.__qualname__}.forward", bind=True, kind=kinds)
+            entry = _FORWARD_WRAPPERS[key] = (raw, _forward_shim(raw, wrapper))
+        shim = entry[1]
+        setattr(cls, "forward", shim)
+        self.placements.append(Placement(cls, "forward", raw, shim))
+        _changed(self, True)
+        return True
 
     def install_plan(self, plan: "Plan", kinds: int = _core.KIND_MODULE_FORWARD) -> bool:
         """Installs one shared wrapper per target of a discovery plan at all of its places.
@@ -183,6 +207,28 @@ class Patcher:
             except ValueError:  # an empty cell
                 pass
         func.__wrapped__ = original
+
+
+def _forward_shim(original: Callable, wrapper: Any) -> Callable:
+    """What a module class's forward is while profiling: a Python function, so that torch.compile
+    (which inlines Python functions, and sees is_dynamo_compiling() as True) traces the original as
+    if nothing were there, while an eager call goes through the recording wrapper. Its __wrapped__,
+    name and signature are the original's (inspect.signature(model.forward), as the transformers
+    Trainer reads it, sees the same parameters)."""
+    import functools
+
+    import torch
+
+    compiling = torch.compiler.is_dynamo_compiling
+
+    def forward(self, *args, **kwargs):
+        if compiling():
+            return original(self, *args, **kwargs)
+        return wrapper(self, *args, **kwargs)
+
+    functools.update_wrapper(forward, original)
+    forward._torchwrapper_forward = True   # type: ignore[attr-defined]
+    return forward
 
 
 # In-place operators: their first argument is the tensor they update.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import importlib.util
 import json
@@ -285,6 +286,10 @@ class Profile:
             t2 = time.perf_counter()
             self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
             self.tracer.names = self.plan.names   # public names of module classes (no cycle through self)
+            # (a module forward's kind only: statistics come from nn.Module.__call__'s wrapper)
+            self.tracer.forward_installer = functools.partial(self.patcher.install_forward,
+                                                              kinds=_core.KIND_MODULE_FORWARD)
+            self.tracer.wrap_module_classes()
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
             self.tracer.attach(self.session)
             if self.tracer.stats is not None:

@@ -20,14 +20,18 @@ _ENCODING = {
            "object are JSON text",
     "json": "JSON Lines: one object per line, keyed by column; a null is null (NaN and infinities "
             "too, in stats)",
+    "sparse": "a column marked sparse is an empty CSV field and left out of a JSON line in the records "
+              "that carry none of it (most): readers give its missing value",
 }
 
 
 def _col(name: str, type_: str, description: str, unit: Optional[str] = None, nullable: bool = False,
-         missing: Any = None) -> Dict[str, Any]:
+         missing: Any = None, sparse: bool = False) -> Dict[str, Any]:
     column = {"name": name, "type": type_, "unit": unit, "nullable": nullable, "description": description}
     if missing is not None:
         column["missing"] = missing   # the value a reader gives when an older file lacks the column
+    if sparse:
+        column["sparse"] = True       # empty / left out where a record carries none (see _ENCODING)
     return column
 
 
@@ -68,16 +72,16 @@ _KINDS: Dict[str, Dict[str, Any]] = {
             _col("fwd_api", "string", "that forward call's API name (\"\" when fwd_call_id is 0)", missing=""),
             _col("flops", "int64", "the call's own floating-point operations (config flops: linear, matmul, "
                                    "conv, attention, ...; an autograd node: its backward's), not those of the "
-                                   "recorded calls inside it; 0 for none and in older files", missing=0),
-            _col("flops_total", "int64", "flops with those of the recorded calls inside it", missing=0),
+                                   "recorded calls inside it; 0 for none and in older files", missing=0, sparse=True),
+            _col("flops_total", "int64", "flops with those of the recorded calls inside it", missing=0, sparse=True),
             _col("mem_alloc", "int64", "bytes the allocator reported allocated on the call's thread while it "
                                        "ran, inside calls included (config memory); 0 when off", "bytes",
-                 missing=0),
+                 missing=0, sparse=True),
             _col("mem_self", "int64", "of mem_alloc, the bytes outside the recorded calls inside it", "bytes",
-                 missing=0),
-            _col("mem_freed", "int64", "bytes freed on the call's thread while it ran", "bytes", missing=0),
+                 missing=0, sparse=True),
+            _col("mem_freed", "int64", "bytes freed on the call's thread while it ran", "bytes", missing=0, sparse=True),
             _col("mem_peak", "int64", "the highest allocated total the allocator reported during the call "
-                                      "(0: no report)", "bytes", missing=0),
+                                      "(0: no report)", "bytes", missing=0, sparse=True),
         ],
         # Not in the files: what load() (engine "pandas") computes from them, after the columns above.
         "derived": [

@@ -77,6 +77,10 @@ class Tracer:
         self.names: Dict[int, Tuple[Any, str]] = {}   # id -> (object, public API name): a discovery plan's
         self._class_names: Any = weakref.WeakKeyDictionary()   # type -> name (classes made in a loop die)
         self._api_names: Dict[int, str] = {}
+        # Wraps a module class's own forward (Patcher.install_forward, bound to the session's patcher
+        # and kinds), set by the profile; classes already looked at (they die with their last module).
+        self.forward_installer: Optional[Callable[[type], bool]] = None
+        self._forward_classes: Any = weakref.WeakSet()
         # (kind, rows text[, step]) -> a stream of the writer, which keeps the rows of recorded steps
         self.sink: Optional[Callable[..., Any]] = None
         self.session: Any = None
@@ -398,6 +402,38 @@ class Tracer:
             self.stats.check_globs((root.path(n) for n, _ in named), (self.class_name(type(m)) for _, m in named),
                                    final=True)
 
+    def wrap_module_classes(self) -> None:
+        """At start: the forwards of every module class defined outside torch that exists now (so a
+        model built before the start has its blocks' frames from its first step on); classes made
+        later are wrapped when a module of theirs is first registered."""
+        import torch
+
+        pending = list(torch.nn.Module.__subclasses__())
+        while pending and self.forward_installer is not None:
+            cls = pending.pop()
+            pending.extend(cls.__subclasses__())
+            if cls not in self._forward_classes and "forward" in cls.__dict__:
+                self._wrap_forward(cls)
+
+    def _wrap_forward(self, cls: type) -> None:
+        """Makes the forward a module of class cls runs a recorded call when it is defined outside
+        torch (a model's blocks, attention, heads): torch's own module forwards are wrapped by
+        discovery already. So every call inside such a module has it as its nearest module frame,
+        and reports, FLOPs and backward nodes are charged to its path, not to the nearest torch
+        module around it or to none."""
+        self._forward_classes.add(cls)
+        owner = next((k for k in cls.__mro__ if "forward" in k.__dict__), None)
+        if owner is None or owner in self._forward_classes and owner is not cls:
+            return
+        self._forward_classes.add(owner)
+        module_name = getattr(owner, "__module__", "") or ""
+        if module_name == "torch" or module_name.startswith("torch."):
+            return
+        try:
+            self.forward_installer(owner)
+        except Exception as error:  # noqa: BLE001 - the model runs on, its forwards unrecorded
+            self.warn_once("forward", f"cannot record {owner.__qualname__}.forward: {error!r}")
+
     def _register_transient(self, module: Any, parent: Any) -> None:
         """A module made inside parent's call: named "(Class)" under parent's path in parent's root."""
         root = self._owner[id(parent)]
@@ -429,6 +465,8 @@ class Tracer:
             self._owner[key] = root
             self._path[key] = path
             self._describe(path, name, module, root)
+            if self.forward_installer is not None and type(module) not in self._forward_classes:
+                self._wrap_forward(type(module))
             if key not in self._refs:
                 self._refs[key] = weakref.ref(module, self._make_callback(key))
             _core.table_set("modules", module, _core.intern_path(path))
@@ -542,6 +580,7 @@ class Tracer:
         """At stop: the calls counted in C go to the tree, the tables are emptied, the tree is written."""
         if self.closed:
             return
+        self.forward_installer = None   # the patcher restores what it installed: nothing more after
         if self.tracker is not None:
             self.tracker.remove_setattr()
         if self._registration_hook is not None:

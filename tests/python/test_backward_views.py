@@ -79,9 +79,14 @@ def test_flame_stacks_charge_each_node_to_its_forward_call_and_timeline_keeps_th
     report("--folded", tmp_path / "timeline", "--backward", "timeline", tmp_path / "run")
     assert folded(tmp_path / "charged") == +expected_charged
     assert folded(tmp_path / "timeline") == +expected_timeline
-    assert "torch.nn.Linear.forward;torch.nn.functional.linear;AddmmBackward0" in folded(tmp_path / "charged")
+    # Net is the model's own class: its forward is a frame too, so the nodes stand under it
+    assert ("test_backward_views.Net.forward;torch.nn.Linear.forward;torch.nn.functional.linear;AddmmBackward0"
+            in folded(tmp_path / "charged"))
     # the same time in both: only where the nodes' frames stand differs
     assert sum(folded(tmp_path / "charged").values()) == sum(folded(tmp_path / "timeline").values())
+
+
+ROOT = "test_backward_views.Net"   # the model's frame in --by module: its class (the root's path is "")
 
 
 def test_by_module_each_module_frame_holds_its_forward_and_its_backward(tmp_path):
@@ -99,10 +104,10 @@ def test_by_module_each_module_frame_holds_its_forward_and_its_backward(tmp_path
         forward = sum(r.self_ns for r in records if r.fwd_call_id == 0 and in_forward_of(r, module))
         backward = sum(r.self_ns for r in records if r.module == module and r.fwd_call_id != 0)
         assert forward > 0 and backward > 0
-        assert stacks[module] == forward + backward
+        assert stacks[f"{ROOT};{module}"] == forward + backward
     report("--folded", tmp_path / "timeline", "--by", "module", "--backward", "timeline", tmp_path / "run")
     timeline = folded(tmp_path / "timeline")
-    assert timeline["fc1"] == sum(r.self_ns for r in records if r.fwd_call_id == 0 and in_forward_of(r, "fc1"))
+    assert timeline[f"{ROOT};fc1"] == sum(r.self_ns for r in records if r.fwd_call_id == 0 and in_forward_of(r, "fc1"))
     assert timeline["torch.Tensor.backward;fc1"] > 0
 
 

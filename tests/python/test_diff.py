@@ -192,8 +192,10 @@ def test_bad_values_and_inputs_get_clear_errors(runs, tmp_path):
     source = next(p for p in sorted(os.listdir(base)) if p.endswith(".csv"))
     with open(base / source, newline="") as f, open(old / "old.csv", "w", newline="") as g:
         rows = list(csv.reader(f))
-        assert rows[0][-4:] == ["step", "site", "fwd_call_id", "fwd_api"]  # the columns the copy leaves out
-        csv.writer(g, lineterminator="\n").writerows(row[:-4] for row in rows)
+        # the columns the copy leaves out: step and those after it
+        assert rows[0][-10:] == ["step", "site", "fwd_call_id", "fwd_api", "flops", "flops_total", "mem_alloc",
+                                 "mem_self", "mem_freed", "mem_peak"]
+        csv.writer(g, lineterminator="\n").writerows(row[:-10] for row in rows)
     done = report("--diff", old, new, check=False)
     assert done.returncode == 1
     assert f"{old / 'old.csv'} (BASE) has no step column" in done.stderr

@@ -110,8 +110,10 @@ def test_the_schema_matches_what_the_writers_write(tmp_path, fmt):
     seen = set()
     for kind, path in files_of(out):
         expected = [c["name"] for c in s[kind]["columns"]]
+        dense = [c["name"] for c in s[kind]["columns"] if not c.get("sparse")]
         for columns in written_columns(path):
-            assert columns == expected, (kind, path)
+            # a JSON line leaves out the sparse columns of a record that carries none of them
+            assert columns == expected or (fmt == "json" and columns == dense), (kind, path)
         check_types(kind, path)
         seen.add(kind)
     assert seen == {"calls", "stats", "updates"}

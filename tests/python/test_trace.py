@@ -112,7 +112,8 @@ def test_csv_module_column_follows_args_and_site_ends_the_row(tmp_path):
     with open(prof.files[0]) as f:
         header = f.readline().strip().split(",")
     assert header == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid", "depth",
-                      "parent_id", "error", "args", "module", "step", "site", "fwd_call_id", "fwd_api"]
+                      "parent_id", "error", "args", "module", "step", "site", "fwd_call_id", "fwd_api", "flops",
+                      "flops_total", "mem_alloc", "mem_self", "mem_freed", "mem_peak"]
     import pandas
 
     frame = pandas.read_csv(prof.files[0], keep_default_na=False)
@@ -144,8 +145,9 @@ def test_a_submodule_called_first_takes_its_path_once_the_model_runs():
         model(x)
         model.head(x[:, 0])       # now known as part of model
         model.encoder.layers[1](x)
-    heads = [r.module for r in prof.records() if r.api == "torch.nn.Linear.forward" and r.depth == 0]
-    assert heads == ["", "head", "head"]    # (EncoderModel.forward is not recorded: depth 0)
+    heads = [(r.module, r.depth) for r in prof.records() if r.api == "torch.nn.Linear.forward"
+             and r.module in ("", "head")]
+    assert heads == [("", 0), ("head", 1), ("head", 0)]    # the second inside EncoderModel.forward
     attn = [r.module for r in prof.records() if r.api == "torch.nn.MultiheadAttention.forward"]
     assert attn == ["encoder.layers.0.self_attn", "encoder.layers.1.self_attn", "encoder.layers.1.self_attn"]
 
@@ -195,3 +197,71 @@ def test_paths_cost_nothing_outside_module_forwards():
 def test_wrap_rejects_an_unknown_kind():
     with pytest.raises(ValueError, match="kind=64 is not a combination"):
         tw.wrap(torch.add, "torch.add", kind=64)
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.scale = nn.Parameter(torch.ones(8, 8))
+
+    def forward(self, x):
+        return torch.matmul(F.gelu(self.fc(x)), self.scale)   # matmul: in the block, no torch module
+
+
+class _Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([_Block(), _Block()])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_a_models_own_module_classes_are_frames_with_their_paths_and_are_restored():
+    """Module classes defined outside torch (a model's blocks) have their forwards recorded, under
+    the API module.Qualname.forward with the instance's path: calls inside them (a matmul of the
+    block's own) nest under them and their backward nodes are charged to the block's path; at stop
+    the class holds its own function again, and a second profile installs the same wrapper."""
+    torch.manual_seed(0)
+    model, x = _Stack(), torch.randn(4, 8)
+    originals = (_Block.__dict__["forward"], _Stack.__dict__["forward"])
+    installed = []
+    for _ in range(2):
+        with tw.profile() as prof:
+            installed.append(_Block.__dict__["forward"])
+            model(x).sum().backward()
+        assert (_Block.__dict__["forward"], _Stack.__dict__["forward"]) == originals
+    assert installed[0] is installed[1] and installed[0].__wrapped__ is originals[0]
+    records = prof.records()
+    by_id = {r.call_id: r for r in records}
+    block_api = f"{__name__}._Block.forward"
+    blocks = [r for r in records if r.api == block_api]
+    assert [r.module for r in blocks] == ["blocks.0", "blocks.1"]
+    assert {by_id[r.parent_id].api for r in blocks} == {f"{__name__}._Stack.forward"}
+    matmuls = [r for r in records if r.api == "torch.matmul"]
+    assert [by_id[r.parent_id].module for r in matmuls] == ["blocks.0", "blocks.1"]
+    matmul_ids = {r.call_id for r in matmuls}
+    nodes = [r for r in records if r.fwd_call_id in matmul_ids]
+    assert nodes and {r.module for r in nodes} == {"blocks.0", "blocks.1"}
+
+
+def test_a_module_class_made_while_profiling_is_recorded_from_its_models_next_call():
+    with tw.profile() as prof:
+        class Late(nn.Module):   # defined after the start: wrapped when its model is first seen
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(2, 2)
+
+            def forward(self, x):
+                return self.fc(x) * 2
+
+        model = Late()
+        original = Late.__dict__["forward"]
+        model(torch.randn(1, 2))   # its forward had begun when the model was seen: not recorded
+        model(torch.randn(1, 2))
+    assert Late.__dict__["forward"] is original
+    lates = [r for r in prof.records() if r.api.endswith(".Late.forward")]
+    assert [r.module for r in lates] == [""]

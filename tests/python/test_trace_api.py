@@ -106,10 +106,12 @@ def test_call_tree_prints_one_step_nested_with_module_paths():
     text = tw.call_tree(prof, step=1)
     lines = text.splitlines()
     assert lines[0].startswith("step 1: ")
-    # The model's call, the modules inside it one level deeper, then backward and the optimizer.
+    # The model's call, its own forward (a class of the test's: recorded too), the modules inside it
+    # one level deeper, then backward and the optimizer.
     assert any(line.startswith("  torch.nn.Module.__call__ []  ") for line in lines)
-    assert any(line.startswith("    torch.nn.Module.__call__ [conv1]") for line in lines)
-    assert any(line.startswith("      torch.nn.Conv2d.forward [conv1]") for line in lines)
+    assert any(line.startswith("    models.CNN.forward []  ") for line in lines)
+    assert any(line.startswith("      torch.nn.Module.__call__ [conv1]") for line in lines)
+    assert any(line.startswith("        torch.nn.Conv2d.forward [conv1]") for line in lines)
     outer = [line for line in lines if line.startswith("  ") and not line.startswith("   ")]
     assert outer[-1].startswith("  torch.optim.Adam.step") and not any("Adam.step" in line for line in outer[:-1])
     # The same from the DataFrame of a TorchWrapper run, and a step that does not exist.
