@@ -65,12 +65,22 @@ static int skip_string(parse_t *s)
 static int tensor_sizes(parse_t *s)
 {
     emit(s, "[", 1);
+    if (s->p < s->end && *s->p == ']') { /* no dimension: a 0-d tensor */
+        s->p++;
+        emit(s, "]", 1);
+        while (s->p < s->end && !is_delimiter(*s->p))
+            s->p++;
+        return 1;
+    }
     for (;;) {
         const char *start = s->p;
-        while (s->p < s->end && (*s->p == '-' || (*s->p >= '0' && *s->p <= '9')))
+        if (s->p < s->end && *s->p == '-')
             s->p++;
-        if (s->p == s->end)
-            return 0;
+        const char *digits = s->p;
+        while (s->p < s->end && *s->p >= '0' && *s->p <= '9')
+            s->p++;
+        if (s->p == s->end || s->p == digits || (*digits == '0' && s->p - digits > 1))
+            return 0; /* cut, or not a number as the summary writes one */
         emit(s, start, (size_t)(s->p - start));
         if (*s->p == ',') {
             emit(s, ", ", 2);
