@@ -50,7 +50,6 @@ static const field_t gpu_fields[] = {
     INT("correlation_id", correlation_id), INT("pid", pid),
 };
 #define MAX_FIELDS (sizeof call_fields / sizeof call_fields[0])
-#define SHAPES_COLUMN MAX_FIELDS /* input_shapes: computed from args (tw_args_shapes), after the fields */
 
 static const field_t *fields_of(tw_file_kind_t kind, size_t *n)
 {
@@ -89,13 +88,13 @@ typedef struct {
     tw_reader_t *reader; /* the current file, or NULL */
     PyObject *module_missing; /* the module of rows of files without the column */
     size_t batch_rows;
-    int input_shapes;    /* call batches get an input_shapes column */
+    int input_shapes;    /* call batches get an input_shapes column (shapes_list) */
     int busy;            /* a batch is being read (the GIL released): no second one meanwhile */
     tw_read_stats_t stats;
     /* The batch being read: n rows of one file's kind, each column an array of batch_rows. */
     tw_file_kind_t kind;
     size_t n;
-    void *columns[MAX_FIELDS + 1]; /* int64_t[], uint8_t[] or text_t[] by the kind's field types; input_shapes */
+    void *columns[MAX_FIELDS]; /* int64_t[], uint8_t[] or text_t[] by the kind's field types */
     char *arena;
     size_t arena_used, arena_size;
     int failed;          /* the callback ran out of memory */
@@ -103,6 +102,11 @@ typedef struct {
         uint64_t hash;
         PyObject *text;
     } cache[CACHE_SLOTS];
+    /* input shapes by argument text object (both held): equal texts are one object while the cache
+     * above holds them, so most rows find their shapes without reading their text again */
+    struct {
+        PyObject *args, *shapes;
+    } shapes_cache[CACHE_SLOTS];
 } reader_object;
 
 /* ---- the batch: filled without the GIL ---------------------------------------------------------- */
@@ -155,18 +159,6 @@ static int on_row(void *ctx, const tw_row_t *row)
             break;
         }
         }
-    }
-    if (self->input_shapes && row->kind == TW_FILE_CALLS) {
-        /* written straight into the arena: 2 * len + 2 bytes always suffice (reader.h) */
-        size_t room = 2 * row->args.len + 2;
-        if (arena_reserve(self, room) != 0) {
-            self->failed = 1;
-            return TW_ENOMEM;
-        }
-        int n = tw_args_shapes(row->args.ptr, row->args.len, self->arena + self->arena_used, room);
-        n = n < 0 ? 0 : n;
-        ((text_t *)self->columns[SHAPES_COLUMN])[i] = (text_t){self->arena_used, (uint32_t)n, 1};
-        self->arena_used += (size_t)n;
     }
     self->n++;
     return 0;
@@ -230,6 +222,47 @@ static PyObject *text_list(reader_object *self, const text_t *texts, size_t n)
     return list;
 }
 
+/* The input shapes of an argument summary (a str of the args column), the same object for the same
+ * args object; a new reference, or NULL with an exception. */
+static PyObject *shapes_of(reader_object *self, PyObject *args)
+{
+    size_t slot = ((uintptr_t)args >> 4) * 0x9E3779B97F4A7C15ull >> 52; /* 12 bits: CACHE_SLOTS */
+    if (self->shapes_cache[slot].args == args)
+        return Py_NewRef(self->shapes_cache[slot].shapes);
+    Py_ssize_t len;
+    const char *text = PyUnicode_AsUTF8AndSize(args, &len);
+    if (text == NULL)
+        return NULL;
+    size_t room = 2 * (size_t)len + 2; /* always enough (reader.h) */
+    char small[2 * 512 + 2], *out = room <= sizeof small ? small : PyMem_Malloc(room);
+    if (out == NULL)
+        return PyErr_NoMemory();
+    int n = tw_args_shapes(text, (size_t)len, out, room);
+    PyObject *shapes = text_object(self, out, n > 0 ? (size_t)n : 0);
+    if (out != small)
+        PyMem_Free(out);
+    if (shapes == NULL)
+        return NULL;
+    Py_XSETREF(self->shapes_cache[slot].args, Py_NewRef(args));
+    Py_XSETREF(self->shapes_cache[slot].shapes, Py_NewRef(shapes));
+    return shapes;
+}
+
+/* The input_shapes column from the batch's args column (a list of str). */
+static PyObject *shapes_list(reader_object *self, PyObject *args_list)
+{
+    Py_ssize_t n = PyList_GET_SIZE(args_list);
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
+        PyObject *shapes = shapes_of(self, PyList_GET_ITEM(args_list, i));
+        if (shapes == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, shapes);
+    }
+    return list;
+}
+
 /* {column: values} of the batch: int64 columns as bytes (native int64: numpy.frombuffer, or
  * memoryview.cast("q")), error as bytes of 0/1 (cast "?"), text as a list of str (None: no module). */
 static PyObject *batch_dict(reader_object *self)
@@ -254,8 +287,9 @@ static PyObject *batch_dict(reader_object *self)
         }
         Py_DECREF(values);
     }
-    if (self->input_shapes && self->kind == TW_FILE_CALLS) {
-        PyObject *values = text_list(self, self->columns[SHAPES_COLUMN], self->n);
+    PyObject *args_list = self->input_shapes && self->kind == TW_FILE_CALLS ? PyDict_GetItemString(dict, "args") : NULL;
+    if (args_list != NULL) { /* borrowed from dict */
+        PyObject *values = shapes_list(self, args_list);
         if (values == NULL || PyDict_SetItemString(dict, "input_shapes", values) < 0) {
             Py_XDECREF(values);
             Py_DECREF(dict);
@@ -284,7 +318,7 @@ static void raise_read_error(int rc, int saved_errno, PyObject *path, const char
 
 static int alloc_columns(reader_object *self)
 {
-    for (size_t f = 0; f < MAX_FIELDS + 1; f++) {
+    for (size_t f = 0; f < MAX_FIELDS; f++) {
         /* the largest of a column's element types, so that any kind's field f fits */
         self->columns[f] = PyMem_RawCalloc(self->batch_rows, sizeof(text_t));
         if (self->columns[f] == NULL) {
@@ -397,11 +431,14 @@ static void reader_dealloc(reader_object *self)
 {
     PyTypeObject *type = Py_TYPE(self);
     close_file(self);
-    for (size_t f = 0; f < MAX_FIELDS + 1; f++)
+    for (size_t f = 0; f < MAX_FIELDS; f++)
         PyMem_RawFree(self->columns[f]);
     free(self->arena);
-    for (size_t i = 0; i < CACHE_SLOTS; i++)
+    for (size_t i = 0; i < CACHE_SLOTS; i++) {
         Py_XDECREF(self->cache[i].text);
+        Py_XDECREF(self->shapes_cache[i].args);
+        Py_XDECREF(self->shapes_cache[i].shapes);
+    }
     Py_XDECREF(self->paths);
     Py_XDECREF(self->path);
     Py_XDECREF(self->module_missing);

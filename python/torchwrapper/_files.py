@@ -156,8 +156,8 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     string there, and module is null for calls that are not module forwards.
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
-    module, step and site, and site_text and input_shapes (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
-    forward, "" for the model itself and None for other calls, in CSV files as in JSON ones (the
+    module, step and site, and site_text and input_shapes (typed: int64, bool, str; api is categorical;
+    module is the instance path of an nn.Module forward, "" for the model itself and None for other calls, in CSV files as in JSON ones (the
     reader tells the root module's quoted "" from an empty field); files of an older version lack
     it: ""), step (the step the call began in, counted from 0;
     -1 in files written before the column), site (where the program made the call: an id of the sites

@@ -20,9 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_CHECK(c == '[');
         else if (before == '[')
             FUZZ_CHECK(c == '[' || c == ']' || c == '-' || digit);
-        else if (before == ']' || digit_before) /* no leading zero */
+        else if (before == ']' || digit_before) /* a digit after a digit: not after a leading zero */
             FUZZ_CHECK(c == ',' || c == ']' ||
-                       (digit && digit_before && !(before == '0' && (i < 2 || !(out[i - 2] >= '0' && out[i - 2] <= '9')))));
+                       (digit && digit_before && !(before == '0' && (out[i - 2] < '0' || out[i - 2] > '9'))));
         else if (before == ',')
             FUZZ_CHECK(c == ' ');
         else if (before == ' ')
