@@ -54,6 +54,46 @@ TW_TORCH_API uint64_t tw_torch_thread_id(void);
 struct _object;
 TW_TORCH_API int tw_torch_tensor_summary(struct _object *tensor, char *out, size_t size);
 
+/*
+ * FLOPs (tw_torch_flops.cpp): the formula a wrapped API takes, chosen once when its wrapper is made
+ * (python/core/flops.c, by API name). Each counts what torch.utils.flop_counter.FlopCounterMode
+ * counts for the aten operators the call dispatches to.
+ */
+typedef enum {
+    TW_FLOPS_NONE = 0,
+    TW_FLOPS_LINEAR,         /* linear(input, weight, bias) */
+    TW_FLOPS_MATMUL,         /* matmul(input, other), Tensor.matmul, @ */
+    TW_FLOPS_RMATMUL,        /* Tensor.__rmatmul__(self, other): matmul(other, self) */
+    TW_FLOPS_MM,             /* mm(input, mat2) */
+    TW_FLOPS_ADDMM,          /* addmm(input, mat1, mat2) */
+    TW_FLOPS_BMM,            /* bmm(input, mat2) */
+    TW_FLOPS_BADDBMM,        /* baddbmm(input, batch1, batch2) */
+    TW_FLOPS_EINSUM,         /* einsum(equation, a, b): two operands */
+    TW_FLOPS_CONV,           /* conv1d/2d/3d(input, weight, ...) */
+    TW_FLOPS_CONV_TRANSPOSE, /* conv_transpose1d/2d/3d(input, weight, ...) */
+    TW_FLOPS_SDPA,           /* scaled_dot_product_attention(query, key, value, ...) */
+    TW_FLOPS_KINDS
+} tw_flops_kind_t;
+
+/* The backward FLOPs of one autograd node a call created, by its sequence number. */
+typedef struct tw_torch_flops_node {
+    uint64_t seq;
+    uint64_t flops;
+} tw_torch_flops_node_t;
+#define TW_TORCH_FLOPS_NODES 8 /* compute nodes one call creates, at most (attention's math path: 2) */
+
+/*
+ * The forward FLOPs of a call of a kind's API that returned result (args, nargs, kwnames as the
+ * wrapper got them; nargs without PY_VECTORCALL_ARGUMENTS_OFFSET). With seq_end > seq_begin (the
+ * autograd sequence numbers of this thread before and after the call), also the backward FLOPs of
+ * the compute nodes the call created (MmBackward0, ConvolutionBackward0, ...), found from result's
+ * grad_fn: into nodes (TW_TORCH_FLOPS_NODES at most), their count in *n_nodes. 0 for a call it
+ * cannot read (not tensors, symbolic sizes). Never raises; with the GIL held.
+ */
+TW_TORCH_API uint64_t tw_torch_flops(int kind, struct _object *const *args, size_t nargs, struct _object *kwnames,
+                                     struct _object *result, uint64_t seq_begin, uint64_t seq_end,
+                                     tw_torch_flops_node_t *nodes, unsigned *n_nodes);
+
 /* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
 TW_TORCH_API const char *tw_torch_built_with(void);
 

@@ -36,6 +36,8 @@ typedef enum {
     KEY_TENSOR_STATS, /* false/null (off), true (the defaults), or an object (see tensor_stats_keys) */
     KEY_SCHEDULE,     /* null, or an object of steps (schedule.c) */
     KEY_ON_DEMAND,    /* false/null (off), true (the defaults), or an object (steps, dir) */
+    KEY_BOOL,         /* true or false */
+    KEY_RATE,         /* null, or a number > 0 (peak_flops: FLOP/s) */
 } key_kind_t;
 
 /*
@@ -71,6 +73,8 @@ static const struct config_key {
     {"on_demand", KEY_ON_DEMAND, {"null"}, NULL},
     {"sites", KEY_CHOICE, {"\"boundary\""}, "boundary off all"},
     {"aten", KEY_CHOICE, {"\"backward\""}, "backward off all"},
+    {"flops", KEY_BOOL, {"true"}, NULL},
+    {"peak_flops", KEY_RATE, {"null"}, NULL},
 };
 
 /* The default of key for an entry point (JSON text). */
@@ -438,6 +442,34 @@ static cJSON *check_value(const struct config_key *key, const cJSON *value, int 
         return tw_schedule_check(value, from_strings, err, err_size);
     case KEY_ON_DEMAND:
         return check_on_demand(value, from_strings, err, err_size);
+    case KEY_BOOL: {
+        cJSON *parsed = from_strings && text != NULL ? switch_or_json(text) : NULL;
+        const cJSON *v = parsed != NULL ? parsed : value;
+        cJSON *out = cJSON_IsBool(v) ? cJSON_CreateBool(cJSON_IsTrue(v)) : NULL;
+        cJSON_Delete(parsed);
+        if (out == NULL)
+            snprintf(err, err_size, "config key '%s': %s is not accepted: give true or false", key->name, given);
+        return out;
+    }
+    case KEY_RATE: {
+        double v = 0;
+        int ok = cJSON_IsNumber(value);
+        if (ok)
+            v = value->valuedouble;
+        else if (from_strings && text != NULL) {
+            char *end;
+            v = strtod(text, &end);
+            ok = end != text && *end == '\0';
+        }
+        if (cJSON_IsNull(value) || (from_strings && text != NULL && (text[0] == '\0' || strcmp(text, "null") == 0)))
+            return cJSON_CreateNull();
+        if (ok && v > 0 && isfinite(v))
+            return cJSON_CreateNumber(v);
+        snprintf(err, err_size, "config key '%s': %s is not accepted: give the device's peak in FLOP/s, a number "
+                                "more than 0 (e.g. 989e12 for an H100's dense bf16), or null for the known GPUs' table",
+                 key->name, given);
+        return NULL;
+    }
     case KEY_STRING: {
         /* null where it is the default: records in memory (profile(), Session). */
         int null_ok = strcmp(fallback_of(key, defaults), "null") == 0;

@@ -84,6 +84,9 @@ static int typed(const cJSON *root, tw_config_t *out)
     out->summary_only = choice(root, "records", records_choices) == 1;
     out->sites = (tw_sites_mode_t)choice(root, "sites", sites_choices);
     out->aten = (tw_aten_mode_t)choice(root, "aten", aten_choices);
+    out->flops = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "flops"));
+    const cJSON *peak = cJSON_GetObjectItemCaseSensitive(root, "peak_flops");
+    out->peak_flops = cJSON_IsNumber(peak) ? peak->valuedouble : 0;
     char *schedule = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(root, "schedule"));
     failed |= schedule == NULL || tw_schedule_from_json(schedule, &out->schedule) != 0;
     free(schedule);

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "torchwrapper/api.h"
 #include "torchwrapper/config.h"
 #include "format.h"
@@ -68,6 +70,9 @@ void tw_writer_write_manifest(tw_writer_t *w)
     pthread_mutex_lock(&w->lock);
     uint64_t truncated = w->truncated;
     char *captures = tw_captures_json(w);
+    /* a copy: tw_writer_set_manifest_key may replace it meanwhile (NULL when out of memory: the
+     * manifest is then written without the caller's keys, and again with them at the next write) */
+    char *extra = w->manifest_extra != NULL ? strdup(w->manifest_extra) : NULL;
     pthread_mutex_unlock(&w->lock);
     /* the source list's links never change once added; the file counters are read under env.lock */
     for (writer_source_t *s = tw_writer_sources(w); s != NULL && count < WRITER_SOURCES_MAX; s = s->next)
@@ -76,7 +81,7 @@ void tw_writer_write_manifest(tw_writer_t *w)
     kinds[0].drops.full += tw_queue_dropped(w->queue); /* records the recorder could not queue */
     uint64_t used, peak, limit;
     tw_queue_memory(w->queue, &used, &peak, &limit);
-    tw_manifest_t m = {w->manifest_extra, w->clock.source, w->start_ns, w->end_ns, kinds, count,
+    tw_manifest_t m = {extra, w->clock.source, w->start_ns, w->end_ns, kinds, count,
                        w->buffer_bytes, peak, captures, NULL, NULL};
     tw_sites_stats_t sites;
     if (w->sites != NULL) {
@@ -87,6 +92,33 @@ void tw_writer_write_manifest(tw_writer_t *w)
     }
     tw_manifest_write(&w->env, w->manifest_path, &m);
     free(captures);
+    free(extra);
+}
+
+int tw_writer_set_manifest_key(tw_writer_t *w, const char *key, const char *json_value)
+{
+    cJSON *value = cJSON_Parse(json_value);
+    if (value == NULL)
+        return TW_EINVAL;
+    pthread_mutex_lock(&w->lock);
+    cJSON *root = w->manifest_extra != NULL ? cJSON_Parse(w->manifest_extra) : cJSON_CreateObject();
+    char *text = NULL;
+    if (cJSON_IsObject(root)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, key);
+        if (cJSON_AddItemToObject(root, key, value)) {
+            value = NULL; /* root owns it */
+            text = cJSON_PrintUnformatted(root);
+        }
+    }
+    if (text != NULL) {
+        free(w->manifest_extra);
+        w->manifest_extra = text;
+        w->manifest_due = 1;
+    }
+    pthread_mutex_unlock(&w->lock);
+    cJSON_Delete(root);
+    cJSON_Delete(value);
+    return text != NULL ? 0 : TW_ENOMEM;
 }
 
 void tw_writer_append(tw_writer_t *w, tw_fileset_t *fs, const char *line, size_t len)

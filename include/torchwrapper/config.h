@@ -61,7 +61,8 @@ TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, cons
  *   "sample": p} (normalized to null or the complete object) | track [of "parameters", "grads"] |
  *   schedule null or {"skip_first", "wait", "warmup", "active" (>= 1), "repeat": steps, "summary":
  *   "all"|"active"} (schedule.h; normalized to null or the complete object) | records "all" or
- *   "summary" (no record files: summary.json and the manifest only)
+ *   "summary" (no record files: summary.json and the manifest only) | flops true|false (FLOPs per call
+ *   of linear, matmul, conv, attention, ...) | peak_flops null or FLOP/s > 0 (for MFU)
  * A string given for a list key is a comma-separated list ("a" is ["a"]), from every source. With
  * from_strings, values may also be strings to convert (environment variables): numbers, booleans. On success *json_out (free() it) is the complete configuration with
  * every default filled in and sizes in bytes. On error returns TW_EINVAL and writes to err a message
@@ -121,6 +122,8 @@ typedef struct tw_config {
     char *on_demand_dir;        /* on_demand's dir; NULL: OUT_DIR/capture-N */
     tw_sites_mode_t sites;
     tw_aten_mode_t aten;
+    int flops;                  /* FLOPs per call (config flops) */
+    double peak_flops;          /* FLOP/s for MFU (config peak_flops); 0: not given */
 } tw_config_t;
 
 /* The built-in metrics of tensor_stats, space-separated, in the stats files' column order (the one

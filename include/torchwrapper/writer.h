@@ -104,6 +104,14 @@ TW_API void tw_writer_destroy(tw_writer_t *writer);
 
 TW_API void tw_writer_stats(tw_writer_t *writer, tw_writer_stats_t *stats);
 
+/*
+ * Sets key of the manifest to json_value (JSON text: an object, a number...), replacing the key if
+ * present; the manifest is rewritten with it at the writer's next write, and at close. For what is
+ * known only once the writer runs (the clock's offset to rank 0's, measured once the process group
+ * is up). Returns 0, TW_EINVAL (json_value does not parse) or TW_ENOMEM.
+ */
+TW_API int tw_writer_set_manifest_key(tw_writer_t *writer, const char *key, const char *json_value);
+
 /* The path of the manifest this writer writes. */
 TW_API const char *tw_writer_manifest_path(tw_writer_t *writer);
 

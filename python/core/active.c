@@ -49,6 +49,14 @@ void tw_active_set_seq_peek(uint64_t (*seq_peek)(void))
     tw_active.seq_peek = seq_peek;
 }
 
+void tw_active_set_flops(int on)
+{
+    if (on)
+        tw_active.hooks.kinds |= TW_KIND_FLOPS; /* those wrappers leave the common path */
+    else
+        tw_active.hooks.kinds &= ~(uint32_t)TW_KIND_FLOPS;
+}
+
 void tw_active_quiesce(void)
 {
     tw_active.gen = 0;

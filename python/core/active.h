@@ -68,6 +68,9 @@ uint64_t tw_active_begin(const tw_active_config_t *c);
 /* aten "backward": the function that reads the autograd sequence number (NULL: off). */
 void tw_active_set_seq_peek(uint64_t (*seq_peek)(void));
 
+/* Config flops: the wrappers of APIs with a FLOP formula measure their calls (flops.h). */
+void tw_active_set_flops(int on);
+
 /* Wrappers stop recording (gen 0): the first thing stop does. */
 void tw_active_quiesce(void);
 

@@ -42,6 +42,7 @@
 #include "../../libtorch/tw_torch.h"
 #include "atfork.h"
 #include "backward.h"
+#include "flops.h"
 
 /* ---- the layer ---------------------------------------------------------------------------------- */
 
@@ -75,8 +76,9 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
     uint64_t (*thread_id)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_thread_id");
     int (*tensor_summary)(PyObject *, char *, size_t) =
         (int (*)(PyObject *, char *, size_t))dlsym(handle, "tw_torch_tensor_summary");
+    void *flops = dlsym(handle, "tw_torch_flops");
     if (built_with == NULL || start == NULL || stop == NULL || peek == NULL || thread_id == NULL ||
-        tensor_summary == NULL) {
+        tensor_summary == NULL || flops == NULL) {
         snprintf(why, why_size, "the libtorch layer %s lacks its entry points", path);
         dlclose(handle);
         return -1;
@@ -96,6 +98,8 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
     layer_peek = peek;
     layer_thread_id = thread_id;
     tw_layer_tensor_summary = tensor_summary;
+    /* dlsym's object pointer to a function pointer: through memcpy, as POSIX allows */
+    memcpy(&tw_layer_flops, &flops, sizeof flops);
     return 0;
 }
 
@@ -110,6 +114,7 @@ typedef struct {
     _Atomic uint64_t call_id;
     _Atomic uint64_t api_module; /* api_id << 32 | module_id */
     _Atomic uint32_t site;
+    _Atomic uint64_t flops;      /* the node's backward FLOPs, known when the call ended (flops.h) */
 } link_slot_t;
 
 static _Atomic(link_slot_t *) rings[LINK_RINGS];
@@ -255,7 +260,8 @@ void tw_backward_gpu_settle(void)
 /* torch's id of this thread, + 1 (0: not read yet) */
 static _Thread_local uint64_t torch_thread_plus1;
 
-void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame)
+void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame, const tw_torch_flops_node_t *flops,
+                           unsigned n_flops)
 {
     uint64_t end = layer_peek(), begin = frame->seq_begin;
     if (end == begin || atomic_load_explicit(&hooks_idle, memory_order_relaxed))
@@ -292,12 +298,18 @@ void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame)
         atomic_store_explicit(&slot->call_id, frame->call_id, memory_order_relaxed);
         atomic_store_explicit(&slot->api_module, (uint64_t)frame->api_id << 32 | module_id, memory_order_relaxed);
         atomic_store_explicit(&slot->site, site, memory_order_relaxed);
+        uint64_t node_flops = 0;
+        for (unsigned i = 0; i < n_flops; i++)
+            if (flops[i].seq == seq)
+                node_flops = flops[i].flops;
+        atomic_store_explicit(&slot->flops, node_flops, memory_order_relaxed);
         atomic_store_explicit(&slot->tag, tag, memory_order_release);
     }
 }
 
 /* The call that created the node (seq, thread), or 0: none (AccumulateGrad), or overwritten. */
-static uint64_t find_link(int64_t seq, uint64_t thread, uint32_t *api_id, uint32_t *module_id, uint32_t *site)
+static uint64_t find_link(int64_t seq, uint64_t thread, uint32_t *api_id, uint32_t *module_id, uint32_t *site,
+                          uint64_t *flops)
 {
     if (seq < 0)
         return 0;
@@ -311,12 +323,14 @@ static uint64_t find_link(int64_t seq, uint64_t thread, uint32_t *api_id, uint32
     uint64_t call_id = atomic_load_explicit(&slot->call_id, memory_order_relaxed);
     uint64_t api_module = atomic_load_explicit(&slot->api_module, memory_order_relaxed);
     uint32_t where = atomic_load_explicit(&slot->site, memory_order_relaxed);
+    uint64_t node_flops = atomic_load_explicit(&slot->flops, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&slot->tag, memory_order_relaxed) != want)
         goto lost;
     *api_id = (uint32_t)(api_module >> 32);
     *module_id = (uint32_t)api_module;
     *site = where;
+    *flops = node_flops;
     return call_id;
 lost:
     __atomic_fetch_add(&dropped_links, 1, __ATOMIC_RELAXED);
@@ -411,12 +425,14 @@ static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread
     node_open_t *node = open_record(st, name, 0);
     if (node != NULL) {
         uint32_t fwd_api = 0, module_id = TW_MODULE_NONE, site = 0;
-        node->fwd_call_id = find_link(seq, forward_thread, &fwd_api, &module_id, &site);
+        uint64_t flops = 0;
+        node->fwd_call_id = find_link(seq, forward_thread, &fwd_api, &module_id, &site, &flops);
         node->fwd_api = fwd_api;
         if (node->frame != NULL) {
             node->frame->api_id = node->api_id;
             node->frame->module_id = module_id;
             node->frame->site = site;
+            node->frame->flops = flops; /* counted again at each run, as FlopCounterMode counts */
             const tw_gpu_hooks_t *gpu = recording_gpu;
             if (gpu != NULL && level < NODE_DEPTH &&
                 gpu->push(gpu->kind, tw_gpu_external_id(node->frame->call_id, node->api_id)) == 0)

@@ -12,6 +12,8 @@
 #include "torchwrapper/gpu.h"
 #include "torchwrapper/recorder.h"
 
+#include "../../libtorch/tw_torch.h"
+
 /* Loads the libtorch layer at path (once per process) if it was built against torch_version
  * (torch.__version__). 0, or -1 with the reason in why (one line for the user). */
 int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size);
@@ -41,9 +43,11 @@ void tw_backward_set_idle(int idle);
 /* The wrappers' side of the links (GIL held; only while tw_active.seq_peek is set, to the layer's
  * sequence number reader that tw_backward_peek_function() gives): seq_peek() when a call begins,
  * into frame->seq_begin; tw_backward_link_call() when it ends, before its record is appended: the
- * nodes created during the call are noted as its own. */
+ * nodes created during the call are noted as its own, those in flops (n_flops of them; flops.h) with
+ * their backward FLOPs, which each run of the node's record then carries. */
 uint64_t (*tw_backward_peek_function(void))(void);
-void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame);
+void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame, const tw_torch_flops_node_t *flops,
+                           unsigned n_flops);
 
 /* GPU timing: the CUPTI hooks with which the last node that ended on this thread left its external
  * id pushed, or NULL; tw_backward_gpu_settle() pops it. The wrappers call it when a call ends on a

@@ -50,7 +50,7 @@ static inline void tw_exc_restore(tw_saved_exc_t *saved)
 /* ---- Session's arguments (session_config.c) ---- */
 
 /* The config keys Session takes as keyword arguments, in its keyword order. */
-#define TW_SESSION_CONFIG_KEYWORDS 15
+#define TW_SESSION_CONFIG_KEYWORDS 17
 extern const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS];
 
 /* The given config arguments (values[i] for tw_session_config_keywords[i], NULL when not given)
@@ -81,6 +81,9 @@ enum {
     TW_KIND_BOUNDARY = 1u << 3,       /* optimizer step, backward, zero_grad: parameters checked around it */
     TW_KIND_STEP = 1u << 4,           /* an optimizer's step: an outermost one ends a step (active.c) */
     TW_KIND_ALL = 31u,
+    /* Internal, never given by Python: the API has a FLOP formula (flops.h; set from its name when
+     * the wrapper is made), measured when the session counts FLOPs (config flops) */
+    TW_KIND_FLOPS = 1u << 5,
 };
 
 /*

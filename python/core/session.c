@@ -8,6 +8,7 @@
 #include "module.h"
 #include "atfork.h"
 #include "backward.h"
+#include "flops.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -378,6 +379,17 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
                                                       self->clock.source, active.gpu, gen, self->aten_operators,
                                                       self->backward_reason, sizeof self->backward_reason) == 0;
     tw_active_set_seq_peek(self->backward_on ? tw_backward_peek_function() : NULL);
+    self->flops_on = 0;
+    self->flops_reason[0] = '\0';
+    if (self->settings.flops) { /* the layer reads the shapes; backward nodes carry their FLOPs when on */
+        if (self->torch_layer == NULL || self->torch_version == NULL)
+            snprintf(self->flops_reason, sizeof self->flops_reason,
+                     "the libtorch layer was not built (configure found no torch for its Python, or no C++20 compiler)");
+        else if (tw_backward_load(self->torch_layer, self->torch_version, self->flops_reason,
+                                  sizeof self->flops_reason) == 0)
+            self->flops_on = 1;
+        tw_active_set_flops(self->flops_on);
+    }
     if (!self->backward_on && self->args_mode == TW_ARGS_SUMMARY && self->torch_layer != NULL &&
         self->torch_version != NULL) { /* the layer reads tensors' summaries (args.c); without it, Python does */
         char why[512];
@@ -462,7 +474,44 @@ static PyObject *session_resume(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* The session's clock now, in the records' time (ns since the epoch, as their start_ns). */
+static PyObject *session_clock_ns(PyObject *op, PyObject *unused)
+{
+    tw_session_object *self = (tw_session_object *)op;
+    if (self->state != SESSION_ACTIVE) {
+        PyErr_SetString(PyExc_RuntimeError, "clock_ns() reads the clock of a recording session: start() it first");
+        return NULL;
+    }
+    return PyLong_FromLongLong((long long)tw_clock_epoch_ns(&self->clock, tw_clock_ticks(self->clock.source)));
+}
+
+/* set_manifest_key(key, json_text): a key of the manifest that is known only once the session runs. */
+static PyObject *session_set_manifest_key(PyObject *op, PyObject *args)
+{
+    tw_session_object *self = (tw_session_object *)op;
+    const char *key, *value;
+    if (!PyArg_ParseTuple(args, "ss:set_manifest_key", &key, &value))
+        return NULL;
+    if (self->state != SESSION_ACTIVE || self->writer == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_manifest_key() needs a recording session with an out_dir");
+        return NULL;
+    }
+    int rc = tw_writer_set_manifest_key(self->writer, key, value);
+    if (rc == TW_EINVAL) {
+        PyErr_Format(PyExc_ValueError, "set_manifest_key(%R): the value is not JSON: %R", PyTuple_GET_ITEM(args, 0),
+                     PyTuple_GET_ITEM(args, 1));
+        return NULL;
+    }
+    if (rc != 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef session_methods[] = {
+    {"clock_ns", session_clock_ns, METH_NOARGS,
+     "The session's clock now: ns since the epoch, the records' start_ns clock."},
+    {"set_manifest_key", session_set_manifest_key, METH_VARARGS,
+     "set_manifest_key(key, json_text)\n--\n\nSets key of the manifest (written at the next flush and at stop)."},
     {"start", session_start, METH_NOARGS, "Make every wrapper record into this session."},
     {"stop", session_stop, METH_NOARGS, "Stop recording and gather every thread's records."},
     {"records", tw_session_records, METH_NOARGS,

@@ -52,6 +52,9 @@ typedef struct {
     int backward_on;         /* recording them */
     char backward_reason[512]; /* why not, "" when on or not asked for */
     uint64_t backward_unlinked; /* nodes whose forward call was not found */
+    /* FLOPs per call (config flops, flops.h) */
+    int flops_on;
+    char flops_reason[512]; /* why not, "" when on or not asked for */
 } tw_session_object;
 
 /* session_output.c: the methods of the same names. */

@@ -142,9 +142,12 @@ static int add_gpu_stats(tw_session_object *self, PyObject *out)
 static int add_backward_stats(tw_session_object *self, PyObject *out)
 {
     int on = self->aten_backward && self->backward_reason[0] == '\0' && self->state != SESSION_NEW;
-    PyObject *extra = Py_BuildValue("{sssssK}", "backward", on ? "on" : "off", "backward_unavailable",
+    /* "flops": "on" while FLOPs are counted (config flops), "flops_unavailable": why not when asked */
+    PyObject *extra = Py_BuildValue("{sssssKssss}", "backward", on ? "on" : "off", "backward_unavailable",
                                     self->backward_reason[0] ? self->backward_reason : NULL, "backward_unlinked",
-                                    (unsigned long long)self->backward_unlinked);
+                                    (unsigned long long)self->backward_unlinked, "flops",
+                                    self->flops_on ? "on" : "off", "flops_unavailable",
+                                    self->flops_reason[0] ? self->flops_reason : NULL);
     if (extra == NULL)
         return -1;
     int rc = PyDict_Update(out, extra);

@@ -6,6 +6,7 @@
  * entry once, so that the hot path (wrapper.c, the profiled call only) calls it directly.
  */
 #include "module.h"
+#include "flops.h"
 #include "wrapper.h"
 #include <structmember.h>
 
@@ -78,6 +79,9 @@ static PyObject *new_wrapper(tw_module_state *state, PyObject *original, PyObjec
     self->weakrefs = NULL;
     self->api_id = api_id;
     self->kind = (uint32_t)kind;
+    self->flops_kind = tw_flops_kind_of(name);
+    if (self->flops_kind != TW_FLOPS_NONE)
+        self->kind |= TW_KIND_FLOPS;
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
@@ -242,7 +246,7 @@ static PyObject *wrapper_get_api_id(PyObject *op, void *closure)
 
 static PyObject *wrapper_get_kind(PyObject *op, void *closure)
 {
-    return PyLong_FromUnsignedLong(((tw_wrapper_object *)op)->kind);
+    return PyLong_FromUnsignedLong(((tw_wrapper_object *)op)->kind & TW_KIND_ALL); /* as given */
 }
 
 /*

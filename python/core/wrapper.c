@@ -14,6 +14,7 @@
  */
 #include "module.h"
 #include "backward.h"
+#include "flops.h"
 #include "wrapper.h"
 
 
@@ -287,8 +288,12 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
         Py_XDECREF(token);
         return result;
     }
+    tw_torch_flops_node_t nodes[TW_TORCH_FLOPS_NODES];
+    unsigned n_nodes = 0;
+    if ((kind & TW_KIND_FLOPS) && frame != NULL && result != NULL)
+        n_nodes = tw_flops_measure(self->flops_kind, frame, args, nargsf, kwnames, result, nodes);
     if (TW_UNLIKELY(tw_active.seq_peek != NULL) && frame != NULL)
-        tw_backward_link_call(t, frame); /* the autograd nodes this call created are its own */
+        tw_backward_link_call(t, frame, nodes, n_nodes); /* the autograd nodes this call created are its own */
     tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text, args_len);
 
     if (sampled && result != NULL && hooks->module_exit != NULL) {
@@ -315,7 +320,7 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
  */
 static inline __attribute__((always_inline)) PyObject *
 record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-            PyObject *kwnames, const tw_gpu_hooks_t *gpu, uint32_t module_id)
+            PyObject *kwnames, const tw_gpu_hooks_t *gpu, uint32_t module_id, int flops)
 {
     tw_clock_source_t source = tw_active.clock_source;
     uint32_t args_len = 0;
@@ -353,8 +358,12 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
     /* The call may have ended the session (stop() from inside a profiled call, or from another
      * thread while this one waited for the GIL): then t belongs to a dead session. */
     if (TW_LIKELY(tw_active.gen == gen)) {
+        tw_torch_flops_node_t nodes[TW_TORCH_FLOPS_NODES];
+        unsigned n_nodes = 0;
+        if (flops && frame != NULL && result != NULL) /* a constant 0 on the common path */
+            n_nodes = tw_flops_measure(self->flops_kind, frame, args, nargsf, kwnames, result, nodes);
         if (TW_UNLIKELY(tw_active.seq_peek != NULL) && frame != NULL)
-            tw_backward_link_call(t, frame); /* the autograd nodes this call created are its own */
+            tw_backward_link_call(t, frame, nodes, n_nodes); /* the autograd nodes this call created are its own */
         tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text,
                          args_len);
     }
@@ -368,7 +377,16 @@ static __attribute__((noinline, flatten)) PyObject *
 record_call_gpu(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
                 PyObject *kwnames, const tw_gpu_hooks_t *gpu)
 {
-    return record_call(self, t, gen, args, nargsf, kwnames, gpu, TW_MODULE_NONE);
+    return record_call(self, t, gen, args, nargsf, kwnames, gpu, TW_MODULE_NONE, 0);
+}
+
+/* A call of an API with a FLOP formula while the session counts FLOPs (flops.h): its own copy of the
+ * recorded call, so that the common path carries no FLOP code. */
+static __attribute__((noinline, flatten)) PyObject *
+record_flops_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
+                  PyObject *kwnames)
+{
+    return record_call(self, t, gen, args, nargsf, kwnames, tw_active.gpu, TW_MODULE_NONE, 1);
 }
 
 /*
@@ -396,8 +414,8 @@ record_module_forward(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyO
     }
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     if (TW_UNLIKELY(gpu != NULL))
-        return record_call(self, t, gen, args, nargsf, kwnames, gpu, module_id);
-    return record_call(self, t, gen, args, nargsf, kwnames, NULL, module_id);
+        return record_call(self, t, gen, args, nargsf, kwnames, gpu, module_id, 0);
+    return record_call(self, t, gen, args, nargsf, kwnames, NULL, module_id, 0);
 }
 
 /* Optimizer steps in progress on this thread (recorded or not): the outermost one ends a step. */
@@ -449,6 +467,8 @@ PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_
     if (TW_UNLIKELY(kind != 0)) {
         if (kind == TW_KIND_MODULE_FORWARD)
             return record_module_forward(self, t, gen, args, nargsf, kwnames);
+        if (kind == TW_KIND_FLOPS)
+            return record_flops_call(self, t, gen, args, nargsf, kwnames);
         if (kind & TW_KIND_STEP)
             return optimizer_step(self, t, gen, args, nargsf, kwnames);
         return traced_vectorcall(self, t, gen, args, nargsf, kwnames, kind);
@@ -456,5 +476,5 @@ PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     if (TW_UNLIKELY(gpu != NULL))
         return record_call_gpu(self, t, gen, args, nargsf, kwnames, gpu);
-    return record_call(self, t, gen, args, nargsf, kwnames, NULL, TW_MODULE_NONE);
+    return record_call(self, t, gen, args, nargsf, kwnames, NULL, TW_MODULE_NONE, 0);
 }

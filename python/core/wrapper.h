@@ -17,6 +17,7 @@ typedef struct {
     PyObject *weakrefs;
     uint32_t api_id;
     uint32_t kind;       /* TW_KIND_*: what tracing looks at around a call (module.h) */
+    uint32_t flops_kind; /* tw_flops_kind_t: its FLOP formula (flops.h), TW_FLOPS_NONE for most */
 } tw_wrapper_object;
 
 /* The wrappers' vectorcall entry: the profiled call (wrapper.c). */

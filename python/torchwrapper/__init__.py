@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, List
 from . import _core
 from ._core import MethodWrapper, Session, Wrapper, wrap
 from ._api import TorchWrapper, getAPIName, getAttributes, load_config
+from ._flops import flops_table
 from ._files import STATS_COLUMNS, UPDATES_COLUMNS, Record, load, load_modules, load_sites, load_stats, load_updates
 from ._discover import DEFAULT_EXCLUDE, SKIP_ATTRIBUTES, SKIP_MODULES, Plan, discover, resolve_exclude
 from ._patch import Patcher, resolve
@@ -23,6 +24,7 @@ from ._profile import Profile, profile
 from ._tensor_stats import BUILTIN_METRICS
 from ._tree import call_tree
 from ._diff import DIFF_COLUMNS, diff
+from ._ranks import RANKS_COLUMNS, ranks
 
 __version__ = _core.version
 
@@ -89,9 +91,9 @@ def load_ipython_extension(ipython) -> None:
     load(ipython)
 
 
-__all__ = ["BUILTIN_METRICS", "DIFF_COLUMNS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "diff", "load_modules",
+__all__ = ["BUILTIN_METRICS", "DIFF_COLUMNS", "RANKS_COLUMNS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "diff", "flops_table", "load_modules",
            "load_stats", "load_sites", "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile",
            "Record", "SKIP_ATTRIBUTES",
            "SKIP_MODULES", "Session", "TorchWrapper", "Wrapper", "discover", "getAPIName", "getAttributes",
-           "load", "load_config", "profile", "profile_apis", "records", "region", "resolve", "resolve_exclude", "schema", "sql", "step", "wrap",
+           "load", "load_config", "profile", "profile_apis", "ranks", "records", "region", "resolve", "resolve_exclude", "schema", "sql", "step", "wrap",
            "__version__"]

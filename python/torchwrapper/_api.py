@@ -20,8 +20,10 @@ ENV_PREFIX = "TORCHWRAPPER_"
 CONFIG_FILE_ENV = "TORCHWRAPPER_CONFIG"
 AUTOSTART_ENV = "TORCHWRAPPER_AUTOSTART"  # not a config key: see _autostart.py
 # Not config keys either: where on-demand capture keeps its control files, and the `run` process
-# of a job (so that one capture command reaches every rank).
-NOT_CONFIG_ENV = (CONFIG_FILE_ENV, AUTOSTART_ENV, "TORCHWRAPPER_CONTROL_DIR", "TORCHWRAPPER_RUN_PID")
+# of a job (so that one capture command reaches every rank); and, for tests, an offset planted in this
+# process's clock (src/clock.c), which the alignment of ranks' clocks must measure back.
+NOT_CONFIG_ENV = (CONFIG_FILE_ENV, AUTOSTART_ENV, "TORCHWRAPPER_CONTROL_DIR", "TORCHWRAPPER_RUN_PID",
+                  "TORCHWRAPPER_DEBUG_CLOCK_OFFSET_NS")
 
 # DataFrame columns: the original tool's first, then ours.
 COLUMNS = ORIGINAL_COLUMNS
@@ -119,7 +121,7 @@ class TorchWrapper:
                                 buffer_size=c["buffer_size"], on_full=c["on_full"], manifest={"config": c},
                                 args=c["args"], gpu=c["gpu"], tensor_stats=c["tensor_stats"], track=c["track"],
                                 schedule=c["schedule"], records=c["records"], on_demand=c["on_demand"], sites=c["sites"],
-                                aten=c["aten"],
+                                aten=c["aten"], flops=c["flops"], peak_flops=c["peak_flops"],
                                 metrics=self._metrics if c["tensor_stats"] is not None else None)
         self._call_records = None
         self._profile.start()

@@ -14,7 +14,7 @@ import os
 import warnings
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _core, _outdir, _schema
+from . import _core, _flops, _outdir, _schema
 from ._outdir import MODULES_FILE, RECORD_EXTENSIONS, SITES_FILE_RE, record_files
 
 # Columns and types of every kind, from the one schema (_schema.py; torchwrapper.schema()): the
@@ -156,8 +156,9 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     string there, and module is null for calls that are not module forwards.
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
-    module, step and site, and site_text and input_shapes (typed: int64, bool, str; api is categorical;
-    module is the instance path of an nn.Module forward, "" for the model itself and None for other calls, in CSV files as in JSON ones (the
+    module, step and site, and site_text, flops, flops_total, memory and input_shapes (typed: int64, bool,
+    str; api is categorical; module is the instance path of an nn.Module
+    forward, "" for the model itself and None for other calls, in CSV files as in JSON ones (the
     reader tells the root module's quoted "" from an empty field); files of an older version lack
     it: ""), step (the step the call began in, counted from 0;
     -1 in files written before the column), site (where the program made the call: an id of the sites
@@ -211,7 +212,11 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     frame["api"] = frame["api"].astype("category")
     frame["site_text"] = _site_texts(paths, frame)
     frame["input_shapes"] = frame.pop("input_shapes")   # last: the schema's derived columns' order
-    return original_frame(frame) if original_names else frame
+    if original_names:
+        return original_frame(frame)
+    # the peak MFU is measured against (config peak_flops, or the GPU's): torchwrapper.flops_table()
+    frame.attrs["peak_flops"] = _flops.manifest_peak(records)
+    return frame
 
 
 # The original tool's DataFrame columns first, then ours.

@@ -228,6 +228,7 @@ def _forward_shim(original: Callable, wrapper: Any) -> Callable:
 
     functools.update_wrapper(forward, original)
     forward._torchwrapper_forward = True   # type: ignore[attr-defined]
+    forward.api_name = wrapper.api_name    # type: ignore[attr-defined]  (as a wrapper's)
     return forward
 
 

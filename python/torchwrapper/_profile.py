@@ -16,8 +16,10 @@ import types
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
+from ._clocks import ClockSync
 from ._discover import Plan, discover
 from ._files import read_rows, read_stream, record_files
+from ._flops import peak_flops as _peak_flops
 from ._patch import WRAPPER_TYPES, Patcher
 from ._tensor_stats import StatsOptions
 from ._trace import Tracer
@@ -188,6 +190,12 @@ class Profile:
     otherwise says once why not and profiles CPU time), "on" (the same, but start() raises
     RuntimeError when GPU timing is unavailable) or "off".
 
+    ``flops`` (True, the default): calls of linear, matmul, mm, addmm, bmm, baddbmm, einsum, the
+    convolutions and scaled_dot_product_attention record their FLOPs (``flops``, and ``flops_total``
+    with those of the calls inside; backward nodes their backward's), as FlopCounterMode counts them;
+    ``peak_flops`` (FLOP/s) is what MFU is measured against (default: the known GPUs' table on CUDA,
+    none on a CPU). Needs the libtorch layer (``stats()["flops_unavailable"]`` says why not).
+
     ``aten``: "backward" (the default) records every autograd node a backward pass evaluates
     (AddmmBackward0, ...) as a record of its own, charged to the forward call that created it (its
     ``fwd_call_id`` and ``fwd_api`` columns, and that call's module and site); it needs the libtorch
@@ -206,12 +214,13 @@ class Profile:
                  tensor_stats: Any = None, track: Optional[Sequence[str]] = None,
                  metrics: Optional[Dict[str, Any]] = None, schedule: Optional[Dict[str, Any]] = None,
                  records: Optional[str] = None, on_demand: Any = None, sites: Optional[str] = None,
-                 aten: Optional[str] = None) -> None:
+                 aten: Optional[str] = None, flops: Optional[bool] = None,
+                 peak_flops: Optional[float] = None) -> None:
         given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
                  "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
                  "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
                  "gpu": gpu, "tensor_stats": tensor_stats, "track": track, "schedule": schedule, "records": records,
-                 "on_demand": on_demand, "sites": sites, "aten": aten}
+                 "on_demand": on_demand, "sites": sites, "aten": aten, "flops": flops, "peak_flops": peak_flops}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
         c = json.loads(_core.normalize_config(json.dumps(given, default=_unjsonable), defaults="profile"))
@@ -236,17 +245,20 @@ class Profile:
             per_process_names = rank is not None or bool(os.environ.get("TORCHWRAPPER_AUTOSTART"))
         # The session takes the normalized values (the validator passes them through unchanged).
         output: Dict[str, Any] = {key: c[key] for key in _SESSION_KEYS}
+        # the peak MFU is computed against (reports read it from the manifest)
+        self.peak_flops, self.peak_flops_source = _peak_flops(c["peak_flops"])
         if self.out_dir is not None:
             extra = {"config": dict(c, out_dir=self.out_dir,
                                     exclude=list(exclude) if exclude is not None else "default"),
                      "python": sys.version.split()[0], "torch": _torch_version(),
-                     "argv": list(getattr(sys, "argv", []))}
+                     "argv": list(getattr(sys, "argv", [])),
+                     "peak_flops": self.peak_flops, "peak_flops_source": self.peak_flops_source}
             extra.update(manifest or {})
             output.update(out_dir=self.out_dir, rank=-1 if rank is None else rank,
                           manifest=json.dumps(extra, default=str), per_process_names=per_process_names)
         if c["gpu"] != "off":
             output.update(gpu_device=_cuda_available(), cupti_paths=cupti_candidates())
-        if c["aten"] != "off" or c["args"] == "summary":   # nodes, and tensors' summaries read in C++
+        if c["aten"] != "off" or c["args"] == "summary" or c["flops"]:   # nodes, summaries and FLOPs: C++
             output.update(torch_layer=_torch_layer())
         self.tracer = Tracer(self.out_dir, stats=stats, track=c["track"], format=c["format"],
                              flush_interval=c["flush_interval"])
@@ -256,6 +268,7 @@ class Profile:
         self._registries = _TorchRegistries()
         self._modules_before: frozenset = frozenset()
         self.timings: Dict[str, float] = {}
+        self._clocks: Optional[ClockSync] = None
 
     def start(self) -> "Profile":
         import torch  # noqa: F401  (discovery needs torch imported)
@@ -292,6 +305,13 @@ class Profile:
             self.tracer.wrap_module_classes()
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
             self.tracer.attach(self.session)
+            if self.out_dir is not None:
+                # the clock's offset to rank 0's, in the manifest (now, or once the group is up)
+                self._clocks = ClockSync(self.session)
+                try:
+                    self._clocks.attach()
+                except Exception:  # never the program's failure: the manifest then has no offset
+                    pass
             if self.tracer.stats is not None:
                 self.tracer.stats.check_globs((), self._module_class_names(), final=False)
         except BaseException:
@@ -317,6 +337,9 @@ class Profile:
     def stop(self) -> None:
         if not self.session.active:
             return
+        if self._clocks is not None:
+            self._clocks.detach()
+            self._clocks = None
         self.tracer.finish()
         self.session.stop()
         self.tracer.close()

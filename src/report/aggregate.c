@@ -18,6 +18,7 @@
 #include "torchwrapper/stats.h"
 
 #include "aggregate.h"
+#include "flame.h"
 #include "table.h"
 
 #define SITE_APIS_SHOWN 4 /* APIs listed per site in --by site; more are counted as "+N more" */
@@ -54,6 +55,11 @@ typedef struct aggregate {
     group_table_t groups;
     group_table_t api_names; /* --by parent: the child's API, interned */
     pending_table_t pending;
+    /* --by module: the model's label (its class, as its forward's rows name it) and what the backward
+     * nodes charged to the model itself, or to any module in it, add to it (the model's row holds
+     * every module's backward FLOPs); added to its group once the rows are all in (settle) */
+    char root_label[256];
+    uint64_t root_bwd_flops, root_node_bwd_ns;
 } aggregate_t;
 
 /* ---- --by parent's children waiting for their parent --------------------------------------------- */
@@ -192,9 +198,49 @@ static group_t *group_for(aggregate_t *a, const char *fmt, ...)
 }
 
 /* 0, or TW_ENOMEM when g is NULL (no memory for it) or its histogram could not grow. */
-static int count_in(group_t *g, uint64_t cost, uint64_t self, uint64_t gpu, int error)
+static int count_in(group_t *g, uint64_t cost, uint64_t self, uint64_t gpu, int error, uint64_t flops)
 {
-    return g == NULL || tw_api_stats_add(&g->stats, cost, self, gpu, error) != 0 ? TW_ENOMEM : 0;
+    if (g == NULL || tw_api_stats_add(&g->stats, cost, self, gpu, error) != 0)
+        return TW_ENOMEM;
+    g->flops += flops;
+    return 0;
+}
+
+/*
+ * --by module: a module's forward calls count in its group (their flops_total: the FLOPs of the calls
+ * inside), and each backward node charged to a module adds its time to that module's bwd and its
+ * FLOPs to that module's and to every module around it (the path's prefixes, and the model).
+ */
+static int module_row(aggregate_t *a, const tw_row_t *row, uint64_t gpu)
+{
+    const char *label;
+    size_t len = report_module_label(row, &label);
+    if (row->fwd_call_id == 0) {
+        if (len == 0) /* not a module's forward */
+            return 0;
+        if (row->module.len == 0 && row->has_module == 1 && a->root_label[0] == '\0')
+            snprintf(a->root_label, sizeof a->root_label, "%.*s", (int)len, label);
+        return count_in(report_group_get(&a->groups, label, len), row->cost_ns, row->self_ns, gpu, row->error,
+                        row->flops_total);
+    }
+    if (row->has_module != 1)
+        return 0;
+    a->root_bwd_flops += row->flops;
+    if (row->module.len == 0) { /* the model's own */
+        a->root_node_bwd_ns += row->cost_ns;
+        return 0;
+    }
+    for (size_t end = 0; end < row->module.len; end++) {
+        if (end + 1 != row->module.len && row->module.ptr[end + 1] != '.')
+            continue;
+        group_t *g = report_group_get(&a->groups, row->module.ptr, end + 1);
+        if (g == NULL)
+            return TW_ENOMEM;
+        g->bwd_flops += row->flops;
+        if (end + 1 == row->module.len)
+            g->bwd_ns += row->cost_ns;
+    }
+    return 0;
 }
 
 static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
@@ -222,13 +268,15 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
     int rc = 0;
     switch (by) {
     case BY_API:
-        rc = count_in(report_group_get(&a->groups, api, (size_t)api_len), row->cost_ns, row->self_ns, gpu, row->error);
+        rc = count_in(report_group_get(&a->groups, api, (size_t)api_len), row->cost_ns, row->self_ns, gpu, row->error,
+                      row->flops);
         if (row->fwd_call_id != 0 && row->fwd_api.len > 0) { /* an autograd node: its cost is its forward API's bwd */
             group_t *f = report_group_get(&a->groups, row->fwd_api.ptr,
                                           row->fwd_api.len < 1000 ? row->fwd_api.len : 1000);
-            if (f != NULL)
+            if (f != NULL) {
                 f->bwd_ns += row->cost_ns;
-            else
+                f->bwd_flops += row->flops;
+            } else
                 rc = TW_ENOMEM;
         }
         break;
@@ -242,15 +290,15 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         else
             k = tw_format_i64(k, row->pid);
         rc = count_in(report_group_get(&a->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu,
-                      row->error);
+                      row->error, row->flops);
         break;
     case BY_STEP:
         if (row->step < 0) {
-            rc = count_in(group_for(a, "(no step)"), row->cost_ns, row->self_ns, gpu, row->error);
+            rc = count_in(group_for(a, "(no step)"), row->cost_ns, row->self_ns, gpu, row->error, row->flops);
         } else {
             k = tw_format_i64(k, row->step);
             rc = count_in(report_group_get(&a->groups, key, (size_t)(k - key)), row->cost_ns, row->self_ns, gpu,
-                          row->error);
+                          row->error, row->flops);
         }
         break;
     case BY_SHAPE: {
@@ -266,7 +314,8 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
             shape[n] = ' ';
             n += 1 + (size_t)len;
         }
-        rc = count_in(report_group_get(&a->groups, shape, n), row->cost_ns, row->self_ns, gpu, row->error);
+        rc = count_in(report_group_get(&a->groups, shape, n), row->cost_ns, row->self_ns, gpu, row->error,
+                      row->flops);
         break;
     }
     case BY_SITE: {
@@ -274,17 +323,22 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         int n = site_key(a, row, site, sizeof site);
         group_t *g = report_group_get(&a->groups, site, n < (int)sizeof site ? (size_t)n : sizeof site - 1);
         if (row->fwd_call_id != 0) { /* an autograd node charged to the site of its forward call: its bwd */
-            if (g != NULL)
+            if (g != NULL) {
                 g->bwd_ns += row->cost_ns;
-            else
+                g->bwd_flops += row->flops;
+            } else {
                 rc = TW_ENOMEM;
+            }
             break;
         }
-        rc = count_in(g, row->cost_ns, row->self_ns, gpu, row->error);
+        rc = count_in(g, row->cost_ns, row->self_ns, gpu, row->error, row->flops);
         if (g != NULL)
             site_note_api(g, api, (size_t)api_len);
         break;
     }
+    case BY_MODULE:
+        rc = module_row(a, row, gpu);
+        break;
     case BY_PARENT: {
         group_t *self_api = report_group_get(&a->api_names, api, (size_t)api_len);
         if (self_api == NULL)
@@ -293,12 +347,13 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         if (p != NULL) {
             for (size_t i = 0; i < p->count; i++)
                 if (count_in(group_for(a, "%s > %s", self_api->key, p->children[i].api->key), p->children[i].cost_ns,
-                             p->children[i].self_ns, 0, p->children[i].error) != 0)
+                             p->children[i].self_ns, 0, p->children[i].error, 0) != 0)
                     rc = TW_ENOMEM;
             pending_remove(&a->pending, p);
         }
         if (row->parent_id == 0) {
-            if (count_in(group_for(a, "%s", self_api->key), row->cost_ns, row->self_ns, gpu, row->error) != 0)
+            if (count_in(group_for(a, "%s", self_api->key), row->cost_ns, row->self_ns, gpu, row->error,
+                         row->flops) != 0)
                 rc = TW_ENOMEM;
         } else {
             pending_child_t child = {self_api, row->cost_ns, row->self_ns, row->error};
@@ -323,7 +378,7 @@ static int aggregate_settle(report_sink_t *sink)
             continue;
         for (size_t k = 0; k < p->count; k++)
             if (count_in(group_for(a, "(not recorded) > %s", p->children[k].api->key), p->children[k].cost_ns,
-                         p->children[k].self_ns, 0, p->children[k].error) != 0)
+                         p->children[k].self_ns, 0, p->children[k].error, 0) != 0)
                 rc = TW_ENOMEM;
         free(p->children);
     }
@@ -331,6 +386,14 @@ static int aggregate_settle(report_sink_t *sink)
     memset(&a->pending, 0, sizeof a->pending);
     if (a->o->by == BY_SITE)
         site_keys_finish(a);
+    if (a->o->by == BY_MODULE && a->root_label[0] != '\0') {
+        group_t *root = report_group_get(&a->groups, a->root_label, strlen(a->root_label));
+        if (root == NULL)
+            return TW_ENOMEM;
+        root->bwd_ns += a->root_node_bwd_ns;
+        root->bwd_flops += a->root_bwd_flops;
+        a->root_node_bwd_ns = a->root_bwd_flops = 0;
+    }
     return rc;
 }
 
@@ -354,13 +417,21 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
             continue;
         }
         g->bwd_ns += f->bwd_ns;
+        g->flops += f->flops;
+        g->bwd_flops += f->bwd_flops;
     }
+    if (into->root_label[0] == '\0')
+        memcpy(into->root_label, from->root_label, sizeof into->root_label);
+    into->root_node_bwd_ns += from->root_node_bwd_ns;
+    into->root_bwd_flops += from->root_bwd_flops;
     return rc;
 }
 
 static int aggregate_print(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err)
 {
     aggregate_t *a = (aggregate_t *)sink;
+    if (a->o->ranks)
+        return 0; /* kept for --html's page only: --ranks prints instead */
     return report_print_table(out, err, &a->groups, pass, a->trace);
 }
 

@@ -39,6 +39,7 @@ typedef struct trace {
     uint64_t events;  /* calls written */
     uint64_t skipped; /* calls beyond --limit */
     int64_t origin_ns;
+    size_t proc_hint; /* report_input_proc's: rows come in runs of one process */
     /* Tracks named so far: (pid, tid) pairs; bounded by the threads and streams of the run. */
     struct { int64_t pid; uint64_t tid; } *tracks;
     size_t ntracks, track_capacity;
@@ -247,6 +248,12 @@ static void trace_event(trace_t *t, const tw_row_t *row)
         if (rank >= 0)
             trace_printf(t, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%" PRId64 ",\"tid\":0,\"args\":{\"name\":"
                             "\"rank %" PRId64 " (pid %" PRId64 ")\"}},\n", row->pid, rank, row->pid);
+        const input_proc_t *proc = report_input_proc(in, row->pid, &t->proc_hint);
+        if (proc != NULL && proc->has_clock) /* what the times of this process were moved by, and how exact */
+            trace_printf(t, "{\"ph\":\"M\",\"name\":\"process_labels\",\"pid\":%" PRId64 ",\"tid\":0,\"args\":"
+                            "{\"labels\":\"clock %+.3f ms to rank 0's, within %.3f ms\",\"clock_offset_ns\":%" PRId64
+                            ",\"clock_error_ns\":%" PRId64 "}},\n", row->pid, (double)proc->clock_offset_ns / 1e6,
+                         (double)proc->clock_error_ns / 1e6, proc->clock_offset_ns, proc->clock_error_ns);
         else
             trace_printf(t, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%" PRId64 ",\"tid\":0,\"args\":{\"name\":"
                             "\"pid %" PRId64 "\"}},\n", row->pid, row->pid);
@@ -260,7 +267,8 @@ static void trace_event(trace_t *t, const tw_row_t *row)
             trace_printf(t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%" PRId64 ",\"tid\":%" PRIu64 ",\"args\":"
                             "{\"name\":\"thread %" PRIu64 "\"}},\n", row->pid, tid, tid);
     }
-    int64_t ts = (int64_t)(row->start_ns - (uint64_t)t->origin_ns);
+    /* on rank 0's clock: a rank on another host records the times of its own (clock_sync) */
+    int64_t ts = (int64_t)(row->start_ns - (uint64_t)t->origin_ns) + report_clock_offset(in, row->pid, &t->proc_hint);
     TRACE_LIT(t, "{\"ph\":\"X\",\"name\":");
     if (gpu)
         trace_string(t, row->name.len ? row->name.ptr : row->gpu_kind.ptr, row->name.len ? row->name.len
@@ -382,8 +390,15 @@ int report_chrome_trace_open(const options_t *o, const inputs_t *in, int64_t ori
         free(trace);
         return rc;
     }
+    int64_t clock_error = -1; /* the largest of the processes' clock errors: how well the ranks line up */
+    for (size_t i = 0; i < in->nprocs; i++)
+        if (in->procs[i].has_clock && in->procs[i].clock_error_ns > clock_error)
+            clock_error = in->procs[i].clock_error_ns;
     trace_printf(trace, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"origin_ns\":%" PRId64
-                        ",\"generator\":\"tw-report %s\"},\n\"traceEvents\":[\n", origin_ns, tw_version());
+                        ",\"generator\":\"tw-report %s\"", origin_ns, tw_version());
+    if (clock_error >= 0)
+        trace_printf(trace, ",\"clocks_aligned_to\":\"rank 0\",\"clock_error_ns\":%" PRId64, clock_error);
+    trace_printf(trace, "},\n\"traceEvents\":[\n");
     *sink = &trace->sink;
     return 0;
 }

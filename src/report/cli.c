@@ -19,13 +19,14 @@
     "usage: tw-report [options] OUT_DIR|FILE...\n"                                                                 \
     "Per-API totals and percentiles from TorchWrapper record files (CSV or JSON lines, any number of\n"            \
     "processes and ranks), read in one streaming pass.\n\n"                                                        \
-    "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name\n"                 \
+    "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name, flops\n"          \
     "  --top N           the first N rows only\n"                                                                  \
     "  --by GROUP        api (default), thread, pid, parent (caller > callee), step, site (where the program\n"    \
-    "                    made the calls, with the APIs called there: config sites); no GPU time by step, site, shape;\n"\
-    "                    shape (an API and its input shapes, from the argument summaries: torch.profiler's\n"    \
-    "                    group_by_input_shape); module: the frames of --folded, --flamegraph and --html are\n"    \
-    "                    module paths\n"                                                                          \
+    "                    made the calls, with the APIs called there: config sites); no GPU time by step, site,\n"\
+    "                    shape; shape (an API and its input shapes, from the argument summaries: torch.profiler's\n"\
+    "                    group_by_input_shape); module: a row per module path (its forward calls, the backward\n" \
+    "                    nodes charged to it, FLOPs with those of the modules inside), or with --folded,\n"      \
+    "                    --flamegraph and --html their frames are module paths\n"                                \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \
@@ -50,9 +51,14 @@
     "  --diff BASE       compare the inputs (NEW) with BASE (a directory or file; repeat for more files): per\n"   \
     "                    API, time per step in both runs, the change, and whether it is beyond the step-to-step\n" \
     "                    noise; steps 1 to the last but one unless --steps (warm-up and a cut-off last step)\n"   \
+    "  --ranks           instead of the table: per step and rank the step's time, the skew and the slowest\n"   \
+    "                    rank; the ranks by how often and how much they were slowest; for a rank slower than\n"  \
+    "                    the others beyond noise (--alpha, --min-change), the APIs that explain it; time in\n"   \
+    "                    collectives shown apart, never blamed; times on rank 0's clock (clock_sync)\n"          \
     "  --fail-above PCT  --diff: exit status 1 when a regression beyond noise exceeds PCT percent of BASE's step\n" \
-    "  --alpha P         --diff: the significance level of the per-step test (default 0.001)\n"                   \
-    "  --min-change PCT  --diff: changes under PCT percent of BASE's step time are not flagged (default 4)\n"          \
+    "  --alpha P         --diff, --ranks: the significance level of the per-step test (default 0.001)\n"                   \
+    "  --min-change PCT  --diff, --ranks: changes under PCT percent of BASE's (the median rank's) step time\n"   \
+    "                    are not flagged (default 4)\n"          \
     "  -j, --jobs N      read on N threads (default: the number of online CPUs; 1: one thread); the output\n"    \
     "                    is the same for any N. Files over 32 MiB are read in ranges. Only the table --by\n"     \
     "                    api, thread, pid, step or shape: the other outputs, and --diff, are read on one\n"      \
@@ -204,7 +210,7 @@ static int parse_diff_option(const char *name, size_t name_len, const char *valu
 int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, FILE *err)
 {
     static const char *const sorts[] = {"total", "self", "gpu", "calls", "mean", "min", "max", "p50", "p95", "p99",
-                                        "name"};
+                                        "name", "flops"};
     static const char *const bys[] = {"api", "thread", "pid", "parent", "step", "site", "shape"};
     static const char *const formats[] = {"table", "csv", "json", "markdown"};
     memset(o, 0, sizeof *o);
@@ -226,6 +232,10 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         }
         if (a[0] != '-' || a[1] == '\0') {
             o->inputs[o->ninputs++] = a;
+            continue;
+        }
+        if (strcmp(a, "--ranks") == 0) { /* the one option without a value */
+            o->ranks = 1;
             continue;
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -274,14 +284,14 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         } else if (IS("--by") && strcmp(value, "module") == 0) {
             o->frames_by_module = 1;
         } else if (IS("--sort")) {
-            if ((k = pick(value, sorts, 11)) < 0)
+            if ((k = pick(value, sorts, 12)) < 0)
                 return usage_error(err, "--sort '%s' is not accepted: give total, self, gpu, calls, mean, min, max, "
-                                        "p50, p95, p99 or name", value);
+                                        "p50, p95, p99, name or flops", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
             if ((k = pick(value, bys, 7)) < 0)
                 return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site, shape "
-                                        "or module (module: with --folded, --flamegraph or --html)", value);
+                                        "or module", value);
             o->by = (group_by_t)k;
             o->frames_by_module = 0;
         } else if (IS("--format")) {
@@ -342,12 +352,14 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         return usage_error(err, "no input: give an output directory or record files");
     /* --folded, --flamegraph, --html: stacks of API names, or of module paths */
     int stacks = o->folded || o->flamegraph || o->html;
-    if (o->frames_by_module && !stacks)
-        return usage_error(err, "--by module shapes --folded, --flamegraph and --html (module paths as frames); "
-                                "give one of them, or --by api, thread, pid, parent, step, site or shape for the table");
+    if (o->frames_by_module && !stacks) /* no stacks: the table, a row per module */
+        o->by = BY_MODULE;
     if (stacks && (o->by != BY_API || o->tree_step >= 0))
         return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
                                 "and not --tree");
+    if (o->ranks && (o->ndiff_base > 0 || o->tree_step >= 0 || o->by != BY_API || o->frames_by_module))
+        return usage_error(err, "--ranks compares ranks per step and API: it does not go with %s",
+                           o->ndiff_base > 0 ? "--diff" : o->tree_step >= 0 ? "--tree" : "--by");
     if (o->ndiff_base > 0 && (o->tree_step >= 0 || o->trace != NULL || o->has_window || o->by != BY_API || o->folded ||
                               o->flamegraph || o->frames_by_module))
         return usage_error(err, "--diff compares per API and step: it does not go with %s",

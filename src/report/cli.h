@@ -12,10 +12,10 @@
 
 #define MAX_FILTERS 32
 
-typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT, BY_STEP, BY_SITE, BY_SHAPE } group_by_t;
+typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT, BY_STEP, BY_SITE, BY_SHAPE, BY_MODULE } group_by_t;
 typedef enum { OUT_TABLE, OUT_CSV, OUT_JSON, OUT_MARKDOWN } out_format_t;
 typedef enum { SORT_TOTAL, SORT_SELF, SORT_GPU, SORT_CALLS, SORT_MEAN, SORT_MIN, SORT_MAX, SORT_P50, SORT_P95,
-               SORT_P99, SORT_NAME } sort_key_t;
+               SORT_P99, SORT_NAME, SORT_FLOPS } sort_key_t;
 
 typedef struct options {
     int help; /* --help was printed: nothing else to do */
@@ -50,6 +50,7 @@ typedef struct options {
     size_t ndiff_base;
     double diff_fail_above, diff_alpha, diff_min_change; /* diff_alpha 0: the default */
     int diff_fail_above_given, diff_min_change_given;
+    int ranks; /* --ranks: per step and rank, the stragglers and why (ranks.c) */
     /* -j N: threads reading the files (jobs.c); 1: one pass on the calling thread, as before -j */
     unsigned jobs;
 } options_t;

@@ -19,6 +19,8 @@ typedef struct group {
     uint64_t hash;
     tw_api_stats_t stats;
     uint64_t bwd_ns;     /* the autograd nodes charged to this group's calls (--by api, site; modules) */
+    uint64_t flops;      /* its records' own FLOPs (config flops); modules: their forwards' flops_total */
+    uint64_t bwd_flops;  /* those of the autograd nodes charged to its calls (as bwd_ns) */
     char *detail;        /* --by site: the APIs called there (aggregate.c) */
     size_t detail_count;
 } group_t;

@@ -21,7 +21,9 @@
 #include "torchwrapper/stats.h"
 
 #include "aggregate.h"
+#include "ranks.h"
 #include "flame.h"
+#include "table.h"
 #include "groups.h"
 #include "html.h"
 #include "util.h"
@@ -44,11 +46,16 @@ typedef struct html {
     report_sink_t sink;
     const char *path;
     const report_sink_t *flame, *aggregate; /* the flame graph, and the per-API table */
+    report_sink_t *ranks;                   /* --ranks: its section (NULL: none) */
     uint64_t *step_ns; /* per step, the cost of the outermost calls of every process */
     int64_t nsteps, step_capacity;
     process_t *processes;
     size_t nprocesses, process_capacity, last;
     group_table_t modules;
+    /* FLOPs of the backward nodes charged to the model itself or to any module in it, and the
+     * model's label: the modules' backward FLOPs include those of the modules inside them */
+    uint64_t root_bwd_flops;
+    char root_label[256];
     uint64_t first_ns, last_ns; /* the span of the calls */
     int oom;
 } html_t;
@@ -128,10 +135,28 @@ static int html_row(report_sink_t *sink, const tw_row_t *row, int kept)
     size_t len = report_module_label(row, &label);
     if (len > 0) {
         group_t *g = report_group_get(&h->modules, label, len);
-        if (g != NULL && row->fwd_call_id != 0) /* an autograd node charged to the module: its backward */
+        if (g != NULL && row->fwd_call_id != 0) { /* an autograd node charged to the module: its backward */
             g->bwd_ns += row->cost_ns;
-        else if (g == NULL || tw_api_stats_add(&g->stats, row->cost_ns, row->self_ns, row->gpu_ns, row->error) != 0)
+        } else if (g == NULL || tw_api_stats_add(&g->stats, row->cost_ns, row->self_ns, row->gpu_ns, row->error) != 0) {
             h->oom = 1;
+        } else {
+            g->flops += row->flops_total; /* the FLOPs of the calls inside its forward */
+            if (row->module.len == 0 && row->has_module == 1 && h->root_label[0] == '\0')
+                snprintf(h->root_label, sizeof h->root_label, "%.*s", (int)len, label);
+        }
+    }
+    if (row->fwd_call_id != 0 && row->flops != 0 && row->has_module == 1) {
+        /* a node's backward FLOPs count for its module and every module around it: the path's prefixes */
+        h->root_bwd_flops += row->flops;
+        for (size_t end = 0; end < row->module.len; end++) {
+            if (end + 1 != row->module.len && row->module.ptr[end + 1] != '.')
+                continue;
+            group_t *m = report_group_get(&h->modules, row->module.ptr, end + 1);
+            if (m == NULL)
+                h->oom = 1;
+            else
+                m->bwd_flops += row->flops;
+        }
     }
     return h->oom ? TW_ENOMEM : 0;
 }
@@ -331,9 +356,16 @@ static void section_apis(FILE *out, const page_t *pg)
           "total ms</th><th class=\"num\">self ms</th>", out);
     if (gpu)
         fputs("<th class=\"num\">gpu ms</th>", out);
+    int any_flops = 0;
+    for (size_t i = 0; i < n; i++)
+        any_flops |= (order[i]->flops | order[i]->bwd_flops) != 0;
+    double peak = pg->pass->in->info.peak_flops;
     fputs("<th class=\"num\">mean us</th><th class=\"num\">p50 us</th><th class=\"num\">p95 us</th>"
-          "<th class=\"num\">p99 us</th><th class=\"num\">max us</th><th class=\"num\">share %</th></tr></thead>"
-          "<tbody>\n", out);
+          "<th class=\"num\">p99 us</th><th class=\"num\">max us</th><th class=\"num\">share %</th>", out);
+    if (any_flops) /* forward and the charged nodes' backward, as tw-report's table */
+        fprintf(out, "<th class=\"num\">GFLOP</th><th class=\"num\">TFLOP/s</th>%s",
+                peak > 0 ? "<th class=\"num\">MFU %</th>" : "");
+    fputs("</tr></thead><tbody>\n", out);
     for (size_t i = 0; i < shown; i++) {
         const tw_api_stats_t *s = &order[i]->stats;
         fputs("<tr><td>", out);
@@ -356,7 +388,17 @@ static void section_apis(FILE *out, const page_t *pg)
         us(out, tw_stats_percentile(s, 0.99));
         fputs("</td><td>", out);
         us(out, s->max_ns);
-        fprintf(out, "</td><td>%.1f</td></tr>\n", all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0);
+        fprintf(out, "</td><td>%.1f", all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0);
+        if (any_flops && (order[i]->flops | order[i]->bwd_flops) != 0) {
+            double rate = report_flop_rate(order[i], BY_API);
+            fprintf(out, "</td><td>%.4g</td><td>%.4g", (double)(order[i]->flops + order[i]->bwd_flops) / 1e9,
+                    rate / 1e12);
+            if (peak > 0)
+                fprintf(out, "</td><td>%.2f", 100.0 * rate / peak);
+        } else if (any_flops) {
+            fputs(peak > 0 ? "</td><td></td><td></td><td>" : "</td><td></td><td>", out);
+        }
+        fputs("</td></tr>\n", out);
     }
     fputs("</tbody></table></div></section>\n", out);
     free(order);
@@ -535,17 +577,30 @@ static void section_modules(FILE *out, const page_t *pg)
     group_t **order = sorted_groups(&h->modules, compare_total, &ignored);
     if (order == NULL)
         return;
-    size_t n = h->modules.count, shown = n < HTML_MAX_MODULES ? n : HTML_MAX_MODULES;
-    uint64_t top = order[0]->stats.total_ns;
+    /* groups made only for backward FLOPs (a ModuleList, whose forward never runs) are not shown */
+    size_t n = 0;
+    int any_flops = 0;
+    for (size_t i = 0; i < h->modules.count; i++) {
+        if (order[i]->stats.calls > 0)
+            order[n++] = order[i];
+        any_flops |= (order[i]->flops | order[i]->bwd_flops) != 0;
+    }
+    size_t shown = n < HTML_MAX_MODULES ? n : HTML_MAX_MODULES;
+    uint64_t top = n > 0 ? order[0]->stats.total_ns : 0;
+    double peak = pg->pass->in->info.peak_flops;
     fprintf(out, "<section id=\"modules\"><h2>Modules (top %zu of %zu)</h2>\n<p class=\"note\">Each module's "
                  "forward calls: total includes the modules and calls inside it; the model is named by its "
-                 "class; bwd: the autograd nodes its forward created, in backward passes.</p>\n"
+                 "class; bwd: the autograd nodes its forward created, in backward passes.%s</p>\n"
                  "<table class=\"sortable\" id=\"module-table\"><thead><tr><th>module</th>"
                  "<th class=\"num\">calls</th><th class=\"num\" data-dir=\"desc\">total ms</th>"
                  "<th class=\"num\">self ms</th><th class=\"num\">bwd ms</th><th class=\"num\">mean us</th>"
-                 "<th class=\"num\">p95 us</th>"
+                 "<th class=\"num\">p95 us</th>%s%s"
                  "<th style=\"width:25%%\"></th></tr></thead><tbody>\n",
-            shown, n);
+            shown, n,
+            any_flops ? " GFLOP: its forward calls' and the backward nodes' of it and of the modules inside it; "
+                        "TFLOP/s: its forward calls' FLOPs over their time" : "",
+            any_flops ? "<th class=\"num\">GFLOP</th><th class=\"num\">fwd TFLOP/s</th>" : "",
+            any_flops && peak > 0 ? "<th class=\"num\">fwd MFU %</th>" : "");
     for (size_t i = 0; i < shown; i++) {
         const tw_api_stats_t *s = &order[i]->stats;
         fputs("<tr><td>", out);
@@ -560,6 +615,15 @@ static void section_modules(FILE *out, const page_t *pg)
         us(out, s->calls ? s->total_ns / s->calls : 0);
         fputs("</td><td>", out);
         us(out, tw_stats_percentile(s, 0.95));
+        if (any_flops) {
+            uint64_t bwd = order[i]->bwd_flops;
+            if (strcmp(order[i]->key, h->root_label) == 0) /* the model: every node charged in it */
+                bwd = h->root_bwd_flops;
+            double rate = s->total_ns ? (double)order[i]->flops * 1e9 / (double)s->total_ns : 0.0;
+            fprintf(out, "</td><td>%.4g</td><td>%.4g", (double)(order[i]->flops + bwd) / 1e9, rate / 1e12);
+            if (peak > 0)
+                fprintf(out, "</td><td>%.2f", 100.0 * rate / peak);
+        }
         fprintf(out, "</td><td><div class=\"bar\" style=\"width:%.1f%%\"></div></td></tr>\n",
                 top ? 100.0 * (double)s->total_ns / (double)top : 0.0);
     }
@@ -624,6 +688,8 @@ static int html_write(report_sink_t *sink, const report_pass_t *pass, FILE *err)
     int rc = section_flame(out, &page);
     section_apis(out, &page);
     section_processes(out, &page);
+    if (h->ranks != NULL)
+        report_ranks_write_html(report_ranks_result(h->ranks), out);
     section_modules(out, &page);
     section_gpu(out, &page);
     fputs("</main>\n", out);
@@ -648,7 +714,7 @@ static const report_sink_ops_t html_ops = {
 };
 
 int report_html_open(const options_t *o, const report_sink_t *flame, const report_sink_t *aggregate,
-                     report_sink_t **sink)
+                     report_sink_t *ranks, report_sink_t **sink)
 {
     html_t *h = calloc(1, sizeof *h);
     if (h == NULL)
@@ -657,6 +723,7 @@ int report_html_open(const options_t *o, const report_sink_t *flame, const repor
     h->path = o->html;
     h->flame = flame;
     h->aggregate = aggregate;
+    h->ranks = ranks;
     h->first_ns = UINT64_MAX;
     *sink = &h->sink;
     return 0;

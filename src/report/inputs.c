@@ -39,6 +39,59 @@ static void copy_string(char *to, size_t size, const cJSON *item)
         snprintf(to, size, "%s", item->valuestring);
 }
 
+/* The measured offset of clock_sync with the least error ("start", "stop"); 0 when none. */
+static int best_clock(const cJSON *sync, int64_t *offset, int64_t *error)
+{
+    int found = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, sync)
+    {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(m, "offset_ns");
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(m, "error_ns");
+        if (!cJSON_IsNumber(o) || !cJSON_IsNumber(e) || e->valuedouble < 0)
+            continue;
+        if (!found || (int64_t)e->valuedouble < *error) {
+            *offset = (int64_t)o->valuedouble;
+            *error = (int64_t)e->valuedouble;
+            found = 1;
+        }
+    }
+    return found;
+}
+
+static void add_proc(inputs_t *in, const cJSON *root)
+{
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(root, "pid");
+    const cJSON *rank = cJSON_GetObjectItemCaseSensitive(root, "rank");
+    if (!cJSON_IsNumber(pid))
+        return;
+    if (in->nprocs == in->procs_capacity) {
+        size_t capacity = in->procs_capacity ? 2 * in->procs_capacity : 16;
+        input_proc_t *bigger = realloc(in->procs, capacity * sizeof *bigger);
+        if (bigger == NULL)
+            return; /* a process without its rank: its rows are still read */
+        in->procs = bigger;
+        in->procs_capacity = capacity;
+    }
+    input_proc_t *p = &in->procs[in->nprocs++];
+    *p = (input_proc_t){.pid = (int64_t)pid->valuedouble, .rank = cJSON_IsNumber(rank) ? (int64_t)rank->valuedouble : -1};
+    p->has_clock = best_clock(cJSON_GetObjectItemCaseSensitive(root, "clock_sync"), &p->clock_offset_ns,
+                              &p->clock_error_ns);
+}
+
+const input_proc_t *report_input_proc(const inputs_t *in, int64_t pid, size_t *hint)
+{
+    if (hint != NULL && *hint < in->nprocs && in->procs[*hint].pid == pid)
+        return &in->procs[*hint];
+    for (size_t i = 0; i < in->nprocs; i++)
+        if (in->procs[i].pid == pid) {
+            if (hint != NULL)
+                *hint = i;
+            return &in->procs[i];
+        }
+    return NULL;
+}
+
 /* Notes a manifest's start time, rank and what --html's summary shows; a manifest that does not
  * parse is simply not used. */
 static void read_manifest(inputs_t *in, const char *path)
@@ -78,6 +131,7 @@ static void read_manifest(inputs_t *in, const char *path)
         in->rank_pids[in->nranks++][1] = (int64_t)rank->valuedouble;
     }
     if (cJSON_IsObject(root)) {
+        add_proc(in, root);
         struct run_info *info = &in->info;
         const cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
         const cJSON *written = cJSON_GetObjectItemCaseSensitive(root, "records_written");
@@ -92,6 +146,9 @@ static void read_manifest(inputs_t *in, const char *path)
                     cJSON_GetObjectItemCaseSensitive(root, "torchwrapper"));
         info->written += cJSON_IsNumber(written) && written->valuedouble > 0 ? (uint64_t)written->valuedouble : 0;
         info->dropped += cJSON_IsNumber(dropped) && dropped->valuedouble > 0 ? (uint64_t)dropped->valuedouble : 0;
+        const cJSON *peak = cJSON_GetObjectItemCaseSensitive(root, "peak_flops");
+        if (cJSON_IsNumber(peak) && peak->valuedouble > 0 && info->peak_flops == 0)
+            info->peak_flops = peak->valuedouble;
         info->manifests++;
     }
     cJSON_Delete(root);
@@ -218,4 +275,5 @@ void report_free_inputs(inputs_t *in)
     for (size_t i = 0; i < in->count; i++)
         free(in->files[i].path);
     free(in->files);
+    free(in->procs);
 }

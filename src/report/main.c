@@ -30,6 +30,7 @@
 #include "inputs.h"
 #include "jobs.h"
 #include "pass.h"
+#include "ranks.h"
 #include "sink.h"
 #include "tree.h"
 
@@ -105,8 +106,8 @@ static int find_origin(pass_t *p, inputs_t *in, FILE *err)
  */
 int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const report_sites_t *sites, FILE *err)
 {
-    report_sink_t *trace = NULL, *flame = NULL, *html = NULL, *tree = NULL, *aggregate = NULL;
-    int rc;
+    report_sink_t *trace = NULL, *flame = NULL, *html = NULL, *tree = NULL, *aggregate = NULL, *ranks = NULL;
+    int rc = 0;
     if (o->trace != NULL && (rc = report_chrome_trace_open(o, in, in->origin_ns, &trace, err)) != 0)
         return rc; /* it said what failed */
     if (trace != NULL && o->tree_step >= 0)
@@ -114,15 +115,18 @@ int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const r
     if (o->tree_step >= 0) {
         rc = report_tree_new(o, sites, &tree);
     } else {
-        rc = report_aggregate_new(o, sites, p->out.have_gpu_files, trace, &aggregate);
+        if (o->ranks)
+            rc = report_ranks_new(o, in, &ranks);
+        if (rc == 0 && (!o->ranks || o->html)) /* --ranks prints instead of the table; --html shows both */
+            rc = report_aggregate_new(o, sites, p->out.have_gpu_files, trace, &aggregate);
         if (rc == 0 && (o->folded || o->flamegraph || o->html))
             rc = report_flame_open(o, sites, &flame);
         if (rc == 0 && o->html)
-            rc = report_html_open(o, flame, aggregate, &html);
+            rc = report_html_open(o, flame, aggregate, ranks, &html);
     }
     if (rc != 0)
         fprintf(err, "tw-report: %s\n", tw_strerror(rc));
-    report_sink_t *const order[] = {flame, html, trace, tree, aggregate};
+    report_sink_t *const order[] = {flame, html, trace, tree, aggregate, ranks};
     for (size_t i = 0; i < sizeof order / sizeof *order; i++)
         if (order[i] != NULL)
             p->sinks[p->nsinks++] = order[i];

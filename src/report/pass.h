@@ -18,7 +18,7 @@
 #include "site_texts.h"
 #include "sink.h"
 
-#define REPORT_MAX_SINKS 5
+#define REPORT_MAX_SINKS 6
 
 typedef struct pass {
     report_pass_t out;    /* what the sinks' outputs read */

@@ -27,6 +27,7 @@ static uint64_t sort_value(const group_t *g, sort_key_t key)
     case SORT_P50: return tw_stats_percentile(s, 0.50);
     case SORT_P95: return tw_stats_percentile(s, 0.95);
     case SORT_P99: return tw_stats_percentile(s, 0.99);
+    case SORT_FLOPS: return g->flops + g->bwd_flops;
     default: return s->total_ns;
     }
 }
@@ -49,23 +50,43 @@ static int compare_groups(const void *a, const void *b, void *arg)
 
 typedef struct row_values {
     const char *key;
-    uint64_t calls, errors, total, self, gpu, mean, min, p50, p95, p99, max, bwd;
-    double share;
+    uint64_t calls, errors, total, self, gpu, mean, min, p50, p95, p99, max, bwd, flops, bwd_flops;
+    double share, flop_s, mfu; /* mfu < 0: no peak known */
 } row_values_t;
 
-static row_values_t values_of(const group_t *g, uint64_t all_self)
+/*
+ * Achieved FLOP/s of a group (config flops): on a GPU, its own records' FLOPs over their GPU time
+ * (autograd nodes are groups of their own there); else its FLOPs with those of the nodes charged to
+ * it over its calls' time and the nodes' (--by api, site), or over its self time for groups of
+ * whole call trees (step, pid, thread: their total counts nested calls more than once). A module:
+ * its forward calls' FLOPs over their time (its backward's are spread over nodes of many modules).
+ */
+double report_flop_rate(const group_t *g, group_by_t by)
 {
     const tw_api_stats_t *s = &g->stats;
+    if (by == BY_MODULE)
+        return s->total_ns ? (double)g->flops * 1e9 / (double)s->total_ns : 0.0;
+    if (s->gpu_ns > 0)
+        return (double)g->flops * 1e9 / (double)s->gpu_ns;
+    uint64_t ns = by == BY_API || by == BY_SITE || by == BY_PARENT ? s->total_ns + g->bwd_ns : s->self_ns;
+    return ns ? (double)(g->flops + g->bwd_flops) * 1e9 / (double)ns : 0.0;
+}
+
+static row_values_t values_of(const group_t *g, uint64_t all_self, group_by_t by, double peak)
+{
+    const tw_api_stats_t *s = &g->stats;
+    double rate = report_flop_rate(g, by);
     return (row_values_t){g->key, s->calls, s->errors, s->total_ns, s->self_ns, s->gpu_ns,
                           s->calls ? s->total_ns / s->calls : 0, s->min_ns, tw_stats_percentile(s, 0.50),
                           tw_stats_percentile(s, 0.95), tw_stats_percentile(s, 0.99), s->max_ns, g->bwd_ns,
-                          all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0};
+                          g->flops, g->bwd_flops, all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0,
+                          rate, peak > 0 ? 100.0 * rate / peak : -1.0};
 }
 
 static const char *group_title(group_by_t by)
 {
     return by == BY_THREAD ? "pid/thread" : by == BY_PID ? "pid" : by == BY_PARENT ? "caller > api"
-           : by == BY_STEP ? "step" : by == BY_SITE ? "site: APIs called there"
+           : by == BY_STEP ? "step" : by == BY_SITE ? "site: APIs called there" : by == BY_MODULE ? "module"
            : by == BY_SHAPE ? "api [input shapes]" : "api";
 }
 
@@ -159,29 +180,43 @@ fail:
     return NULL;
 }
 
+/* Whether the table shows column c (of print_rows' heads). */
+static int shown_column(int c, int any_bwd, int any_gpu, int any_flops, double peak)
+{
+    return (c != 3 || any_bwd) && (c != 4 || any_gpu) && (c < 12 || any_flops) && (c != 14 || peak > 0);
+}
+
 /* Name column: the widest shown name, up to this many columns in the terminal table (Markdown shows
  * names whole). */
 #define NAME_CAP 100
 
 /* any_bwd: some API has autograd nodes charged to it (a "bwd" column: after self time in the table,
- * last in CSV and JSON, so that runs without backward nodes read as before). */
+ * last in CSV and JSON, so that runs without backward nodes read as before). any_flops: some record
+ * counted FLOPs (GFLOP: forward and the charged nodes' backward; TFLOP/s; MFU % with a peak: last, and
+ * in CSV and JSON after bwd_ns). */
 static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n, uint64_t all_self, int any_gpu,
-                       int any_bwd)
+                       int any_bwd, int any_flops, double peak)
 {
     static const char *const heads[] = {"calls", "total ms", "self ms", "bwd ms", "gpu ms", "mean us", "min us",
-                                        "p50 us", "p95 us", "p99 us", "max us", "share %"};
-    enum { NCOLS = 12 };
+                                        "p50 us", "p95 us", "p99 us", "max us", "share %", "GFLOP", "TFLOP/s",
+                                        "MFU %"};
+    enum { NCOLS = 15 };
     if (o->format == OUT_CSV) {
-        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share%s\n",
-                group_title(o->by), any_bwd ? ",bwd_ns" : "");
+        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share%s%s%s\n",
+                group_title(o->by), any_bwd ? ",bwd_ns" : "", any_flops ? ",flops,bwd_flops,flop_s" : "",
+                any_flops && peak > 0 ? ",mfu" : "");
         for (size_t i = 0; i < n; i++) {
-            row_values_t v = values_of(order[i], all_self);
+            row_values_t v = values_of(order[i], all_self, o->by, peak);
             report_csv_text(out, v.key);
             fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
                          ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f",
                     v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
             if (any_bwd)
                 fprintf(out, ",%" PRIu64, v.bwd);
+            if (any_flops)
+                fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%.6g", v.flops, v.bwd_flops, v.flop_s);
+            if (any_flops && peak > 0)
+                fprintf(out, ",%.6g", v.mfu / 100.0);
             fputc('\n', out);
         }
         return;
@@ -189,9 +224,10 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     if (o->format == OUT_JSON) {
         fprintf(out, "{\"group_by\":\"%s\",\"rows\":[", o->by == BY_API ? "api" : o->by == BY_THREAD ? "thread"
                                                        : o->by == BY_PID ? "pid" : o->by == BY_STEP ? "step"
-                                                       : o->by == BY_SITE ? "site" : o->by == BY_SHAPE ? "shape" : "parent");
+                                                       : o->by == BY_SITE ? "site" : o->by == BY_SHAPE ? "shape"
+                                                       : o->by == BY_MODULE ? "module" : "parent");
         for (size_t i = 0; i < n; i++) {
-            row_values_t v = values_of(order[i], all_self);
+            row_values_t v = values_of(order[i], all_self, o->by, peak);
             fputs(i ? ",\n{\"key\":" : "\n{\"key\":", out);
             report_json_text(out, v.key);
             fprintf(out, ",\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"total_ns\":%" PRIu64 ",\"self_ns\":%" PRIu64
@@ -200,6 +236,11 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                     v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
             if (any_bwd)
                 fprintf(out, ",\"bwd_ns\":%" PRIu64, v.bwd);
+            if (any_flops)
+                fprintf(out, ",\"flops\":%" PRIu64 ",\"bwd_flops\":%" PRIu64 ",\"flop_s\":%.6g", v.flops, v.bwd_flops,
+                        v.flop_s);
+            if (any_flops && peak > 0)
+                fprintf(out, ",\"mfu\":%.6g", v.mfu / 100.0);
             fputc('}', out);
         }
         fputs("\n]}\n", out);
@@ -217,7 +258,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     for (int c = 0; c < NCOLS; c++)
         width[c + 1] = strlen(heads[c]);
     for (size_t i = 0; i < n; i++) {
-        row_values_t v = values_of(order[i], all_self);
+        row_values_t v = values_of(order[i], all_self, o->by, peak);
         snprintf(cells[i][0], 24, "%" PRIu64, v.calls);
         print_ms(cells[i][1], 24, v.total);
         print_ms(cells[i][2], 24, v.self);
@@ -230,6 +271,11 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         print_us(cells[i][9], 24, v.p99);
         print_us(cells[i][10], 24, v.max);
         snprintf(cells[i][11], 24, "%.1f", v.share);
+        if (v.flops + v.bwd_flops > 0) { /* blank for the groups that count none */
+            snprintf(cells[i][12], 24, "%.4g", (double)(v.flops + v.bwd_flops) / 1e9);
+            snprintf(cells[i][13], 24, "%.4g", v.flop_s / 1e12);
+            snprintf(cells[i][14], 24, "%.2f", v.mfu);
+        }
         for (int c = 0; c < NCOLS; c++)
             if (strlen(cells[i][c]) > width[c + 1])
                 width[c + 1] = strlen(cells[i][c]);
@@ -237,7 +283,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     const char *sep = md ? " | " : "  ";
     fprintf(out, "%s%-*s", md ? "| " : "", (int)width[0], group_title(o->by));
     for (int c = 0; c < NCOLS; c++)
-        if ((c != 3 || any_bwd) && (c != 4 || any_gpu))
+        if (shown_column(c, any_bwd, any_gpu, any_flops, peak))
             fprintf(out, "%s%*s", sep, (int)width[c + 1], heads[c]);
     fputs(md ? " |\n" : "\n", out);
     if (md) {
@@ -245,7 +291,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         for (size_t i = 0; i < width[0] + 2; i++)
             fputc('-', out);
         for (int c = 0; c < NCOLS; c++)
-            if ((c != 3 || any_bwd) && (c != 4 || any_gpu))
+            if (shown_column(c, any_bwd, any_gpu, any_flops, peak))
                 fprintf(out, "|%.*s:", (int)width[c + 1] + 1, "--------------------------------");
         fputs("|\n", out);
     }
@@ -253,7 +299,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         fprintf(out, "%s%s%*s", md ? "| " : "", names[i], (int)(width[0] - text_columns(names[i])), "");
         free(names[i]);
         for (int c = 0; c < NCOLS; c++)
-            if ((c != 3 || any_bwd) && (c != 4 || any_gpu))
+            if (shown_column(c, any_bwd, any_gpu, any_flops, peak))
                 fprintf(out, "%s%*s", sep, (int)width[c + 1], cells[i][c]);
         fputs(md ? " |\n" : "\n", out);
     }
@@ -271,18 +317,27 @@ int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const 
     size_t n = 0;
     group_t **order = report_group_list(groups, &n);
     uint64_t all_self = 0;
-    int any_gpu = 0, any_bwd = 0;
+    int any_gpu = 0, any_bwd = 0, any_flops = 0;
     for (size_t i = 0; i < n; i++) {
         all_self += order[i]->stats.self_ns;
         any_gpu |= order[i]->stats.gpu_ns != 0;
         any_bwd |= order[i]->bwd_ns != 0;
+        any_flops |= (order[i]->flops | order[i]->bwd_flops) != 0;
+    }
+    if (o->by == BY_MODULE) { /* groups made only for the backward FLOPs inside them (a ModuleList's) */
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++)
+            if (order[i]->stats.calls > 0)
+                order[kept++] = order[i];
+        n = kept;
     }
     qsort_r(order, n, sizeof *order, compare_groups, (void *)&o->sort);
     size_t shown = o->top && o->top < n ? o->top : n;
     if (stats->rows == 0 && in->count > 0)
         fprintf(err, "tw-report: the record files hold no records yet (%zu file%s)\n", in->count,
                 in->count == 1 ? "" : "s");
-    print_rows(out, o, order, shown, all_self, any_gpu || pass->have_gpu_files, any_bwd);
+    print_rows(out, o, order, shown, all_self, any_gpu || pass->have_gpu_files, any_bwd, any_flops,
+               in->info.peak_flops);
     free(order);
     /* The footer goes under the terminal table; with CSV, JSON or Markdown it goes to err, and only
      * when something was skipped, so that the output stays clean. */

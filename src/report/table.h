@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "cli.h"
 #include "groups.h"
 #include "sink.h"
 
@@ -13,6 +14,9 @@
  * else to err when something was skipped). trace (NULL: none) is the --trace sink, whose calls the
  * footer counts. Returns 0 (a table that did not fit in memory is left out).
  */
+/* A group's achieved FLOP/s (config flops), as the table shows it (table.c). */
+double report_flop_rate(const group_t *g, group_by_t by);
+
 int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const report_pass_t *pass,
                        const report_sink_t *trace);
 

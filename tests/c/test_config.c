@@ -121,6 +121,31 @@ static void expect_config_error(const char *json, int from_strings, const char *
         fail_msg("error '%s' lacks '%s'", err, needle);
 }
 
+static void flops_and_peak_flops_are_validated_and_typed(void **state)
+{
+    (void)state;
+    expect_config_error("{\"peak_flops\": -1}", 0, "config key 'peak_flops': -1 is not accepted: give the device's "
+                                                  "peak in FLOP/s, a number more than 0");
+    expect_config_error("{\"peak_flops\": 0}", 0, "config key 'peak_flops': 0 is not accepted");
+    expect_config_error("{\"peak_flops\": \"fast\"}", 0, "config key 'peak_flops': \"fast\" is not accepted");
+    expect_config_error("{\"peak_flops\": \"1e400\"}", 1, "config key 'peak_flops': \"1e400\" is not accepted");
+    expect_config_error("{\"flops\": \"yes\"}", 0, "config key 'flops': \"yes\" is not accepted: give true or false");
+    expect_config_error("{\"flops\": 1}", 0, "config key 'flops': 1 is not accepted: give true or false");
+    expect_config_error("{\"flops\": \"maybe\"}", 1, "config key 'flops': \"maybe\" is not accepted");
+    tw_config_t c;
+    char err[512] = "";
+    assert_int_equal(tw_config_load(TW_CONFIG_DEFAULTS_PROFILE, "{}", 0, &c, NULL, err, sizeof err), 0);
+    assert_int_equal(c.flops, 1); /* on by default */
+    assert_true(c.peak_flops == 0);
+    tw_config_free(&c);
+    /* from environment variables: switches and numbers as text */
+    assert_int_equal(tw_config_load(TW_CONFIG_DEFAULTS_PROFILE, "{\"flops\": \"off\", \"peak_flops\": \"989e12\"}", 1,
+                                    &c, NULL, err, sizeof err), 0);
+    assert_int_equal(c.flops, 0);
+    assert_true(c.peak_flops == 989e12);
+    tw_config_free(&c);
+}
+
 static void tensor_stats_and_track_are_validated_and_completed(void **state)
 {
     char *out = NULL, err[512] = "";
@@ -338,6 +363,7 @@ int main(void)
         cmocka_unit_test(bad_name_specs_say_why),
         cmocka_unit_test(percentiles_are_within_one_percent),
         cmocka_unit_test(tensor_stats_and_track_are_validated_and_completed),
+        cmocka_unit_test(flops_and_peak_flops_are_validated_and_typed),
         cmocka_unit_test(schedules_are_validated_and_completed),
         cmocka_unit_test(schedule_states_follow_torch_profiler_schedule),
         cmocka_unit_test(normalized_configs_read_back_unchanged),

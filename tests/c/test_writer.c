@@ -1020,6 +1020,31 @@ static void ranks_sharing_out_dir_write_their_own_manifests_and_ranked_names(voi
     free_fixture(&f);
 }
 
+static void a_manifest_key_set_while_writing_is_in_the_final_manifest(void **state)
+{
+    /* The clock's offset to rank 0's is known only once the process group is up, after the writer
+     * started: set then, it joins the caller's keys, and a replaced value replaces the key. */
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                 .rank = -1, .manifest_json = "{\"torch\": \"2.x\"}"};
+    open_fixture(&f, config);
+    record_calls(f.rec, f.ids, 3);
+    assert_int_equal(tw_writer_set_manifest_key(f.writer, "clock_sync", "{\"start\": {\"offset_ns\": 5}}"), 0);
+    assert_int_equal(tw_writer_set_manifest_key(f.writer, "clock_sync", "{\"start\": {\"offset_ns\": -7}}"), 0);
+    assert_int_equal(tw_writer_set_manifest_key(f.writer, "clock_sync", "{not json"), TW_EINVAL);
+    close_fixture(&f);
+    char path[512];
+    snprintf(path, sizeof path, "%s/manifest.json", f.dir);
+    cJSON *m = read_json_file(path);
+    assert_string_equal(cJSON_GetObjectItem(m, "torch")->valuestring, "2.x");
+    cJSON *sync = cJSON_GetObjectItem(m, "clock_sync");
+    assert_non_null(sync);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(sync, "start"), "offset_ns")->valuedouble, -7);
+    assert_int_equal(cJSON_GetObjectItem(m, "records_written")->valuedouble, 3);
+    cJSON_Delete(m);
+    free_fixture(&f);
+}
+
 static uint64_t monotonic_now_ns(void)
 {
     struct timespec ts;
@@ -1485,6 +1510,7 @@ int main(void)
         cmocka_unit_test(a_full_disk_drops_and_counts_and_goes_on),
         cmocka_unit_test(a_forked_child_writes_its_own_files),
         cmocka_unit_test(ranks_sharing_out_dir_write_their_own_manifests_and_ranked_names),
+        cmocka_unit_test(a_manifest_key_set_while_writing_is_in_the_final_manifest),
         cmocka_unit_test(an_idle_writer_sleeps_between_flushes),
         cmocka_unit_test(a_manifest_read_during_rotation_is_always_complete),
         cmocka_unit_test(a_world_writable_out_dir_draws_a_warning),

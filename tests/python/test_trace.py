@@ -31,7 +31,8 @@ def _expected_paths(model):
     out = {}
     for name, module in model.named_modules():
         forward = type(module).forward
-        if isinstance(forward, WRAPPER_TYPES):
+        # torch's forwards are wrappers; a model's own classes' are Python shims around one
+        if isinstance(forward, WRAPPER_TYPES) or getattr(forward, "_torchwrapper_forward", False):
             out[name] = forward.api_name
     return out
 

@@ -1,0 +1,504 @@
+# SPDX-License-Identifier: MIT
+"""FLOPs per call (config flops): each call's own FLOPs and each backward node's, compared with
+torch.utils.flop_counter.FlopCounterMode on real training steps: forward and backward separately,
+exactly, per step and per module, for a GPT-2-class language model (scaled_dot_product_attention),
+a ResNet-class CNN (a grouped convolution, batch norm, residuals) and an MLP; and the formulas one
+API at a time (matmul's folding, einsum, transposed and unbatched convolutions, attention)."""
+import collections
+import copy
+import json
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+import torchwrapper as tw
+
+LAYER = os.path.join(os.path.dirname(os.path.abspath(tw.__file__)), "_torch.so")
+pytestmark = pytest.mark.skipif(not os.path.exists(LAYER), reason="the libtorch layer was not built (configure)")
+
+aten = torch.ops.aten
+
+
+# FlopCounterMode has no formula for CPU's fused attention kernel (it counts it as 0); torchwrapper
+# counts it with FlopCounterMode's own formulas for the CUDA kernels, given here as custom_mapping.
+def _cpu_attention(query, key, value, *args, out_shape=None, **kwargs):
+    return sdpa_flop_count(query, key, value)
+
+
+def _cpu_attention_backward(grad_out, query, key, value, *args, out_shape=None, **kwargs):
+    return sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+CPU_ATTENTION = {aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention,
+                 aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward}
+
+
+def counter():
+    return FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION)
+
+
+# ---- the models ----------------------------------------------------------------------------------
+
+class Attention(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(width)
+        self.attn = Attention(width, heads)
+        self.ln2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """GPT-2's shape, small: token and position embeddings, pre-norm blocks, a tied head."""
+
+    def __init__(self, vocab=50, context=16, width=32, heads=4, layers=2):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)   # the head shares the embedding's weight
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride, groups=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, groups=groups, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.down is None else self.down(x)))
+
+
+class ResNet(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.layer1 = BasicBlock(8, 8, 1)
+        self.layer2 = BasicBlock(8, 16, 2, groups=2)   # a grouped convolution
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        x = self.layer2(self.layer1(self.stem(x)))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+class MLP(nn.Module):
+    def __init__(self, widths=(12, 32, 24, 5)):
+        super().__init__()
+        self.layers = nn.Sequential(*[m for a, b in zip(widths, widths[1:]) for m in (nn.Linear(a, b), nn.ReLU())][:-1])
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def _gpt_batch(step):
+    g = torch.Generator().manual_seed(step)
+    idx = torch.randint(0, 50, (3, 16), generator=g)
+    return idx, lambda out: F.cross_entropy(out.reshape(-1, out.shape[-1]), idx.reshape(-1))
+
+
+def _resnet_batch(step):
+    g = torch.Generator().manual_seed(step)
+    labels = torch.randint(0, 10, (4,), generator=g)
+    return torch.randn(4, 3, 12, 12, generator=g), lambda out: F.cross_entropy(out, labels)
+
+
+def _mlp_batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(7, 12, generator=g), lambda out: out.pow(2).mean()
+
+
+WORKLOADS = {"gpt": (GPT, _gpt_batch), "resnet": (ResNet, _resnet_batch), "mlp": (MLP, _mlp_batch)}
+STEPS = 2
+
+
+def reference(make_model, batch):
+    """FlopCounterMode's totals per step, forward and backward apart, and its per-module table of
+    each step's forward and backward together."""
+    torch.manual_seed(0)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = []
+    for step in range(STEPS):
+        x, loss_of = batch(step)
+        opt.zero_grad()
+        with counter() as fwd:
+            loss = loss_of(model(x))
+        with counter() as bwd:
+            loss.backward()
+        opt.step()
+        with counter() as both:
+            loss = loss_of(model(x))
+            loss.backward()
+        opt.zero_grad()
+        steps.append((fwd.get_total_flops(), bwd.get_total_flops(),
+                      {name: sum(ops.values()) for name, ops in both.get_flop_counts().items()},
+                      {name: sum(ops.values()) for name, ops in fwd.get_flop_counts().items()}))
+    return model, steps
+
+
+def profiled(make_model, batch, **config):
+    torch.manual_seed(0)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with tw.profile(**config) as prof:
+        for step in range(STEPS):
+            x, loss_of = batch(step)
+            opt.zero_grad()
+            loss_of(model(x)).backward()
+            opt.step()   # ends the step
+    return model, prof
+
+
+def is_node(record):
+    return record.fwd_call_id != 0 or "Backward" in record.api or record.api.endswith("AccumulateGrad")
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_flops_per_step_equal_flop_counter_modes_forward_and_backward(workload):
+    make_model, batch = WORKLOADS[workload]
+    _, expected = reference(make_model, batch)
+    _, prof = profiled(make_model, batch)
+    assert prof.session.stats()["flops"] == "on"
+    records = prof.records()
+    for step, (fwd, bwd, _, _) in enumerate(expected):
+        assert fwd > 0 and bwd > 0
+        in_step = [r for r in records if r.step == step]
+        assert sum(r.flops for r in in_step if not is_node(r)) == fwd, f"forward, step {step}"
+        assert sum(r.flops for r in in_step if is_node(r)) == bwd, f"backward, step {step}"
+        # flops_total of the outermost calls adds up to the same: nothing counted twice
+        assert sum(r.flops_total for r in in_step if r.depth == 0) == fwd + bwd
+
+
+# Modules that run beside another branch of the model (see the test below).
+BRANCHES = {"resnet": {"ResNet.layer2.down", "ResNet.layer2.down.0"}}
+
+
+def module_flops(records, root):
+    """Per module, as FlopCounterMode names them (the root's class name, then paths): the flops_total
+    of its forward calls, and of the backward nodes charged to it or to modules under it."""
+    fwd, both = collections.Counter(), collections.Counter()
+    for r in records:
+        if r.module is None:
+            continue
+        name = root + ("." + r.module if r.module else "")
+        if is_node(r):
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                both[".".join(parts[:i])] += r.flops
+        elif r.api.endswith(".forward"):
+            fwd[name] += r.flops_total
+            both[name] += r.flops_total
+    return fwd, both
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_flops_per_module_equal_flop_counter_modes_table(workload):
+    make_model, batch = WORKLOADS[workload]
+    model, expected = reference(make_model, batch)
+    _, prof = profiled(make_model, batch)
+    records = prof.records()
+    root = type(model).__name__
+    for step, (_, _, table, fwd_table) in enumerate(expected):
+        fwd, both = module_flops([r for r in records if r.step == step], root)
+        # the modules reported: every one whose forward counted FLOPs, torch's and the model's own
+        # classes (GPT, Block, Attention): the same set as FlopCounterMode's
+        reported = {name for name, n in fwd.items() if n}
+        assert reported == {name for name, n in fwd_table.items() if name != "Global" and n}
+        assert {name: fwd[name] for name in reported} == {name: fwd_table.get(name, 0) for name in reported}
+        # with backward: FlopCounterMode's module tracker counts under a module whatever runs between
+        # the gradient of its output and those of its inputs. For a branch that runs beside another
+        # (a residual block's downsample), that interval holds the other branch's nodes too, which
+        # it then counts there as well; the block around both is exact again.
+        overlapping = BRANCHES.get(workload, set())
+        assert {name: both[name] for name in reported - overlapping} == \
+            {name: table.get(name, 0) for name in reported - overlapping}
+        for name in overlapping:
+            assert fwd_table[name] < both[name] < table[name]
+
+
+def test_a_retained_graphs_second_backward_counts_again():
+    torch.manual_seed(0)
+    model, x = MLP(), torch.randn(7, 12)
+    with counter() as once:
+        model(x).pow(2).mean().backward()
+    with tw.profile() as prof:
+        loss = model(x).pow(2).mean()
+        loss.backward(retain_graph=True)
+        loss.backward()
+    nodes = [r for r in prof.records() if is_node(r)]
+    first = once.get_total_flops() - sum(r.flops for r in prof.records() if not is_node(r))
+    assert first > 0 and sum(r.flops for r in nodes) == 2 * first
+    addmm = [r for r in nodes if r.api == "AddmmBackward0"]
+    assert len(addmm) == 6 and [r.flops for r in addmm[:3]] == [r.flops for r in addmm[3:]]
+
+
+# ---- one API at a time ---------------------------------------------------------------------------
+
+def _calls():
+    g = torch.Generator().manual_seed(1)
+
+    def t(*shape, grad=False):
+        return torch.randn(*shape, generator=g).requires_grad_(grad)
+
+    a34, b45 = t(3, 4, grad=True), t(4, 5, grad=True)
+    batched = t(2, 3, 4, grad=True)
+    strided = t(3, 2, 4).transpose(0, 1)   # its batch cannot fold: a bmm
+    v4, v4g = t(4), t(4, grad=True)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    x8 = t(2, 5, 8, grad=True)
+    return [
+        ("mm", lambda: torch.mm(a34, b45)),
+        ("Tensor.mm", lambda: a34.mm(b45)),
+        ("@ 2-D", lambda: a34 @ b45),
+        ("__rmatmul__", lambda: b45.__rmatmul__(a34)),
+        ("matmul 1-D x 2-D", lambda: torch.matmul(v4g, b45)),
+        ("matmul 2-D x 1-D (mv)", lambda: torch.matmul(a34, v4g)),
+        ("matmul 1-D x 1-D (dot)", lambda: torch.matmul(v4, v4g)),
+        ("matmul 3-D x 1-D folded (mv)", lambda: torch.matmul(batched, v4)),
+        ("matmul 3-D x 1-D, grad (mv)", lambda: torch.matmul(batched, v4g)),
+        ("matmul 3-D strided x 1-D (bmm)", lambda: torch.matmul(strided, v4)),
+        ("matmul 3-D x 2-D", lambda: batched @ b45),
+        ("matmul broadcast", lambda: torch.matmul(t(5, 1, 3, 4, grad=True), t(2, 4, 6))),
+        ("Tensor.matmul 2-D x 3-D", lambda: a34.matmul(t(2, 4, 5))),
+        ("addmm", lambda: torch.addmm(t(5, grad=True), a34, b45)),
+        ("Tensor.addmm", lambda: t(3, 5).addmm(a34, b45)),
+        ("bmm", lambda: torch.bmm(batched, t(2, 4, 6, grad=True))),
+        ("Tensor.bmm", lambda: batched.bmm(t(2, 4, 6))),
+        ("baddbmm", lambda: torch.baddbmm(t(2, 3, 6), batched, t(2, 4, 6, grad=True))),
+        ("einsum bij,bjk->bik", lambda: torch.einsum("bij,bjk->bik", batched, t(2, 4, 6, grad=True))),
+        ("einsum ij,jk (implicit)", lambda: torch.einsum("ij,jk", a34, b45)),
+        ("einsum outer i,j->ij (mul)", lambda: torch.einsum("i,j->ij", v4g, t(3))),
+        ("einsum ...ij,...jk->...ik", lambda: torch.einsum("...ij,...jk->...ik", batched, t(4, 2))),
+        ("einsum ij,jk->i (sum first)", lambda: torch.einsum("ij,jk->i", a34, b45)),
+        ("einsum list", lambda: torch.einsum("bhqd,bhkd->bhqk", [t(2, 2, 3, 4, grad=True), t(2, 2, 5, 4)])),
+        ("linear 2-D", lambda: F.linear(a34, t(6, 4, grad=True), t(6, grad=True))),
+        ("linear 3-D, no bias", lambda: F.linear(batched, t(6, 4, grad=True))),
+        ("linear 1-D", lambda: F.linear(v4g, t(6, 4))),
+        ("linear keyword", lambda: F.linear(input=batched, weight=t(6, 4, grad=True), bias=t(6))),
+        ("conv1d unbatched", lambda: F.conv1d(t(2, 9, grad=True), t(4, 2, 3, grad=True))),
+        ("conv2d grouped, stride", lambda: F.conv2d(t(2, 4, 9, 9, grad=True), t(6, 2, 3, 3, grad=True), None, 2, 1,
+                                                    1, 2)),
+        ("conv2d input needs no grad", lambda: F.conv2d(t(2, 3, 8, 8), t(5, 3, 3, 3, grad=True), t(5, grad=True))),
+        ("conv2d padding same", lambda: F.conv2d(t(1, 2, 7, 7, grad=True), t(3, 2, 4, 4), padding="same")),
+        ("conv3d dilated", lambda: F.conv3d(t(1, 2, 6, 6, 6, grad=True), t(3, 2, 2, 2, 2, grad=True), dilation=2)),
+        ("conv_transpose1d", lambda: F.conv_transpose1d(t(2, 4, 7, grad=True), t(4, 3, 3, grad=True), stride=2)),
+        ("conv_transpose2d grouped", lambda: F.conv_transpose2d(t(1, 4, 5, 5, grad=True), t(4, 3, 3, 3, grad=True),
+                                                                groups=2, output_padding=1, stride=2)),
+        ("conv_transpose3d", lambda: F.conv_transpose3d(t(1, 2, 3, 3, 3), t(2, 2, 2, 2, 2, grad=True))),
+        ("attention", lambda: F.scaled_dot_product_attention(t(2, 3, 6, 4, grad=True), t(2, 3, 5, 4, grad=True),
+                                                             t(2, 3, 5, 8, grad=True))),
+        ("attention, mask (math)", lambda: F.scaled_dot_product_attention(
+            t(2, 6, 4, grad=True), t(2, 5, 4, grad=True), t(2, 5, 8, grad=True), attn_mask=t(6, 5, grad=True))),
+        ("MultiheadAttention", lambda: mha(x8, x8, x8)[0]),
+    ]
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")
+@pytest.mark.parametrize("name,call", _calls(), ids=[name for name, _ in _calls()])
+def test_each_api_counts_what_flop_counter_mode_counts(name, call):
+    with counter() as fwd:
+        out = call()
+    with counter() as bwd:
+        if out.requires_grad:
+            out.sum().backward()
+    with tw.profile() as prof:
+        out = call()
+        if out.requires_grad:
+            out.sum().backward()
+    records = prof.records()
+    # the outermost calls' totals (the tensors made for the call count none)
+    assert sum(r.flops_total for r in records if r.depth == 0 and not is_node(r)
+               and r.api != "torch.Tensor.backward") == fwd.get_total_flops(), name
+    assert sum(r.flops for r in records if not is_node(r)) == fwd.get_total_flops(), name
+    assert sum(r.flops for r in records if is_node(r)) == bwd.get_total_flops(), name
+
+
+def test_flops_off_and_in_no_grad():
+    model, x = MLP(), torch.randn(7, 12)
+    with tw.profile(flops=False) as prof:
+        model(x).sum().backward()
+    assert prof.session.stats()["flops"] == "off"
+    assert not any(r.flops or r.flops_total for r in prof.records())
+    with counter() as fc:
+        model(x)
+    with tw.profile() as prof:
+        with torch.no_grad():
+            model(x)
+    assert sum(r.flops for r in prof.records()) == fc.get_total_flops() > 0
+    # without backward nodes (aten "off") the forward calls still count theirs
+    with tw.profile(aten="off") as prof:
+        model(x).sum().backward()
+    assert prof.session.stats()["flops"] == "on"
+    assert sum(r.flops for r in prof.records()) == fc.get_total_flops()
+
+
+def test_files_and_manifest_carry_flops_and_the_peak(tmp_path):
+    model, x = MLP(), torch.randn(7, 12)
+    for fmt in ("csv", "json"):
+        out = str(tmp_path / fmt)
+        with tw.profile(out_dir=out, format=fmt, peak_flops=5e12) as prof:
+            model(x).sum().backward()
+        frame = tw.load(out)
+        assert frame["flops"].sum() == sum(r.flops for r in prof.records()) > 0
+        with open(os.path.join(out, "manifest.json")) as f:
+            manifest = json.load(f)
+        assert manifest["peak_flops"] == 5e12 and manifest["config"]["peak_flops"] == 5e12
+        assert frame.attrs["peak_flops"] == 5e12
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"peak_flops": -1}, "config key 'peak_flops': -1 is not accepted: give the device's peak in FLOP/s, a number "
+                         "more than 0"),
+    ({"peak_flops": "fast"}, "config key 'peak_flops': \"fast\" is not accepted"),
+    ({"peak_flops": 0}, "config key 'peak_flops': 0 is not accepted"),
+    ({"flops": "yes"}, "config key 'flops': \"yes\" is not accepted: give true or false"),
+    ({"flops": 1}, "config key 'flops': 1 is not accepted: give true or false"),
+])
+def test_bad_flops_config_names_key_value_and_what_is_accepted(config, message):
+    with pytest.raises(ValueError) as error:
+        tw.profile(**config)
+    assert message in str(error.value)
+    with pytest.raises(ValueError) as error:
+        tw.TorchWrapper(config)
+    assert message in str(error.value)
+
+
+def test_flops_from_environment_strings():
+    c = tw.load_config({}, environ={"TORCHWRAPPER_FLOPS": "off", "TORCHWRAPPER_PEAK_FLOPS": "1.5e14"})
+    assert c["flops"] is False and c["peak_flops"] == 1.5e14
+    with pytest.raises(ValueError, match="config key 'peak_flops': \"-3\" is not accepted"):
+        tw.load_config({}, environ={"TORCHWRAPPER_PEAK_FLOPS": "-3"})
+
+
+# ---- reports -------------------------------------------------------------------------------------
+
+TW_REPORT = os.path.join(os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", "..")),
+                         "tw-report")
+
+
+def _profiled_run(out):
+    torch.manual_seed(0)
+    model = ResNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with tw.profile(out_dir=out, format="csv", peak_flops=2e12) as prof:
+        for step in range(2):
+            x, loss_of = _resnet_batch(step)
+            opt.zero_grad()
+            loss_of(model(x)).backward()
+            opt.step()
+    return prof.records()
+
+
+def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
+    import csv
+    import subprocess
+
+    out = str(tmp_path / "run")
+    records = _profiled_run(out)
+    nodes = [r for r in records if is_node(r)]
+    expected = collections.defaultdict(lambda: [0, 0, 0, 0])   # api: flops, bwd_flops, time, bwd time
+    for r in records:
+        if is_node(r):
+            expected[r.fwd_api][1] += r.flops
+            expected[r.fwd_api][3] += r.cost_ns
+        if not is_node(r) or r.fwd_call_id == 0:
+            expected[r.api][0] += r.flops
+            expected[r.api][2] += r.cost_ns
+    done = subprocess.run([TW_REPORT, out, "--format", "csv"], capture_output=True, text=True, check=True)
+    rows = {row["api"]: row for row in csv.DictReader(done.stdout.splitlines())}
+    conv = rows["torch.conv2d"]
+    flops, bwd_flops, time_ns, bwd_ns = expected["torch.conv2d"]
+    assert int(conv["flops"]) == flops > 0 and int(conv["bwd_flops"]) == bwd_flops > 0
+    assert int(conv["bwd_ns"]) == bwd_ns
+    rate = (flops + bwd_flops) * 1e9 / (int(conv["total_ns"]) + bwd_ns)
+    assert float(conv["flop_s"]) == pytest.approx(rate, rel=1e-5)
+    assert float(conv["mfu"]) == pytest.approx(rate / 2e12, rel=1e-4)
+    # the nodes' own rows carry their FLOPs too; the APIs without FLOPs have none
+    assert int(rows["ConvolutionBackward0"]["flops"]) == sum(r.flops for r in nodes if r.api == "ConvolutionBackward0")
+    assert int(rows["torch.relu"]["flops"]) == 0 and rows["torch.relu"]["flop_s"] == "0"
+    text = subprocess.run([TW_REPORT, out, "--top", "5"], capture_output=True, text=True, check=True).stdout
+    assert "GFLOP" in text.splitlines()[0] and "MFU %" in text.splitlines()[0]
+    # --sort flops: the groups with the most FLOPs (forward and charged backward) first
+    done = subprocess.run([TW_REPORT, out, "--format", "csv", "--sort", "flops"], capture_output=True, text=True,
+                          check=True)
+    ranked = [int(row["flops"]) + int(row["bwd_flops"]) for row in csv.DictReader(done.stdout.splitlines())]
+    assert ranked == sorted(ranked, reverse=True) and ranked[0] == flops + bwd_flops
+    html = str(tmp_path / "report.html")
+    subprocess.run([TW_REPORT, out, "--html", html], capture_output=True, text=True, check=True)
+    with open(html) as f:
+        page = f.read()
+    assert page.count("<th class=\"num\">GFLOP</th>") == 2 and "fwd MFU %" in page
+    # --by module: a row per module, its forward calls' FLOPs with the backward of it and of the modules
+    # inside it (the model's row: every module's), as module_flops() counts them from the records
+    fwd, both = module_flops(records, "ResNet")
+    done = subprocess.run([TW_REPORT, out, "--format", "csv", "--by", "module"], capture_output=True, text=True,
+                          check=True)
+    rows = {row["module"]: row for row in csv.DictReader(done.stdout.splitlines())}
+    assert "layer2.down.0" in rows and any(key.endswith("ResNet") for key in rows)
+    for key, row in rows.items():
+        name = "ResNet" if key.endswith("ResNet") else "ResNet." + key
+        assert int(row["flops"]) == fwd[name] and int(row["flops"]) + int(row["bwd_flops"]) == both[name], key
+    # load(): the peak from the manifest, and the same numbers per API; per module as in the test above
+    frame = tw.load(out)
+    assert frame.attrs["peak_flops"] == 2e12
+    table = tw.flops_table(frame)
+    assert table.loc["torch.conv2d", "flops"] == flops and table.loc["torch.conv2d", "bwd_flops"] == bwd_flops
+    assert table.loc["torch.conv2d", "mfu"] == pytest.approx(rate / 2e12, rel=1e-9)
+    modules = tw.flops_table(frame, by="module")
+    for path, row in modules.iterrows():
+        assert row["total_flops"] == both["ResNet" + ("." + path if path else "")]
+    steps = tw.flops_table(out, by="step")
+    assert list(steps.index) == [0, 1]
+    assert steps["total_flops"].sum() == sum(r.flops for r in records)
+
+
+def test_the_gpu_table_names_known_gpus_and_a_given_peak_wins():
+    from torchwrapper import _flops
+
+    assert _flops.gpu_peak("NVIDIA H100 80GB HBM3") == 989e12
+    assert _flops.gpu_peak("NVIDIA H100 PCIe") == 756e12
+    assert _flops.gpu_peak("NVIDIA H200") == 989e12
+    assert _flops.gpu_peak("NVIDIA A100-SXM4-80GB") == 312e12
+    assert _flops.gpu_peak("Some Future GPU") is None
+    assert _flops.peak_flops(3e12) == (3e12, "config")
+    if not torch.cuda.is_available():   # on a CPU, MFU only with a peak given
+        peak, why = _flops.peak_flops(None)
+        assert peak is None and "on a CPU, MFU needs one" in why

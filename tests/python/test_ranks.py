@@ -1,0 +1,247 @@
+# SPDX-License-Identifier: MIT
+"""tw-report --ranks and torchwrapper.ranks() on real torchrun DDP runs (4 ranks, gloo, CPU), and the
+alignment of the ranks' clocks (clock_sync in the manifests) with an offset planted on one rank.
+
+The runs: DDP training in which rank 2 does extra work in one API every step (a larger
+torch.matmul, or torch.cumsum), and the same training with no extra work. The report must name
+rank 2, its steps and the planted API first, name no one in the run without it, and never blame the
+other ranks for the time they wait for rank 2 in DDP's allreduce."""
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+import torchwrapper as tw
+from torchwrapper._files import iter_rows, record_files
+
+from conftest import PTH, STAGE
+
+BUILD = os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", ".."))
+TW_REPORT = os.path.join(BUILD, "tw-report")
+
+TRAIN = """
+import os, sys
+if os.environ.get("PLANT_CLOCK_RANK") == os.environ["RANK"]:
+    # before torch is imported: the profiler starts (and reads its clock) at that import
+    os.environ["TORCHWRAPPER_DEBUG_CLOCK_OFFSET_NS"] = "37000000"
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+plant = os.environ.get("PLANT", "")
+torch.manual_seed(0)
+model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                                                    torch.nn.Linear(32, 4)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+big = torch.randn(192, 192)
+x = torch.randn(16, 32)
+for step in range(int(os.environ.get("STEPS", "20"))):
+    opt.zero_grad()
+    if rank == 2 and plant == "matmul":
+        for _ in range(12):
+            torch.matmul(big, big)
+    if rank == 2 and plant == "cumsum":
+        for _ in range(6):
+            torch.cumsum(big.repeat(4, 4), 0)
+    loss = model(x).pow(2).mean()
+    loss.backward()          # DDP's allreduce: the other ranks wait here for rank 2
+    opt.step()
+for _ in range(int(os.environ.get("BARRIERS", "0"))):
+    dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(directory, outside=False, **variables):
+    """Runs TRAIN under torchrun with 4 ranks, profiled by `python -m torchwrapper run` in each rank (or,
+    outside: run around torchrun, the ranks profiled from their first import of torch); the output dir."""
+    directory.mkdir()
+    (directory / "site").mkdir()
+    (directory / "site" / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({STAGE!r})\n")
+    (directory / "train.py").write_text(TRAIN)
+    assert os.path.exists(PTH)
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([str(directory / "site")] + sys.path), OMP_NUM_THREADS="1",
+                   **variables)
+    for key in [k for k in environ if k.startswith("TORCHWRAPPER_") or k in ("RANK", "WORLD_SIZE")]:
+        del environ[key]
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node=4", "--rdzv_backend=c10d",
+              f"--rdzv_endpoint=localhost:{free_port()}"]
+    ours = ["-m", "torchwrapper", "run", "--no-report", "-o", "out", "--set", "format=csv"]
+    args = [sys.executable] + (ours + launch if outside else launch + ours) + ["train.py"]
+    result = subprocess.run(args, cwd=directory, env=environ, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return directory / "out"
+
+
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The three runs, made once for the module's tests (each takes ~25 s on two cores)."""
+    base = tmp_path_factory.mktemp("ranks")
+    # 40 steps: the paired test's p value can then fall far below --alpha, so that a few steps that a
+    # loaded machine turns the other way (4 ranks on 2 CPUs beside other work) do not hide rank 2
+    return {plant: torchrun(base / plant, PLANT=plant, STEPS=str(STEPS)) for plant in ("matmul", "cumsum", "none")}
+
+
+def report(*args):
+    result = subprocess.run([TW_REPORT, *map(str, args)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("plant, api", [("matmul", "torch.matmul"), ("cumsum", "torch.cumsum")])
+def test_ranks_names_the_straggler_its_steps_and_the_planted_api_first(runs, plant, api):
+    frame = tw.ranks(runs[plant])
+    ranks = {r["rank"]: r for r in frame.attrs["ranks"]}
+    assert sorted(ranks) == [0, 1, 2, 3]
+    assert [r["rank"] for r in frame.attrs["ranks"] if r["straggler"]] == [2]
+    assert frame.attrs["ranks"][0]["rank"] == 2  # the most often slowest first
+    assert ranks[2]["apis"][0]["api"] == api, ranks[2]["apis"]
+    # the steps: rank 2 is the slowest of most steps compared (from 1: the last step holds what follows
+    # the loop)
+    steps = frame.attrs["steps"]
+    assert [s["step"] for s in steps] == list(range(1, STEPS))
+    assert sum(s["slowest_rank"] == 2 for s in steps) > len(steps) * 3 // 4
+    assert len(frame) == 4 * len(steps)
+    assert (frame.groupby("step").slowest.sum() == 1).all()
+    # the others wait for it in DDP's allreduce (inside backward), shown as wait, blamed on no one
+    for other in (0, 1, 3):
+        assert not ranks[other]["straggler"] and ranks[other]["apis"] == []
+        assert ranks[other]["wait_ns"] > ranks[2]["wait_ns"]
+    assert not any(a["api"].startswith("torch.distributed") or "backward" in a["api"] for a in ranks[2]["apis"])
+    text = report("--ranks", runs[plant])
+    assert "Rank 2 is slower than the others beyond noise" in text
+    explained = text.split("Rank 2 is slower")[1].splitlines()
+    assert explained[2].split()[0] == api  # the header, then the planted API first
+    assert "Rank 0 is" not in text and "Rank 1 is" not in text and "Rank 3 is" not in text
+
+
+def test_the_same_run_without_planted_work_names_no_straggler(runs):
+    frame = tw.ranks(runs["none"])
+    assert sorted(r["rank"] for r in frame.attrs["ranks"]) == [0, 1, 2, 3]
+    assert [r["rank"] for r in frame.attrs["ranks"] if r["straggler"]] == []
+    assert "No rank is slower than the others beyond noise" in report("--ranks", runs["none"])
+
+
+def wilcoxon_p(x, y):
+    """The two-sided signed-rank p value, normal approximation with tie and continuity corrections,
+    zero differences dropped: written here apart from the C code, to check it."""
+    d = [a - b for a, b in zip(x, y) if a != b]
+    order = sorted(range(len(d)), key=lambda i: abs(d[i]))
+    ranks = [0.0] * len(d)
+    ties = 0.0
+    i = 0
+    while i < len(order):
+        j = i
+        while j < len(order) and abs(d[order[j]]) == abs(d[order[i]]):
+            j += 1
+        for k in range(i, j):
+            ranks[order[k]] = (i + 1 + j) / 2
+        ties += (j - i) ** 3 - (j - i)
+        i = j
+    n = len(d)
+    if n == 0:
+        return 1.0
+    w = sum(r for r, v in zip(ranks, d) if v > 0)
+    sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24 - ties / 48)
+    return min(1.0, math.erfc(max(abs(w - n * (n + 1) / 4) - 0.5, 0) / sd / math.sqrt(2)))
+
+
+def test_each_ranks_p_value_is_the_signed_rank_test_of_its_busy_time_against_the_others_median(runs):
+    frame = tw.ranks(runs["matmul"])
+    busy = frame.pivot(index="step", columns="rank", values="busy_ns")
+    for r in frame.attrs["ranks"]:
+        others = busy.drop(columns=r["rank"]).median(axis=1)
+        expected = wilcoxon_p(list(busy[r["rank"]]), list(others))
+        assert r["p_value"] == pytest.approx(expected, rel=1e-5), r["rank"]
+
+
+def test_ranks_output_is_the_same_on_one_and_two_threads(runs):
+    for fmt in ("table", "json", "csv"):
+        one = report("--ranks", "-j", 1, "--format", fmt, runs["matmul"])
+        two = report("--ranks", "-j", 2, "--format", fmt, runs["matmul"])
+        assert one == two, fmt
+
+
+def test_ranks_in_the_html_page(runs, tmp_path):
+    page = tmp_path / "report.html"
+    text = report("--ranks", "--html", page, runs["cumsum"])
+    assert "Rank 2 is slower" in text and not text.startswith("api")  # the ranks, not the per-API table
+    html = page.read_text()
+    assert '<section id="ranks">' in html and "Rank 2: its extra time by API" in html
+    assert html.index("torch.cumsum") < html.index('<section id="modules">')
+
+
+def test_ranks_of_files_without_ranks_or_steps_say_what_is_missing(tmp_path):
+    (tmp_path / "old.csv").write_text("call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
+                                      "1,torch.add,100,10,10,0,7,7,0,0,0,\n")
+    result = subprocess.run([TW_REPORT, "--ranks", tmp_path / "old.csv"], capture_output=True, text=True)
+    assert result.returncode == 1 and "carry no step" in result.stderr
+    result = subprocess.run([TW_REPORT, "--ranks", "--tree", "1", tmp_path / "old.csv"], capture_output=True, text=True)
+    assert result.returncode == 2 and "--ranks" in result.stderr and "--tree" in result.stderr
+
+
+def test_a_planted_clock_offset_is_measured_back_and_removed_from_the_trace(tmp_path):
+    # outside: each rank's profiling starts at its first import of torch, after train.py planted the offset
+    out = torchrun(tmp_path / "clock", outside=True, PLANT="none", STEPS="3", BARRIERS="5", PLANT_CLOCK_RANK="1")
+    manifests = {}
+    for name in os.listdir(out):
+        if name.startswith("manifest"):
+            with open(out / name) as f:
+                m = json.load(f)
+            if "rank" in m:  # not the launcher's
+                manifests[m["rank"]] = m
+    assert sorted(manifests) == [0, 1, 2, 3]
+    planted = -37_000_000  # rank 0's clock less rank 1's
+    for rank, m in manifests.items():
+        sync = m["clock_sync"]
+        assert set(sync) == {"start", "stop"}, sync  # after init_process_group, before destroy_process_group
+        for when in ("start", "stop"):
+            expected = planted if rank == 1 else 0
+            # within the stated error; 50 us more for the processes' own clocks (each anchors its tick
+            # counter to CLOCK_REALTIME by itself, to within microseconds)
+            assert abs(sync[when]["offset_ns"] - expected) <= sync[when]["error_ns"] + 50_000, (rank, sync)
+    trace_path = tmp_path / "trace.json"
+    report("--trace", trace_path, out)
+    with open(trace_path) as f:
+        trace = json.load(f)
+    pids = {m["pid"]: rank for rank, m in manifests.items()}
+    origin = trace["otherData"]["origin_ns"]
+    assert trace["otherData"]["clock_error_ns"] == max(min(s["error_ns"] for s in m["clock_sync"].values())
+                                                       for m in manifests.values())
+    # each barrier's end, per rank, in ns after the origin: in the records rank 1's are ~37 ms late;
+    # in the trace, aligned
+    recorded, traced = {}, {}
+    for path in record_files(str(out)):
+        for row in iter_rows(path):
+            if row.api == "torch.distributed.barrier" and row.pid in pids:
+                recorded.setdefault(pids[row.pid], []).append(row.start_ns + row.cost_ns - origin)
+    for event in trace["traceEvents"]:
+        if event.get("ph") == "X" and event["name"] == "torch.distributed.barrier" and event["pid"] in pids:
+            traced.setdefault(pids[event["pid"]], []).append(round((event["ts"] + event["dur"]) * 1000))
+    offset = next(min(m["clock_sync"].values(), key=lambda s: s["error_ns"])["offset_ns"]
+                  for r, m in manifests.items() if r == 1)
+    for rank in (0, 1, 2, 3):
+        assert len(recorded[rank]) == len(traced[rank]) == 5
+    # exactly the measured offset is removed from rank 1's times (the trace's microseconds are exact to 1 ns)
+    assert [t - r for t, r in zip(sorted(traced[1]), sorted(recorded[1]))] == [offset] * 5
+    raw = statistics.median(b - a for a, b in zip(sorted(recorded[0]), sorted(recorded[1])))
+    aligned = statistics.median(b - a for a, b in zip(sorted(traced[0]), sorted(traced[1])))
+    assert raw > 37_000_000 / 2 > abs(aligned)  # ranks leave a barrier together
+    text = report("--ranks", "--steps", "0:2", out)
+    assert "Clocks: 4 of 4 ranks' times moved to rank 0's clock, within" in text
