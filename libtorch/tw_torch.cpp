@@ -6,6 +6,7 @@
 // costs on every op, measured: about 1 us per node on a chain of small ops); the FUNCTION-scope
 // callback is registered only for config aten "all". C++ only because libtorch's callback API is
 // C++; every decision about what to record is made in C.
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -66,63 +67,161 @@ extern "C" uint64_t tw_torch_thread_id(void)
     return at::RecordFunction::currentThreadId();
 }
 
+namespace {
+
+// Short dtype names, by at::ScalarType; an empty name: the Python path names it.
+struct dtype_name {
+    char text[4];
+    unsigned char len;
+};
+constexpr dtype_name no_name{{0}, 0};
+
+constexpr auto dtype_names = [] {
+    std::array<dtype_name, 64> names{};
+    names.fill(no_name);
+    names[(int)at::kFloat] = {{'f', '3', '2'}, 3};
+    names[(int)at::kDouble] = {{'f', '6', '4'}, 3};
+    names[(int)at::kHalf] = {{'f', '1', '6'}, 3};
+    names[(int)at::kBFloat16] = {{'b', 'f', '1', '6'}, 4};
+    names[(int)at::kLong] = {{'i', '6', '4'}, 3};
+    names[(int)at::kInt] = {{'i', '3', '2'}, 3};
+    names[(int)at::kShort] = {{'i', '1', '6'}, 3};
+    names[(int)at::kChar] = {{'i', '8'}, 2};
+    names[(int)at::kByte] = {{'u', '8'}, 2};
+    names[(int)at::kBool] = {{'b', 'o', 'o', 'l'}, 4};
+    names[(int)at::kComplexFloat] = {{'c', '6', '4'}, 3};
+    names[(int)at::kComplexDouble] = {{'c', '1', '2', '8'}, 4};
+    return names;
+}();
+
+// Devices other than the CPU as torch's str(device) writes them ("cuda:0", "meta"), made once per
+// (type, index): Device::str() builds a std::string each time. Only ever used with the GIL held
+// (tw_torch_tensor_summary's contract), which serializes the filling.
+struct device_text {
+    int16_t type = -1;
+    int16_t index = 0;
+    unsigned char len = 0;
+    char text[29] = {0};
+};
+std::array<device_text, 16> device_texts;
+
+// str(device) into *d; false when longer than d->text (the Python path writes it).
+bool make_device_text(at::Device device, device_text *d)
+{
+    std::string text = device.str();
+    if (text.size() > sizeof d->text)
+        return false;
+    memcpy(d->text, text.data(), text.size());
+    d->len = (unsigned char)text.size();
+    d->index = (int16_t)device.index();
+    d->type = (int16_t)device.type(); // last: the entry is whole once it matches
+    return true;
+}
+
+// More than 16 devices: each further one is made again every time, here.
+device_text spare;
+
+const device_text *device_text_of(at::Device device)
+{
+    int16_t type = (int16_t)device.type(), index = (int16_t)device.index();
+    for (device_text &d : device_texts) {
+        if (d.type == type && d.index == index)
+            return &d;
+        if (d.type == -1)
+            return make_device_text(device, &d) ? &d : nullptr;
+    }
+    return make_device_text(device, &spare) ? &spare : nullptr;
+}
+
+// Decimal digits of d ending at end (exclusive); returns where they begin.
+inline char *digits_before(char *end, int64_t d)
+{
+    uint64_t v = d < 0 ? 0 - (uint64_t)d : (uint64_t)d;
+    do
+        *--end = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    if (d < 0)
+        *--end = '-';
+    return end;
+}
+
+size_t digits_of(int64_t d)
+{
+    char digits[24];
+    return (size_t)(digits + sizeof digits - digits_before(digits + sizeof digits, d));
+}
+
+// dtype[sizes]@device at out. padded: the dtype and the device are copied in fixed-size blocks
+// (no call to memcpy), which may write past the text's end: the caller has room for the longest
+// text (see tw_torch_tensor_summary); else each copy is exact.
+template <bool padded>
+int write_summary(char *out, const dtype_name &dtype, at::IntArrayRef sizes, const device_text *other)
+{
+    char *p = out;
+    memcpy(p, dtype.text, padded ? sizeof dtype.text : dtype.len);
+    p += dtype.len;
+    *p++ = '[';
+    for (size_t i = 0; i < sizes.size(); i++) {
+        if (i)
+            *p++ = ',';
+        int64_t d = sizes[i];
+        if (d >= 0 && d < 10) { // most sizes: no division loop
+            *p++ = (char)('0' + d);
+        } else if (d >= 10 && d < 100) {
+            p[0] = (char)('0' + d / 10);
+            p[1] = (char)('0' + d % 10);
+            p += 2;
+        } else {
+            char digits[24], *q = digits_before(digits + sizeof digits, d);
+            size_t n = (size_t)(digits + sizeof digits - q);
+            memcpy(p, q, n);
+            p += n;
+        }
+    }
+    *p++ = ']';
+    *p++ = '@';
+    if (other == nullptr) {
+        memcpy(p, "cpu", padded ? 4 : 3);
+        return (int)(p + 3 - out);
+    }
+    memcpy(p, other->text, padded ? sizeof other->text : other->len);
+    return (int)(p + other->len - out);
+}
+
+} // namespace
+
 // The argument summary of a tensor, read from the tensor itself: what torch's Python getters for
 // dtype, shape, is_cpu and device give, without a Python object per call (those getters were most
-// of the summary's cost). Only for the dtypes the summary names short; anything else (another
-// dtype, sizes that are symbolic or not defined, an exception) is -1: the caller's Python path.
+// of the summary's cost). Written straight into the caller's text, without snprintf or a
+// std::string: this runs for every tensor argument of every recorded call (make bench's args
+// figures, tests/bench/run.py bench_args). Only for the dtypes the summary names short; anything
+// else (another dtype, sizes that are symbolic or not defined) is -1: the caller's Python path.
 extern "C" int tw_torch_tensor_summary(PyObject *tensor, char *out, size_t size)
 {
     try {
         const at::Tensor &t = THPVariable_Unpack(tensor);
         if (!t.defined() || t.is_nested())
             return -1;
-        const char *dtype;
-        switch (t.scalar_type()) {
-        case at::kFloat: dtype = "f32"; break;
-        case at::kDouble: dtype = "f64"; break;
-        case at::kHalf: dtype = "f16"; break;
-        case at::kBFloat16: dtype = "bf16"; break;
-        case at::kLong: dtype = "i64"; break;
-        case at::kInt: dtype = "i32"; break;
-        case at::kShort: dtype = "i16"; break;
-        case at::kChar: dtype = "i8"; break;
-        case at::kByte: dtype = "u8"; break;
-        case at::kBool: dtype = "bool"; break;
-        case at::kComplexFloat: dtype = "c64"; break;
-        case at::kComplexDouble: dtype = "c128"; break;
-        default: return -1;
-        }
-        if (t.unsafeGetTensorImpl()->has_symbolic_sizes_strides())
+        const at::TensorImpl *impl = t.unsafeGetTensorImpl();
+        int type = (int)impl->dtype().toScalarType();
+        if (type < 0 || type >= (int)dtype_names.size() || dtype_names[type].len == 0 ||
+            impl->has_symbolic_sizes_strides())
             return -1;
-        char *p = out, *end = out + size;
-        auto put = [&](const char *s, size_t n) {
-            if ((size_t)(end - p) < n)
-                return false;
-            memcpy(p, s, n);
-            p += n;
-            return true;
-        };
-        if (!put(dtype, strlen(dtype)) || !put("[", 1))
+        const dtype_name &dtype = dtype_names[type];
+        at::IntArrayRef sizes = impl->sizes();
+        at::Device device = impl->device();
+        const device_text *other = nullptr;
+        if (!device.is_cpu() && (other = device_text_of(device)) == nullptr)
             return -1;
-        bool first = true;
-        for (int64_t d : t.sizes()) { // decimal by hand: snprintf was most of this function's time
-            char digits[24], *q = digits + sizeof digits;
-            uint64_t v = d < 0 ? 0 - (uint64_t)d : (uint64_t)d;
-            do
-                *--q = (char)('0' + v % 10);
-            while ((v /= 10) != 0);
-            if (d < 0)
-                *--q = '-';
-            if ((!first && !put(",", 1)) || !put(q, (size_t)(digits + sizeof digits - q)))
-                return -1;
-            first = false;
-        }
-        if (!put("]@", 2))
-            return -1;
-        if (t.device().is_cpu())
-            return put("cpu", 3) ? (int)(p - out) : -1;
-        std::string device = t.device().str();
-        return put(device.data(), device.size()) ? (int)(p - out) : -1;
+        // The longest text: the dtype's block, "[", per dimension 20 characters (INT64_MIN) and a
+        // comma, "]@" and the device's block.
+        size_t longest = sizeof dtype.text + 1 + 21 * sizes.size() + 2 + (other ? sizeof other->text : 4);
+        if (longest <= size)
+            return write_summary<true>(out, dtype, sizes, other);
+        size_t exact = dtype.len + 1 + 2 + (other ? other->len : 3) + (sizes.empty() ? 0 : sizes.size() - 1);
+        for (int64_t d : sizes)
+            exact += digits_of(d);
+        return exact <= size ? write_summary<false>(out, dtype, sizes, other) : -2;
     } catch (...) {
         return -1;
     }

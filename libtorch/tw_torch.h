@@ -47,8 +47,10 @@ TW_TORCH_API uint64_t tw_torch_thread_id(void);
 
 /* The argument summary of a tensor (an instance of torch.Tensor or a subclass: a THPVariable), as
  * the extension's Python path writes it from torch's getters ("f32[4,8]@cpu", "bf16[2]@cuda:0"),
- * into out (size bytes, no NUL). Returns the length, or -1 when the Python path must do it (a dtype
- * without a short name, symbolic or nested sizes, no room). Never raises; with the GIL held. */
+ * into out (size bytes, no NUL; it may write bytes past the text's end, never past size). Returns the
+ * length; -2 when it is longer than size (nothing meaningful written); -1 when the Python path must
+ * do it (a dtype without a short name, symbolic or nested sizes). Never raises; with the GIL held
+ * (it keeps a cache of device names). */
 struct _object;
 TW_TORCH_API int tw_torch_tensor_summary(struct _object *tensor, char *out, size_t size);
 

@@ -161,6 +161,18 @@ TW_API void tw_reader_close(tw_reader_t *reader);
 TW_API long tw_csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fields, size_t *nfields,
                          char *scratch, size_t scratch_size);
 
+/*
+ * The input shapes of a call from its argument summary (args "summary": "((f32[4,8]@cpu, 2), {'dim':
+ * f32[8]@cpu})"), as torch.profiler writes a call's input shapes: one entry per argument, the
+ * positional ones then the keyword values, a tensor's sizes ("[4, 8]"), [] for anything else, and
+ * for a tuple or list holding tensors the list of its items' entries ("[[[4, 8], [4, 8]], []]" for
+ * torch.cat([a, b], 0): the "Input Dims" of torch.profiler's trace). Lists past 8 items show their
+ * first 8 (the summary holds no more); a summary cut at TW_ARGS_MAX gives the arguments before the
+ * cut. Written at out (no NUL); 2 * args_len + 2 bytes always suffice. Returns the length, 0 when
+ * args is no summary (empty: args "none"; a repr), or TW_ERANGE when size is too small.
+ */
+TW_API int tw_args_shapes(const char *args, size_t args_len, char *out, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,7 +23,23 @@ typedef struct {
     char *p;
     char *end; /* leaves room for "..." */
     int full;
+    int guarded;          /* the exception in flight is kept aside in saved (guard()) */
+    tw_saved_exc_t saved;
 } text_t;
+
+/*
+ * Before any Python call that may raise or look at the error indicator: the exception in flight
+ * (the caller's code may be handling one) is kept aside until the summary ends. Only then: the
+ * common summary (tensors read by the libtorch layer, ints, floats, None) calls nothing that may
+ * raise, and saving and restoring on every call was ~10% of a two-tensor summary (callgrind).
+ */
+static void guard(text_t *t)
+{
+    if (!t->guarded) {
+        tw_exc_save(&t->saved);
+        t->guarded = 1;
+    }
+}
 
 /* Attribute names, interned once: a fresh string per lookup would be hashed every time and would
  * miss CPython's type attribute cache (measured: ~1 us per tensor instead of ~0.25 us). */
@@ -40,7 +56,7 @@ int tw_args_init(void)
     return name_dtype && name_shape && name_is_cpu && name_device ? 0 : -1;
 }
 
-static void put(text_t *t, const char *s, size_t n)
+static void put_cut(text_t *t, const char *s, size_t n)
 {
     if (t->full)
         return;
@@ -54,7 +70,18 @@ static void put(text_t *t, const char *s, size_t n)
     t->p += n;
 }
 
-static void puts_(text_t *t, const char *s)
+/* Inline: most pieces are short literals, whose length and copy the compiler makes constants. */
+static inline __attribute__((always_inline)) void put(text_t *t, const char *s, size_t n)
+{
+    if (TW_LIKELY(!t->full && (size_t)(t->end - t->p) >= n)) {
+        memcpy(t->p, s, n);
+        t->p += n;
+        return;
+    }
+    put_cut(t, s, n);
+}
+
+static inline __attribute__((always_inline)) void puts_(text_t *t, const char *s)
 {
     put(t, s, strlen(s));
 }
@@ -77,11 +104,12 @@ static struct {
     char name[16];
 } dtype_names[32];
 
-static const char *dtype_name(PyObject *dtype)
+static const char *dtype_name(text_t *t, PyObject *dtype)
 {
     for (int i = 0; i < 32 && dtype_names[i].dtype != NULL; i++)
         if (dtype_names[i].dtype == dtype)
             return dtype_names[i].name;
+    guard(t);
     PyObject *repr = PyObject_Repr(dtype);
     const char *text = repr ? PyUnicode_AsUTF8(repr) : NULL;
     static const char *const longs[] = {"torch.float32", "torch.float64", "torch.float16", "torch.bfloat16", "torch.int64",
@@ -171,6 +199,23 @@ static PyObject *tensor_attr(PyObject *obj, PyObject *name, PyObject *base)
 }
 
 /*
+ * The types whose tensors the libtorch layer reads (reads_tensor_base said yes, the layer is loaded),
+ * with the version tag each had then: put_value's first check, two compares for a torch.Tensor or an
+ * nn.Parameter, before any other test of the argument. A type changed since (new tag) falls to
+ * put_tensor, which looks at it again.
+ */
+static struct {
+    PyTypeObject *type;
+    unsigned version;
+} layer_types[2];
+
+static inline int layer_reads(PyTypeObject *type)
+{
+    return (type == layer_types[0].type && type->tp_version_tag == layer_types[0].version) ||
+           (type == layer_types[1].type && type->tp_version_tag == layer_types[1].version);
+}
+
+/*
  * Whether type reads dtype, shape, is_cpu and device through TensorBase's own getters (torch.Tensor,
  * nn.Parameter; not a subclass that overrides one, as FakeTensor does device): then the libtorch
  * layer can read them from the tensor itself, with the same result. Kept per type for its version
@@ -194,22 +239,49 @@ static int reads_tensor_base(PyTypeObject *type)
     seen[slot].type = type;
     seen[slot].version = type->tp_version_tag;
     seen[slot].ok = ok;
+    if (ok && type->tp_version_tag != 0) { /* 0: no tag (3.12+ stops tagging a type changed very often) */
+        static unsigned next_fast;
+        unsigned fast = next_fast++ % 2;
+        layer_types[fast].type = type;
+        layer_types[fast].version = type->tp_version_tag;
+    }
     return ok;
 }
 
-static void put_tensor(text_t *t, PyObject *obj)
+/* Texts of tensors the layer writes longer than this go to the Python path, as they always did. */
+#define LAYER_TEXT_MAX 160
+
+/*
+ * The tensor's summary written by the libtorch layer straight into the text; 0 when the Python path
+ * must write it. A text that does not fit in what is left is cut as put() cuts it, from a copy.
+ */
+static inline int put_layer(text_t *t, PyObject *obj)
 {
-    refresh_descriptors();
-    if (tw_layer_tensor_summary != NULL && reads_tensor_base(Py_TYPE(obj))) {
-        char text[160];
-        int n = tw_layer_tensor_summary(obj, text, sizeof text);
+    if (t->full)
+        return 1; /* nothing more is written */
+    size_t room = (size_t)(t->end - t->p);
+    int n = tw_layer_tensor_summary(obj, t->p, room < LAYER_TEXT_MAX ? room : LAYER_TEXT_MAX);
+    if (TW_LIKELY(n >= 0)) {
+        t->p += n;
+        return 1;
+    }
+    if (n == -2 && room < LAYER_TEXT_MAX) {
+        char text[LAYER_TEXT_MAX];
+        n = tw_layer_tensor_summary(obj, text, sizeof text);
         if (n >= 0) {
             put(t, text, (size_t)n);
-            return;
+            return 1;
         }
     }
+    return 0;
+}
+
+/* The summary from torch's Python getters: a tensor the layer does not read. */
+static void put_tensor_python(text_t *t, PyObject *obj)
+{
+    guard(t);
     PyObject *dtype = tensor_attr(obj, name_dtype, descr_dtype);
-    puts_(t, dtype != NULL ? dtype_name(dtype) : "tensor");
+    puts_(t, dtype != NULL ? dtype_name(t, dtype) : "tensor");
     Py_XDECREF(dtype);
     PyObject *shape = tensor_attr(obj, name_shape, descr_shape);
     puts_(t, "[");
@@ -238,9 +310,36 @@ static void put_tensor(text_t *t, PyObject *obj)
     PyErr_Clear();
 }
 
+static void put_tensor(text_t *t, PyObject *obj)
+{
+    refresh_descriptors();
+    if (tw_layer_tensor_summary != NULL && reads_tensor_base(Py_TYPE(obj)) && put_layer(t, obj))
+        return;
+    put_tensor_python(t, obj);
+}
+
+/* str's UTF-8 text; NULL with *n 0 when it has none (lone surrogates). */
+static const char *utf8_of(text_t *t, PyObject *str, Py_ssize_t *n)
+{
+    if (PyUnicode_IS_COMPACT_ASCII(str)) { /* nearly every name: its own bytes, no call that may raise */
+        *n = PyUnicode_GET_LENGTH(str);
+        return (const char *)PyUnicode_DATA(str);
+    }
+    guard(t);
+    const char *s = PyUnicode_AsUTF8AndSize(str, n);
+    if (s == NULL) {
+        PyErr_Clear();
+        *n = 0;
+    }
+    return s;
+}
+
 static void put_value(text_t *t, PyObject *obj, int depth)
 {
-    if (tw_active.tensor_type != NULL && PyObject_TypeCheck(obj, tw_active.tensor_type)) {
+    if (TW_LIKELY(layer_reads(Py_TYPE(obj)))) {
+        if (!put_layer(t, obj))
+            put_tensor_python(t, obj);
+    } else if (tw_active.tensor_type != NULL && PyObject_TypeCheck(obj, tw_active.tensor_type)) {
         put_tensor(t, obj);
     } else if (obj == Py_None) {
         puts_(t, "None");
@@ -257,9 +356,8 @@ static void put_value(text_t *t, PyObject *obj, int depth)
         puts_(t, float_text(PyFloat_AS_DOUBLE(obj)));
     } else if (PyUnicode_CheckExact(obj)) {
         Py_ssize_t n;
-        const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
+        const char *s = utf8_of(t, obj, &n);
         if (s == NULL) {
-            PyErr_Clear();
             puts_(t, "str");
             return;
         }
@@ -281,14 +379,23 @@ static void put_value(text_t *t, PyObject *obj, int depth)
             puts_(t, ",");
         puts_(t, tuple ? ")" : "]");
     } else if (strcmp(Py_TYPE(obj)->tp_name, "torch.dtype") == 0) {
-        puts_(t, dtype_name(obj));
+        puts_(t, dtype_name(t, obj));
     } else {
         puts_(t, Py_TYPE(obj)->tp_name); /* never a user __repr__ */
     }
 }
 
+/* An argument: the common one, a tensor the layer reads, without put_value's entry and exit. */
+static inline __attribute__((always_inline)) void put_arg(text_t *t, PyObject *obj)
+{
+    if (TW_LIKELY(layer_reads(Py_TYPE(obj))) && put_layer(t, obj))
+        return;
+    put_value(t, obj, 0);
+}
+
 static void put_repr(text_t *t, PyObject *obj)
 {
+    guard(t);
     PyObject *repr = PyObject_Repr(obj);
     Py_ssize_t n = 0;
     const char *s = repr ? PyUnicode_AsUTF8AndSize(repr, &n) : NULL;
@@ -305,11 +412,8 @@ uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t
 {
     if (size < 8)
         return 0;
-    text_t t = {buf, buf + size - 3, 0};
+    text_t t = {.p = buf, .end = buf + size - 3};
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    /* An exception being handled by the caller's code stays as it is. */
-    tw_saved_exc_t saved;
-    tw_exc_save(&saved);
     puts_(&t, "((");
     for (Py_ssize_t i = 0; i < nargs; i++) {
         if (i)
@@ -317,22 +421,27 @@ uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t
         if (mode == TW_ARGS_REPR)
             put_repr(&t, args[i]);
         else
-            put_value(&t, args[i], 0);
+            put_arg(&t, args[i]);
     }
     puts_(&t, nargs == 1 ? ",), {" : "), {");
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
-        const char *key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, i));
+        Py_ssize_t n;
+        const char *key = utf8_of(&t, PyTuple_GET_ITEM(kwnames, i), &n);
         puts_(&t, i ? ", '" : "'");
-        puts_(&t, key ? key : "?");
+        if (key != NULL)
+            put(&t, key, (size_t)n);
+        else
+            puts_(&t, "?");
         puts_(&t, "': ");
         if (mode == TW_ARGS_REPR)
             put_repr(&t, args[nargs + i]);
         else
-            put_value(&t, args[nargs + i], 0);
+            put_arg(&t, args[nargs + i]);
     }
     puts_(&t, "})");
-    tw_exc_restore(&saved);
+    if (t.guarded) /* an exception being handled by the caller's code stays as it was */
+        tw_exc_restore(&t.saved);
     if (t.full) {
         memcpy(t.p, "...", 3);
         t.p += 3;

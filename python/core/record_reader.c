@@ -7,7 +7,7 @@
  *
  * A batch is parsed with the GIL released into C arrays (numbers as int64, strings copied into an
  * arena: the reader's buffer is valid during its callback only), then turned into Python objects
- * with the GIL held. Repeated strings (API names, module paths) are made once per reader: a small
+ * with the GIL held. Repeated strings (API names, module paths, input shapes) are made once per reader: a small
  * cache by content, which also makes pandas' categorical of the API cheap (equal strings are one
  * object).
  */
@@ -88,6 +88,7 @@ typedef struct {
     tw_reader_t *reader; /* the current file, or NULL */
     PyObject *module_missing; /* the module of rows of files without the column */
     size_t batch_rows;
+    int input_shapes;    /* call batches get an input_shapes column (shapes_list) */
     int busy;            /* a batch is being read (the GIL released): no second one meanwhile */
     tw_read_stats_t stats;
     /* The batch being read: n rows of one file's kind, each column an array of batch_rows. */
@@ -101,15 +102,21 @@ typedef struct {
         uint64_t hash;
         PyObject *text;
     } cache[CACHE_SLOTS];
+    /* input shapes by argument text object (both held): equal texts are one object while the cache
+     * above holds them, so most rows find their shapes without reading their text again */
+    struct {
+        PyObject *args, *shapes;
+    } shapes_cache[CACHE_SLOTS];
 } reader_object;
 
 /* ---- the batch: filled without the GIL ---------------------------------------------------------- */
 
-static int store_text(reader_object *self, text_t *out, tw_str_t s, int state)
+/* Room for n more bytes in the arena; -1 when out of memory. */
+static int arena_reserve(reader_object *self, size_t n)
 {
-    if (self->arena_used + s.len > self->arena_size) {
+    if (self->arena_used + n > self->arena_size) {
         size_t size = self->arena_size ? self->arena_size : 1 << 20;
-        while (size < self->arena_used + s.len)
+        while (size < self->arena_used + n)
             size *= 2;
         char *bigger = realloc(self->arena, size); /* plain malloc: no GIL held here */
         if (bigger == NULL)
@@ -117,6 +124,13 @@ static int store_text(reader_object *self, text_t *out, tw_str_t s, int state)
         self->arena = bigger;
         self->arena_size = size;
     }
+    return 0;
+}
+
+static int store_text(reader_object *self, text_t *out, tw_str_t s, int state)
+{
+    if (arena_reserve(self, s.len) != 0)
+        return -1;
     memcpy(self->arena + self->arena_used, s.ptr, s.len);
     *out = (text_t){self->arena_used, (uint32_t)s.len, state};
     self->arena_used += s.len;
@@ -208,6 +222,47 @@ static PyObject *text_list(reader_object *self, const text_t *texts, size_t n)
     return list;
 }
 
+/* The input shapes of an argument summary (a str of the args column), the same object for the same
+ * args object; a new reference, or NULL with an exception. */
+static PyObject *shapes_of(reader_object *self, PyObject *args)
+{
+    size_t slot = ((uintptr_t)args >> 4) * 0x9E3779B97F4A7C15ull >> 52; /* 12 bits: CACHE_SLOTS */
+    if (self->shapes_cache[slot].args == args)
+        return Py_NewRef(self->shapes_cache[slot].shapes);
+    Py_ssize_t len;
+    const char *text = PyUnicode_AsUTF8AndSize(args, &len);
+    if (text == NULL)
+        return NULL;
+    size_t room = 2 * (size_t)len + 2; /* always enough (reader.h) */
+    char small[2 * 512 + 2], *out = room <= sizeof small ? small : PyMem_Malloc(room);
+    if (out == NULL)
+        return PyErr_NoMemory();
+    int n = tw_args_shapes(text, (size_t)len, out, room);
+    PyObject *shapes = text_object(self, out, n > 0 ? (size_t)n : 0);
+    if (out != small)
+        PyMem_Free(out);
+    if (shapes == NULL)
+        return NULL;
+    Py_XSETREF(self->shapes_cache[slot].args, Py_NewRef(args));
+    Py_XSETREF(self->shapes_cache[slot].shapes, Py_NewRef(shapes));
+    return shapes;
+}
+
+/* The input_shapes column from the batch's args column (a list of str). */
+static PyObject *shapes_list(reader_object *self, PyObject *args_list)
+{
+    Py_ssize_t n = PyList_GET_SIZE(args_list);
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
+        PyObject *shapes = shapes_of(self, PyList_GET_ITEM(args_list, i));
+        if (shapes == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, shapes);
+    }
+    return list;
+}
+
 /* {column: values} of the batch: int64 columns as bytes (native int64: numpy.frombuffer, or
  * memoryview.cast("q")), error as bytes of 0/1 (cast "?"), text as a list of str (None: no module). */
 static PyObject *batch_dict(reader_object *self)
@@ -226,6 +281,16 @@ static PyObject *batch_dict(reader_object *self)
         else
             values = text_list(self, self->columns[f], self->n);
         if (values == NULL || PyDict_SetItemString(dict, fields[f].name, values) < 0) {
+            Py_XDECREF(values);
+            Py_DECREF(dict);
+            return NULL;
+        }
+        Py_DECREF(values);
+    }
+    PyObject *args_list = self->input_shapes && self->kind == TW_FILE_CALLS ? PyDict_GetItemString(dict, "args") : NULL;
+    if (args_list != NULL) { /* borrowed from dict */
+        PyObject *values = shapes_list(self, args_list);
+        if (values == NULL || PyDict_SetItemString(dict, "input_shapes", values) < 0) {
             Py_XDECREF(values);
             Py_DECREF(dict);
             return NULL;
@@ -332,11 +397,12 @@ static PyObject *reader_next(reader_object *self)
 
 static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"paths", "batch_rows", "module_missing", NULL};
+    static char *keywords[] = {"paths", "batch_rows", "module_missing", "input_shapes", NULL};
     PyObject *paths, *module_missing = Py_None;
     Py_ssize_t batch_rows = BATCH_ROWS_DEFAULT;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$nO:RecordReader", keywords, &paths, &batch_rows,
-                                     &module_missing))
+    int input_shapes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$nOp:RecordReader", keywords, &paths, &batch_rows,
+                                     &module_missing, &input_shapes))
         return NULL;
     if (batch_rows < 1 || (size_t)batch_rows > SIZE_MAX / sizeof(text_t)) {
         PyErr_Format(PyExc_ValueError, "batch_rows=%zd is not accepted: give a positive number of rows", batch_rows);
@@ -357,6 +423,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     self->paths = tuple;
     self->module_missing = Py_NewRef(module_missing);
     self->batch_rows = (size_t)batch_rows;
+    self->input_shapes = input_shapes;
     return (PyObject *)self;
 }
 
@@ -367,8 +434,11 @@ static void reader_dealloc(reader_object *self)
     for (size_t f = 0; f < MAX_FIELDS; f++)
         PyMem_RawFree(self->columns[f]);
     free(self->arena);
-    for (size_t i = 0; i < CACHE_SLOTS; i++)
+    for (size_t i = 0; i < CACHE_SLOTS; i++) {
         Py_XDECREF(self->cache[i].text);
+        Py_XDECREF(self->shapes_cache[i].args);
+        Py_XDECREF(self->shapes_cache[i].shapes);
+    }
     Py_XDECREF(self->paths);
     Py_XDECREF(self->path);
     Py_XDECREF(self->module_missing);
@@ -408,12 +478,14 @@ static PyMethodDef reader_methods[] = {
 };
 
 static PyType_Slot reader_slots[] = {
-    {Py_tp_doc, "RecordReader(paths, *, batch_rows=16384, module_missing=None)\n--\n\n"
+    {Py_tp_doc, "RecordReader(paths, *, batch_rows=16384, module_missing=None, input_shapes=False)\n--\n\n"
                 "The call and GPU records of a file (or a sequence of files), in batches: iterating gives\n"
                 "(path, kind, columns) with kind 'calls' or 'gpu' and columns {name: values} in the schema's\n"
                 "order: int64 columns as bytes of native int64, error as bytes of 0/1, text as lists of str.\n"
                 "module is None for a call that is no module's forward ('' for the root module), and\n"
-                "module_missing in a file without the column. Torn last lines and rows that do not parse\n"
+                "module_missing in a file without the column. input_shapes=True adds to call batches an\n"
+                "input_shapes column (str, torch.profiler's form: [[4, 8], [8, 16]]; '' without a summary)\n"
+                "read in C from each call's argument summary. Torn last lines and rows that do not parse\n"
                 "are skipped and counted (truncated, malformed); a file that is not ours is a ValueError,\n"
                 "one that cannot be read an OSError, each naming the file."},
     {Py_tp_new, reader_new},

@@ -156,15 +156,19 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     string there, and module is null for calls that are not module forwards.
 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
-    module, step and site, and site_text, flops, flops_total and memory (typed: int64, bool, str; api is categorical; module is the instance path of an nn.Module
+    module, step and site, and site_text, flops, flops_total, memory and input_shapes (typed: int64, bool,
+    str; api is categorical; module is the instance path of an nn.Module
     forward, "" for the model itself and None for other calls, in CSV files as in JSON ones (the
     reader tells the root module's quoted "" from an empty field); files of an older version lack
     it: ""), step (the step the call began in, counted from 0;
     -1 in files written before the column), site (where the program made the call: an id of the sites
     file, 0 for none; config sites) and site_text, that site as "file:line function" from the sites
     files (sites.json, sites-PID.json) beside the record files ("" for none; the polars and duckdb
-    engines give the site id only: join load_sites()). Tracing streams in the directory (stats, updates)
-    are not records: see load_stats() and load_updates(). When the directory holds GPU records, gpu_ns is the
+    engines give the site id only: join load_sites()). input_shapes: the call's input shapes in
+    torch.profiler's form ("[[4, 8], [8, 16]]"; [] for a non-tensor argument, a list of tensors as a list
+    of their shapes; "" without an argument summary), read in C from args: group by it as
+    key_averages(group_by_input_shape=True) does (pandas engine only). Tracing streams in the directory
+    (stats, updates) are not records: see load_stats() and load_updates(). When the directory holds GPU records, gpu_ns is the
     GPU time of the kernels, copies and memsets each call launched itself. A torn last line (a killed
     process) and a row whose fields do not parse are skipped, with one warning giving the counts. original_names=True gives the original
     TorchWrapper's columns instead (API Name, Total Time (ms), Call Number, ...)."""
@@ -182,7 +186,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     records = [path for path in paths if _outdir.kind(path) in ("calls", "gpu")]   # not empty, nor a stream
     chunks: Dict[str, Dict[str, List[Any]]] = {"calls": {}, "gpu": {}}
     # files older than the module column: "" (the schema's missing value), as before the column
-    reader = _core.RecordReader(records, batch_rows=1 << 16, module_missing="")
+    reader = _core.RecordReader(records, batch_rows=1 << 16, module_missing="", input_shapes=True)
     for _, kind, columns in reader:
         for name, values in columns.items():
             chunks[kind].setdefault(name, []).append(values)
@@ -192,6 +196,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
             skipped.append(f"{reader.malformed} row(s) whose fields do not parse")
         warnings.warn(f"torchwrapper.load: skipped {' and '.join(skipped)}", stacklevel=2)
     frame = pandas.DataFrame(_columns(chunks["calls"], "calls"))
+    shapes = chunks["calls"].get("input_shapes", [])   # computed by the reader, in C (tw_args_shapes)
     if chunks["gpu"]:
         gpu = pandas.DataFrame(_columns(chunks["gpu"], "gpu"))
         gpu = gpu[gpu["call_id"] != 0]
@@ -199,9 +204,14 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
         per_call.name = "gpu_from_records"
         frame = frame.join(per_call, on=["pid", "call_id"])
         frame["gpu_ns"] = frame.pop("gpu_from_records").fillna(0).astype("int64")
+    import numpy
+
+    frame["input_shapes"] = numpy.fromiter(itertools.chain.from_iterable(shapes), dtype=object,
+                                           count=sum(map(len, shapes)))
     frame = frame.sort_values(["start_ns", "pid", "call_id"], kind="stable").reset_index(drop=True)
     frame["api"] = frame["api"].astype("category")
     frame["site_text"] = _site_texts(paths, frame)
+    frame["input_shapes"] = frame.pop("input_shapes")   # last: the schema's derived columns' order
     if original_names:
         return original_frame(frame)
     # the peak MFU is measured against (config peak_flops, or the GPU's): torchwrapper.flops_table()

@@ -83,6 +83,15 @@ _KINDS: Dict[str, Dict[str, Any]] = {
             _col("mem_peak", "int64", "the highest allocated total the allocator reported during the call "
                                       "(0: no report)", "bytes", missing=0, sparse=True),
         ],
+        # Not in the files: what load() (engine "pandas") computes from them, after the columns above.
+        "derived": [
+            _col("site_text", "string", "the site as \"file:line function\" from the sites files (\"\" for none)"),
+            _col("input_shapes", "string", "the call's input shapes read from args in C, as torch.profiler's "
+                                           "input_shapes: one entry per argument (positional, then keyword values), "
+                                           "a tensor's sizes, [] for anything else, a tuple or list of tensors as "
+                                           "the list of theirs (\"[[4, 8], [8, 16]]\"); \"\" without a summary "
+                                           "(args none, autograd nodes)"),
+        ],
     },
     "gpu": {
         "version": 1,
@@ -165,7 +174,8 @@ _SCHEMA: Dict[str, Any] = {
 def schema() -> Dict[str, Any]:
     """The record files' schema: {"schema_version", "encoding", "kinds": {kind: {"version",
     "description", "files", "columns": [{"name", "type", "unit", "nullable", "description"}, ...]}},
-    "notes"} for the kinds calls, gpu, stats and updates. Plain data (json.dumps takes it); a copy,
+    "notes"} for the kinds calls, gpu, stats and updates; calls also has "derived": the columns load()
+    adds, computed from the files' (site_text, input_shapes). Plain data (json.dumps takes it); a copy,
     so changing it changes nothing here."""
     return copy.deepcopy(_SCHEMA)
 

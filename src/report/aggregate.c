@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "torchwrapper/common.h"
+#include "torchwrapper/reader.h"
+#include "torchwrapper/recorder.h"
 #include "torchwrapper/stats.h"
 
 #include "aggregate.h"
@@ -326,6 +328,22 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
             rc = count_row(report_group_get(&a->groups, key, (size_t)(k - key)), row, gpu, row->flops, 1);
         }
         break;
+    case BY_SHAPE: {
+        /* "torch.mm [[4, 8], [8, 16]]"; the API alone for a call recorded without a summary (args
+         * "none", an autograd node) */
+        char shape[1024 + 2 * TW_ARGS_MAX + 2];
+        size_t n = (size_t)api_len;
+        memcpy(shape, api, n);
+        int len = row->args.len <= TW_ARGS_MAX
+                      ? tw_args_shapes(row->args.ptr, row->args.len, shape + n + 1, sizeof shape - n - 1)
+                      : 0; /* no summary is longer */
+        if (len > 0) {
+            shape[n] = ' ';
+            n += 1 + (size_t)len;
+        }
+        rc = count_row(report_group_get(&a->groups, shape, n), row, gpu, row->flops, 0);
+        break;
+    }
     case BY_SITE: {
         char site[1200];
         int n = site_key(a, row, site, sizeof site);

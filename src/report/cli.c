@@ -22,10 +22,11 @@
     "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name, flops, mem\n"     \
     "  --top N           the first N rows only\n"                                                                  \
     "  --by GROUP        api (default), thread, pid, parent (caller > callee), step, site (where the program\n"    \
-    "                    made the calls, with the APIs called there: config sites); no GPU time by step, site;\n"\
-    "                    module: a row per module path (its forward calls, the backward nodes charged to\n"      \
-    "                    it, FLOPs and bytes with those of the modules inside), or with --folded,\n"            \
-    "                    --flamegraph and --html their frames are module paths\n"                               \
+    "                    made the calls, with the APIs called there: config sites); no GPU time by step, site,\n"\
+    "                    shape; shape (an API and its input shapes, from the argument summaries: torch.profiler's\n"\
+    "                    group_by_input_shape); module: a row per module path (its forward calls, the backward\n" \
+    "                    nodes charged to it, FLOPs and bytes with those of the modules inside), or with\n"     \
+    "                    --folded, --flamegraph and --html their frames are module paths\n"                     \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \
@@ -60,7 +61,8 @@
     "                    are not flagged (default 4)\n"          \
     "  -j, --jobs N      read on N threads (default: the number of online CPUs; 1: one thread); the output\n"    \
     "                    is the same for any N. Files over 32 MiB are read in ranges. Only the table --by\n"     \
-    "                    api, thread, pid or step: the other outputs, and --diff, are read on one thread\n"      \
+    "                    api, thread, pid, step or shape: the other outputs, and --diff, are read on one\n"      \
+    "                    thread\n"                                                                                 \
     "  -h, --help        this text\n"
 
 /* ---- options ----------------------------------------------------------------------------------- */
@@ -209,7 +211,7 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
 {
     static const char *const sorts[] = {"total", "self", "gpu", "calls", "mean", "min", "max", "p50", "p95", "p99",
                                         "name", "flops", "mem"};
-    static const char *const bys[] = {"api", "thread", "pid", "parent", "step", "site"};
+    static const char *const bys[] = {"api", "thread", "pid", "parent", "step", "site", "shape"};
     static const char *const formats[] = {"table", "csv", "json", "markdown"};
     memset(o, 0, sizeof *o);
     o->limit = 1000000;
@@ -287,9 +289,9 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
                                         "p50, p95, p99, name, flops or mem", value);
             o->sort = (sort_key_t)k;
         } else if (IS("--by")) {
-            if ((k = pick(value, bys, 6)) < 0)
-                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site or "
-                                        "module", value);
+            if ((k = pick(value, bys, 7)) < 0)
+                return usage_error(err, "--by '%s' is not accepted: give api, thread, pid, parent, step, site, shape "
+                                        "or module", value);
             o->by = (group_by_t)k;
             o->frames_by_module = 0;
         } else if (IS("--format")) {

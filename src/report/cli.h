@@ -14,7 +14,7 @@
 
 /* BY_MODULE: the table's --by module (module forwards and the nodes charged to them; with --folded,
  * --flamegraph or --html, --by module sets frames_by_module instead) */
-typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT, BY_STEP, BY_SITE, BY_MODULE } group_by_t;
+typedef enum { BY_API, BY_THREAD, BY_PID, BY_PARENT, BY_STEP, BY_SITE, BY_SHAPE, BY_MODULE } group_by_t;
 typedef enum { OUT_TABLE, OUT_CSV, OUT_JSON, OUT_MARKDOWN } out_format_t;
 typedef enum { SORT_TOTAL, SORT_SELF, SORT_GPU, SORT_CALLS, SORT_MEAN, SORT_MIN, SORT_MAX, SORT_P50, SORT_P95,
                SORT_P99, SORT_NAME, SORT_FLOPS, SORT_MEM } sort_key_t;

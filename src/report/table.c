@@ -89,7 +89,8 @@ static row_values_t values_of(const group_t *g, uint64_t all_self, group_by_t by
 static const char *group_title(group_by_t by)
 {
     return by == BY_THREAD ? "pid/thread" : by == BY_PID ? "pid" : by == BY_PARENT ? "caller > api"
-           : by == BY_STEP ? "step" : by == BY_SITE ? "site: APIs called there" : by == BY_MODULE ? "module" : "api";
+           : by == BY_STEP ? "step" : by == BY_SITE ? "site: APIs called there" : by == BY_MODULE ? "module"
+           : by == BY_SHAPE ? "api [input shapes]" : "api";
 }
 
 static void print_ms(char *buf, size_t size, uint64_t ns)
@@ -247,7 +248,7 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     if (o->format == OUT_JSON) {
         fprintf(out, "{\"group_by\":\"%s\",\"rows\":[", o->by == BY_API ? "api" : o->by == BY_THREAD ? "thread"
                                                        : o->by == BY_PID ? "pid" : o->by == BY_STEP ? "step"
-                                                       : o->by == BY_SITE ? "site"
+                                                       : o->by == BY_SITE ? "site" : o->by == BY_SHAPE ? "shape"
                                                        : o->by == BY_MODULE ? "module" : "parent");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self, o->by, peak);

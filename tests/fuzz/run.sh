@@ -18,7 +18,7 @@ sources=$(ls "$top_srcdir"/src/*.c | grep -v '/tw-report\.c$')
 libs="$(pkg-config --libs libcjson zlib) -lcsv -lpthread -lm"
 status=0
 for spec in reader_csv:fuzz_reader.c:-DFUZZ_CSV reader_json:fuzz_reader.c: size:fuzz_size.c: \
-            name_spec:fuzz_name_spec.c: config:fuzz_config.c:; do
+            name_spec:fuzz_name_spec.c: config:fuzz_config.c: shapes:fuzz_shapes.c:; do
     name=${spec%%:*}; rest=${spec#*:}; file=${rest%%:*}; define=${rest#*:}
     case " ${FUZZ_ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
     bin="$out/fuzz_$name"

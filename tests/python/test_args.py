@@ -99,10 +99,20 @@ tensors = [torch.ones(2, 3), torch.zeros(()), torch.empty(0, 5), torch.ones(1, 2
            torch.ones(2, dtype=torch.bool), torch.ones(2, dtype=torch.complex64), torch.ones(2, dtype=torch.complex128),
            torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.uint16), torch.ones(8, 8).t(),
            torch.ones(4, 4)[::2], torch.nn.Parameter(torch.ones(3)), torch.ones(2).as_subclass(Sub),
-           torch.ones(2).as_subclass(Shaped), torch.ones(2, device="meta"), torch.nested.nested_tensor([torch.ones(2)])]
+           torch.ones(2).as_subclass(Shaped), torch.ones(2, device="meta"), torch.nested.nested_tensor([torch.ones(2)]),
+           torch.empty(123456, 0, 10, 99, 100, 1000), torch.empty(*[1] * 12, device="meta"),
+           torch.empty(2 ** 62, dtype=torch.bool, device="meta"), torch.ones(3, 4)[:, 1], torch.ones(2, requires_grad=True) * 2]
+small = torch.ones(2, 3)
+containers = [[small, [small, (small, torch.ones(1, dtype=torch.float64))]], (small,), [[small] * 9],
+              {"a": small}]
 with tw.profile(args="summary", include=["torch.is_tensor"]) as prof:
-    for t in tensors:
+    for t in tensors + containers:
         torch.is_tensor(t)
+    for args, kwargs in (((), {"obj": small}), ([torch.empty(100000, 100000, 0, 100000, 100000)] * 16, {})):  # the last past 512 bytes
+        try:
+            torch.is_tensor(*args, **kwargs)
+        except TypeError:
+            pass   # recorded all the same, as an error
 print(json.dumps([r.args for r in prof.records()]))
 """
 
@@ -125,7 +135,20 @@ def test_tensor_summaries_read_by_the_libtorch_layer_equal_torch_s_getters():
         return json.loads(done.stdout.splitlines()[-1])
 
     layer, python = summaries("layer"), summaries("python")
+    cut_layer, cut_python = layer.pop(), python.pop()
     assert layer == python
     assert layer[:4] == ["((f32[2,3]@cpu,), {})", "((f32[]@cpu,), {})", "((f32[0,5]@cpu,), {})",
                          "((f16[1,2,3,4,5,6]@cpu,), {})"]
     assert "((f32[7,7]@cpu,), {})" in layer and "((f32[2]@meta,), {})" in layer
+    assert "((f32[123456,0,10,99,100,1000]@cpu,), {})" in layer and "((bool[4611686018427387904]@meta,), {})" in layer
+    assert "(([f32[2,3]@cpu, [f32[2,3]@cpu, tuple]],), {})" in layer  # two levels of containers, then a type name
+    assert "(((f32[2,3]@cpu,),), {})" in layer and "(({'a': 1},), {})".replace("{'a': 1}", "dict") in layer
+    assert "(([[f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, "\
+           "f32[2,3]@cpu, ...]],), {})" in layer
+    assert "((), {'obj': f32[2,3]@cpu})" in layer
+    # A text longer than 512 bytes is cut there and marked "...": what is kept is the whole text's
+    # beginning (the layer cuts inside a tensor's text, the Python path before a number it cannot
+    # write whole: both were so before the layer wrote straight into the text).
+    whole = "((" + ", ".join(["f32[100000,100000,0,100000,100000]@cpu"] * 16) + "), {})"
+    for cut in (cut_layer, cut_python):
+        assert cut.endswith("...") and len(cut) <= 512 and whole.startswith(cut[:-3]) and len(cut) > 400

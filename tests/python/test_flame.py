@@ -356,7 +356,7 @@ def test_bad_values_are_rejected_with_what_is_accepted(run_dir, tmp_path):
     done = report("--by", "thread", "--html", tmp_path / "x.html", run_dir, check=False)
     assert done.returncode == 2 and "take --by api (the default) or --by module" in done.stderr
     done = report("--by", "modules", "--folded", tmp_path / "x", run_dir, check=False)
-    assert done.returncode == 2 and "--by 'modules' is not accepted: give api, thread, pid, parent, step, site or " \
+    assert done.returncode == 2 and "--by 'modules' is not accepted: give api, thread, pid, parent, step, site, shape or " \
                                     "module" in done.stderr
     missing = tmp_path / "no" / "such" / "dir" / "x.svg"
     done = report("--flamegraph", missing, run_dir, check=False)

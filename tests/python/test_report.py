@@ -230,7 +230,7 @@ def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
     assert list(frame.columns) == ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid",
                                    "depth", "parent_id", "error", "args", "module", "step", "site", "fwd_call_id",
                                    "fwd_api", "flops", "flops_total", "mem_alloc", "mem_self", "mem_freed",
-                                   "mem_peak", "site_text"]
+                                   "mem_peak", "site_text", "input_shapes"]
 
     stray = tmp_path / "notes.csv"
     stray.write_text("name,age\nbob,42\n")
@@ -248,7 +248,7 @@ def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
         tw.load(empty)
 
     done = report("--by", "file", good, check=False)
-    assert done.returncode == 2 and "--by 'file' is not accepted: give api, thread, pid, parent, step, site or " \
+    assert done.returncode == 2 and "--by 'file' is not accepted: give api, thread, pid, parent, step, site, shape or " \
         "module" in done.stderr
     done = report("--window", "5:1", good, check=False)
     assert done.returncode == 2 and "--window '5:1'" in done.stderr

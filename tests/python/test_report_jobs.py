@@ -55,7 +55,7 @@ def calls_per_api(stdout):
     return {r["api"]: int(r["calls"]) for r in csv.DictReader(stdout.splitlines())}
 
 
-OPTIONS = [(), ("--by", "thread"), ("--by", "pid"), ("--by", "step"), ("--sort", "p95"),
+OPTIONS = [(), ("--by", "thread"), ("--by", "pid"), ("--by", "step"), ("--by", "shape"), ("--sort", "p95"),
            ("--api", "torch.nn.*", "--steps", "2:7"), ("--format", "json"), ("--format", "markdown", "--top", "5")]
 
 

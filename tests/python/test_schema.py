@@ -36,6 +36,21 @@ def test_the_schema_is_plain_json_data_with_every_kind_described():
     assert tw.schema()["kinds"]["calls"]["columns"]
 
 
+def test_load_adds_the_derived_columns_after_the_files_columns(tmp_path):
+    """calls' "derived" columns are not in the files (the writers' headers are the columns), and
+    load() gives them, in the schema's order, after those of the files."""
+    derived = tw.schema()["kinds"]["calls"]["derived"]
+    assert [c["name"] for c in derived] == ["site_text", "input_shapes"]
+    for c in derived:
+        assert c["type"] in TYPES and c["description"] and c["unit"] is None and not c["nullable"]
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    with tw.profile(out_dir=str(tmp_path), args="summary"):
+        torch.mm(a, b)
+    frame = tw.load(str(tmp_path))
+    assert list(frame.columns) == tw._schema.columns("calls") + [c["name"] for c in derived]
+    assert list(frame[frame["api"] == "torch.mm"]["input_shapes"]) == ["[[2, 3], [3, 4]]"]
+
+
 def test_the_readers_take_their_columns_from_the_schema():
     s = tw.schema()["kinds"]
     assert list(_files.CALL_DTYPES) == [c["name"] for c in s["calls"]["columns"]]
