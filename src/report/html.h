@@ -2,7 +2,7 @@
 /*
  * --html (html.c): one self-contained page of the run, a sink gathering its own aggregates (steps,
  * processes, modules) and showing the flame sink's stacks and the aggregate's per-API table; and the
- * page's parts that diff_html.c's page reuses.
+ * page's parts that diff_html.c's page reuses (html_page.c).
  */
 #ifndef TW_REPORT_HTML_H
 #define TW_REPORT_HTML_H

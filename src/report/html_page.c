@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The frame of tw-report's HTML pages (html.h): the head with its styles, the end with its scripts
+ * (sortable tables, the flame graph's search box), and text escaped for HTML; used by --html's page
+ * (html.c) and --diff's (diff_html.c).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "html.h"
+
+void report_html_text(FILE *out, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        switch (s[i]) {
+        case '&': fputs("&amp;", out); break;
+        case '<': fputs("&lt;", out); break;
+        case '>': fputs("&gt;", out); break;
+        case '"': fputs("&quot;", out); break;
+        default: fputc(s[i], out);
+        }
+    }
+}
+
+static const char page_style[] =
+    "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d1d1f;"
+    "background:#f5f6f8}\n"
+    "header{background:#23395d;color:#fff;padding:14px 28px}header h1{margin:0;font-size:20px}\n"
+    "header p{margin:2px 0 0;opacity:.8}\n"
+    "main{padding:8px 28px 40px;max-width:1400px}\n"
+    "section{background:#fff;border:1px solid #dde1e6;border-radius:8px;padding:12px 18px;margin:16px 0}\n"
+    "h2{font-size:16px;margin:4px 0 10px}\n"
+    ".cards{display:flex;flex-wrap:wrap;gap:10px}\n"
+    ".card{border:1px solid #e3e6ea;border-radius:6px;padding:6px 12px;min-width:120px}\n"
+    ".card b{display:block;font-size:17px}.card span{color:#5f6670;font-size:12px}\n"
+    "table{border-collapse:collapse;width:100%;font-size:13px}\n"
+    "th,td{padding:3px 8px;border-bottom:1px solid #eef0f2;text-align:right;white-space:nowrap}\n"
+    "th:first-child,td:first-child{text-align:left;white-space:normal;word-break:break-all;min-width:16em}\n"
+    "th{background:#f0f2f5;position:sticky;top:0}\n"
+    "table.sortable th{cursor:pointer;user-select:none}\n"
+    "th[data-dir=desc]::after{content:' \\25BC'}th[data-dir=asc]::after{content:' \\25B2'}\n"
+    "tr:hover td{background:#f7f9fc}\n"
+    ".scroll{max-height:520px;overflow:auto}\n"
+    "tr.slowest td{background:#fde2e1;font-weight:600}\n"
+    ".bar{background:#c9d7ee;height:10px;border-radius:2px}\n"
+    "tr.slowest .bar{background:#d9534f}\n"
+    "tr.regression td{background:#fde2e1}tr.improvement td{background:#e0f3e3}\n"
+    "tr.appeared td,tr.vanished td{color:#6b7280;font-style:italic}\n"
+    ".note{color:#5f6670;font-size:12px}\n"
+    "input[type=search]{font:inherit;padding:3px 8px;width:280px;margin:0 0 6px}\n";
+
+/* Sortable tables: a click on a header sorts by its column (numbers where the header says num). */
+static const char page_script[] =
+    "document.querySelectorAll('table.sortable').forEach(function(t){\n"
+    "var heads=t.tHead.rows[0].cells;\n"
+    "[].forEach.call(heads,function(th,i){th.addEventListener('click',function(){\n"
+    "var desc=th.getAttribute('data-dir')!=='desc',num=th.classList.contains('num'),body=t.tBodies[0];\n"
+    "[].forEach.call(heads,function(h){h.removeAttribute('data-dir');});\n"
+    "th.setAttribute('data-dir',desc?'desc':'asc');\n"
+    "var rows=[].slice.call(body.rows);rows.sort(function(a,b){var x=a.cells[i].textContent,y=b.cells[i].textContent;\n"
+    "var c=num?parseFloat(x)-parseFloat(y):x.localeCompare(y);return desc?-c:c;});\n"
+    "rows.forEach(function(r){body.appendChild(r);});});});});\n"
+    "var box=document.getElementById('tw-flame-search'),graph=document.getElementById('tw-flame');\n"
+    "if(box&&graph)box.addEventListener('input',function(){graph.twFlame.search(box.value);});\n";
+
+void report_html_begin(FILE *out, const char *title)
+{
+    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+          /* Nothing from the network, even by mistake. */
+          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+          "script-src 'unsafe-inline'; img-src data:\">\n<title>",
+          out);
+    report_html_text(out, title, strlen(title));
+    fputs("</title>\n<style>\n", out);
+    fputs(page_style, out);
+    fputs("</style>\n</head>\n<body>\n", out);
+}
+
+void report_html_end(FILE *out)
+{
+    fputs("<script>\n", out);
+    fputs(page_script, out);
+    fputs("</script>\n</body>\n</html>\n", out);
+}
