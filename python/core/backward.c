@@ -57,6 +57,11 @@ int (*tw_layer_tensor_summary)(PyObject *, char *, size_t);
 
 int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size)
 {
+    if (path == NULL || torch_version == NULL) {
+        snprintf(why, why_size, "the libtorch layer was not built (configure found no torch for its Python, or no C++20 "
+                                "compiler)");
+        return -1;
+    }
     if (layer != NULL) {
         if (strcmp(layer_built_with(), torch_version) == 0)
             return 0;
@@ -539,11 +544,6 @@ int tw_backward_session_start(const char *layer_path, const char *torch_version,
                               tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, int operators,
                               char *why, size_t why_size)
 {
-    if (layer_path == NULL || torch_version == NULL) {
-        snprintf(why, why_size, "the libtorch layer was not built (configure found no torch for its Python, or no C++20 "
-                                "compiler)");
-        return -1;
-    }
     if (tw_backward_load(layer_path, torch_version, why, why_size) != 0)
         return -1;
     return tw_backward_start(recorder, clock, gpu, gen, operators, why, why_size);

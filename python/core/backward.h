@@ -15,7 +15,8 @@
 #include "../../libtorch/tw_torch.h"
 
 /* Loads the libtorch layer at path (once per process) if it was built against torch_version
- * (torch.__version__). 0, or -1 with the reason in why (one line for the user). */
+ * (torch.__version__); path or torch_version NULL: the layer was not built. 0, or -1 with the
+ * reason in why (one line for the user). */
 int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size);
 
 /* The layer's tensor summary (tw_torch_tensor_summary), once a load succeeded; else NULL. */

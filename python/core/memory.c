@@ -85,11 +85,6 @@ static int load_layer(const char *layer_path, const char *torch_version, char *w
 {
     if (layer.start != NULL)
         return 0;
-    if (layer_path == NULL || torch_version == NULL) {
-        snprintf(why, why_size, "the libtorch layer was not built (configure found no torch for its Python, or no C++20 "
-                                "compiler)");
-        return -1;
-    }
     if (tw_backward_load(layer_path, torch_version, why, why_size) != 0)
         return -1;
     void *handle = dlopen(layer_path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD); /* loaded just above */

@@ -389,16 +389,13 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     self->flops_on = 0;
     self->flops_reason[0] = '\0';
     if (self->settings.flops) { /* the layer reads the shapes; backward nodes carry their FLOPs when on */
-        if (self->torch_layer == NULL || self->torch_version == NULL)
-            snprintf(self->flops_reason, sizeof self->flops_reason,
-                     "the libtorch layer was not built (configure found no torch for its Python, or no C++20 compiler)");
-        else if (tw_backward_load(self->torch_layer, self->torch_version, self->flops_reason,
+        if (tw_backward_load(self->torch_layer, self->torch_version, self->flops_reason,
                                   sizeof self->flops_reason) == 0)
             self->flops_on = 1;
         tw_active_set_flops(self->flops_on);
     }
-    if (!self->backward_on && self->args_mode == TW_ARGS_SUMMARY && self->torch_layer != NULL &&
-        self->torch_version != NULL) { /* the layer reads tensors' summaries (args.c); without it, Python does */
+    if (!self->backward_on && self->args_mode == TW_ARGS_SUMMARY) {
+        /* the layer reads tensors' summaries (args.c); without it (not built: NULL paths), Python does */
         char why[512];
         (void)tw_backward_load(self->torch_layer, self->torch_version, why, sizeof why);
     }
