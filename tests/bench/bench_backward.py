@@ -30,6 +30,7 @@ import torchwrapper as tw
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from transformers import FACTORIES  # noqa: E402  (this folder's module, not the PyPI package)
+import modes  # noqa: E402  (this folder's: the interleaved training-loop modes)
 
 MODE = os.environ.get("BENCH", "quick")
 REPS = int(os.environ.get("BENCH_REPS", 0)) or {"quick": 15, "full": 41}[MODE]
@@ -77,32 +78,16 @@ def training(name, tmp):
     for _ in range(3):
         step()
 
-    def timed():
-        t0 = time.perf_counter_ns()
-        for _ in range(STEPS):
-            step()
-        return time.perf_counter_ns() - t0
-
-    def profiled(aten):
-        out = os.path.join(tmp, f"{name}-{aten}")
-        shutil.rmtree(out, ignore_errors=True)
-        with tw.profile(out_dir=out, format="csv", args="none", aten=aten):
-            step()
-            return timed()
+    timed = modes.block_timer(step, STEPS)
 
     def torch_profiler():
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
             return timed()
 
-    modes = {"aten off": lambda: profiled("off"), "aten backward": lambda: profiled("backward"),
-             "aten all": lambda: profiled("all"), "torch.profiler": torch_profiler}
-    ratios = {m: [] for m in modes}
-    for rep in range(REPS):
-        order = list(modes) if rep % 2 == 0 else list(reversed(modes))
-        plain = timed()
-        for m in order:
-            ratios[m].append(modes[m]() / plain)
-    return {m: statistics.median(v) for m, v in ratios.items()}
+    each = {f"aten {aten}": modes.profiled(step, timed, modes.out_dir(tmp, name, aten), aten=aten)
+            for aten in ("off", "backward", "all")}
+    each["torch.profiler"] = torch_profiler
+    return modes.interleaved(timed, each, REPS)[0]
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ import torchwrapper as tw
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from transformers import FACTORIES  # noqa: E402  (this folder's module, not the PyPI package)
+import modes  # noqa: E402  (this folder's: the interleaved training-loop modes)
 
 MODE = os.environ.get("BENCH", "quick")
 REPS = int(os.environ.get("BENCH_REPS", 0)) or {"quick": 15, "full": 41, "smoke": 2}[MODE]
@@ -78,18 +79,7 @@ def training(name, tmp):
     for _ in range(3):
         step()
 
-    def timed():
-        t0 = CLOCK()
-        for _ in range(STEPS):
-            step()
-        return CLOCK() - t0
-
-    def profiled(flops):
-        out = os.path.join(tmp, f"{name}-{flops}")
-        shutil.rmtree(out, ignore_errors=True)
-        with tw.profile(out_dir=out, format="csv", args="none", flops=flops):
-            step()
-            return timed()
+    timed = modes.block_timer(step, STEPS, CLOCK)
 
     def torch_profiler():
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True):
@@ -99,21 +89,17 @@ def training(name, tmp):
         with FlopCounterMode(display=False):
             return timed()
 
-    modes = {"flops off": lambda: profiled(False), "flops on": lambda: profiled(True),
-             "torch.profiler with_flops": torch_profiler, "FlopCounterMode": flop_counter}
-    ratios = {m: [] for m in modes}
-    for rep in range(REPS):
-        order = list(modes) if rep % 2 == 0 else list(reversed(modes))
-        plain = timed()
-        for m in order:
-            ratios[m].append(modes[m]() / plain)
+    each = {"flops off": modes.profiled(step, timed, modes.out_dir(tmp, name, False), flops=False),
+            "flops on": modes.profiled(step, timed, modes.out_dir(tmp, name, True), flops=True),
+            "torch.profiler with_flops": torch_profiler, "FlopCounterMode": flop_counter}
+    ratios = modes.interleaved(timed, each, REPS)[0]
     # what a step counts (the same every step)
     with tw.profile(flops=True) as prof:
         step()
     records = prof.records()
     flops = {"forward": sum(r.flops for r in records if r.fwd_call_id == 0),
              "backward": sum(r.flops for r in records if r.fwd_call_id != 0)}
-    return {m: statistics.median(v) for m, v in ratios.items()}, flops
+    return ratios, flops
 
 
 def main() -> None:

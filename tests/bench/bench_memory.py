@@ -36,6 +36,7 @@ import torchwrapper as tw
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_hf  # noqa: E402  (the transformers models, and the import that skips this folder's module)
+import modes  # noqa: E402  (this folder's: the interleaved training-loop modes)
 
 MODE = os.environ.get("BENCH", "quick")
 REPS = int(os.environ.get("BENCH_REPS", 0)) or {"quick": 15, "full": 41, "smoke": 2}[MODE]
@@ -85,41 +86,24 @@ def training(name, factory, tmp):
     for _ in range(3):
         step()
 
-    def timed():
-        t0 = CLOCK()
-        for _ in range(STEPS):
-            step()
-        return CLOCK() - t0
-
-    def profiled(memory):
-        out = os.path.join(tmp, f"train-{memory}")
-        shutil.rmtree(out, ignore_errors=True)
-        with tw.profile(out_dir=out, format="csv", args="none", memory=memory):
-            step()
-            return timed()
+    timed = modes.block_timer(step, STEPS, CLOCK)
 
     def torch_profiler(memory):
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=memory):
             return timed()
 
-    modes = {"memory off": lambda: profiled(False), "memory on": lambda: profiled(True),
-             "torch.profiler": lambda: torch_profiler(False),
-             "torch.profiler profile_memory": lambda: torch_profiler(True)}
-    ratios = {m: [] for m in modes}
-    plains = []
-    for rep in range(REPS):
-        order = list(modes) if rep % 2 == 0 else list(reversed(modes))
-        plain = timed()
-        plains.append(plain)
-        for m in order:
-            ratios[m].append(modes[m]() / plain)
+    each = {"memory off": modes.profiled(step, timed, modes.out_dir(tmp, "train", False), memory=False),
+            "memory on": modes.profiled(step, timed, modes.out_dir(tmp, "train", True), memory=True),
+            "torch.profiler": lambda: torch_profiler(False),
+            "torch.profiler profile_memory": lambda: torch_profiler(True)}
+    ratios, plains = modes.interleaved(timed, each, REPS)
     # what a step allocates (the same every step): the outermost calls' bytes, and the peak
     with tw.profile(memory=True) as prof:
         step()
     top = [r for r in prof.records() if r.depth == 0]
     step_bytes = {"allocated": sum(r.mem_alloc for r in top), "freed": sum(r.mem_freed for r in top),
                   "records": len(prof.records())}
-    return ({m: statistics.median(v) for m, v in ratios.items()}, step_bytes,
+    return (ratios, step_bytes,
             statistics.median(plains) / STEPS / 1e6)
 
 
