@@ -4,7 +4,9 @@ releases the GIL, so the nodes' hooks run without it) while the main thread star
 sessions, so that stops land in the middle of nodes. With TW_CUPTI_LIBRARY set (check-tsan points
 it at the fake CUPTI), every other session times the GPU too, as if torch had seen a device: the
 nodes then push and pop their CUPTI ids on those threads. Every third session records every operator
-too (aten "all": the operators' hooks run on those threads as well). Exits non-zero if a check
+too (aten "all": the operators' hooks run on those threads as well). Every other session measures
+memory too (the allocator's reports reach the hooks of the threads that record, and the node
+threads' records read their counters). Exits non-zero if a check
 fails; TSan's reports are read by the script."""
 import os
 import tempfile
@@ -41,16 +43,19 @@ def train(seed: int) -> None:
 workers = [threading.Thread(target=train, args=(seed,)) for seed in range(4)]
 for w in workers:
     w.start()
-nodes = gpu_sessions = operators = 0
+nodes = gpu_sessions = operators = memory_sessions = 0
 for round_ in range(30):
     gpu = bool(FAKE_CUPTI) and round_ % 2 == 1
     aten = "all" if round_ % 3 == 2 else "backward"
+    memory = round_ % 4 < 2
     out_dir = tempfile.mkdtemp(prefix="tw-tsan-") if gpu else None
-    with tw.profile(aten=aten, **(dict(out_dir=out_dir, format="csv", gpu="on") if gpu else {})) as prof:
+    with tw.profile(aten=aten, memory=memory,
+                    **(dict(out_dir=out_dir, format="csv", gpu="on") if gpu else {})) as prof:
         for _ in range(3):
             torch.ones(4, requires_grad=True).sum().backward()
     stats = prof.session.stats()
     assert stats["backward"] == "on", stats
+    memory_sessions += memory
     if gpu:
         assert stats["gpu"] == "on", stats
         gpu_sessions += 1
@@ -67,4 +72,4 @@ if errors:
 if nodes == 0 or operators == 0:
     raise SystemExit(f"{nodes} backward nodes and {operators} operators recorded on the training threads")
 print(f"tsan_backward: {nodes} AddmmBackward0 nodes and {operators} aten::mm operators recorded across 30 sessions "
-      f"({gpu_sessions} timing the GPU against the fake CUPTI)")
+      f"({gpu_sessions} timing the GPU against the fake CUPTI, {memory_sessions} measuring memory)")
