@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 from ._clocks import ClockSync
-from ._discover import Plan, discover
+from ._discover import Plan, _Globs, discover, resolve_exclude
 from ._files import read_rows, read_stream, record_files
 from ._flops import peak_flops as _peak_flops
 from ._memory import ProfilerGuard
@@ -133,6 +133,15 @@ class _TorchRegistries:
         self.builtin_ids.clear()
         self.dispatch_keys.clear()
         self.dynamo_callbacks = None
+
+
+def _install_forward(patcher: Patcher, include: Any, exclude: Any, cls: type) -> bool:
+    """Wraps a model's own module class's forward (Patcher.install_forward) unless the config's
+    exclude globs name it (module.Qualname.forward) and its include globs do not, as for torch's APIs."""
+    name = f"{cls.__module__}.{cls.__qualname__}.forward"
+    if exclude.match(name) is not None and include.match(name) is None:
+        return False
+    return patcher.install_forward(cls, kinds=_core.KIND_MODULE_FORWARD)
 
 
 def _pause() -> None:
@@ -311,8 +320,8 @@ class Profile:
             self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
             self.tracer.names = self.plan.names   # public names of module classes (no cycle through self)
             # (a module forward's kind only: statistics come from nn.Module.__call__'s wrapper)
-            self.tracer.forward_installer = functools.partial(self.patcher.install_forward,
-                                                              kinds=_core.KIND_MODULE_FORWARD)
+            self.tracer.forward_installer = functools.partial(
+                _install_forward, self.patcher, _Globs(self.include), _Globs(resolve_exclude(self.exclude)))
             self.tracer.wrap_module_classes()
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
             if self.session.stats()["memory"] == "on":   # torch.profiler may start meanwhile: see _memory

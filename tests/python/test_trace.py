@@ -266,3 +266,14 @@ def test_a_module_class_made_while_profiling_is_recorded_from_its_models_next_ca
     assert Late.__dict__["forward"] is original
     lates = [r for r in prof.records() if r.api.endswith(".Late.forward")]
     assert [r.module for r in lates] == [""]
+
+
+def test_exclude_globs_leave_a_models_own_forward_unwrapped():
+    """The config's exclude globs name a model's own forwards as they name torch's APIs."""
+    model, x = _Stack(), torch.randn(2, 8)
+    with tw.profile(exclude=[f"+{__name__}._Block.*"]) as prof:
+        assert not getattr(_Block.__dict__["forward"], "_torchwrapper_forward", False)
+        model(x)
+    apis = {r.api for r in prof.records()}
+    assert f"{__name__}._Stack.forward" in apis and f"{__name__}._Block.forward" not in apis
+    assert "torch.nn.Linear.forward" in apis
