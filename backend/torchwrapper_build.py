@@ -56,7 +56,7 @@ AUTOTOOLS_PACKAGES = "autoconf automake libtool autoconf-archive pkg-config"
 
 # torch's own libraries, which the libtorch layer (_torch.so) links: torch has loaded them when the
 # layer is loaded (by soname), so they are neither bundled nor looked for through RUNPATH.
-TORCH_LIBS = re.compile(r"^lib(torch|torch_cpu|torch_cuda|torch_global_deps|c10|c10_cuda)\.so(\.\d+)*$")
+TORCH_LIBS = re.compile(r"^lib(torch|torch_cpu|torch_cuda|torch_python|torch_global_deps|c10|c10_cuda)\.so(\.\d+)*$")
 
 # Libraries every Linux system has (the manylinux policies' list): never bundled.
 SYSTEM_LIBS = re.compile(
