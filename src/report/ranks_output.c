@@ -256,6 +256,22 @@ static void json_number(FILE *out, const char *key, double v, const char *fmt)
         fprintf(out, fmt, v);
 }
 
+/* Named numbers, written "key":value with a comma between them (none before the first or after the last). */
+typedef struct {
+    const char *key;
+    double value;
+    const char *fmt;
+} json_field_t;
+
+static void json_numbers(FILE *out, const json_field_t *fields, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            fputc(',', out);
+        json_number(out, fields[i].key, fields[i].value, fields[i].fmt);
+    }
+}
+
 static void print_json(const ranks_result_t *r, FILE *out)
 {
     fprintf(out, "{\"first_step\":%" PRId64 ",\"last_step\":%" PRId64 ",\"steps_cut\":%s,", r->first_step,
@@ -272,19 +288,13 @@ static void print_json(const ranks_result_t *r, FILE *out)
         const ranks_rank_t *k = &r->by_rank[r->order[n]];
         fprintf(out, "%s\n{\"rank\":%" PRId64 ",\"pid\":%" PRId64 ",\"slowest_steps\":%zu,", n ? "," : "", k->rank,
                 k->pid, k->slowest_steps);
-        json_number(out, "slowest_extra_ns", k->slowest_extra_ns, "%.1f");
-        fputc(',', out);
-            json_number(out, "step_ns", k->step_ns, "%.1f");
-        fputc(',', out);
-            json_number(out, "wait_ns", k->wait_ns, "%.1f");
-        fputc(',', out);
-            json_number(out, "busy_ns", k->busy_ns, "%.1f");
-        fputc(',', out);
-            json_number(out, "change_ns", k->change_ns, "%.1f");
-        fputc(',', out);
-            json_number(out, "change_pct", k->change_pct, "%.3f");
-        fputc(',', out);
-            json_number(out, "p_value", k->p_value, "%.6g");
+        const json_field_t rank_fields[] = {
+            {"slowest_extra_ns", k->slowest_extra_ns, "%.1f"}, {"step_ns", k->step_ns, "%.1f"},
+            {"wait_ns", k->wait_ns, "%.1f"},   {"busy_ns", k->busy_ns, "%.1f"},
+            {"change_ns", k->change_ns, "%.1f"}, {"change_pct", k->change_pct, "%.3f"},
+            {"p_value", k->p_value, "%.6g"},
+        };
+        json_numbers(out, rank_fields, sizeof rank_fields / sizeof rank_fields[0]);
         fprintf(out, ",\"straggler\":%s,\"clock_offset_ns\":", k->straggler ? "true" : "false");
         if (k->has_clock)
             fprintf(out, "%" PRId64 ",\"clock_error_ns\":%" PRId64, k->clock_offset_ns, k->clock_error_ns);
@@ -296,15 +306,12 @@ static void print_json(const ranks_result_t *r, FILE *out)
             fprintf(out, "%s{\"api\":", a ? "," : "");
             report_json_text(out, api->api);
             fputc(',', out);
-            json_number(out, "rank_ns", api->rank_ns, "%.1f");
-            fputc(',', out);
-            json_number(out, "others_ns", api->others_ns, "%.1f");
-            fputc(',', out);
-            json_number(out, "change_ns", api->change_ns, "%.1f");
-            fputc(',', out);
-            json_number(out, "change_pct", api->change_pct, "%.3f");
-            fputc(',', out);
-            json_number(out, "p_value", api->p_value, "%.6g");
+            const json_field_t api_fields[] = {
+                {"rank_ns", api->rank_ns, "%.1f"},       {"others_ns", api->others_ns, "%.1f"},
+                {"change_ns", api->change_ns, "%.1f"},   {"change_pct", api->change_pct, "%.3f"},
+                {"p_value", api->p_value, "%.6g"},
+            };
+            json_numbers(out, api_fields, sizeof api_fields / sizeof api_fields[0]);
             fputc('}', out);
         }
         fputs("]}", out);
