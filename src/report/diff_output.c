@@ -77,15 +77,6 @@ static void write_csv(FILE *out, const diff_t *d, size_t shown)
     }
 }
 
-static void put_json_double(FILE *out, const char *name, double v, const char *fmt)
-{
-    fprintf(out, "\"%s\":", name);
-    if (isnan(v) || isinf(v))
-        fputs("null", out);
-    else
-        fprintf(out, fmt, v);
-}
-
 static void write_json_run(FILE *out, const diff_run_t *r)
 {
     fputs("{\"inputs\":[", out);
@@ -96,9 +87,9 @@ static void write_json_run(FILE *out, const diff_run_t *r)
     fprintf(out, "],\"files\":%zu,\"records\":%" PRIu64 ",\"steps\":%zu,\"first_step\":%" PRId64
                  ",\"last_step\":%" PRId64 ",\"last_step_seen\":%" PRId64 ",",
             r->files, r->records, r->steps, r->first_step, r->last_step, r->seen_last_step);
-    put_json_double(out, "step_ns", r->step_ns, "%.1f");
+    report_json_double(out, "step_ns", r->step_ns, "%.1f");
     fputc(',', out);
-    put_json_double(out, "mean_step_ns", r->mean_step_ns, "%.1f");
+    report_json_double(out, "mean_step_ns", r->mean_step_ns, "%.1f");
     fputc('}', out);
 }
 
@@ -110,11 +101,11 @@ static void write_json_rows(FILE *out, const diff_t *d, size_t shown)
     fputs(",\n\"new\":", out);
     write_json_run(out, &d->new_);
     fputs(",\n", out);
-    put_json_double(out, "step_change_pct", d->step_change_pct, "%.4f");
+    report_json_double(out, "step_change_pct", d->step_change_pct, "%.4f");
     fputc(',', out);
-    put_json_double(out, "step_p_value", d->step_p_value, "%.6g");
+    report_json_double(out, "step_p_value", d->step_p_value, "%.6g");
     fprintf(out, ",\"alpha\":%g,\"min_change_pct\":%g,", d->alpha, d->min_change_pct);
-    put_json_double(out, "fail_above_pct", d->fail_above_pct >= 0 ? d->fail_above_pct : NAN, "%g");
+    report_json_double(out, "fail_above_pct", d->fail_above_pct >= 0 ? d->fail_above_pct : NAN, "%g");
     fprintf(out, ",\"failed\":%s,\"rows\":[", d->failed ? "true" : "false");
     for (size_t i = 0; i < shown; i++) {
         const diff_row_t *r = &d->rows[i];

@@ -247,15 +247,6 @@ static void print_csv(const ranks_result_t *r, FILE *out)
 }
 
 /* A double as JSON (null for NAN). */
-static void json_number(FILE *out, const char *key, double v, const char *fmt)
-{
-    fprintf(out, "\"%s\":", key);
-    if (isnan(v) || isinf(v))
-        fputs("null", out);
-    else
-        fprintf(out, fmt, v);
-}
-
 /* Named numbers, written "key":value with a comma between them (none before the first or after the last). */
 typedef struct {
     const char *key;
@@ -268,7 +259,7 @@ static void json_numbers(FILE *out, const json_field_t *fields, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (i)
             fputc(',', out);
-        json_number(out, fields[i].key, fields[i].value, fields[i].fmt);
+        report_json_double(out, fields[i].key, fields[i].value, fields[i].fmt);
     }
 }
 
@@ -276,7 +267,7 @@ static void print_json(const ranks_result_t *r, FILE *out)
 {
     fprintf(out, "{\"first_step\":%" PRId64 ",\"last_step\":%" PRId64 ",\"steps_cut\":%s,", r->first_step,
             r->last_step, r->steps_cut ? "true" : "false");
-    json_number(out, "step_ns", r->step_time_ns, "%.1f");
+    report_json_double(out, "step_ns", r->step_time_ns, "%.1f");
     fprintf(out, ",\"alpha\":%g,\"min_change_pct\":%g,\"clock_error_ns\":", r->alpha, r->min_change_pct);
     if (r->clock_error_ns >= 0)
         fprintf(out, "%" PRId64, r->clock_error_ns);
@@ -325,9 +316,9 @@ static void print_json(const ranks_result_t *r, FILE *out)
         else
             fprintf(out, "\"slowest_rank\":%" PRId64 ",\"slowest_pid\":%" PRId64 ",", r->by_rank[s->slowest].rank,
                     r->by_rank[s->slowest].pid);
-        json_number(out, "skew_ns", s->skew_ns, "%.1f");
+        report_json_double(out, "skew_ns", s->skew_ns, "%.1f");
         fputc(',', out);
-            json_number(out, "median_busy_ns", s->median_busy_ns, "%.1f");
+            report_json_double(out, "median_busy_ns", s->median_busy_ns, "%.1f");
         fputc('}', out);
     }
     fputs("],\n\"cells\":[", out);

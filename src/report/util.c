@@ -2,6 +2,7 @@
 /* Small helpers of tw-report's outputs: see util.h. */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,15 @@ void report_json_text(FILE *out, const char *s)
     }
     fwrite(text, 1, (size_t)(tw_json_escape(text, s, len) - text), out);
     free(text);
+}
+
+void report_json_double(FILE *out, const char *key, double v, const char *fmt)
+{
+    fprintf(out, "\"%s\":", key);
+    if (isnan(v) || isinf(v))
+        fputs("null", out);
+    else
+        fprintf(out, fmt, v);
 }
 
 int report_close_output(FILE *out, const char *path, int rc, FILE *err)

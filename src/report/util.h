@@ -12,6 +12,9 @@ int report_has_suffix(const char *s, const char *suffix);
 void report_csv_text(FILE *out, const char *s);
 void report_json_text(FILE *out, const char *s);
 
+/* "key":v with v in printf format fmt, or "key":null for NaN and infinities (not JSON numbers). */
+void report_json_double(FILE *out, const char *key, double v, const char *fmt);
+
 /*
  * Closes an output file the report wrote to path; rc is the writing's own result (0 or a negative
  * errno). Returns 0, or after saying what failed on err: TW_EIO (a write error: a full disk?) or rc.
