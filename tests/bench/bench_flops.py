@@ -18,7 +18,6 @@ BENCH_REPS overrides.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -117,9 +116,7 @@ def main() -> None:
             print(f"{name}: " + ", ".join(f"{m} {v:.3f}x" for m, v in r.items()) +
                   f" (median of {REPS}, one thread); a step: {flops['forward'] / 1e6:.1f} MFLOP forward, "
                   f"{flops['backward'] / 1e6:.1f} MFLOP backward")
-        print(json.dumps({"bench_flops": results, "torch": torch.__version__,
-                          "clock": "wall" if CLOCK is time.perf_counter_ns else "thread cpu",
-                          "loadavg": os.getloadavg()}))
+        print(modes.result_json("bench_flops", results, CLOCK))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

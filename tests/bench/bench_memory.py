@@ -21,7 +21,6 @@ smoke to check the script runs; BENCH_REPS overrides; BENCH_MEMORY_MODELS=bert,g
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -120,9 +119,7 @@ def main() -> None:
             print(f"{name}: " + ", ".join(f"{m} {v:.3f}x" for m, v in r.items()) +
                   f" (median of {REPS}, one thread; unprofiled step {step_ms:.1f} ms); a step allocates "
                   f"{step_bytes['allocated'] / 2**20:.1f} MiB in {step_bytes['records']} records")
-        print(json.dumps({"bench_memory": results, "torch": torch.__version__,
-                          "clock": "wall" if CLOCK is time.perf_counter_ns else "thread cpu",
-                          "loadavg": os.getloadavg()}))
+        print(modes.result_json("bench_memory", results, CLOCK))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

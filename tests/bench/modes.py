@@ -49,5 +49,17 @@ def interleaved(timed: Callable[[], int], modes: Dict[str, Callable[[], int]], r
     return {m: statistics.median(v) for m, v in ratios.items()}, plains
 
 
+def result_json(key: str, results: dict, clock: Callable[[], int]) -> str:
+    """The one JSON line a bench prints last: its results, torch's version, the clock it timed with
+    and the machine's load (the figures' context on a shared machine)."""
+    import json
+
+    import torch
+
+    return json.dumps({key: results, "torch": torch.__version__,
+                       "clock": "wall" if clock is time.perf_counter_ns else "thread cpu",
+                       "loadavg": os.getloadavg()})
+
+
 def out_dir(tmp: str, *names: object) -> str:
     return os.path.join(tmp, "-".join(str(n) for n in names))
