@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable, List, Optional, Union
+from typing import Any, Callable, Iterable, List, Optional, Union
 
 from . import _core
 
@@ -19,6 +19,17 @@ DIFF_COLUMNS = ["api", "verdict", "change_ns", "change_pct_of_step", "p_value", 
                 "new_calls_per_step", "base_total_ns_per_step", "new_total_ns_per_step", "total_change_pct",
                 "base_self_ns_per_step", "new_self_ns_per_step", "self_change_pct", "base_median_self_ns",
                 "new_median_self_ns", "base_p50_ns", "new_p50_ns", "base_p99_ns", "new_p99_ns", "fail_above"]
+
+
+def _report_json(argv: List[str], failed: Callable[[int, str], bool]) -> Any:
+    """tw-report's JSON output for argv (run in this process), or ValueError with its message when
+    failed(status, output) says it failed. Usage errors name the option and what it accepts; others
+    name the file and what is wrong."""
+    status, output, messages = _core.report_output(argv)
+    if failed(status, output):
+        raise ValueError(messages.strip().replace("\n(tw-report --help lists the options)", "")
+                         .replace("tw-report: ", ""))
+    return json.loads(output)
 
 
 def _inputs(source: Source, which: str) -> List[str]:
@@ -60,12 +71,8 @@ def diff(base: Source, new: Source, *, steps: Optional[str] = None, api: Union[N
     for glob in [api] if isinstance(api, str) else list(api or []):
         argv += ["--api", glob]
     argv += ["--format", "json", "--", *_inputs(new, "new")]
-    status, output, messages = _core.report_output(argv)
-    if status != 0 and not output:
-        # Usage errors name the option and what it accepts; others name the file and what is wrong.
-        raise ValueError(messages.strip().replace("\n(tw-report --help lists the options)", "")
-                         .replace("tw-report: ", ""))
-    result = json.loads(output)
+    # (exit status 1 with output: a regression beyond --fail-above, still a result)
+    result = _report_json(argv, failed=lambda status, output: status != 0 and not output)
     frame = pandas.DataFrame(result["rows"], columns=DIFF_COLUMNS)
     frame.attrs.update({key: value for key, value in result.items() if key != "rows"})
     return frame

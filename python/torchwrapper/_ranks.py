@@ -6,11 +6,9 @@ program and the function cannot disagree.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Optional
 
-from . import _core
-from ._diff import Source, _inputs
+from ._diff import Source, _inputs, _report_json
 
 # One row per step and rank (tw-report --ranks --format csv's columns).
 RANKS_COLUMNS = ["step", "rank", "pid", "step_ns", "wait_ns", "busy_ns", "slowest", "skew_ns", "start_ns", "end_ns"]
@@ -41,11 +39,7 @@ def ranks(path: Source, *, steps: Optional[str] = None, alpha: Optional[float] =
         if value is not None:
             argv += [name, str(value)]
     argv += ["--format", "json", "--", *_inputs(path, "path")]
-    status, output, messages = _core.report_output(argv)
-    if status != 0 or not output:
-        raise ValueError(messages.strip().replace("\n(tw-report --help lists the options)", "")
-                         .replace("tw-report: ", ""))
-    result = json.loads(output)
+    result = _report_json(argv, failed=lambda status, output: status != 0 or not output)
     slowest = {s["step"]: (s["slowest_rank"], s["slowest_pid"], s["skew_ns"]) for s in result["steps"]}
     rows = [dict(cell, slowest=slowest[cell["step"]][1] == cell["pid"], skew_ns=slowest[cell["step"]][2])
             for cell in result["cells"]]
