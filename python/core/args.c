@@ -15,6 +15,7 @@
 #include "module.h"
 
 #include "backward.h"
+#include "wrapper.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -380,6 +381,10 @@ static void put_value(text_t *t, PyObject *obj, int depth)
         puts_(t, tuple ? ")" : "]");
     } else if (strcmp(Py_TYPE(obj)->tp_name, "torch.dtype") == 0) {
         puts_(t, dtype_name(t, obj));
+    } else if (PyVectorcall_Function(obj) == tw_wrapper_vectorcall) {
+        /* one of the profiler's wrappers (an optimizer's hook gets the step it wraps): named as what
+         * it stands for, so that a summary reads the same as without the profiler */
+        puts_(t, Py_TYPE(((tw_wrapper_object *)obj)->wrapped)->tp_name);
     } else {
         puts_(t, Py_TYPE(obj)->tp_name); /* never a user __repr__ */
     }

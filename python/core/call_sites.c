@@ -27,8 +27,16 @@ int tw_site_frames_fast;
 
 static char *torch_dir;      /* ".../site-packages/torch/" (PyMem_Raw), or NULL */
 static size_t torch_dir_len;
-static char *cwd_prefix;     /* the working directory at start, with its '/', for short file names */
-static size_t cwd_prefix_len;
+static char *profiler_dir;   /* ".../torchwrapper/": this package's own code is never a site */
+static size_t profiler_dir_len;
+
+/* Where a file is shown from (sys.path's entries and the working directory at start, each with its
+ * '/'): a site's text names its file from the longest of them that holds it, so a library reads as
+ * its import path ("transformers/models/bert/modeling_bert.py") and the user's own files relative to
+ * the working directory; sites.json keeps the full path for tools. */
+#define PATH_ROOTS_MAX 64
+static char *path_roots[PATH_ROOTS_MAX]; /* PyMem_Raw strings */
+static size_t path_root_count;
 
 static tw_site_slot_t *cache_find(uintptr_t code, uint32_t lasti)
 {
@@ -87,12 +95,26 @@ static const char *utf8_or(PyObject *text, const char *fallback)
     return s;
 }
 
-static int in_torch(PyCodeObject *code)
+/* TW_SITE_IN_TORCH for torch's own code, TW_SITE_PROFILER for this package's (its forward shims,
+ * hooks and launcher stand between a model's call and the user's line: never a site). */
+static uint32_t code_flags(PyCodeObject *code)
 {
-    if (torch_dir == NULL)
-        return 0;
     const char *file = utf8_or(code->co_filename, "");
-    return strncmp(file, torch_dir, torch_dir_len) == 0;
+    if (profiler_dir != NULL && strncmp(file, profiler_dir, profiler_dir_len) == 0)
+        return TW_SITE_PROFILER;
+    return torch_dir != NULL && strncmp(file, torch_dir, torch_dir_len) == 0 ? TW_SITE_IN_TORCH : 0;
+}
+
+/* file as a site's text shows it: after the longest path root that holds it (the whole when none). */
+static const char *shown_path(const char *file)
+{
+    size_t best = 0;
+    for (size_t i = 0; i < path_root_count; i++) {
+        size_t n = strlen(path_roots[i]);
+        if (n > best && strncmp(file, path_roots[i], n) == 0 && file[n] != '\0')
+            best = n;
+    }
+    return file + best;
 }
 
 /* Interns the site of (code, lasti): its id, the overflow id, or TW_SITE_NONE. */
@@ -101,9 +123,7 @@ static uint32_t intern_site(PyCodeObject *code, int lasti)
     int line = PyCode_Addr2Line(code, lasti);
     const char *file = utf8_or(code->co_filename, "?");
     const char *function = utf8_or(code->co_qualname, "?");
-    const char *shown = file;
-    if (cwd_prefix != NULL && strncmp(file, cwd_prefix, cwd_prefix_len) == 0 && file[cwd_prefix_len] != '\0')
-        shown = file + cwd_prefix_len;
+    const char *shown = shown_path(file);
     char text[2 * TW_SITE_TEXT_MAX + 32];
     /* cut at character boundaries: sites.json must stay valid UTF-8 */
     snprintf(text, sizeof text, "%.*s:%d %.*s", (int)tw_utf8_cut(shown, strlen(shown), 1024), shown,
@@ -125,16 +145,17 @@ uint32_t tw_site_miss(PyCodeObject *code, int lasti)
     if (cached) {
         flags = entry->value;
     } else {
-        flags = in_torch(code) ? TW_SITE_IN_TORCH : 0;
+        flags = code_flags(code);
         /* The cache holds the code object while its address is a key (released by tw_sites_end). */
         if (cache_add(key, TW_SITE_CODE_ENTRY, flags) == 0) {
             Py_INCREF(code);
             cached = 1;
         }
     }
-    /* "boundary": torch's own code is no site (tw_caller_site looks further out for outermost calls) */
-    uint32_t value = tw_active.sites_mode == TW_SITES_BOUNDARY && (flags & TW_SITE_IN_TORCH) ? TW_SITE_IN_TORCH
-                                                                                          : intern_site(code, lasti);
+    /* "boundary": torch's own code is no site (tw_caller_site looks further out, or takes the
+     * enclosing call's); the profiler's own code never is, whatever the mode */
+    int skipped = (flags & TW_SITE_PROFILER) || (tw_active.sites_mode == TW_SITES_BOUNDARY && (flags & TW_SITE_IN_TORCH));
+    uint32_t value = skipped ? TW_SITE_IN_TORCH : intern_site(code, lasti);
     if (cached && value != TW_SITE_NONE)
         cache_add(key, (uint32_t)lasti, value);
     tw_exc_restore(&saved);
@@ -236,11 +257,11 @@ static int mirror_agrees(void)
 }
 #endif
 
-/* torch's package directory with its '/', from sys.modules["torch"].__file__; NULL when torch is not
+/* A package's directory with its '/', from sys.modules[package].__file__; NULL when it is not
  * imported. A new PyMem_Raw string; never raises. */
-static char *find_torch_dir(void)
+static char *find_package_dir(const char *package)
 {
-    PyObject *file = tw_imported_attribute("torch", "__file__");
+    PyObject *file = tw_imported_attribute(package, "__file__");
     const char *path = file != NULL && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : NULL;
     char *dir = NULL;
     const char *slash = path != NULL ? strrchr(path, '/') : NULL;
@@ -253,20 +274,51 @@ static char *find_torch_dir(void)
     return dir;
 }
 
+/* Adds dir (absolute) to the path roots, with its '/'. */
+static void add_path_root(const char *dir)
+{
+    size_t n = strlen(dir);
+    if (dir[0] != '/' || path_root_count == PATH_ROOTS_MAX)
+        return;
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    char *root = PyMem_RawMalloc(n + 2);
+    if (root == NULL)
+        return;
+    memcpy(root, dir, n);
+    root[n] = '/';
+    root[n + 1] = '\0';
+    if (n == 1)
+        root[1] = '\0'; /* "/" itself */
+    path_roots[path_root_count++] = root;
+}
+
+/* The working directory and sys.path's absolute entries, as path roots; never raises. */
+static void find_path_roots(void)
+{
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd) != NULL)
+        add_path_root(cwd);
+    PyObject *path = PySys_GetObject("path"); /* borrowed */
+    for (Py_ssize_t i = 0; path != NULL && PyList_Check(path) && i < PyList_GET_SIZE(path); i++) {
+        PyObject *entry = PyList_GET_ITEM(path, i);
+        const char *dir = PyUnicode_Check(entry) ? PyUnicode_AsUTF8(entry) : NULL;
+        if (dir != NULL)
+            add_path_root(dir);
+    }
+    PyErr_Clear();
+}
+
 int tw_sites_begin(tw_sites_mode_t mode, tw_sites_t *sites)
 {
     tw_sites_end();
     if (mode == TW_SITES_OFF || sites == NULL)
         return 0;
-    torch_dir = find_torch_dir();
+    torch_dir = find_package_dir("torch");
     torch_dir_len = torch_dir != NULL ? strlen(torch_dir) : 0;
-    char cwd[4096];
-    if (getcwd(cwd, sizeof cwd - 1) != NULL && (cwd_prefix = PyMem_RawMalloc(strlen(cwd) + 2)) != NULL) {
-        strcpy(cwd_prefix, cwd);
-        if (strcmp(cwd, "/") != 0)
-            strcat(cwd_prefix, "/");
-        cwd_prefix_len = strlen(cwd_prefix);
-    }
+    profiler_dir = find_package_dir("torchwrapper");
+    profiler_dir_len = profiler_dir != NULL ? strlen(profiler_dir) : 0;
+    find_path_roots();
 #ifdef TW_SITE_FRAME_MIRROR
     /* TORCHWRAPPER_SITE_FRAMES=public keeps to the public API (for comparing the two) */
     const char *frames = getenv("TORCHWRAPPER_SITE_FRAMES");
@@ -288,7 +340,10 @@ void tw_sites_end(void)
             Py_DECREF((PyObject *)slots[i].code);
     PyMem_RawFree(slots);
     PyMem_RawFree(torch_dir);
-    PyMem_RawFree(cwd_prefix);
-    torch_dir = cwd_prefix = NULL;
-    torch_dir_len = cwd_prefix_len = 0;
+    PyMem_RawFree(profiler_dir);
+    torch_dir = profiler_dir = NULL;
+    torch_dir_len = profiler_dir_len = 0;
+    for (size_t i = 0; i < path_root_count; i++)
+        PyMem_RawFree(path_roots[i]);
+    path_root_count = 0;
 }

@@ -13,7 +13,9 @@ extern int tw_site_frames_fast; /* the frame mirror (frame_mirror.h) is used (ch
  * TW_SITE_CODE_ENTRY, made first), so an address cannot be reused under a key. Guarded by the GIL.
  */
 #define TW_SITE_CODE_ENTRY UINT32_MAX
-#define TW_SITE_IN_TORCH 0x80000000u /* value flag ("boundary"): the caller is torch's own code */
+#define TW_SITE_IN_TORCH 0x80000000u /* value flag: the caller is no site (torch's own code in "boundary"
+                                      * mode, the profiler's own code in every mode) */
+#define TW_SITE_PROFILER 0x40000000u /* code entry flag: the code is this package's */
 
 typedef struct {
     uintptr_t code;  /* 0: empty */
@@ -76,8 +78,9 @@ uint32_t tw_site_outside_torch_fast(const tw_iframe_t *frame);
 
 /*
  * The site of the call the current Python frame is making (sites.h ids): the caller's (code,
- * offset) looked up in the cache. In "boundary" mode a caller in torch's own code gives no site,
- * except to an outermost call, which gets the nearest frame outside torch. Never raises.
+ * offset) looked up in the cache. A caller that is no site (torch's own code in "boundary" mode, the
+ * profiler's shims) gives TW_SITE_NONE, unless walk is set: then the nearest frame outside torch and
+ * the profiler. Never raises.
  */
 static inline uint32_t tw_caller_site(int outermost)
 {

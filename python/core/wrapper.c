@@ -164,6 +164,21 @@ fail:
     return -1;
 }
 
+/*
+ * Where the user's program made the call in frame: its caller's line, or when the caller is torch's
+ * code (or the profiler's shims), the line outside torch that entered it (the boundary site), so that
+ * every call is charged to a line of the program. An outermost call and a module's forward (entered
+ * through Module.__call__, from the line that called the module) walk out of torch to find it; any
+ * other call made by torch's code takes the site of the call around it, which is that line already:
+ * no walk on the common path.
+ */
+static inline uint32_t call_site(const tw_wrapper_object *self, const tw_thread_t *t, const tw_frame_t *frame)
+{
+    int outermost = frame == t->stack;
+    uint32_t site = tw_caller_site(outermost || (self->kind & TW_KIND_MODULE_FORWARD));
+    return site == TW_SITE_NONE && !outermost ? frame[-1].site : site;
+}
+
 /* noinline: the common path stays small; flatten: its own copy of tw_call_end_args (see record_call_gpu) */
 static __attribute__((noinline, flatten)) PyObject *
 traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
@@ -238,7 +253,7 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
         if (TW_UNLIKELY(tw_active.seq_peek != NULL))
             frame->seq_begin = tw_active.seq_peek();
         if (tw_active.sites_mode != TW_SITES_OFF)
-            frame->site = tw_caller_site(frame == t->stack);
+            frame->site = call_site(self, t, frame);
         call_id = frame->call_id;
         outer_id = t->stack[0].call_id;
         outer_site = t->stack[0].site;
@@ -341,7 +356,7 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
     if (module_id != TW_MODULE_NONE && frame != NULL) /* a constant TW_MODULE_NONE on the common path */
         frame->module_id = module_id;
     if (tw_active.sites_mode != TW_SITES_OFF && frame != NULL)
-        frame->site = tw_caller_site(frame == t->stack);
+        frame->site = call_site(self, t, frame);
     int pushed = 0;
     if (gpu != NULL) {
         /* Kernels launched inside are attributed to this call (gpu.h). Past TW_MAX_DEPTH there is

@@ -270,13 +270,37 @@ static flame_node_t *child_named(flame_t *f, flame_node_t *parent, const frame_n
     return child;
 }
 
-static flame_node_t *site_parent(flame_t *f, flame_node_t *parent, int64_t pid, uint32_t site)
+/* The frame name of a site, or NULL (no site, no sites files, out of memory). */
+static const frame_name_t *site_name(flame_t *f, int64_t pid, uint32_t site)
 {
     const char *text = site != 0 && f->sites != NULL ? report_site_text(f->sites, pid, site) : NULL;
-    if (text == NULL)
-        return parent;
-    const frame_name_t *name = intern(f, text, tw_utf8_cut(text, strlen(text), FRAME_NAME_MAX), 0);
+    return text != NULL ? intern(f, text, tw_utf8_cut(text, strlen(text), FRAME_NAME_MAX), 0) : NULL;
+}
+
+static flame_node_t *site_parent(flame_t *f, flame_node_t *parent, int64_t pid, uint32_t site)
+{
+    const frame_name_t *name = site_name(f, pid, site);
     return name != NULL ? child_named(f, parent, name) : parent;
+}
+
+/*
+ * A call that torch's code made inside another carries the site of the call around it (the line
+ * that entered torch), which is already a frame above both: its children's frames of that site,
+ * made before the call's own row was read, are folded into the call's frame.
+ */
+static void fold_inherited_sites(flame_t *f, flame_node_t *node, int64_t pid, uint32_t site)
+{
+    const frame_name_t *name = node->child != NULL ? site_name(f, pid, site) : NULL;
+    if (name == NULL)
+        return;
+    for (flame_node_t **at = &node->child; *at != NULL; at = &(*at)->next) {
+        flame_node_t *same = *at;
+        if (same->name != name)
+            continue;
+        *at = same->next;
+        merge(f, node, same);
+        return;
+    }
 }
 
 /* The slot of (pid, call_id) in the recent table: its own, or the empty one where it would go. */
@@ -354,8 +378,9 @@ static flame_node_t *charged_parent(flame_t *f, int64_t pid, uint64_t fwd_call_i
         f->oom = 1;
         return NULL;
     }
-    while (n-- > 0) {
-        at = site_parent(f, at, pid, chain[n]->site);
+    for (uint32_t above = 0; n-- > 0; above = chain[n]->site) {
+        if (chain[n]->site != above) /* an inherited site is the frame above already */
+            at = site_parent(f, at, pid, chain[n]->site);
         if (chain[n]->name != NULL)
             at = child_named(f, at, chain[n]->name);
     }
@@ -412,6 +437,8 @@ static void flame_row(flame_t *f, const tw_row_t *row, int counted)
         return;
     }
     node->name = name;
+    if (name != NULL && row->site != 0)
+        fold_inherited_sites(f, node, row->pid, row->site);
     if (counted) {
         node->self_ns += row->self_ns;
         node->calls += name != NULL;

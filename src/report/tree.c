@@ -21,6 +21,7 @@ typedef struct tree_call {
     char *api, *module;
     /* while printing: the tree as shown (nodes charged to their forward call, or where they ran) */
     size_t first_child, last_child, next_sibling; /* indexes + 1; 0: none */
+    uint64_t parent_site; /* the site of the call it is shown under (0 for a top call) */
 } tree_call_t;
 
 typedef struct tree_calls {
@@ -200,6 +201,7 @@ static int tree_print(report_sink_t *sink, const report_pass_t *pass, FILE *out,
         size_t at = top + n;
         for (size_t k = c->items[i].first_child; k != 0; k = c->items[k - 1].next_sibling) {
             c->items[k - 1].depth = c->items[i].depth + 1;
+            c->items[k - 1].parent_site = c->items[i].site;
             stack[--at] = k - 1;
         }
         top += n;
@@ -219,7 +221,9 @@ static int tree_print(report_sink_t *sink, const report_pass_t *pass, FILE *out,
         if (call->fwd_call_id != 0 && !o->backward_timeline)
             fprintf(out, "  (backward)");
         const char *site = t->sites != NULL ? report_site_text(t->sites, t->pid, call->site) : NULL;
-        if (site != NULL) /* where the program made the call (config sites) */
+        /* where the program made the call (config sites); a call torch's code made carries the
+         * site of the call around it, shown there already */
+        if (site != NULL && call->site != call->parent_site)
             fprintf(out, "  @ %s", site);
         fprintf(out, "  %.3f ms  (self %.3f ms)\n", (double)call->cost_ns / 1e6, (double)call->self_ns / 1e6);
     }

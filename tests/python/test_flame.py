@@ -84,9 +84,12 @@ def frames_of(chain, texts):
     """A call chain's frames: each call's API, below its call site when it has one (an autograd
     node's site is its forward call's: the node's frame is right below that call's)."""
     frames = []
+    above = 0
     for c in chain:
-        if c["site"] and not c["fwd_call_id"]:
+        # a call torch's code made carries the site of the call around it: one frame for both
+        if c["site"] and not c["fwd_call_id"] and c["site"] != above:
             frames.append(texts[(c["pid"], c["site"])])
+        above = c["site"]
         frames.append(c["api"])
     return frames
 
