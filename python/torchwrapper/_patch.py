@@ -101,6 +101,14 @@ class Patcher:
         _changed(self, True)
         return installed
 
+    def install_value(self, owner: Any, attr: str, value: Any) -> None:
+        """Sets ``owner.attr`` to value as it is (a hook of the profiler's own, not a wrapper);
+        restore() puts back what owner's own __dict__ held, or deletes it."""
+        before = owner.__dict__.get(attr, _MISSING)
+        setattr(owner, attr, value)
+        self.placements.append(Placement(owner, attr, before, value))
+        _changed(self, True)
+
     def install_forward(self, cls: type, kinds: int) -> bool:
         """Wraps ``cls.forward`` (a plain function in cls's own __dict__: a module class defined
         outside torch) as the API ``module.Qualname.forward`` with the tracing kinds, so that its

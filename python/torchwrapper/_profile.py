@@ -291,7 +291,7 @@ class Profile:
         self._clocks: Optional[ClockSync] = None
 
     def start(self) -> "Profile":
-        import torch  # noqa: F401  (discovery needs torch imported)
+        import torch  # discovery needs torch imported
 
         if _core.active_session() is not None:
             raise RuntimeError("another profiling session is already recording; stop it first")
@@ -323,6 +323,7 @@ class Profile:
             self.tracer.forward_installer = functools.partial(
                 _install_forward, self.patcher, _Globs(self.include), _Globs(resolve_exclude(self.exclude)))
             self.tracer.wrap_module_classes()
+            self.patcher.install_value(torch.nn.Module, "__init_subclass__", self.tracer.class_hook())
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
             if self.session.stats()["memory"] == "on":   # torch.profiler may start meanwhile: see _memory
                 self._profiler_guard = ProfilerGuard()

@@ -415,6 +415,29 @@ class Tracer:
             if cls not in self._forward_classes and "forward" in cls.__dict__:
                 self._wrap_forward(cls)
 
+    def class_hook(self) -> Any:
+        """What nn.Module.__init_subclass__ is while profiling: a module class created meanwhile
+        (a script's model, a library imported under ``run``) has its forward recorded from its
+        creation on, so its first call is recorded like every other. Wrapping it when a module of
+        the class was first seen came too late for that call: Module.__call__ had already looked
+        its forward up."""
+        import torch
+
+        module = torch.nn.Module
+        tracer = weakref.ref(self)
+
+        def __init_subclass__(cls, **kwargs):   # noqa: N807 - the name Python calls
+            super(module, cls).__init_subclass__(**kwargs)
+            this = tracer()
+            if this is not None and this.forward_installer is not None and "forward" in cls.__dict__ \
+                    and cls not in this._forward_classes:
+                try:
+                    this._wrap_forward(cls)
+                except Exception:  # noqa: BLE001 - never the class's failure: wrapped when first seen
+                    pass
+
+        return classmethod(__init_subclass__)
+
     def _wrap_forward(self, cls: type) -> None:
         """Makes the forward a module of class cls runs a recorded call when it is defined outside
         torch (a model's blocks, attention, heads): torch's own module forwards are wrapped by

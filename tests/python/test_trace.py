@@ -249,9 +249,9 @@ def test_a_models_own_module_classes_are_frames_with_their_paths_and_are_restore
     assert nodes and {r.module for r in nodes} == {"blocks.0", "blocks.1"}
 
 
-def test_a_module_class_made_while_profiling_is_recorded_from_its_models_next_call():
+def test_a_module_class_made_while_profiling_is_recorded_from_its_first_call():
     with tw.profile() as prof:
-        class Late(nn.Module):   # defined after the start: wrapped when its model is first seen
+        class Late(nn.Module):   # defined after the start: wrapped when the class is made
             def __init__(self):
                 super().__init__()
                 self.fc = nn.Linear(2, 2)
@@ -259,13 +259,21 @@ def test_a_module_class_made_while_profiling_is_recorded_from_its_models_next_ca
             def forward(self, x):
                 return self.fc(x) * 2
 
+        original = Late.__dict__["forward"].__wrapped__
         model = Late()
-        original = Late.__dict__["forward"]
-        model(torch.randn(1, 2))   # its forward had begun when the model was seen: not recorded
+        model(torch.randn(1, 2))
         model(torch.randn(1, 2))
     assert Late.__dict__["forward"] is original
+    assert "__init_subclass__" not in nn.Module.__dict__   # the class hook is gone with the session
     lates = [r for r in prof.records() if r.api.endswith(".Late.forward")]
-    assert [r.module for r in lates] == [""]
+    assert [r.module for r in lates] == ["", ""]
+    fcs = [r for r in prof.records() if r.api == "torch.nn.Linear.forward"]
+    assert [r.parent_id for r in fcs] == [r.call_id for r in lates]   # nested in them, both times
+
+    class After(nn.Module):   # made after the stop: left as it is
+        def forward(self, x):
+            return x
+    assert not getattr(After.__dict__["forward"], "_torchwrapper_forward", False)
 
 
 def test_exclude_globs_leave_a_models_own_forward_unwrapped():
