@@ -29,6 +29,8 @@ static char *torch_dir;      /* ".../site-packages/torch/" (PyMem_Raw), or NULL 
 static size_t torch_dir_len;
 static char *profiler_dir;   /* ".../torchwrapper/": this package's own code is never a site */
 static size_t profiler_dir_len;
+static char *stdlib_dir;     /* the standard library's ".../python3.X/", its site-packages apart */
+static size_t stdlib_dir_len;
 
 /* Where a file is shown from (sys.path's entries and the working directory at start, each with its
  * '/'): a site's text names its file from the longest of them that holds it, so a library reads as
@@ -102,7 +104,17 @@ static uint32_t code_flags(PyCodeObject *code)
     const char *file = utf8_or(code->co_filename, "");
     if (profiler_dir != NULL && strncmp(file, profiler_dir, profiler_dir_len) == 0)
         return TW_SITE_PROFILER;
-    return torch_dir != NULL && strncmp(file, torch_dir, torch_dir_len) == 0 ? TW_SITE_IN_TORCH : 0;
+    if (torch_dir != NULL && strncmp(file, torch_dir, torch_dir_len) == 0)
+        return TW_SITE_IN_TORCH;
+    /* Code torch generates (FX graphs, Inductor's modules) and the standard library's (contextlib
+     * entering torch.no_grad(), functools): the user's line is further out. */
+    if (strcmp(file, "<string>") == 0 || strncmp(file, "<eval_with_key>", 15) == 0 ||
+        strstr(file, "/torchinductor_") != NULL)
+        return TW_SITE_IN_TORCH;
+    if (stdlib_dir != NULL && strncmp(file, stdlib_dir, stdlib_dir_len) == 0 &&
+        strncmp(file + stdlib_dir_len, "site-packages/", 14) != 0 && strncmp(file + stdlib_dir_len, "dist-packages/", 14) != 0)
+        return TW_SITE_IN_TORCH;
+    return 0;
 }
 
 /* file as a site's text shows it: after the longest path root that holds it (the whole when none). */
@@ -293,6 +305,24 @@ static void add_path_root(const char *dir)
     path_roots[path_root_count++] = root;
 }
 
+/* sysconfig's "stdlib" path with its '/' (a new PyMem_Raw string), or NULL; never raises. */
+static char *find_stdlib_dir(void)
+{
+    char *dir = NULL;
+    PyObject *sysconfig = PyImport_ImportModule("sysconfig");
+    PyObject *path = sysconfig != NULL ? PyObject_CallMethod(sysconfig, "get_path", "s", "stdlib") : NULL;
+    const char *text = path != NULL && PyUnicode_Check(path) ? PyUnicode_AsUTF8(path) : NULL;
+    if (text != NULL && text[0] == '/' && (dir = PyMem_RawMalloc(strlen(text) + 2)) != NULL) {
+        strcpy(dir, text);
+        if (dir[strlen(dir) - 1] != '/')
+            strcat(dir, "/");
+    }
+    Py_XDECREF(path);
+    Py_XDECREF(sysconfig);
+    PyErr_Clear();
+    return dir;
+}
+
 /* The working directory and sys.path's absolute entries, as path roots; never raises. */
 static void find_path_roots(void)
 {
@@ -319,6 +349,8 @@ int tw_sites_begin(tw_sites_mode_t mode, tw_sites_t *sites)
     profiler_dir = find_package_dir("torchwrapper");
     profiler_dir_len = profiler_dir != NULL ? strlen(profiler_dir) : 0;
     find_path_roots();
+    stdlib_dir = find_stdlib_dir();
+    stdlib_dir_len = stdlib_dir != NULL ? strlen(stdlib_dir) : 0;
 #ifdef TW_SITE_FRAME_MIRROR
     /* TORCHWRAPPER_SITE_FRAMES=public keeps to the public API (for comparing the two) */
     const char *frames = getenv("TORCHWRAPPER_SITE_FRAMES");
@@ -341,8 +373,9 @@ void tw_sites_end(void)
     PyMem_RawFree(slots);
     PyMem_RawFree(torch_dir);
     PyMem_RawFree(profiler_dir);
-    torch_dir = profiler_dir = NULL;
-    torch_dir_len = profiler_dir_len = 0;
+    PyMem_RawFree(stdlib_dir);
+    torch_dir = profiler_dir = stdlib_dir = NULL;
+    torch_dir_len = profiler_dir_len = stdlib_dir_len = 0;
     for (size_t i = 0; i < path_root_count; i++)
         PyMem_RawFree(path_roots[i]);
     path_root_count = 0;

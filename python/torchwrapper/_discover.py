@@ -248,6 +248,12 @@ def _is_generator_function(obj: Any) -> bool:
     return code is not None and bool(code.co_flags & (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR))
 
 
+# (module, attribute path) of the private callables recorded for findings (tw-report --findings).
+DIAGNOSTIC_POINTS: List[Tuple[str, str]] = [
+    ("torch.utils.data.dataloader", "_BaseDataLoaderIter.__next__"),   # input-bound: the wait for a batch
+]
+
+
 def discover(roots: Sequence[str] = ("torch",), include: Sequence[str] = (),
              exclude: Optional[Sequence[str]] = None) -> Plan:
     """Plans the wrapping of every callable under the root modules that are imported now."""
@@ -362,6 +368,20 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
             if kind != "tensor" and not under(getattr(func, "__module__", None)):
                 continue
             add(func, f"{cls_name}.{attr}", kind, cls, attr, raw if attr in own else MISSING)
+
+    # The points findings need that the rules above leave out (private names): the wait for a
+    # DataLoader's next batch.
+    for mod_name, path in DIAGNOSTIC_POINTS:
+        module = sys.modules.get(mod_name)
+        if module is None or not under(mod_name):
+            continue
+        *owner_path, attr = path.split(".")
+        owner: Any = module
+        for part in owner_path:
+            owner = getattr(owner, part, None)
+        raw = getattr(owner, "__dict__", {}).get(attr) if owner is not None else None
+        if isinstance(raw, types.FunctionType):
+            add(raw, f"{mod_name}.{path}", "method" if owner_path else "function", owner, attr, raw)
 
     # Every named object, excluded or not (getAPIName), classes included.
     names: Dict[int, Tuple[Any, str]] = {key: (t.obj, t.name) for key, t in targets.items()}

@@ -51,6 +51,10 @@
     "  --diff BASE       compare the inputs (NEW) with BASE (a directory or file; repeat for more files): per\n"   \
     "                    API, time per step in both runs, the change, and whether it is beyond the step-to-step\n" \
     "                    noise; steps 1 to the last but one unless --steps (warm-up and a cut-off last step)\n"   \
+    "  --findings        instead of the table: what is wrong in the run, where (the program's lines), what\n"   \
+    "                    it costs and how to fix it (input-bound, host syncs, Python between calls, small\n"     \
+    "                    operations, single-tensor optimizers, zero_grad fills, conv bias before batch norm,\n"   \
+    "                    recompilation, step time drift); --format json|markdown\n"                             \
     "  --ranks           instead of the table: per step and rank the step's time, the skew and the slowest\n"   \
     "                    rank; the ranks by how often and how much they were slowest; for a rank slower than\n"  \
     "                    the others beyond noise (--alpha, --min-change), the APIs that explain it; time in\n"   \
@@ -234,8 +238,12 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
             o->inputs[o->ninputs++] = a;
             continue;
         }
-        if (strcmp(a, "--ranks") == 0) { /* the one option without a value */
+        if (strcmp(a, "--ranks") == 0) { /* the options without a value */
             o->ranks = 1;
+            continue;
+        }
+        if (strcmp(a, "--findings") == 0) {
+            o->findings = 1;
             continue;
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -359,6 +367,9 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
     if (stacks && (o->by != BY_API || o->tree_step >= 0))
         return usage_error(err, "--folded, --flamegraph and --html take --by api (the default) or --by module, "
                                 "and not --tree");
+    if (o->findings && (o->ndiff_base > 0 || o->tree_step >= 0 || o->by != BY_API || o->ranks))
+        return usage_error(err, "--findings reads the whole run: it does not go with %s",
+                           o->ndiff_base > 0 ? "--diff" : o->tree_step >= 0 ? "--tree" : o->ranks ? "--ranks" : "--by");
     if (o->ranks && (o->ndiff_base > 0 || o->tree_step >= 0 || o->by != BY_API || o->frames_by_module))
         return usage_error(err, "--ranks compares ranks per step and API: it does not go with %s",
                            o->ndiff_base > 0 ? "--diff" : o->tree_step >= 0 ? "--tree" : "--by");

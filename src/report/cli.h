@@ -53,6 +53,7 @@ typedef struct options {
     double diff_fail_above, diff_alpha, diff_min_change; /* diff_alpha 0: the default */
     int diff_fail_above_given, diff_min_change_given;
     int ranks; /* --ranks: per step and rank, the stragglers and why (ranks.c) */
+    int findings; /* --findings: what is wrong, where, what it costs, the fix (findings.c) */
     /* -j N: threads reading the files (jobs.c); 1: one pass on the calling thread, as before -j */
     unsigned jobs;
 } options_t;

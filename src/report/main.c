@@ -33,6 +33,7 @@
 #include "ranks.h"
 #include "sink.h"
 #include "tree.h"
+#include "findings.h"
 
 int report_pass_row(void *ctx, const tw_row_t *row)
 {
@@ -106,7 +107,8 @@ static int find_origin(pass_t *p, inputs_t *in, FILE *err)
  */
 int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const report_sites_t *sites, FILE *err)
 {
-    report_sink_t *trace = NULL, *flame = NULL, *html = NULL, *tree = NULL, *aggregate = NULL, *ranks = NULL;
+    report_sink_t *trace = NULL, *flame = NULL, *html = NULL, *tree = NULL, *aggregate = NULL, *ranks = NULL,
+                  *findings = NULL;
     int rc = 0;
     if (o->trace != NULL && (rc = report_chrome_trace_open(o, in, in->origin_ns, &trace, err)) != 0)
         return rc; /* it said what failed */
@@ -114,6 +116,8 @@ int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const r
         trace->rows = 0; /* --tree reads one thread's calls for itself: the trace stays empty */
     if (o->tree_step >= 0) {
         rc = report_tree_new(o, sites, &tree);
+    } else if (o->findings) {
+        rc = report_findings_new(o, sites, p->out.have_gpu_files, &findings);
     } else {
         if (o->ranks)
             rc = report_ranks_new(o, in, &ranks);
@@ -126,7 +130,7 @@ int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const r
     }
     if (rc != 0)
         fprintf(err, "tw-report: %s\n", tw_strerror(rc));
-    report_sink_t *const order[] = {flame, html, trace, tree, aggregate, ranks};
+    report_sink_t *const order[] = {flame, html, trace, tree, aggregate, ranks, findings};
     for (size_t i = 0; i < sizeof order / sizeof *order; i++)
         if (order[i] != NULL)
             p->sinks[p->nsinks++] = order[i];
@@ -178,7 +182,7 @@ static int report_run(const options_t *o, FILE *out, FILE *err)
         p.out.have_gpu_files |= in.files[i].kind == TW_FILE_GPU;
     if (rc == 0)
         rc = find_origin(&p, &in, err);
-    if (rc == 0 && (o->by == BY_SITE || o->tree_step >= 0 || o->folded || o->flamegraph || o->html))
+    if (rc == 0 && (o->by == BY_SITE || o->tree_step >= 0 || o->folded || o->flamegraph || o->html || o->findings))
         rc = report_load_sites(&sites, &in); /* sites.json beside the record files */
     if (rc == 0)
         rc = report_open_sinks(&p, o, &in, &sites, err);

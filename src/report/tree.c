@@ -73,7 +73,7 @@ static int tree_calls_add(tree_calls_t *c, const tw_row_t *row)
     }
     tree_call_t *t = &c->items[c->count];
     *t = (tree_call_t){row->call_id, row->start_ns, row->cost_ns, row->self_ns, row->depth, row->site,
-                       row->parent_id, row->fwd_call_id, copy_str(row->api), copy_str(row->module), 0, 0, 0};
+                       row->parent_id, row->fwd_call_id, copy_str(row->api), copy_str(row->module), 0, 0, 0, 0};
     if (t->api == NULL || t->module == NULL) {
         free(t->api);
         free(t->module);

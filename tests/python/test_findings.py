@@ -1,0 +1,239 @@
+# SPDX-License-Identifier: MIT
+"""tw-report --findings and torchwrapper.findings() (#48): each rule fires on a training loop with its
+mistake planted, at the line that makes it, and stays silent on the same loop fixed; a clean loop has
+no high or medium finding."""
+import inspect
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchwrapper as tw
+
+BUILD = os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", ".."))
+TW_REPORT = os.path.join(BUILD, "tw-report")
+HERE = os.path.basename(__file__)
+
+
+def line_of(marker):
+    """'test_findings.py:N <function>' of the line holding `# FINDING:marker` in this file."""
+    lines, _ = inspect.getsourcelines(inspect.getmodule(line_of))
+    for number, text in enumerate(lines, 1):
+        if f"# FINDING:{marker}" in text:
+            return number
+    raise AssertionError(marker)
+
+
+def findings_of(loop, tmp_path, **config):
+    out = tmp_path / "out"
+    with tw.profile(out_dir=str(out), **config):
+        loop()
+    return {f["kind"]: f for f in tw.findings(str(out))}
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 4))
+
+
+class SlowSamples(torch.utils.data.Dataset):
+    def __len__(self):
+        return 320
+
+    def __getitem__(self, i):
+        values = [((i * 31 + k) % 97) / 97 for k in range(30000)]   # built in Python, element by element
+        return torch.tensor(values[:64]), i % 4  # FINDING:getitem
+
+
+def input_bound_loop(fixed):
+    model, opt = mlp(), None
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = (torch.utils.data.TensorDataset(torch.randn(320, 64), torch.randint(0, 4, (320,))) if fixed
+            else SlowSamples())
+    for x, y in torch.utils.data.DataLoader(data, batch_size=16):  # FINDING:loader
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_input_bound(tmp_path, fixed):
+    found = findings_of(lambda: input_bound_loop(fixed), tmp_path)
+    if fixed:
+        assert "input_bound" not in found
+        return
+    finding = found["input_bound"]
+    assert finding["severity"] in ("high", "medium") and finding["share"] > 0.10
+    assert finding["where"][0] == f"{HERE}:{line_of('getitem')} SlowSamples.__getitem__"
+    assert f"{HERE}:{line_of('loader')} input_bound_loop" in finding["where"]
+    assert "num_workers" in finding["fix"] and finding["evidence"]["batches"] >= 20
+
+
+def sync_loop(fixed):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    total = torch.zeros(())
+    for _ in range(20):
+        loss = model(torch.randn(16, 64)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if fixed:
+            total += loss.detach()
+        else:
+            print_value = loss.item()  # FINDING:item
+    return total.item() if fixed else print_value
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_host_syncs_name_their_line(tmp_path, fixed):
+    found = findings_of(lambda: sync_loop(fixed), tmp_path)
+    if fixed:   # one .item() at the end: under one a step
+        assert "host_sync" not in found or found["host_sync"]["evidence"]["syncs_per_step"] < 1
+        return
+    finding = found["host_sync"]
+    assert finding["where"][0] == f"{HERE}:{line_of('item')} sync_loop"
+    assert finding["evidence"]["syncs_per_step"] >= 0.9   # 20 in 21 steps (the last one cut off)
+    assert finding["severity"] == "low"   # on a CPU: counted, they will wait on a GPU
+
+
+def metric_loop(fixed):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(15):
+        out = model(torch.randn(64, 64))
+        loss = out.square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if fixed:
+            accuracy = (out.argmax(1) == 0).float().mean()
+        else:
+            hits = 0
+            for k in range(20000):   # a metric computed in Python
+                hits += (k * 7) % 3 == 0
+            accuracy = torch.tensor(hits / 20000)  # FINDING:metric
+    return accuracy
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_python_between_calls_into_torch(tmp_path, fixed):
+    found = findings_of(lambda: metric_loop(fixed), tmp_path)
+    if fixed:
+        assert "python_outside_torch" not in found
+        return
+    finding = found["python_outside_torch"]
+    assert finding["where"][0] == f"{HERE}:{line_of('metric')} metric_loop"
+    assert finding["severity"] in ("high", "medium")
+
+
+def optimizer_loop(foreach, set_to_none):
+    model = mlp()
+    opt = torch.optim.Adam(model.parameters(), foreach=foreach)
+    for _ in range(10):
+        loss = model(torch.randn(16, 64)).square().mean()
+        opt.zero_grad(set_to_none=set_to_none)  # FINDING:zero_grad
+        loss.backward()
+        opt.step()  # FINDING:step
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_an_optimizer_on_its_single_tensor_path(tmp_path, foreach):
+    found = findings_of(lambda: optimizer_loop(foreach, True), tmp_path)
+    if foreach:
+        assert "optimizer_single_tensor" not in found
+        return
+    finding = found["optimizer_single_tensor"]
+    assert finding["where"] == [f"{HERE}:{line_of('step')} optimizer_loop"]
+    assert "torch.optim.Adam.step" in finding["message"] and "foreach=True" in finding["fix"]
+    assert finding["severity"] == "low"   # on a CPU (torch's default there): foreach pays on a GPU
+
+
+@pytest.mark.parametrize("set_to_none", [False, True])
+def test_zero_grad_that_fills(tmp_path, set_to_none):
+    found = findings_of(lambda: optimizer_loop(True, set_to_none), tmp_path)
+    if set_to_none:
+        assert "zero_grad_fills" not in found
+        return
+    finding = found["zero_grad_fills"]
+    assert finding["where"] == [f"{HERE}:{line_of('zero_grad')} optimizer_loop"]
+    assert finding["severity"] == "medium" and "set_to_none=True" in finding["fix"]
+
+
+def conv_loop(bias):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, bias=bias), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(8 * 6 * 6, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):
+        loss = model(torch.randn(4, 3, 8, 8)).square().mean()  # FINDING:conv
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_convolution_bias_before_batch_norm(tmp_path, bias):
+    found = findings_of(lambda: conv_loop(bias), tmp_path, args="summary")   # the bias is seen in conv2d's arguments
+    if not bias:
+        assert "conv_bias_before_batchnorm" not in found
+        return
+    finding = found["conv_bias_before_batchnorm"]
+    assert finding["where"][0] == f"{HERE}:{line_of('conv')} conv_loop"
+    assert "module 0" in finding["where"] and "bias=False" in finding["fix"]
+
+
+def drift_loop():
+    history = []
+    x = torch.randn(128, 128)
+    for step in range(24):
+        history.append(x @ x)   # kept: each step stacks all the steps before it
+        torch.stack(history).sum()  # FINDING:drift
+        tw.step()
+
+
+def test_step_time_drift(tmp_path):
+    # (planted only: its fixed loop's steps differ by noise alone, which a test on a loaded machine
+    # cannot tell from a slowdown; the rule asks for every late step to be slower than all early ones)
+    finding = findings_of(drift_loop, tmp_path)["step_time_drift"]
+    assert finding["evidence"]["last_steps_median_ms"] > 1.5 * finding["evidence"]["first_steps_median_ms"]
+
+
+def test_a_clean_loop_has_no_high_or_medium_finding(tmp_path):
+    def clean():
+        model = mlp()
+        opt = torch.optim.Adam(model.parameters())
+        data = torch.utils.data.TensorDataset(torch.randn(640, 64), torch.randint(0, 4, (640,)))
+        for x, y in torch.utils.data.DataLoader(data, batch_size=64):
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    found = findings_of(clean, tmp_path)
+    assert not [f for f in found.values() if f["severity"] in ("high", "medium")], found
+
+
+def test_the_outputs_of_tw_report_findings(tmp_path):
+    out = tmp_path / "out"
+    with tw.profile(out_dir=str(out)):
+        optimizer_loop(False, False)
+    text = subprocess.run([TW_REPORT, "--findings", str(out)], capture_output=True, text=True, check=True).stdout
+    assert "[medium] zero_grad_fills" in text and f"at {HERE}:{line_of('zero_grad')} optimizer_loop" in text
+    done = subprocess.run([TW_REPORT, "--findings", "--format", "json", str(out)], capture_output=True, text=True,
+                          check=True)
+    result = json.loads(done.stdout)
+    assert {"zero_grad_fills", "optimizer_single_tensor"} <= {f["kind"] for f in result["findings"]}
+    assert result["steps"] == 10 and result["run_ms"] > 0
+    for f in result["findings"]:
+        assert set(f) == {"kind", "severity", "share", "where", "evidence", "message", "fix"}
+    markdown = subprocess.run([TW_REPORT, "--findings", "--format", "markdown", str(out)], capture_output=True,
+                              text=True, check=True).stdout
+    assert markdown.startswith("## Findings") and "`zero_grad_fills`" in markdown
+    bad = subprocess.run([TW_REPORT, "--findings", "--tree", "0", str(out)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--findings" in bad.stderr and "--tree" in bad.stderr
+    with pytest.raises(FileNotFoundError, match="no-such-dir"):
+        tw.findings(str(tmp_path / "no-such-dir"))
