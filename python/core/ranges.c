@@ -60,6 +60,12 @@ PyObject *tw_range_begin(PyObject *module, PyObject *name)
         Py_RETURN_TRUE;
     }
     r->frame->api_id = api_id;
+    if (tw_active.sites_mode != TW_SITES_OFF) {
+        /* the program's line around it (the range's caller is the profiler's region(), a trainer's
+         * hook, torch.compile's machinery: walked out of), else the enclosing call's */
+        uint32_t site = tw_caller_site(1);
+        r->frame->site = site == TW_SITE_NONE && r->frame != t->stack ? r->frame[-1].site : site;
+    }
     r->start = tw_clock_ticks(tw_active.clock_source);
     Py_RETURN_TRUE;
 }

@@ -147,6 +147,7 @@ def _report(wrapper: Any, top: int) -> None:
         for name, a in zip(names, apis[:top]):
             print(f"{name:{width}} {a['calls']:9d} {a['total_ns'] / 1e6:10.2f} {a['self_ns'] / 1e6:10.2f} "
                   f"{a['p50_ns'] / 1e3:9.1f} {a['p99_ns'] / 1e3:9.1f}", file=sys.stderr)
+        _print_findings(out_dir)
         return
     # Several processes: sums, means and maxima merge exactly, percentiles do not (each process's
     # are in its summary-PID.json).
@@ -171,6 +172,16 @@ def _report(wrapper: Any, top: int) -> None:
     for name, (api, m) in zip(names, rows):
         print(f"{name:{width}} {m['calls']:9d} {m['total_ns'] / 1e6:10.2f} {m['self_ns'] / 1e6:10.2f} "
               f"{m['total_ns'] / m['calls'] / 1e3:9.1f} {m['max_ns'] / 1e3:9.1f} {m['procs']:5d}", file=sys.stderr)
+    _print_findings(out_dir)
+
+
+def _print_findings(out_dir: str) -> None:
+    """The findings' summary after the table (tw-report --findings has them all)."""
+    from ._findings import summary_text
+
+    found = summary_text(out_dir)
+    if found:
+        print("\n" + found, end="", file=sys.stderr)
 
 
 def run(argv: List[str]) -> None:

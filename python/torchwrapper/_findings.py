@@ -37,3 +37,24 @@ def findings_output(path: Source, fmt: str = "text", *, jobs: Optional[int] = No
     if status != 0:
         raise ValueError(messages.strip().replace("tw-report: ", ""))
     return output
+
+
+def summary_text(path: Source, shown: int = 3) -> str:
+    """The findings in a few lines, for the end of a run, a notebook cell, a trainer's log: the
+    high and medium ones (at most shown) with their first line and fix, the rest counted. "" when
+    there are none, or when the files cannot be read (the report above says why)."""
+    try:
+        result = findings_output(path, "json")
+    except (ValueError, OSError):
+        return ""
+    found = result["findings"]
+    if not found:
+        return ""
+    serious = [f for f in found if f["severity"] in ("high", "medium")]
+    lines = [f"Findings: {len(serious)} high or medium, {len(found) - len(serious)} low "
+             f"(tw-report --findings {path} for all):"]
+    for f in (serious or found)[:shown]:
+        where = f" at {f['where'][0]}" if f["where"] else ""
+        lines.append(f"  [{f['severity']}] {f['kind']}{where}: {f['message']}")
+        lines.append(f"      fix: {f['fix']}")
+    return "\n".join(lines) + "\n"

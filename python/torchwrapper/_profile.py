@@ -24,6 +24,7 @@ from ._flops import peak_flops as _peak_flops
 from ._memory import ProfilerGuard
 from ._patch import WRAPPER_TYPES, Patcher
 from ._tensor_stats import StatsOptions
+from ._compile_watch import CompileWatch
 from ._trace import Tracer
 
 # Discovery plans by (modules, include, exclude), with the set of modules imported when each was
@@ -36,14 +37,13 @@ class _TorchRegistries:
     """Keeps torch's identity-keyed registries working while wrappers stand in for the originals.
 
     TorchScript maps builtins to ATen ops by ``id(fn)`` and boolean-dispatched functions by the
-    function object; Dynamo reports compilation start and end. Each wrapper is registered next to
-    its original while profiling, and removed at stop.
+    function object. Each wrapper is registered next to its original while profiling, and removed
+    at stop. (Dynamo's compilation callbacks are _compile_watch.py's.)
     """
 
     def __init__(self) -> None:
         self.builtin_ids: List[int] = []
         self.dispatch_keys: List[Any] = []
-        self.dynamo_callbacks: Optional[Tuple[Any, Any, Any]] = None
 
     def prepare(self) -> None:
         """Before installing: build torch's lazily built tables from the originals."""
@@ -76,14 +76,6 @@ class _TorchRegistries:
             if wrapper is not None:
                 dispatched[wrapper] = entry
                 self.dispatch_keys.append(wrapper)
-        callback = sys.modules.get("torch._dynamo.callback")
-        if callback is not None:
-            # Calls that torch.compile makes while it traces and compiles are not the user's.
-            handler = callback.callback_handler
-            start, end = (lambda _args=None: _pause()), (lambda _args=None: _resume())
-            handler.register_start_callback(start)
-            handler.register_end_callback(end)
-            self.dynamo_callbacks = (handler, start, end)
 
     @staticmethod
     def _originals_in_tables(patcher: Patcher, plan: Optional[Plan], table: dict,
@@ -123,16 +115,8 @@ class _TorchRegistries:
             for key in [k for k in rules if type(k) in WRAPPER_TYPES]:
                 rules.setdefault(key.__wrapped__, rules.pop(key))
             trace_rules.get_tensor_method.cache_clear()
-        if self.dynamo_callbacks is not None:
-            handler, start, end = self.dynamo_callbacks
-            for remove, callback in ((handler.remove_start_callback, start), (handler.remove_end_callback, end)):
-                try:
-                    remove(callback)
-                except ValueError:  # torch._dynamo.reset() cleared the handler meanwhile
-                    pass
         self.builtin_ids.clear()
         self.dispatch_keys.clear()
-        self.dynamo_callbacks = None
 
 
 def _install_forward(patcher: Patcher, include: Any, exclude: Any, cls: type) -> bool:
@@ -142,18 +126,6 @@ def _install_forward(patcher: Patcher, include: Any, exclude: Any, cls: type) ->
     if exclude.match(name) is not None and include.match(name) is None:
         return False
     return patcher.install_forward(cls, kinds=_core.KIND_MODULE_FORWARD)
-
-
-def _pause() -> None:
-    session = _core.active_session()
-    if session is not None:
-        session.pause_thread()
-
-
-def _resume() -> None:
-    session = _core.active_session()
-    if session is not None:
-        session.resume_thread()
 
 
 class Profile:
@@ -289,6 +261,7 @@ class Profile:
         self._modules_before: frozenset = frozenset()
         self.timings: Dict[str, float] = {}
         self._clocks: Optional[ClockSync] = None
+        self._compile_watch = CompileWatch()   # each torch.compile compilation, a record
 
     def start(self) -> "Profile":
         import torch  # discovery needs torch imported
@@ -324,6 +297,7 @@ class Profile:
                 _install_forward, self.patcher, _Globs(self.include), _Globs(resolve_exclude(self.exclude)))
             self.tracer.wrap_module_classes()
             self.patcher.install_value(torch.nn.Module, "__init_subclass__", self.tracer.class_hook())
+            self._compile_watch.start()
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
             if self.session.stats()["memory"] == "on":   # torch.profiler may start meanwhile: see _memory
                 self._profiler_guard = ProfilerGuard()
@@ -339,6 +313,7 @@ class Profile:
             if self.tracer.stats is not None:
                 self.tracer.stats.check_globs((), self._module_class_names(), final=False)
         except BaseException:
+            self._compile_watch.stop()
             if self.session.active:
                 self.session.stop()
             if self._profiler_guard is not None:
@@ -367,6 +342,7 @@ class Profile:
             self._clocks.detach()
             self._clocks = None
         self.tracer.finish()
+        self._compile_watch.stop()
         self.session.stop()
         if self._profiler_guard is not None:
             self._profiler_guard.restore()
@@ -537,7 +513,12 @@ def report_text(out_dir: str, top: int) -> str:
     from . import _core
 
     status, output, messages = _core.report_output(["tw-report", "--top", str(top), out_dir])
-    return output if status == 0 else messages
+    if status != 0:
+        return messages
+    from ._findings import summary_text
+
+    found = summary_text(out_dir)
+    return output + ("\n" + found if found else "")
 
 
 def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[str]] = None,

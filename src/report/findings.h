@@ -33,6 +33,12 @@ typedef struct finding {
     char fix[512];
 } finding_t;
 
+/* The findings of a settled sink (most severe first), *count their number. */
+const finding_t *report_findings_result(const report_sink_t *sink, size_t *count);
+
+/* The page's findings section (--html), from a settled sink. */
+void report_findings_write_html(const report_sink_t *sink, FILE *out);
+
 /* Prints findings in o->format (table: text). */
 void report_findings_print(const options_t *o, const finding_t *findings, size_t count, double run_ms,
                            uint64_t steps, FILE *out);

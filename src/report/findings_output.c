@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "findings.h"
+#include "html.h"
 #include "util.h"
 
 static void print_json(const finding_t *findings, size_t count, double run_ms, uint64_t steps, FILE *out)
@@ -77,4 +78,36 @@ void report_findings_print(const options_t *o, const finding_t *findings, size_t
         print_json(findings, count, run_ms, steps, out);
     else
         print_text(findings, count, run_ms, steps, o->format == OUT_MARKDOWN, out);
+}
+
+void report_findings_write_html(const report_sink_t *sink, FILE *out)
+{
+    size_t count;
+    const finding_t *findings = report_findings_result(sink, &count);
+    fprintf(out, "<section id=\"findings\"><h2>Findings (%zu)</h2>\n", count);
+    if (count == 0)
+        fputs("<p class=\"note\">Nothing in this run matches a known problem (tw-report --findings lists the "
+              "rules).</p>\n", out);
+    for (size_t i = 0; i < count; i++) {
+        const finding_t *x = &findings[i];
+        fprintf(out, "<div class=\"finding %s\"><p><b>%s</b> <code>%s</code>", x->severity, x->severity, x->kind);
+        if (x->share >= 0)
+            fprintf(out, " &middot; %.1f%% of the run", 100 * x->share);
+        fputs("</p><p>", out);
+        report_html_text(out, x->message, strlen(x->message));
+        fputs("</p>", out);
+        if (x->nwhere > 0) {
+            fputs("<p>at ", out);
+            for (size_t k = 0; k < x->nwhere; k++) {
+                fputs(k ? ", <code>" : "<code>", out);
+                report_html_text(out, x->where[k], strlen(x->where[k]));
+                fputs("</code>", out);
+            }
+            fputs("</p>", out);
+        }
+        fputs("<p>Fix: ", out);
+        report_html_text(out, x->fix, strlen(x->fix));
+        fputs("</p></div>\n", out);
+    }
+    fputs("</section>\n", out);
 }

@@ -21,6 +21,7 @@
 #include "torchwrapper/stats.h"
 
 #include "aggregate.h"
+#include "findings.h"
 #include "ranks.h"
 #include "flame.h"
 #include "table.h"
@@ -47,6 +48,7 @@ typedef struct html {
     const char *path;
     const report_sink_t *flame, *aggregate; /* the flame graph, and the per-API table */
     report_sink_t *ranks;                   /* --ranks: its section (NULL: none) */
+    const report_sink_t *findings;          /* the findings: the page's first section */
     uint64_t *step_ns; /* per step, the cost of the outermost calls of every process */
     int64_t nsteps, step_capacity;
     process_t *processes;
@@ -647,6 +649,8 @@ static int html_write(report_sink_t *sink, const report_pass_t *pass, FILE *err)
         fputs(i + 1 < o->ninputs ? ", " : "", out);
     }
     fputs("</p></header>\n<main>\n", out);
+    if (h->findings != NULL)
+        report_findings_write_html(h->findings, out);
     section_summary(out, &page);
     section_steps(out, &page);
     int rc = section_flame(out, &page);
@@ -678,7 +682,7 @@ static const report_sink_ops_t html_ops = {
 };
 
 int report_html_open(const options_t *o, const report_sink_t *flame, const report_sink_t *aggregate,
-                     report_sink_t *ranks, report_sink_t **sink)
+                     report_sink_t *ranks, const report_sink_t *findings, report_sink_t **sink)
 {
     html_t *h = calloc(1, sizeof *h);
     if (h == NULL)
@@ -688,6 +692,7 @@ int report_html_open(const options_t *o, const report_sink_t *flame, const repor
     h->flame = flame;
     h->aggregate = aggregate;
     h->ranks = ranks;
+    h->findings = findings;
     h->first_ns = UINT64_MAX;
     *sink = &h->sink;
     return 0;

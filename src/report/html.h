@@ -16,11 +16,11 @@
 /*
  * A new --html sink into *sink, writing o->html: flame is the flame sink, aggregate the aggregate
  * (by api), both settled and written before it; ranks (NULL: none) the --ranks sink, whose section it
- * shows. Its write returns 0, or after a message on err the
+ * shows; findings (NULL: none) the findings sink, shown first. Its write returns 0, or after a message on err the
  * -errno of the failed open, TW_EIO (a write failed) or TW_ENOMEM. Returns 0 or TW_ENOMEM.
  */
 int report_html_open(const options_t *o, const report_sink_t *flame, const report_sink_t *aggregate,
-                     report_sink_t *ranks, report_sink_t **sink);
+                     report_sink_t *ranks, const report_sink_t *findings, report_sink_t **sink);
 
 /* For other pages: the page's head (styles) and end (scripts: sortable tables, the flame graph's
  * search box), and text escaped for HTML. */

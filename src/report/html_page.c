@@ -49,6 +49,8 @@ static const char page_style[] =
     "tr.regression td{background:#fde2e1}tr.improvement td{background:#e0f3e3}\n"
     "tr.appeared td,tr.vanished td{color:#6b7280;font-style:italic}\n"
     ".note{color:#5f6670;font-size:12px}\n"
+    ".finding{border-left:4px solid #9aa0a6;padding:2px 10px;margin:8px 0}.finding p{margin:3px 0}"
+    ".finding.high{border-color:#d93025}.finding.medium{border-color:#f29900}\n"
     "input[type=search]{font:inherit;padding:3px 8px;width:280px;margin:0 0 6px}\n";
 
 /* Sortable tables: a click on a header sorts by its column (numbers where the header says num). */

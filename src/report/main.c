@@ -125,12 +125,14 @@ int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const r
             rc = report_aggregate_new(o, sites, p->out.have_gpu_files, trace, &aggregate);
         if (rc == 0 && (o->folded || o->flamegraph || o->html))
             rc = report_flame_open(o, sites, &flame);
+        if (rc == 0 && o->html) /* the page opens with the findings */
+            rc = report_findings_new(o, sites, p->out.have_gpu_files, &findings);
         if (rc == 0 && o->html)
-            rc = report_html_open(o, flame, aggregate, ranks, &html);
+            rc = report_html_open(o, flame, aggregate, ranks, findings, &html);
     }
     if (rc != 0)
         fprintf(err, "tw-report: %s\n", tw_strerror(rc));
-    report_sink_t *const order[] = {flame, html, trace, tree, aggregate, ranks, findings};
+    report_sink_t *const order[] = {findings, flame, html, trace, tree, aggregate, ranks};
     for (size_t i = 0; i < sizeof order / sizeof *order; i++)
         if (order[i] != NULL)
             p->sinks[p->nsinks++] = order[i];

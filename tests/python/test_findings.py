@@ -114,9 +114,9 @@ def metric_loop(fixed):
             accuracy = (out.argmax(1) == 0).float().mean()
         else:
             hits = 0
-            for k in range(20000):   # a metric computed in Python
+            for k in range(200000):   # a metric computed in Python
                 hits += (k * 7) % 3 == 0
-            accuracy = torch.tensor(hits / 20000)  # FINDING:metric
+            accuracy = torch.tensor(hits / 200000)  # FINDING:metric
     return accuracy
 
 
@@ -187,25 +187,39 @@ def test_a_convolution_bias_before_batch_norm(tmp_path, bias):
     assert "module 0" in finding["where"] and "bias=False" in finding["fix"]
 
 
-def drift_loop():
-    history = []
-    x = torch.randn(128, 128)
-    for step in range(24):
-        history.append(x @ x)   # kept: each step stacks all the steps before it
-        torch.stack(history).sum()  # FINDING:drift
-        tw.step()
+def write_steps(path, step_ms):
+    """A record file of one outermost call a step, step k taking step_ms[k] ms (the files' own JSON
+    lines, as the writer writes them: the drift rule reads the steps' spans only)."""
+    start, lines = 1_700_000_000_000_000_000, []
+    for step, duration in enumerate(step_ms):
+        cost = int(duration * 1e6)
+        lines.append(json.dumps({"call_id": step + 1, "api": "torch.mm", "start_ns": start, "cost_ns": cost,
+                                 "self_ns": cost, "gpu_ns": 0, "pid": 7, "tid": 7, "depth": 0, "parent_id": 0,
+                                 "error": False, "args": "", "module": None, "step": step, "site": 0,
+                                 "fwd_call_id": 0, "fwd_api": ""}))
+        start += cost + 1000
+    path.write_text("\n".join(lines) + "\n")
 
 
-def test_step_time_drift(tmp_path):
-    # (planted only: its fixed loop's steps differ by noise alone, which a test on a loaded machine
-    # cannot tell from a slowdown; the rule asks for every late step to be slower than all early ones)
-    finding = findings_of(drift_loop, tmp_path)["step_time_drift"]
-    assert finding["evidence"]["last_steps_median_ms"] > 1.5 * finding["evidence"]["first_steps_median_ms"]
+@pytest.mark.parametrize("slower", [True, False])
+def test_step_time_drift(tmp_path, slower):
+    # steps on a fixed clock (a test cannot tell a slowdown from a loaded machine's noise): 24 steps
+    # that grow from 10 to 33 ms, or that jitter by 30% around 10 ms without a trend
+    step_ms = [10 + step for step in range(24)] if slower else [10 + 3 * ((step * 7) % 5 == 0) for step in range(24)]
+    write_steps(tmp_path / "tw-steps.jsonl", step_ms)
+    found = {f["kind"]: f for f in tw.findings(str(tmp_path / "tw-steps.jsonl"))}
+    if not slower:
+        assert "step_time_drift" not in found
+        return
+    finding = found["step_time_drift"]
+    assert finding["evidence"]["first_steps_median_ms"] == pytest.approx(13.5, abs=1e-6)   # steps 1-6
+    assert finding["evidence"]["last_steps_median_ms"] == pytest.approx(30.5, abs=1e-6)    # steps 18-23
 
 
 def test_a_clean_loop_has_no_high_or_medium_finding(tmp_path):
     def clean():
-        model = mlp()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 4))
         opt = torch.optim.Adam(model.parameters())
         data = torch.utils.data.TensorDataset(torch.randn(640, 64), torch.randint(0, 4, (640,)))
         for x, y in torch.utils.data.DataLoader(data, batch_size=64):
@@ -237,3 +251,23 @@ def test_the_outputs_of_tw_report_findings(tmp_path):
     assert bad.returncode == 2 and "--findings" in bad.stderr and "--tree" in bad.stderr
     with pytest.raises(FileNotFoundError, match="no-such-dir"):
         tw.findings(str(tmp_path / "no-such-dir"))
+
+
+def compile_loop(fixed):
+    scale = torch.compile(lambda x: x * 2 + 1, backend="eager", dynamic=True if fixed else False)
+    for step in range(6):
+        scale(torch.randn(step + 2))  # FINDING:compile
+        tw.step()
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_recompilation(tmp_path, fixed):
+    torch._dynamo.reset()   # (before the profile: it also drops compile callbacks)
+    found = findings_of(lambda: compile_loop(fixed), tmp_path)
+    if fixed:   # compiled once, for every shape
+        assert "recompilation" not in found
+        return
+    finding = found["recompilation"]
+    assert finding["where"] == [f"{HERE}:{line_of('compile')} compile_loop"]
+    assert finding["evidence"]["recompilations"] >= 4 and "dynamic=True" in finding["fix"]
+    assert finding["severity"] in ("high", "medium")
