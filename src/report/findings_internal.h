@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/* What findings.c (the rows) and findings_rules.c (the rules, at settle) share: the sink's state. */
+#ifndef TW_REPORT_FINDINGS_INTERNAL_H
+#define TW_REPORT_FINDINGS_INTERNAL_H
+
+#include <stdint.h>
+
+#include "findings.h"
+#include "groups.h"
+
+#define FIND_DEPTH 64       /* calls deeper than this are counted as if at this depth */
+#define FIND_THREADS 256    /* threads followed; the rows of more are still counted by API rules */
+#define FIND_STEPS 65536    /* steps whose times are kept (drift) */
+#define SMALL_CALL_NS 5000  /* "a small operation": a call with nothing inside under 5 us */
+#define WHERE_TEXT_MAX 300
+
+/* What the calls inside one call did (the rule counters of a subtree). */
+typedef struct subtree {
+    uint32_t rows, foreach_calls, fused_calls, inplace_calls, fills, conv_bias;
+    uint64_t fill_ns;
+} subtree_t;
+
+/* The last call read at a depth of a thread: a convolution module's forward is kept for the next. */
+typedef struct sibling {
+    uint64_t parent_id;
+    int conv;           /* a Conv*d.forward with a bias */
+    char module[128];
+} sibling_t;
+
+typedef struct thread_state {
+    int64_t pid;
+    uint64_t tid;
+    int used;
+    uint64_t first_start, last_end; /* of its outermost calls */
+    uint64_t outer_rows;
+    subtree_t acc[FIND_DEPTH + 2]; /* acc[k]: rows at depth >= k since the last row at depth < k */
+    sibling_t last[FIND_DEPTH + 1];
+} thread_state_t;
+
+typedef struct step_span {
+    uint64_t start, end;
+} step_span_t;
+
+/* A rule's tally, keyed by a line's text (group_t: stats.calls a count, stats.total_ns time,
+ * stats.self_ns a second number), over all steps and over the first step alone: settle takes the
+ * first out when the run has steps enough (a first step holds one-off work: an import in an
+ * optimizer's constructor took 1.7 s of a 1.9 s test). */
+typedef struct tally {
+    group_table_t all, first;
+    int first_step_too; /* counted whatever the steps (a first compilation is one all the same) */
+} tally_t;
+
+typedef struct findings {
+    report_sink_t sink;
+    const options_t *o;
+    const report_sites_t *sites;
+    thread_state_t *threads;
+    tally_t loader_wait, dataset_lines, syncs, gaps, small_ops, single_tensor_opt, fills, conv_bn, compiles;
+    uint64_t leaf_calls[2], small_calls[2], small_ns[2]; /* all steps, the first step */
+    int skip_first; /* settle: the first step (warm-up: imports, lazy inits) is left out of the rules */
+    step_span_t *steps; /* of every thread's outermost calls: drift uses the busiest thread's only */
+    int64_t steps_pid;
+    uint64_t steps_tid;
+    uint64_t max_step;
+    int oom;
+    int have_gpu; /* GPU records among the inputs */
+    finding_t *found;
+    size_t nfound;
+    double run_ms;
+    uint64_t nsteps;
+} findings_t;
+
+/* Takes the first step's counts out of t's when settle leaves that step out (findings.c). */
+void findings_tally_settle(findings_t *f, tally_t *t);
+
+/* The rules: the tallies into f->found, most severe first (findings_rules.c). */
+int findings_settle(report_sink_t *sink);
+
+#endif

@@ -1,0 +1,425 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tw-report --findings' rules (findings.h): at settle, each rule turns its tallies (findings.c) into a
+ * finding with its share of the run, severity, lines, evidence, message and fix.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "torchwrapper/common.h"
+
+#include "findings_internal.h"
+#include "util.h"
+
+/* ---- settle: tallies into findings ---------------------------------------------------------------- */
+
+static int by_time_desc(const void *a, const void *b)
+{
+    const group_t *x = *(group_t *const *)a, *y = *(group_t *const *)b;
+    if (x->stats.total_ns != y->stats.total_ns)
+        return x->stats.total_ns < y->stats.total_ns ? 1 : -1;
+    return strcmp(x->key, y->key);
+}
+
+/* The groups of a tally, most time first (NULL when empty or out of memory). */
+static group_t **ranked_groups(findings_t *f, tally_t *t, size_t *n, uint64_t *total_ns, uint64_t *count)
+{
+    group_t **list = report_group_list(&t->all, n);
+    *total_ns = *count = 0;
+    if (list == NULL) {
+        if (t->all.count > 0)
+            f->oom = 1;
+        *n = 0;
+        return NULL;
+    }
+    size_t kept = 0; /* (a line of the first step alone is empty once that step is left out) */
+    for (size_t i = 0; i < *n; i++)
+        if (list[i]->stats.calls > 0)
+            list[kept++] = list[i];
+    *n = kept;
+    if (*n == 0) {
+        free(list);
+        return NULL;
+    }
+    qsort(list, *n, sizeof *list, by_time_desc);
+    for (size_t i = 0; i < *n; i++) {
+        *total_ns += list[i]->stats.total_ns;
+        *count += list[i]->stats.calls;
+    }
+    return list;
+}
+
+static const char *severity_of(double share, double high, double medium)
+{
+    return share >= high ? "high" : share >= medium ? "medium" : "low";
+}
+
+static finding_t *add_finding(findings_t *f, const char *kind, double share)
+{
+    finding_t *more = realloc(f->found, (f->nfound + 1) * sizeof *more);
+    if (more == NULL) {
+        f->oom = 1;
+        return NULL;
+    }
+    f->found = more;
+    finding_t *x = &f->found[f->nfound++];
+    memset(x, 0, sizeof *x);
+    x->kind = kind;
+    x->share = share;
+    x->severity = severity_of(share, 0.20, 0.05);
+    return x;
+}
+
+/* where: the first part (before a tab) of the groups' keys, most costly first, each once. */
+static void add_where(finding_t *x, group_t **list, size_t n)
+{
+    for (size_t i = 0; i < n && x->nwhere < FINDING_WHERE_MAX; i++) {
+        size_t len = strcspn(list[i]->key, "\t");
+        int seen = 0;
+        for (size_t k = 0; k < x->nwhere; k++)
+            seen |= strlen(x->where[k]) == len && memcmp(x->where[k], list[i]->key, len) == 0;
+        if (seen || (len == 9 && memcmp(list[i]->key, "(no site)", 9) == 0))
+            continue;
+        char *w = malloc(len + 1);
+        if (w == NULL)
+            return;
+        memcpy(w, list[i]->key, len);
+        w[len] = '\0';
+        x->where[x->nwhere++] = w;
+    }
+}
+
+static void evidence(finding_t *x, const char *key, double value)
+{
+    if (x->nevidence < FINDING_EVIDENCE_MAX) {
+        x->evidence_keys[x->nevidence] = key;
+        x->evidence[x->nevidence++] = value;
+    }
+}
+
+
+static double ms(uint64_t ns)
+{
+    return (double)ns / 1e6;
+}
+
+/* The busiest thread (most time in outermost calls' span): the one that ran the steps. */
+static const thread_state_t *steps_thread(const findings_t *f)
+{
+    const thread_state_t *best = NULL;
+    for (size_t i = 0; i < FIND_THREADS; i++) {
+        const thread_state_t *t = &f->threads[i];
+        if (t->used && t->outer_rows > 0 &&
+            (best == NULL || t->last_end - t->first_start > best->last_end - best->first_start))
+            best = t;
+    }
+    return best;
+}
+
+static int compare_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_of(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof *v, compare_u64);
+    return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
+}
+
+/* Step time drifting: the last quarter of the steps slower than the first beyond their spread. */
+static void drift_rule(findings_t *f, uint64_t run_ns)
+{
+    size_t n = 0;
+    uint64_t *times = f->steps != NULL ? malloc((f->max_step + 1) * sizeof *times) : NULL;
+    for (uint64_t s = 0; times != NULL && s <= f->max_step; s++)
+        if (f->steps[s].end > f->steps[s].start)
+            times[n++] = f->steps[s].end - f->steps[s].start;
+    size_t q = n / 4;
+    if (n < 12 || q < 3) {
+        free(times);
+        return;
+    }
+    uint64_t *first = malloc(q * sizeof *first), *last = malloc(q * sizeof *last);
+    if (first != NULL && last != NULL) {
+        memcpy(first, times + 1, q * sizeof *first); /* the first step (warm-up) left out */
+        memcpy(last, times + n - q, q * sizeof *last);
+        double a = median_of(first, q), b = median_of(last, q);
+        /* every last-quarter step slower than the slowest of the first quarter (a rank test's
+         * extreme: p = 1/C(2q, q) <= 0.001 from q = 6 by chance alone), and by half in the median */
+        int all_slower = 1;
+        for (size_t i = 0; i < q; i++)
+            all_slower &= last[i] > first[q - 1];
+        if (b > 1.5 * a && all_slower) {
+            double extra = (b - a) * (double)q;
+            finding_t *x = add_finding(f, "step_time_drift", run_ns ? extra / (double)run_ns : 0);
+            if (x != NULL) {
+                evidence(x, "first_steps_median_ms", a / 1e6);
+                evidence(x, "last_steps_median_ms", b / 1e6);
+                evidence(x, "steps", (double)n);
+                snprintf(x->message, sizeof x->message,
+                         "Steps get slower over the run: the last %zu steps take %.2f ms each (median), the first "
+                         "%zu %.2f ms (+%.0f%%).", q, b / 1e6, q, a / 1e6, 100 * (b / a - 1));
+                snprintf(x->fix, sizeof x->fix,
+                         "Look for what grows with the run: tensors kept across steps (a loss appended to a list "
+                         "without .item() or .detach()), caches, hooks added each step; compare an early and a "
+                         "late step with tw-report --tree.");
+            }
+        }
+    }
+    free(first);
+    free(last);
+    free(times);
+}
+
+static int severity_rank(const char *severity)
+{
+    return strcmp(severity, "high") == 0 ? 0 : strcmp(severity, "medium") == 0 ? 1 : 2;
+}
+
+static int by_severity_then_share(const void *a, const void *b)
+{
+    const finding_t *x = a, *y = b;
+    int rx = severity_rank(x->severity), ry = severity_rank(y->severity);
+    if (rx != ry)
+        return rx - ry;
+    if (x->share != y->share)
+        return x->share < y->share ? 1 : -1;
+    return strcmp(x->kind, y->kind);
+}
+
+int findings_settle(report_sink_t *sink)
+{
+    findings_t *f = (findings_t *)sink;
+    const thread_state_t *main_thread = steps_thread(f);
+    uint64_t run_ns = main_thread != NULL ? main_thread->last_end - main_thread->first_start : 0;
+    uint64_t steps = 0;
+    for (uint64_t s = 0; f->steps != NULL && s <= f->max_step; s++)
+        steps += f->steps[s].end > 0;
+    f->nsteps = steps;
+    /* the first step out of the rules' times and of the run's, from three steps on */
+    if (steps >= 3 && f->steps[0].end > f->steps[0].start && f->steps[0].end - f->steps[0].start < run_ns) {
+        f->skip_first = 1;
+        run_ns -= f->steps[0].end - f->steps[0].start;
+        steps--;
+        f->leaf_calls[0] -= f->leaf_calls[1];
+        f->small_calls[0] -= f->small_calls[1];
+        f->small_ns[0] -= f->small_ns[1];
+    }
+    f->run_ms = ms(run_ns);
+    tally_t *tallies[] = {&f->loader_wait, &f->dataset_lines, &f->syncs, &f->gaps, &f->small_ops,
+                          &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles};
+    for (size_t i = 0; i < sizeof tallies / sizeof *tallies; i++)
+        findings_tally_settle(f, tallies[i]);
+    double per_step = steps > 0 ? (double)steps : 1;
+    size_t n;
+    uint64_t total, count;
+    group_t **list;
+
+    /* 1. input-bound: the wait for the DataLoader's next batch */
+    if ((list = ranked_groups(f, &f->loader_wait, &n, &total, &count)) != NULL && run_ns > 0) {
+        double share = (double)total / (double)run_ns;
+        if (share >= 0.10) {
+            finding_t *x = add_finding(f, "input_bound", share);
+            if (x != NULL) {
+                size_t nd;
+                uint64_t dataset_ns, dataset_calls;
+                group_t **lines = ranked_groups(f, &f->dataset_lines, &nd, &dataset_ns, &dataset_calls);
+                add_where(x, lines, nd);
+                add_where(x, list, n);
+                free(lines);
+                evidence(x, "wait_ms_per_step", ms(total) / per_step);
+                evidence(x, "batches", (double)count);
+                evidence(x, "dataset_ms", ms(dataset_ns));
+                snprintf(x->message, sizeof x->message,
+                         "The training loop waits for its data: %.1f%% of the run (%.2f ms a step) is spent in the "
+                         "DataLoader's next(), building batches on the main process.", 100 * share,
+                         ms(total) / per_step);
+                snprintf(x->fix, sizeof x->fix,
+                         "Load in worker processes: DataLoader(..., num_workers=4, pin_memory=True, "
+                         "persistent_workers=True), and make the Dataset's __getitem__ cheap (vectorised tensor "
+                         "ops, data prepared once).");
+            }
+        }
+    }
+    free(list);
+
+    /* 2. host-device syncs */
+    if ((list = ranked_groups(f, &f->syncs, &n, &total, &count)) != NULL && count > 0) {
+        double share = run_ns ? (double)total / (double)run_ns : 0;
+        finding_t *x = add_finding(f, "host_sync", share);
+        if (x != NULL) {
+            /* on a CPU they cost little; on a GPU each waits for every kernel queued before it */
+            x->severity = share >= 0.05 ? severity_of(share, 0.20, 0.05) : "low";
+            add_where(x, list, n);
+            evidence(x, "syncs_per_step", (double)count / per_step);
+            evidence(x, "ms_per_step", ms(total) / per_step);
+            const char *api = strchr(list[0]->key, '\t');
+            snprintf(x->message, sizeof x->message,
+                     "%.1f calls a step copy a result to the host (%s at %.*s first): on a GPU each waits for "
+                     "all the work queued before it.", (double)count / per_step, api != NULL ? api + 1 : "?",
+                     (int)strcspn(list[0]->key, "\t"), list[0]->key);
+            snprintf(x->fix, sizeof x->fix,
+                     "Keep values on the device: accumulate metrics as tensors (total += loss.detach()) and call "
+                     ".item()/.tolist()/.cpu() once every N steps or at the end; avoid `if tensor:` and "
+                     "nonzero() in the step.");
+        }
+    }
+    free(list);
+
+    /* 3. Python outside torch: the gaps between the steps' thread's calls into torch */
+    if ((list = ranked_groups(f, &f->gaps, &n, &total, &count)) != NULL && run_ns > 0 && main_thread != NULL) {
+        uint64_t own = 0; /* the steps' thread's only (its keys end with its pid:tid) */
+        char suffix[48];
+        snprintf(suffix, sizeof suffix, "\t%" PRId64 ":%" PRIu64, main_thread->pid, main_thread->tid);
+        group_t **mine = malloc(n * sizeof *mine + 1);
+        size_t m = 0;
+        for (size_t i = 0; mine != NULL && i < n; i++)
+            if (report_has_suffix(list[i]->key, suffix)) {
+                own += list[i]->stats.total_ns;
+                mine[m++] = list[i];
+            }
+        double share = (double)own / (double)run_ns;
+        /* every eager program spends some of its time in Python between operations: a finding from
+         * 15% of the run (medium), 30% (high) */
+        if (share >= 0.15) {
+            finding_t *x = add_finding(f, "python_outside_torch", share);
+            if (x != NULL) {
+                x->severity = severity_of(share, 0.30, 0.15);
+                add_where(x, mine, m);
+                evidence(x, "ms_per_step", ms(own) / per_step);
+                snprintf(x->message, sizeof x->message,
+                         "%.1f%% of the run is Python between calls into torch (%.2f ms a step), most of it "
+                         "before %.*s.", 100 * share, ms(own) / per_step, (int)strcspn(mine[0]->key, "\t"),
+                         mine[0]->key);
+                snprintf(x->fix, sizeof x->fix,
+                         "Replace Python loops over tensor elements by tensor operations (a metric as "
+                         "(pred == y).float().mean()), move per-step bookkeeping out of the loop, or run it "
+                         "every N steps.");
+            }
+        }
+        free(mine);
+    }
+    free(list);
+
+    /* 4. many small operations */
+    if (f->leaf_calls[0] > 0 && run_ns > 0 && (double)f->small_calls[0] / per_step >= 200) {
+        double share = (double)f->small_ns[0] / (double)run_ns;
+        if ((list = ranked_groups(f, &f->small_ops, &n, &total, &count)) != NULL && share >= 0.05) {
+            finding_t *x = add_finding(f, "many_small_ops", share);
+            if (x != NULL) {
+                x->severity = severity_of(share, 0.50, 0.25);
+                add_where(x, list, n);
+                evidence(x, "ops_per_step", (double)f->leaf_calls[0] / per_step);
+                evidence(x, "small_ops_per_step", (double)f->small_calls[0] / per_step);
+                evidence(x, "small_op_share", (double)f->small_calls[0] / (double)f->leaf_calls[0]);
+                snprintf(x->message, sizeof x->message,
+                         "%.0f operations a step take under 5 us each (%.1f%% of the run): the step is bound by "
+                         "dispatch and launch overhead, not by compute.", (double)f->small_calls[0] / per_step,
+                         100 * share);
+                snprintf(x->fix, sizeof x->fix,
+                         "Fuse them: torch.compile(model), a fused or foreach optimizer (Adam(fused=True)), "
+                         "CUDA graphs on a GPU; batch the small per-element work.");
+            }
+        }
+        free(list);
+    }
+
+    /* 5. an optimizer on its single-tensor path */
+    if ((list = ranked_groups(f, &f->single_tensor_opt, &n, &total, &count)) != NULL && run_ns > 0) {
+        double share = (double)total / (double)run_ns;
+        finding_t *x = add_finding(f, "optimizer_single_tensor", share);
+        if (x != NULL) {
+            /* foreach is torch's default on a GPU only: on a CPU the single-tensor path is the default */
+            x->severity = f->have_gpu ? severity_of(share, 0.30, 0.03) : "low";
+            add_where(x, list, n);
+            const char *api = strchr(list[0]->key, '\t');
+            evidence(x, "ms_per_step", ms(total) / per_step);
+            evidence(x, "tensor_ops_per_step", (double)list[0]->stats.self_ns / (double)list[0]->stats.calls);
+            snprintf(x->message, sizeof x->message,
+                     "%s updates its parameters one tensor at a time (%.0f in-place operations a step, %.1f%% of "
+                     "the run).", api != NULL ? api + 1 : "The optimizer",
+                     (double)list[0]->stats.self_ns / (double)list[0]->stats.calls, 100 * share);
+            snprintf(x->fix, sizeof x->fix,
+                     "Use its multi-tensor path: foreach=True (the default when foreach=False is not given), or "
+                     "fused=True where the optimizer has it (Adam, AdamW, SGD).");
+        }
+    }
+    free(list);
+
+    /* 6. zero_grad(set_to_none=False) */
+    if ((list = ranked_groups(f, &f->fills, &n, &total, &count)) != NULL) {
+        double share = run_ns ? (double)total / (double)run_ns : 0;
+        finding_t *x = add_finding(f, "zero_grad_fills", share);
+        if (x != NULL) {
+            x->severity = severity_of(share, 0.10, 0.01);
+            if (strcmp(x->severity, "low") == 0)
+                x->severity = "medium"; /* a memset of every gradient, every step: always worth the one word */
+            add_where(x, list, n);
+            uint64_t fills = 0;
+            for (size_t i = 0; i < n; i++)
+                fills += list[i]->stats.self_ns;
+            evidence(x, "gradients_per_step", (double)fills / per_step);
+            evidence(x, "ms_per_step", ms(total) / per_step);
+            snprintf(x->message, sizeof x->message,
+                     "zero_grad() fills %.0f gradients a step with zeros instead of dropping them: "
+                     "set_to_none=False.", (double)fills / per_step);
+            snprintf(x->fix, sizeof x->fix,
+                     "optimizer.zero_grad(set_to_none=True) (the default): no memset, and backward writes the "
+                     "gradients instead of adding to zeros.");
+        }
+    }
+    free(list);
+
+    /* 7. a convolution's bias before a batch norm */
+    if ((list = ranked_groups(f, &f->conv_bn, &n, &total, &count)) != NULL) {
+        finding_t *x = add_finding(f, "conv_bias_before_batchnorm", -1);
+        if (x != NULL) {
+            x->severity = "low";
+            add_where(x, list, n);
+            for (size_t i = 0; i < n && x->nwhere < FINDING_WHERE_MAX; i++) {
+                const char *module = strchr(list[i]->key, '\t');
+                size_t len = module != NULL ? strlen(module + 1) + 8 : 0;
+                if (module != NULL && (x->where[x->nwhere] = malloc(len)) != NULL)
+                    snprintf(x->where[x->nwhere++], len, "module %s", module + 1);
+            }
+            evidence(x, "convolutions", (double)n);
+            snprintf(x->message, sizeof x->message,
+                     "%zu convolution(s) with a bias feed a BatchNorm, which subtracts the mean: the bias is "
+                     "computed, stored and updated for nothing.", n);
+            snprintf(x->fix, sizeof x->fix, "Build those convolutions with bias=False (nn.Conv2d(..., bias=False)).");
+        }
+    }
+    free(list);
+
+    /* 8. recompilation */
+    if ((list = ranked_groups(f, &f->compiles, &n, &total, &count)) != NULL && count > n) {
+        double share = run_ns ? (double)total / (double)run_ns : 0;
+        finding_t *x = add_finding(f, "recompilation", share);
+        if (x != NULL) {
+            if (count - n >= 2 && strcmp(x->severity, "low") == 0)
+                x->severity = "medium";
+            add_where(x, list, n);
+            evidence(x, "compilations", (double)count);
+            evidence(x, "recompilations", (double)(count - n));
+            evidence(x, "compile_ms", ms(total));
+            snprintf(x->message, sizeof x->message,
+                     "torch.compile compiled again %" PRIu64 " time(s) during the run (%.0f ms compiling in all), "
+                     "first at %.*s.", count - n, ms(total), (int)strcspn(list[0]->key, "\t"), list[0]->key);
+            snprintf(x->fix, sizeof x->fix,
+                     "Keep the inputs' shapes and types stable, or compile for varying shapes: "
+                     "torch.compile(fn, dynamic=True) or torch._dynamo.mark_dynamic(x, 0); TORCH_LOGS=recompiles "
+                     "says why each recompilation happened.");
+        }
+    }
+    free(list);
+
+    drift_rule(f, run_ns);
+    qsort(f->found, f->nfound, sizeof *f->found, by_severity_then_share);
+    return f->oom ? TW_ENOMEM : 0;
+}
+
