@@ -271,3 +271,43 @@ def test_recompilation(tmp_path, fixed):
     assert finding["where"] == [f"{HERE}:{line_of('compile')} compile_loop"]
     assert finding["evidence"]["recompilations"] >= 4 and "dynamic=True" in finding["fix"]
     assert finding["severity"] in ("high", "medium")
+
+
+CLEAN_HF = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
+
+torch.manual_seed(0)
+gpt = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=512, n_positions=64))
+bert = BertForSequenceClassification(BertConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
+                                                intermediate_size=256, vocab_size=512, max_position_embeddings=64))
+ids = torch.randint(0, 512, (96, 64))
+labels = torch.randint(0, 2, (96,))
+for model, batch_of in ((gpt, lambda x, y: dict(input_ids=x, labels=x)),
+                        (bert, lambda x, y: dict(input_ids=x, labels=y))):
+    # as the transformers docs' "training in native PyTorch" writes it
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
+    model.train()
+    for x, y in DataLoader(TensorDataset(ids, labels), batch_size=8, shuffle=True):
+        outputs = model(**batch_of(x, y))
+        loss = outputs.loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_the_transformers_docs_training_loops_have_no_high_or_medium_finding(tmp_path):
+    pytest.importorskip("transformers")
+    import sys
+
+    (tmp_path / "train.py").write_text(CLEAN_HF)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-m", "torchwrapper", "run", "-o", "out", "train.py"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    found = tw.findings(str(tmp_path / "out"))
+    assert not [f for f in found if f["severity"] in ("high", "medium")], found
+    # run's summary says so: no "Findings: N high or medium" line with N > 0
+    assert "Findings: 0 high or medium" in done.stderr or "Findings:" not in done.stderr
