@@ -95,7 +95,8 @@ def load(ipython: Any) -> None:
         counter[0] += 1
         config = dict(options.config_values)
         out_dir = config.pop("out_dir", None) or tempfile.mkdtemp(prefix="torchwrapper-")
-        compiled = compile(code, f"<torchwrapper cell {counter[0]}>", "exec")
+        # lines numbered as the cell shows them (its first line is the %%torchwrapper magic's)
+        compiled = compile(code if cell is None else "\n" + code, f"<cell {counter[0]}>", "exec")
         prof = profile(out_dir=out_dir, **config)   # a bad config raises here, before anything runs
         prof.start()
         try:

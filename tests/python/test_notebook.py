@@ -106,3 +106,23 @@ def test_bad_options_are_named(tmp_path):
     assert "--top 0 is not accepted: give a whole number >= 1" in messages[0]
     assert "format" in messages[1] and "xml" in messages[1]
     assert "needs a statement to profile" in messages[2]
+
+
+def test_a_profiled_cell_ends_with_its_findings_in_text_and_html(tmp_path):
+    train = """%%torchwrapper
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(6):
+    loss = model(x).sum()
+    opt.zero_grad(set_to_none=False)
+    loss.backward()
+    opt.step()"""
+    cells = run_notebook([PRELUDE, train], tmp_path)
+    assert not [o for c in cells for o in c.outputs if o.get("output_type") == "error"]
+    (text,) = outputs(cells[1], "text/plain")
+    finding = [line for line in text.splitlines() if "zero_grad_fills" in line]
+    assert finding and ":6 " in finding[0]   # the cell's line 6 (the magic's line is not the cell's code)
+    (page,) = outputs(cells[1], "text/html")
+    document = html.unescape(re.search(r'srcdoc="([^"]*)"', page).group(1))
+    assert '<section id="findings">' in document and "zero_grad_fills" in document
+    assert document.index('id="findings"') < document.index('id="summary"')   # the page opens with them
