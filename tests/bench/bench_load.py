@@ -98,14 +98,20 @@ def timed(fn):
 
 
 def pandas_read_csv(paths):
-    """What load()'s pandas path did before #36 for each CSV file: read_csv as text, then typed."""
+    """What load()'s pandas path did before #36 for each CSV file: read_csv as text, then typed; the
+    sparse columns (flops, mem_*: an empty field where a record has none) given their missing value
+    first, as load() gives it (an empty field does not cast to int64)."""
     import pandas
 
     dtypes = {c: t for c, t in tw._files.CALL_DTYPES.items() if t != "str"}
+    sparse = {c["name"]: str(c["missing"]) for c in tw.schema()["kinds"]["calls"]["columns"] if c.get("sparse")}
     frames = []
     for path in paths:
         frame = pandas.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, engine="c")
         frame["error"] = frame["error"] == "1"
+        for column, missing in sparse.items():
+            if column in frame:
+                frame[column] = frame[column].mask(frame[column] == "", missing)
         frames.append(frame.astype(dtypes))
     return pandas.concat(frames, ignore_index=True)
 
