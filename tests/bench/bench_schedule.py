@@ -64,15 +64,16 @@ def main() -> None:
     for rep in range(REPS):
         for name in names[rep % len(names):] + names[:rep % len(names)]:
             config = CONFIGS[name]
-            prof = None
-            if config is not None:
-                prof = tw.profile(out_dir=tempfile.mkdtemp(prefix="tw-bench-schedule-"), gpu="off", **config).start()
-            try:
-                results[name]["torch.add"].append(_time(lambda a, b: torch.add(a, b)) / CALLS)
-                results[name]["a + b"].append(_time(lambda a, b: a + b) / CALLS)
-            finally:
-                if prof is not None:
-                    prof.stop()
+            with tempfile.TemporaryDirectory(prefix="tw-bench-schedule-") as out:
+                prof = None
+                if config is not None:
+                    prof = tw.profile(out_dir=out, gpu="off", **config).start()
+                try:
+                    results[name]["torch.add"].append(_time(lambda a, b: torch.add(a, b)) / CALLS)
+                    results[name]["a + b"].append(_time(lambda a, b: a + b) / CALLS)
+                finally:
+                    if prof is not None:
+                        prof.stop()
     base = {op: statistics.median(v) for op, v in results["unwrapped"].items()}
     print(f"per call, median of {REPS} x {CALLS} calls (thread CPU time), torch {torch.__version__}")
     print(f"{'config':<12} {'torch.add':>14} {'a + b':>14}")
@@ -116,19 +117,19 @@ def whole_run() -> None:
     for rep in range(REPS_RUN):
         for name in names[rep % len(names):] + names[:rep % len(names)]:
             config = RUN_CONFIGS[name]
-            out = tempfile.mkdtemp(prefix="tw-bench-schedule-")
-            prof = tw.profile(out_dir=out, gpu="off", **config) if config is not None else None
-            if prof is not None:
-                prof.start()
-            try:
-                t0 = time.perf_counter()
-                _train(STEPS)
-                seconds[name].append(time.perf_counter() - t0)
-            finally:
+            with tempfile.TemporaryDirectory(prefix="tw-bench-schedule-") as out:
+                prof = tw.profile(out_dir=out, gpu="off", **config) if config is not None else None
                 if prof is not None:
-                    prof.stop()
-            if prof is not None:
-                per_step[name] = _bytes_written(out) / STEPS
+                    prof.start()
+                try:
+                    t0 = time.perf_counter()
+                    _train(STEPS)
+                    seconds[name].append(time.perf_counter() - t0)
+                finally:
+                    if prof is not None:
+                        prof.stop()
+                if prof is not None:
+                    per_step[name] = _bytes_written(out) / STEPS
     base = statistics.median(seconds["unwrapped"])
     print(f"\nwhole run: {STEPS} steps of an MLP with Adam ({base * 1e3 / STEPS:.2f} ms a step unprofiled), median of "
           f"{REPS_RUN} interleaved runs (the training loop; start and stop not included)")
