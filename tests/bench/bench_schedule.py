@@ -19,10 +19,12 @@ records 3 steps in 10, interleaved, REPS_RUN times: the training loop's wall tim
 the unprofiled run (median; start and stop are timed by bench_training.py), and the bytes written
 per step (record files, from the manifests).
 
-Run: PYTHONPATH=build/python python tests/bench/bench_schedule.py (about 20 s).
+Run: PYTHONPATH=build/python python tests/bench/bench_schedule.py (about 20 s); by `make bench`.
+BENCH=smoke: one repetition of a few calls and of 10 steps (tests/bench/modes.py).
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -32,8 +34,11 @@ import torch
 
 import torchwrapper as tw
 
-CALLS = 100_000
-REPS = 7
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from modes import sized  # noqa: E402  (this folder's: BENCH)
+
+CALLS = sized(1_000, 100_000, 100_000)
+REPS = sized(1, 7, 7)
 NEVER = 10 ** 9  # steps of waiting: the loop never reaches an active step
 
 CONFIGS = {
@@ -44,8 +49,8 @@ CONFIGS = {
     "summary-only": {"records": "summary"},
 }
 RUN_CONFIGS = dict(CONFIGS, **{"3-in-10": {"schedule": {"wait": 5, "warmup": 2, "active": 3}}})
-STEPS = 200
-REPS_RUN = 9
+STEPS = sized(10, 200, 200)   # 10: the 3-in-10 schedule reaches its active steps
+REPS_RUN = sized(1, 9, 9)
 
 
 def _time(fn) -> int:
@@ -110,7 +115,7 @@ def _bytes_written(out_dir: str) -> int:
 
 
 def whole_run() -> None:
-    _train(20)  # warm-up
+    _train(sized(2, 20, 20))  # warm-up
     names = list(RUN_CONFIGS)
     seconds = {name: [] for name in names}
     per_step = {}
