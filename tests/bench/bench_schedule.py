@@ -19,11 +19,13 @@ records 3 steps in 10, interleaved, REPS_RUN times: the training loop's wall tim
 the unprofiled run (median; start and stop are timed by bench_training.py), and the bytes written
 per step (record files, from the manifests).
 
+Prints the tables, then one JSON line of the figures; `make bench` keeps them in build/bench-schedule.txt.
 Run: PYTHONPATH=build/python python tests/bench/bench_schedule.py (about 20 s); by `make bench`.
 BENCH=smoke: one repetition of a few calls and of 10 steps (tests/bench/modes.py).
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -82,14 +84,19 @@ def main() -> None:
     base = {op: statistics.median(v) for op, v in results["unwrapped"].items()}
     print(f"per call, median of {REPS} x {CALLS} calls (thread CPU time), torch {torch.__version__}")
     print(f"{'config':<12} {'torch.add':>14} {'a + b':>14}")
+    per_call = {}
     for name in names:
         cells = []
+        per_call[name] = {}
         for op in ("torch.add", "a + b"):
             median = statistics.median(results[name][op])
+            # the unwrapped call's time; for the others, what they add to it
+            per_call[name][op] = round(median if name == "unwrapped" else median - base[op], 1)
             cells.append(f"{median:7.0f} ns" if name == "unwrapped" else f"{median - base[op]:+7.0f} ns")
         print(f"{name:<12} {cells[0]:>14} {cells[1]:>14}")
     sys.stdout.flush()
-    whole_run()
+    print(json.dumps({"bench_schedule": {"calls": CALLS, "reps": REPS, "per_call_ns": per_call,
+                                         "whole_run": whole_run()}, "torch": torch.__version__}))
 
 
 def _train(steps: int) -> None:
@@ -114,7 +121,7 @@ def _bytes_written(out_dir: str) -> int:
     return total
 
 
-def whole_run() -> None:
+def whole_run() -> dict:
     _train(sized(2, 20, 20))  # warm-up
     names = list(RUN_CONFIGS)
     seconds = {name: [] for name in names}
@@ -139,10 +146,13 @@ def whole_run() -> None:
     print(f"\nwhole run: {STEPS} steps of an MLP with Adam ({base * 1e3 / STEPS:.2f} ms a step unprofiled), median of "
           f"{REPS_RUN} interleaved runs (the training loop; start and stop not included)")
     print(f"{'config':<12} {'ratio':>8} {'bytes/step':>12}")
+    rows = {}
     for name in names:
         ratio = statistics.median(seconds[name]) / base
         written = f"{per_step[name]:12.0f}" if name in per_step else f"{'':>12}"
         print(f"{name:<12} {ratio:7.3f}x {written}")
+        rows[name] = {"ratio": round(ratio, 4), "bytes_per_step": per_step.get(name)}
+    return {"steps": STEPS, "reps": REPS_RUN, "ms_per_step_unprofiled": round(base * 1e3 / STEPS, 3), "configs": rows}
 
 
 if __name__ == "__main__":
