@@ -14,8 +14,9 @@ def load(directory, name):
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        if name.endswith(".txt"):  # bench_writer prints its JSON on the last line
-            return json.loads(f.read().strip().splitlines()[-1])
+        if name.endswith(".txt"):  # a bench prints its JSON on the last line; none when it failed
+            lines = [line for line in f if line.startswith("{")]
+            return json.loads(lines[-1]) if lines else None
         return json.load(f)
 
 
