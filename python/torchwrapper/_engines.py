@@ -33,6 +33,14 @@ def _filled_json(kind: str) -> Dict[str, Any]:
             if "missing" in c and not c["nullable"]}
 
 
+def _sparse(kind: str, header: Iterable[str]) -> Dict[str, Any]:
+    """{column: its missing value} for the sparse columns of kind in a CSV file's header: an empty
+    field there is a record that carries none (flops, mem_*), read as the missing value, not null."""
+    present = set(header)
+    return {c["name"]: c["missing"] for c in _schema.schema()["kinds"][kind]["columns"]
+            if c.get("sparse") and c["name"] in present}
+
+
 def _whole_row(kind: str, header: Tuple[str, ...]) -> str:
     """The column that is null in a CSV line torn by a killed process and never in a whole one: the
     last written when it is never null (step, site), else the one the readers always used (the tracing
@@ -53,6 +61,9 @@ def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) ->
         frame = frame.filter(pl.col(_whole_row(kind, header)).is_not_null())
         if kind == "calls":
             frame = frame.with_columns(pl.col("error") == 1, pl.col("args").fill_null(""))
+        sparse = _sparse(kind, header)
+        if sparse:
+            frame = frame.with_columns(*(pl.col(c).fill_null(v) for c, v in sparse.items()))
         absent = _absent(kind, header)
         if absent:
             frame = frame.with_columns(*(pl.lit(v, dtype=types[c]).alias(c) for c, v in absent.items()))
@@ -121,8 +132,9 @@ def _duckdb_kind(files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional
         # quoted "" apart from an empty field (null); a torn or malformed line is skipped. A file of
         # an older version gets the columns it lacks as the schema's missing values.
         present = {c: columns.get(c, "VARCHAR") for c in header}   # the file's own order; unknown: text
-        absent = _absent(kind, header)
-        select = ", ".join(f'CAST({_sql_value(absent[c])} AS {t}) AS "{c}"' if c in absent else f'"{c}"'
+        absent, sparse = _absent(kind, header), _sparse(kind, header)
+        select = ", ".join(f'CAST({_sql_value(absent[c])} AS {t}) AS "{c}"' if c in absent else
+                           f'coalesce("{c}", {_sql_value(sparse[c])}) AS "{c}"' if c in sparse else f'"{c}"'
                            for c, t in columns.items())
         parts.append(f"SELECT {select} FROM read_csv({_sql_list(paths)}, columns={_sql_struct(present)}, "
                      f"header=true, auto_detect=false, delim=',', quote='\"', escape='\"', "

@@ -18,7 +18,7 @@ import os
 from typing import Any, Iterable, Union
 
 from . import _schema
-from ._engines import _absent, _filled_json
+from ._engines import _absent, _filled_json, _sparse
 from ._outdir import csv_by_header, files_by_kind
 
 Source = Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]
@@ -68,6 +68,8 @@ def read(spark: Any, source: Source, kind: str = "calls") -> Any:
         frame = frame.where(F.col(last).isNotNull())   # a line torn by a killed process
         for column, value in _absent(kind, header).items():
             frame = frame.withColumn(column, F.lit(value).cast(types[column]))
+        for column, value in _sparse(kind, header).items():   # empty where a record has none (flops)
+            frame = frame.withColumn(column, F.coalesce(F.col(column), F.lit(value).cast(types[column])))
         for column, type_ in types.items():
             if column in header and isinstance(type_, T.StringType):
                 frame = frame.withColumn(column, F.when(F.col(column) == '""', F.lit("")).otherwise(F.col(column)))

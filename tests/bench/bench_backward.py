@@ -11,7 +11,7 @@ against aten "off" in the same process, interleaved, medians of REPS repetitions
     CSV, args none), each profiling mode as a ratio to the unprofiled block of the same
     repetition: aten off, backward and all, and torch.profiler (CPU) for reference.
 
-Run by `make bench`; BENCH=full for more repetitions.
+Run by `make bench`; BENCH=full for more repetitions, smoke for one of a few steps (tests/bench/modes.py).
 """
 from __future__ import annotations
 
@@ -32,11 +32,10 @@ sys.path.insert(0, HERE)
 from transformers import FACTORIES  # noqa: E402  (this folder's module, not the PyPI package)
 import modes  # noqa: E402  (this folder's: the interleaved training-loop modes)
 
-MODE = os.environ.get("BENCH", "quick")
-REPS = int(os.environ.get("BENCH_REPS", 0)) or {"quick": 15, "full": 41}[MODE]
+REPS = int(os.environ.get("BENCH_REPS", 0)) or modes.sized(1, 15, 41)
 NODES = 400
-CHAIN_BLOCK = 20   # forward+backward passes of the chain per timed block
-STEPS = 10         # training steps per timed block
+CHAIN_BLOCK = modes.sized(2, 20, 20)   # forward+backward passes of the chain per timed block
+STEPS = modes.sized(2, 10, 10)         # training steps per timed block
 
 
 def chain_block(x):

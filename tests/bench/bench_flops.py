@@ -36,11 +36,10 @@ sys.path.insert(0, HERE)
 from transformers import FACTORIES  # noqa: E402  (this folder's module, not the PyPI package)
 import modes  # noqa: E402  (this folder's: the interleaved training-loop modes)
 
-MODE = os.environ.get("BENCH", "quick")
-REPS = int(os.environ.get("BENCH_REPS", 0)) or {"quick": 15, "full": 41, "smoke": 2}[MODE]
-BLOCK = 5000   # calls per timed block
+REPS = int(os.environ.get("BENCH_REPS", 0)) or modes.sized(1, 15, 41)
+BLOCK = modes.sized(500, 5000, 5000)   # calls per timed block
 CLOCK = time.perf_counter_ns if os.environ.get("BENCH_CLOCK") == "wall" else time.thread_time_ns
-STEPS = 10     # training steps per timed block
+STEPS = modes.sized(2, 10, 10)         # training steps per timed block
 
 
 def per_call(tmp):

@@ -16,8 +16,10 @@ import torch
 import torchwrapper as tw
 from torchwrapper._profile import cupti_candidates
 
-MODE = os.environ.get("BENCH", "quick")
-REPS = {"quick": 41, "full": 101}[MODE]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from modes import sized  # noqa: E402  (this folder's: BENCH)
+
+REPS = sized(3, 41, 101)
 BUILD = os.environ.get("top_builddir", ".")
 
 

@@ -29,8 +29,9 @@ build/bench-hf.txt. At torch's default thread count (one per core) another busy 
 steps many times slower, now and then: figures are only worth taking on an otherwise idle machine.
 Without `transformers` it prints a SKIP line (and a JSON line saying so) and exits 0.
 BENCH=quick (the default: about 14,000 training steps and 31 processes, a few minutes on an idle
-machine), full (more repetitions, a longer long run, the soak) or smoke (a few steps of each:
-checks that the script runs; its figures mean nothing).
+machine), full (more repetitions, a longer long run, the soak) or smoke (a few steps of each, the
+soak's too, and one model through `run` and in the long run: checks that the script runs; its
+figures mean nothing).
 BENCH_HF_MODELS=bert,gpt2 picks models; BENCH_REPS overrides the in-process repetitions.
 """
 from __future__ import annotations
@@ -52,7 +53,9 @@ import torch
 import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODE = os.environ.get("BENCH", "quick")
+sys.path.insert(0, HERE)
+from modes import MODE, sized  # noqa: E402  (this folder's: BENCH; imports nothing of torchwrapper)
+
 SIZES = {
     #        in-process       processes through `run`           long run                     soak
     "smoke": dict(reps=2, steps=3, proc_reps=1, proc_steps=3, proc_blocks=3, long_block=5, long_blocks=3,
@@ -63,9 +66,11 @@ SIZES = {
                  long_reps=3, soak_steps=20000, soak_block=1000),
 }[MODE]
 REPS = int(os.environ.get("BENCH_REPS", 0)) or SIZES["reps"]
-SOAK = MODE == "full" or os.environ.get("BENCH_SOAK") == "1"
+SOAK = MODE in ("full", "smoke") or os.environ.get("BENCH_SOAK") == "1"
 MODELS = os.environ.get("BENCH_HF_MODELS", "bert,gpt2,llama").split(",")
-LONG_MODELS = [m for m in ("bert", "gpt2") if m in MODELS]
+# in separate processes through `run` (each one imports torch and transformers): smoke, the first only
+RUN_MODELS = MODELS[:sized(1, len(MODELS), len(MODELS))]
+LONG_MODELS = [m for m in ("bert", "gpt2") if m in RUN_MODELS]
 VOCAB, HIDDEN, HEADS, LAYERS, INTERMEDIATE, POSITIONS, SEQ, BATCH = 1000, 128, 4, 2, 256, 64, 32, 4
 
 
@@ -367,13 +372,13 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
-def print_model(name: str, inproc: dict, run: dict) -> None:
-    print(f"  {TITLES[name]}: plain {inproc['plain_ms_per_step']:.2f} ms/step in-process, "
-          f"{run['plain_ms_per_step']:.2f} ms/step as its own process", flush=True)
+def print_model(name: str, inproc: dict, run: Optional[dict]) -> None:
+    print(f"  {TITLES[name]}: plain {inproc['plain_ms_per_step']:.2f} ms/step in-process" +
+          (f", {run['plain_ms_per_step']:.2f} ms/step as its own process" if run else ""), flush=True)
     for mode in ("args none", "args summary"):
         v = inproc[mode]
         print(f"    tw.profile, CSV, {mode:13} {v['ratio']:.3f}x  ({v['records_per_step']:.0f} records/step)")
-    for key in ("run, defaults", "run, args none"):
+    for key in ("run, defaults", "run, args none") if run else ():
         print(f"    python -m torchwrapper {key:15} {run[key]:.3f}x  (loop time, separate processes)", flush=True)
 
 
@@ -411,8 +416,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tw-bench-hf-") as tmp:
         for name in MODELS:
             results["in_process"][name] = in_process(tw, hf, name, tmp)
-            results["run"][name] = through_run(name, tmp)
-            print_model(name, results["in_process"][name], results["run"][name])
+            if name in RUN_MODELS:
+                results["run"][name] = through_run(name, tmp)
+            print_model(name, results["in_process"][name], results["run"].get(name))
         print("long run (a per-step cost that grows shows as a profiled last/first above the plain one):")
         for name in LONG_MODELS:
             results["long"][name] = long_run(name, tmp)

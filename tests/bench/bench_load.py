@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """torchwrapper.load() and iter_rows() on a run of ~1M call records, CSV and JSON lines, against
 pandas.read_csv (the reader load() was built on before #36) on the same files. Run by `make bench`
-(BENCH=quick: 1M rows a format; BENCH=full: 4M); writes build/bench-load.json.
+(BENCH=quick: 1M rows a format; BENCH=full: 4M; BENCH=smoke: 20,000, once); writes build/bench-load.json.
 
 The record set is a real profiled training loop's rows (module paths of the forwards, argument summaries),
 repeated with fresh call ids and times, in four files a format; each measure is the median of
@@ -23,10 +23,12 @@ import torch
 import torchwrapper as tw
 from torchwrapper._files import iter_rows
 
-MODE = os.environ.get("BENCH", "quick")
-ROWS = 4_000_000 if MODE == "full" else 1_000_000
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from modes import sized  # noqa: E402  (this folder's: BENCH)
+
+ROWS = sized(20_000, 1_000_000, 4_000_000)
 FILES = 4
-REPS = 5 if MODE == "full" else 3
+REPS = sized(1, 3, 5)
 BUILD = os.environ.get("top_builddir", ".")
 
 
@@ -98,14 +100,20 @@ def timed(fn):
 
 
 def pandas_read_csv(paths):
-    """What load()'s pandas path did before #36 for each CSV file: read_csv as text, then typed."""
+    """What load()'s pandas path did before #36 for each CSV file: read_csv as text, then typed; the
+    sparse columns (flops, mem_*: an empty field where a record has none) given their missing value
+    first, as load() gives it (an empty field does not cast to int64)."""
     import pandas
 
     dtypes = {c: t for c, t in tw._files.CALL_DTYPES.items() if t != "str"}
+    sparse = {c["name"]: str(c["missing"]) for c in tw.schema()["kinds"]["calls"]["columns"] if c.get("sparse")}
     frames = []
     for path in paths:
         frame = pandas.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, engine="c")
         frame["error"] = frame["error"] == "1"
+        for column, missing in sparse.items():
+            if column in frame:
+                frame[column] = frame[column].mask(frame[column] == "", missing)
         frames.append(frame.astype(dtypes))
     return pandas.concat(frames, ignore_index=True)
 

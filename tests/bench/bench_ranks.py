@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """tw-report on a directory of 256 ranks' files (#39): --ranks and the per-API table read it in one
 pass; wall time, throughput and max RSS on 1 and 2 threads, and the RSS on 16 ranks against 256 to
-show that memory does not grow with the records. Run by `make bench`.
+show that memory does not grow with the records. Run by `make bench` (BENCH=smoke: 24 ranks, once).
 
 The files are a real profiled training loop's records (bench_report.real_rows), one file set per
 rank as the writer names them (tw-...-rankR-PID-0001.csv, manifest-PID.json with the rank and a
@@ -21,10 +21,11 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_report import TW_REPORT, real_rows, run_report  # noqa: E402
+from modes import sized  # noqa: E402  (this folder's: BENCH)
 
-RANKS = 256
+RANKS = sized(24, 256, 256)
 SLOW_RANK = 17
-REPS = 3
+REPS = sized(1, 3, 3)
 
 
 def slowest_api(header, rows):

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """tw-report throughput, against pandas.read_csv + groupby on the same files, and its memory as the
-input grows. Run by `make bench` (BENCH=quick: 256 MB; BENCH=full: 1 GB).
+input grows. Run by `make bench` (BENCH=quick: 256 MB; BENCH=full: 1 GB; BENCH=smoke: 8 MB, once).
 
 The record set is a real profiled training loop's rows, repeated with fresh call ids and times until
 it reaches the size; the files are hard links to one 128 MB file (the page cache holds one copy, so
@@ -22,10 +22,12 @@ import torch
 
 import torchwrapper as tw
 
-MODE = os.environ.get("BENCH", "quick")
-TOTAL_MB = 1024 if MODE == "full" else 256
-FILE_MB = 128
-REPS = 5 if MODE == "full" else 3
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from modes import sized  # noqa: E402  (this folder's: BENCH)
+
+TOTAL_MB = sized(8, 256, 1024)
+FILE_MB = sized(4, 128, 128)
+REPS = sized(1, 3, 5)
 BUILD = os.environ.get("top_builddir", ".")
 TW_REPORT = os.path.join(BUILD, "tw-report")
 

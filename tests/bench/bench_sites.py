@@ -35,12 +35,12 @@ import torchwrapper as tw
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from transformers import FACTORIES  # noqa: E402  (this folder's module)
+from modes import sized  # noqa: E402  (this folder's: BENCH)
 
-MODE = os.environ.get("BENCH", "quick")
-CALLS = 20_000
-REPS = {"quick": 15, "full": 41}[MODE]
-STEPS = 10
-WHOLE_REPS = {"quick": 9, "full": 21}[MODE]
+CALLS = sized(1_000, 20_000, 20_000)
+REPS = sized(1, 15, 41)
+STEPS = sized(2, 10, 10)
+WHOLE_REPS = sized(1, 9, 21)
 BUILD = os.environ.get("top_builddir", ".")
 SITES = ("off", "boundary", "all")
 

@@ -22,8 +22,8 @@ work, wall time varies by 2x from run to run while CPU time does not.
 Targets: profiled - no-paths: not measurable; stats - profiled <= 2 x ops;
 item - plain >= 5 x (stats - profiled).
 
-BENCH=quick (default) or BENCH=full sets the repetitions; BENCH_JSON (default
-build/bench-trace.json) the result file.
+BENCH=quick (default), full or smoke (tests/bench/modes.py) sets the repetitions; BENCH_TRACE_JSON
+(default build/bench-trace.json in the build tree) the result file.
 """
 from __future__ import annotations
 
@@ -47,12 +47,11 @@ import torchwrapper as tw
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from models import AlexNet  # noqa: E402
+sys.path.insert(0, HERE)
+from modes import MODE, sized  # noqa: E402  (this folder's: BENCH)
 
-MODE = os.environ.get("BENCH", "quick")
-if MODE not in ("quick", "full"):
-    sys.exit(f"BENCH={MODE!r}: accepted values are 'quick' and 'full'")
-REPS = {"quick": 21, "full": 81}[MODE]
-STEPS = 10
+REPS = sized(1, 21, 81)
+STEPS = sized(2, 10, 10)
 BATCH = 16
 
 
@@ -211,7 +210,7 @@ def bench_path_probe() -> Tuple[float, float]:
     from torchwrapper import _core
     from torchwrapper._trace import Tracer
 
-    n, reps = 1000, {"quick": 301, "full": 1501}[MODE]
+    n, reps = 1000, sized(3, 301, 1501)
     layer = nn.Identity()
     x = torch.randn(1, 8)
     original = nn.Identity.__dict__["forward"]
@@ -347,7 +346,8 @@ def main() -> None:
               "us_per_step": med, "paths_cost_us": paths_cost, "stats_extra_us": stats_extra, "ops_us": ops,
               "item_extra_us": item_extra, "extra_over_ops": stats_extra / ops,
               "item_over_stats": item_extra / max(stats_extra, 1e-9)}
-    path = os.environ.get("BENCH_JSON", "build/bench-trace.json")
+    path = os.environ.get("BENCH_TRACE_JSON", os.path.join(os.environ.get("top_builddir", "."), "build",
+                                                           "bench-trace.json"))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)

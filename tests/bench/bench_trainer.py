@@ -4,7 +4,7 @@ torchwrapper.hf.TorchWrapperCallback, and Lightning's Trainer with and without
 torchwrapper.lightning.TorchWrapperProfiler (a small BERT and a small MLP on the CPU, torch's default
 threads), interleaved in one process, the order alternating: the median over REPS of the profiled
 run's train() time over the plain one's beside it (CSV files, args none; the defaults' args too).
-Skips what is not installed. BENCH=quick (default) or full (more repetitions)."""
+Skips what is not installed. BENCH=quick (default), full (more repetitions) or smoke (tests/bench/modes.py)."""
 from __future__ import annotations
 
 import json
@@ -18,12 +18,13 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from modes import MODE, sized  # noqa: E402  (this folder's: BENCH)
 # this folder's transformers.py (the bench's own models) must not hide the transformers package
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
-MODE = os.environ.get("BENCH", "quick")
-REPS = int(os.environ.get("BENCH_REPS", 0)) or {"quick": 5, "full": 11, "smoke": 1}[MODE]
-STEPS = {"quick": 60, "full": 120, "smoke": 4}[MODE]
+REPS = int(os.environ.get("BENCH_REPS", 0)) or sized(1, 5, 11)
+STEPS = sized(4, 60, 120)
 
 
 def hf_run(tmp, callbacks):

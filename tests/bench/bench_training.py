@@ -5,7 +5,8 @@ torch.profiler (CPU activities; the time of its exit counted), and by a pure-Pyt
 the same callables, each as a ratio to the unprofiled run of the same repetition (the order of the
 four rotates), median over repetitions. Installing and removing wrappers (torchwrapper's and the
 decorator's) is a one-off cost per run, reported by run.py, and left out here; torch.profiler's
-exit is counted, as it grows with the number of calls. Run by `make bench`; BENCH=full for more repetitions.
+exit is counted, as it grows with the number of calls. Run by `make bench`; BENCH=full for more repetitions,
+smoke for one of a few steps (tests/bench/modes.py).
 """
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchwrapper as tw
+from modes import sized  # this folder's: BENCH
 from run import python_decorator  # the same minimal decorator as the per-call comparison
 from torchwrapper._discover import MISSING
 
-MODE = os.environ.get("BENCH", "quick")
-REPS = {"quick": 9, "full": 31}[MODE]
+REPS = sized(1, 9, 31)
 BUILD = os.environ.get("top_builddir", ".")
 
 
@@ -100,8 +101,8 @@ def lstm_step_factory():
     return step
 
 
-LOOPS = [("MLP + SGD", mlp_step_factory, 40), ("CNN + Adam", cnn_step_factory, 12),
-         ("LSTM LM + Adam", lstm_step_factory, 8)]
+LOOPS = [("MLP + SGD", mlp_step_factory, sized(2, 40, 40)), ("CNN + Adam", cnn_step_factory, sized(2, 12, 12)),
+         ("LSTM LM + Adam", lstm_step_factory, sized(2, 8, 8))]
 
 
 class Decorator:
@@ -192,15 +193,15 @@ def main():
                 finally:
                     decorator.stop()
 
-            modes = [("plain", plain), ("torchwrapper", ours), ("torch.profiler", profiler),
-                     ("Python decorator", decorated)]
+            each = [("plain", plain), ("torchwrapper", ours), ("torch.profiler", profiler),
+                    ("Python decorator", decorated)]
             for rep in range(REPS):
                 gc.collect()
-                order = modes[rep % 4:] + modes[:rep % 4]
+                order = each[rep % 4:] + each[:rep % 4]
                 times = {mode: fn() for mode, fn in order}
                 for mode in runs:
                     runs[mode].append(times[mode] / times["plain"])
-            plain_ms = statistics.median([timed(step, steps) for _ in range(3)]) / 1e6
+            plain_ms = statistics.median([timed(step, steps) for _ in range(sized(1, 3, 3))]) / 1e6
             row = {"loop": name, "steps": steps, "plain_ms": round(plain_ms, 1), "calls_recorded": recorded,
                    **{mode: round(statistics.median(r), 3) for mode, r in runs.items() if mode != "plain"}}
             results.append(row)

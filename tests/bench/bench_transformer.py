@@ -15,7 +15,7 @@ and the cost per record in each ((profiled - plain) / records), next to the micr
 run.py (build/bench.json) when it was run before. Beside each wall-clock ratio, the ratio of the
 training thread's own CPU time (time.thread_time_ns): it leaves out the writer thread and the time
 the thread waited for a core, so it holds still on a shared VM where wall time does not.
-Run by `make bench`; BENCH=full for more.
+Run by `make bench`; BENCH=full for more, smoke for one repetition of a few steps (tests/bench/modes.py).
 """
 from __future__ import annotations
 
@@ -37,10 +37,12 @@ import torchwrapper as tw
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from transformers import FACTORIES  # noqa: E402  (this folder's module, not the PyPI package)
+from modes import sized  # noqa: E402  (this folder's: BENCH)
 
-MODE = os.environ.get("BENCH", "quick")
-REPS = int(os.environ.get("BENCH_REPS", 0)) or {"quick": 9, "full": 21}[MODE]
-STEPS = 10
+REPS = int(os.environ.get("BENCH_REPS", 0)) or sized(1, 9, 21)
+STEPS = sized(2, 10, 10)
+MODELS = ("gpt", "bert")
+PROCESS_MODELS = MODELS[:sized(1, 2, 2)]   # through `run` (each process imports torch): smoke, the first
 THREADS = 1      # torch on one core, the other left to the writer thread (as bench_training.py)
 BUILD = os.environ.get("top_builddir", ".")
 
@@ -135,7 +137,7 @@ def in_process(name, tmp):
 def process_level(name, tmp):
     """Plain program vs the same program under `python -m torchwrapper run`, loop time as it prints
     it: blocks 1.. of BLOCKS (block 0 warms up), interleaved processes, median of REPS."""
-    blocks = 4
+    blocks = sized(2, 4, 4)
     script = os.path.join(HERE, "transformers.py")
     env = dict(os.environ)
     plain_cmd = [sys.executable, script, name, str(STEPS), str(blocks), str(THREADS)]
@@ -176,9 +178,10 @@ def main():
     results = {"reps": REPS, "steps_per_block": STEPS, "python": platform.python_version(),
                "torch": torch.__version__, "cpu": _cpu(), "micro_ns_per_call_csv": micro_figure(), "models": {}}
     with tempfile.TemporaryDirectory(prefix="tw-bench-transformer-") as tmp:
-        for name in ("gpt", "bert"):
+        for name in MODELS:
             row = in_process(name, tmp)
-            row["process"] = process_level(name, tmp)
+            if name in PROCESS_MODELS:
+                row["process"] = process_level(name, tmp)
             results["models"][name] = row
             print(f"  {name}: plain {row['plain_ms_per_step']:.2f} ms/step")
             for mode, v in row.items():
@@ -186,7 +189,7 @@ def main():
                     per = f", {v['ns_per_record']:.0f} ns/record ({v['records_per_step']:.0f} records/step)" \
                         if "ns_per_record" in v else ""
                     print(f"    {mode:28} {v['ratio']:.3f}x (thread CPU {v['cpu_ratio']:.3f}x){per}")
-            for mode, ratio in row["process"].items():
+            for mode, ratio in row.get("process", {}).items():
                 print(f"    python -m torchwrapper {mode:11} {ratio:.3f}x (loop time, separate processes)")
     out = os.environ.get("BENCH_TRANSFORMER_JSON", os.path.join(BUILD, "build", "bench-transformer.json"))
     os.makedirs(os.path.dirname(out), exist_ok=True)

@@ -1,16 +1,31 @@
 # SPDX-License-Identifier: MIT
-"""What the training-loop benches share (bench_backward, bench_flops, bench_memory): a block of
-training steps timed, a profiled mode of it, and the modes run against the unprofiled block in
-turns (the order reversed every other round, so that a drifting machine costs each mode alike)."""
+"""What the benches share: the BENCH mode every one of them reads (MODE, sized()); and for the
+training-loop benches (bench_backward, bench_flops, bench_memory) a block of training steps timed,
+a profiled mode of it, and the modes run against the unprofiled block in turns (the order reversed
+every other round, so that a drifting machine costs each mode alike)."""
 from __future__ import annotations
 
 import os
 import shutil
 import statistics
+import sys
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple, TypeVar
 
-import torchwrapper as tw
+# BENCH=quick (the default), full (more repetitions, larger inputs) or smoke: every bench on the
+# same code paths with tiny sizes and one repetition, in seconds, to check that it runs (make
+# bench-smoke, in CI); its figures mean nothing.
+MODES = ("smoke", "quick", "full")
+MODE = os.environ.get("BENCH", "quick")
+if MODE not in MODES:
+    sys.exit(f"BENCH={MODE!r}: accepted values are 'smoke', 'quick' and 'full'")
+
+T = TypeVar("T")
+
+
+def sized(smoke: T, quick: T, full: T) -> T:
+    """The value given for the BENCH mode."""
+    return {"smoke": smoke, "quick": quick, "full": full}[MODE]
 
 
 def block_timer(step: Callable[[], None], steps: int, clock: Callable[[], int] = time.perf_counter_ns
@@ -27,6 +42,8 @@ def block_timer(step: Callable[[], None], steps: int, clock: Callable[[], int] =
 def profiled(step: Callable[[], None], timed: Callable[[], int], out: str, **config) -> Callable[[], int]:
     """A mode: the block timed under a fresh profile writing CSV to out (args none, then config),
     after one step inside it to warm the profile's own state."""
+    import torchwrapper as tw
+
     def run() -> int:
         shutil.rmtree(out, ignore_errors=True)
         with tw.profile(out_dir=out, format="csv", args="none", **config):

@@ -7,7 +7,8 @@ Short blocks and many repetitions keep this VM's frequent disturbances out of th
 session is restarted every RESTART repetitions so that record chunks are recycled, as the writer
 thread will do, instead of being faulted in fresh.
 
-BENCH=quick (default) or BENCH=full sets the number of repetitions; BENCH_JSON the result file.
+BENCH=quick (default), full or smoke (tests/bench/modes.py) sets the number of repetitions; BENCH_JSON the
+result file.
 """
 from __future__ import annotations
 
@@ -25,13 +26,13 @@ import torch.nn.functional as F
 
 import torchwrapper as tw
 
-MODE = os.environ.get("BENCH", "quick")
-if MODE not in ("quick", "full"):
-    sys.exit(f"BENCH={MODE!r}: accepted values are 'quick' and 'full'")
-REPS = {"quick": 301, "full": 1501}[MODE]
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from modes import MODE, sized  # noqa: E402  (this folder's: BENCH)
+
+REPS = sized(3, 301, 1501)
 N = 1000
 RESTART = 100
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def loop2(f, a, b, n=N):
@@ -237,7 +238,7 @@ def bench_with_files(a, b):
     same block unprofiled, so both blocks run the very same code."""
     import tempfile
 
-    reps = {"quick": 61, "full": 301}[MODE]
+    reps = sized(1, 61, 301)
     n = 200
     lin = torch.nn.Linear(64, 64)
     x = torch.randn(8, 64)
@@ -304,14 +305,15 @@ def bench_wrapping():
     """Wrap and unwrap times: a first start in a fresh interpreter (import excluded), and later ones."""
     env = dict(os.environ)
     firsts = []
-    for _ in range({"quick": 5, "full": 15}[MODE]):
+    for _ in range(sized(1, 5, 15)):
         out = subprocess.run([sys.executable, "-c", FIRST_START], capture_output=True, text=True, env=env,
                              check=True).stdout
         firsts.append(json.loads(out.strip().splitlines()[-1]))
     counts = firsts[0]
     first = {k: statistics.median(f[k] * 1e3 for f in firsts) for k in ("discover_s", "install_s", "restore_s")}
     later = {"discover_s": [], "install_s": [], "restore_s": []}
-    for _ in range(21):
+    starts = sized(2, 21, 21)
+    for _ in range(starts):
         p = tw.profile()
         p.start()
         p.stop()
@@ -328,7 +330,7 @@ def bench_wrapping():
           f"install {first['install_s']:.1f} ms = wrap {wrap_first:.1f} ms (target 50: "
           f"{'ok' if wrap_first <= 50 else 'MISSED'}); unwrap {first['restore_s']:.1f} ms (target 10: "
           f"{'ok' if first['restore_s'] <= 10 else 'MISSED'})")
-    print(f"  later starts (plan reused, median of 21): wrap {later['discover_s'] + later['install_s']:.1f} ms, "
+    print(f"  later starts (plan reused, median of {starts}): wrap {later['discover_s'] + later['install_s']:.1f} ms, "
           f"unwrap {later['restore_s']:.1f} ms")
     return {"distinct": distinct, "places": counts["places"], "first_ms": first, "later_ms": later}
 
@@ -337,10 +339,10 @@ def bench_whole_run():
     sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
     import train_mlp
 
-    steps = 60
+    steps = sized(5, 60, 60)
     train_mlp.train(5)
     ratios, records = [], 0
-    for rep in range({"quick": 15, "full": 41}[MODE]):
+    for rep in range(sized(1, 15, 41)):
         gc.collect()
         p = tw.profile()
 
@@ -395,7 +397,7 @@ def bench_memory():
     """Peak memory of a long run, profiled vs not (separate interpreters, ru_maxrss)."""
     import tempfile
 
-    calls = {"quick": 5_000_000, "full": 50_000_000}[MODE]
+    calls = sized(100_000, 5_000_000, 50_000_000)
     peaks = {}
     for mode in ("plain", "profiled"):
         with tempfile.TemporaryDirectory() as out_dir:

@@ -14,8 +14,9 @@ def load(directory, name):
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        if name.endswith(".txt"):  # bench_writer prints its JSON on the last line
-            return json.loads(f.read().strip().splitlines()[-1])
+        if name.endswith(".txt"):  # a bench prints its JSON on the last line; none when it failed
+            lines = [line for line in f if line.startswith("{")]
+            return json.loads(lines[-1]) if lines else None
         return json.load(f)
 
 
@@ -34,13 +35,16 @@ def add_hf(add, hf):
     """The rows of bench_hf.py (transformers package models): in-process, through `run`, long run, soak."""
     titles = {"bert": "BERT", "gpt2": "GPT-2", "llama": "Llama"}
     threads = hf["machine"]["torch_threads"]
+    def ratio(run, key):   # "—": that model was not run through `run` (BENCH=smoke runs the first only)
+        return f"{run[key]:.3f}x" if key in run else "—"
+
     for name, row in hf["in_process"].items():
         run = hf["run"].get(name, {})
         add(f"`transformers` {titles.get(name, name)}, random init, {threads} threads "
             f"({row['args none']['records_per_step']:.0f} records/step, {row['plain_ms_per_step']:.1f} ms/step): "
             "tw.profile args none / summary; `run` args none / defaults",
             f"{row['args none']['ratio']:.3f}x / {row['args summary']['ratio']:.3f}x; "
-            f"{run.get('run, args none', float('nan')):.3f}x / {run.get('run, defaults', float('nan')):.3f}x",
+            f"{ratio(run, 'run, args none')} / {ratio(run, 'run, defaults')}",
             "1.03x / 1.10x; 1.03x / 1.10x")
     for name, row in hf["long"].items():
         add(f"`transformers` {titles.get(name, name)} under `run` args none, {row['steps']:,} steps: "
@@ -148,7 +152,7 @@ def main(directory):
     if memory:
         add_memory(add, memory["bench_memory"])
     if trace:
-        add("model tracing: module path per module forward", f"+{trace['probe_ns']:.1f} ns", "no measurable cost")
+        add("model tracing: module path per module forward", f"{trace['probe_ns']:+.1f} ns", "no measurable cost")
         add(f"tensor statistics, CNN step ({trace['tensors_per_step']} tensors): extra / their own ops",
             f"{trace['extra_over_ops']:.2f}x", "≤ 2x")
         add("tensor statistics: the per-number .item() technique's extra / ours",

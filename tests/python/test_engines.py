@@ -218,3 +218,27 @@ def test_sql_has_the_tracing_streams_and_the_summary_typed_by_the_schema(tmp_pat
     assert frame.height == len(stats) and str(frame.schema["numel"]) == "Int64"
     assert sorted(frame["mean"].to_list()) == sorted(stats["mean"].to_list())
     assert tw.load_updates(out, engine="polars").collect().height == len(updates)
+
+
+SPARSE = [c["name"] for c in tw.schema()["kinds"]["calls"]["columns"] if c.get("sparse")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_sparse_columns_read_as_their_missing_value_where_a_record_has_none(tmp_path, engine, fmt):
+    # flops, mem_*: an empty CSV field / a key left out of a JSON line in the records that carry none
+    # (x.dim() here); every engine reads them as the schema's missing value (0), never as null
+    need(engine)
+    with tw.profile(out_dir=str(tmp_path), format=fmt, memory=True):
+        x = torch.nn.Linear(8, 4)(torch.randn(2, 8))
+        x.dim()
+    if engine == "pandas":
+        rows = tw.load(tmp_path)[["api"] + SPARSE].astype({"api": str}).itertuples(index=False)
+    elif engine == "polars":
+        rows = tw.load(tmp_path, engine="polars").select("api", *SPARSE).collect().iter_rows()
+    else:
+        rows = tw.load(tmp_path, engine="duckdb").select("api", *SPARSE).fetchall()
+    by_api = {api: tuple(values) for api, *values in rows}
+    assert by_api["torch.Tensor.dim"] == (0,) * len(SPARSE)
+    assert by_api["torch.nn.functional.linear"][SPARSE.index("flops")] == 2 * 2 * 8 * 4
+    assert all(v is not None for values in by_api.values() for v in values), by_api

@@ -42,3 +42,17 @@ def test_spark_gives_tw_reports_per_api_totals(spark, run_dir):  # noqa: F811
 def test_an_unknown_kind_is_refused(spark, tmp_path):
     with pytest.raises(ValueError, match="kind='stats' is not accepted: give 'calls' or 'gpu'"):
         tw_spark.read(spark, tmp_path, kind="stats")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_sparse_columns_read_as_their_missing_value_where_a_record_has_none(spark, tmp_path, fmt):
+    # flops, mem_*: an empty CSV field / a key left out of a JSON line where a record carries none
+    import torch
+
+    import torchwrapper as tw
+    sparse = [c["name"] for c in tw.schema()["kinds"]["calls"]["columns"] if c.get("sparse")]
+    with tw.profile(out_dir=str(tmp_path), format=fmt, memory=True):
+        torch.nn.Linear(8, 4)(torch.randn(2, 8)).dim()
+    by_api = {r["api"]: tuple(r[c] for c in sparse) for r in tw_spark.read(spark, tmp_path).collect()}
+    assert by_api["torch.Tensor.dim"] == (0,) * len(sparse)
+    assert by_api["torch.nn.functional.linear"][sparse.index("flops")] == 2 * 2 * 8 * 4
