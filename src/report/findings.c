@@ -182,7 +182,8 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     if (row->kind != TW_FILE_CALLS)
         return 0;
     const char *line = line_of(f, row);
-    if (row->fwd_call_id == 0 && is_sync(row->api)) {
+    /* the program's own syncs: outermost calls (an Adam step's .item() on its step counts is torch's) */
+    if (row->fwd_call_id == 0 && row->depth == 0 && is_sync(row->api)) {
         char key[WHERE_TEXT_MAX + 64];
         snprintf(key, sizeof key, "%s\t%.*s", line, (int)(row->api.len < 60 ? row->api.len : 60), row->api.ptr);
         tally(f, &f->syncs, row, key, 1, row->cost_ns, 0);

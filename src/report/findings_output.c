@@ -68,7 +68,8 @@ static void print_text(const finding_t *findings, size_t count, double run_ms, u
         if (!markdown)
             fputc('\n', out);
     }
-    fprintf(out, "%s%zu finding(s) over %" PRIu64 " step(s), %.1f ms.\n", markdown ? "\n" : "", count, steps, run_ms);
+    fprintf(out, "%s%zu finding(s) over %" PRIu64 " step(s), %.1f ms (the first step, a warm-up, left out from three "
+                 "steps on).\n", markdown ? "\n" : "", count, steps, run_ms);
 }
 
 void report_findings_print(const options_t *o, const finding_t *findings, size_t count, double run_ms,

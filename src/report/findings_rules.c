@@ -211,6 +211,7 @@ int findings_settle(report_sink_t *sink)
         f->small_ns[0] -= f->small_ns[1];
     }
     f->run_ms = ms(run_ns);
+    f->nsteps = steps;
     tally_t *tallies[] = {&f->loader_wait, &f->dataset_lines, &f->syncs, &f->gaps, &f->small_ops,
                           &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles};
     for (size_t i = 0; i < sizeof tallies / sizeof *tallies; i++)
@@ -345,7 +346,7 @@ int findings_settle(report_sink_t *sink)
                      "the run).", api != NULL ? api + 1 : "The optimizer",
                      (double)list[0]->stats.self_ns / (double)list[0]->stats.calls, 100 * share);
             snprintf(x->fix, sizeof x->fix,
-                     "Use its multi-tensor path: foreach=True (the default when foreach=False is not given), or "
+                     "Use its multi-tensor path: foreach=True (torch's default for CUDA tensors only), or "
                      "fused=True where the optimizer has it (Adam, AdamW, SGD).");
         }
     }
