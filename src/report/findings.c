@@ -16,6 +16,7 @@
 #include "torchwrapper/common.h"
 
 #include "findings_internal.h"
+#include "ranks.h"
 
 static int has_prefix(tw_str_t s, const char *prefix)
 {
@@ -296,9 +297,15 @@ static void findings_free(report_sink_t *sink)
     free(f);
 }
 
+void report_findings_use_ranks(report_sink_t *findings, report_sink_t *ranks)
+{
+    ((findings_t *)findings)->ranks = ranks;
+}
+
 static int findings_print(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err)
 {
     findings_t *f = (findings_t *)sink;
+    findings_add_stragglers(f);
     (void)pass;
     (void)err;
     if (f->o->findings) /* (for --html alone, the page shows them) */
@@ -308,7 +315,8 @@ static int findings_print(report_sink_t *sink, const report_pass_t *pass, FILE *
 
 const finding_t *report_findings_result(const report_sink_t *sink, size_t *count)
 {
-    const findings_t *f = (const findings_t *)sink;
+    findings_t *f = (findings_t *)sink;
+    findings_add_stragglers(f);
     *count = f->nfound;
     return f->found;
 }

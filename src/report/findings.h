@@ -33,6 +33,9 @@ typedef struct finding {
     char fix[512];
 } finding_t;
 
+/* The ranks' analysis (a --ranks sink, settled with the others) gives the straggler finding. */
+void report_findings_use_ranks(report_sink_t *findings, report_sink_t *ranks);
+
 /* The findings of a settled sink (most severe first), *count their number. */
 const finding_t *report_findings_result(const report_sink_t *sink, size_t *count);
 

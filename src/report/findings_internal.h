@@ -64,6 +64,8 @@ typedef struct findings {
     uint64_t max_step;
     int oom;
     int have_gpu; /* GPU records among the inputs */
+    report_sink_t *ranks; /* the ranks' analysis (NULL: one process) */
+    int ranks_done;       /* its finding added (after every sink settled) */
     finding_t *found;
     size_t nfound;
     double run_ms;
@@ -72,6 +74,9 @@ typedef struct findings {
 
 /* Takes the first step's counts out of t's when settle leaves that step out (findings.c). */
 void findings_tally_settle(findings_t *f, tally_t *t);
+
+/* The straggler finding from the ranks' analysis, once every sink settled (findings_rules.c). */
+void findings_add_stragglers(findings_t *f);
 
 /* The rules: the tallies into f->found, most severe first (findings_rules.c). */
 int findings_settle(report_sink_t *sink);

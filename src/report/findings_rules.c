@@ -12,6 +12,7 @@
 #include "torchwrapper/common.h"
 
 #include "findings_internal.h"
+#include "ranks.h"
 #include "util.h"
 
 /* ---- settle: tallies into findings ---------------------------------------------------------------- */
@@ -424,3 +425,43 @@ int findings_settle(report_sink_t *sink)
     return f->oom ? TW_ENOMEM : 0;
 }
 
+
+void findings_add_stragglers(findings_t *f)
+{
+    if (f->ranks == NULL || f->ranks_done)
+        return;
+    f->ranks_done = 1;
+    const ranks_result_t *r = report_ranks_result(f->ranks);
+    for (size_t k = 0; r != NULL && k < r->nranks; k++) {
+        const ranks_rank_t *rank = &r->by_rank[r->order[k]];
+        if (!rank->straggler)
+            continue;
+        /* its extra busy time a step, of the median rank's step: what every rank waits for */
+        double share = r->step_time_ns > 0 ? rank->change_ns / r->step_time_ns : 0;
+        finding_t *x = add_finding(f, "straggler", share);
+        if (x == NULL)
+            return;
+        char where[64];
+        snprintf(where, sizeof where, "rank %" PRId64, rank->rank >= 0 ? rank->rank : rank->pid);
+        if ((x->where[0] = malloc(strlen(where) + 1)) != NULL) {
+            strcpy(x->where[0], where);
+            x->nwhere = 1;
+        }
+        for (size_t a = 0; a < rank->napis && x->nwhere < FINDING_WHERE_MAX; a++)
+            if ((x->where[x->nwhere] = malloc(strlen(rank->apis[a].api) + 1)) != NULL)
+                strcpy(x->where[x->nwhere++], rank->apis[a].api);
+        evidence(x, "slowest_steps", (double)rank->slowest_steps);
+        evidence(x, "steps", (double)r->nsteps);
+        evidence(x, "extra_ms_per_step", rank->change_ns / 1e6);
+        evidence(x, "p_value", rank->p_value);
+        snprintf(x->message, sizeof x->message,
+                 "%s is slower than the other ranks: slowest in %zu of %zu steps, +%.2f ms busy a step (%.1f%% of a "
+                 "step), which every rank waits for in its collectives%s%s.", where, rank->slowest_steps, r->nsteps,
+                 rank->change_ns / 1e6, 100 * share, rank->napis > 0 ? "; most of it in " : "",
+                 rank->napis > 0 ? rank->apis[0].api : "");
+        snprintf(x->fix, sizeof x->fix,
+                 "Look at what that rank does more: its data shard (uneven lengths, a slow sample), its host "
+                 "(tw-report --ranks lists the APIs), and balance it; tw-report --ranks --html shows the steps.");
+    }
+    qsort(f->found, f->nfound, sizeof *f->found, by_severity_then_share);
+}

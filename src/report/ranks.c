@@ -257,6 +257,8 @@ const ranks_result_t *report_ranks_result(report_sink_t *sink)
 
 static int ranks_print(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err)
 {
+    if (!pass->o->ranks) /* opened for --findings' stragglers: the findings say it */
+        return 0;
     const ranks_result_t *res = report_ranks_result(sink);
     if (res == NULL) {
         fprintf(err, "tw-report: %s\n", tw_strerror(TW_ENOMEM));

@@ -245,3 +245,15 @@ def test_a_planted_clock_offset_is_measured_back_and_removed_from_the_trace(tmp_
     assert raw > 37_000_000 / 2 > abs(aligned)  # ranks leave a barrier together
     text = report("--ranks", "--steps", "0:2", out)
     assert "Clocks: 4 of 4 ranks' times moved to rank 0's clock, within" in text
+
+
+@pytest.mark.parametrize("plant, api", [("matmul", "torch.matmul"), ("none", None)])
+def test_a_straggler_is_a_finding(runs, plant, api):
+    found = [f for f in tw.findings(runs[plant]) if f["kind"] == "straggler"]
+    if api is None:
+        assert found == []
+        return
+    (finding,) = found
+    assert finding["where"][:2] == ["rank 2", api]
+    assert finding["evidence"]["slowest_steps"] > finding["evidence"]["steps"] * 3 // 4
+    assert "rank 2 is slower" in finding["message"] and api in finding["message"]
