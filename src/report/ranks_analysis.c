@@ -12,7 +12,7 @@
  *
  * Noise: a rank is named a straggler when its busy time per step, against the median of the other
  * ranks' in the same steps, passes --diff's test in its paired form (ranks over the steps: the
- * Wilcoxon signed-rank test, p < --alpha, and a change of at least --min-change percent of the
+ * Wilcoxon signed-rank test, exact up to 25 steps, p < --alpha, and a change of at least --min-change percent of the
  * median rank's step time); and for it, each API's self time per step against the median of the
  * others' is tested the same way, and those beyond noise are its explanation, the largest first. A
  * rank that is slowest in a few steps by chance passes neither.
@@ -104,11 +104,19 @@ static int compare_signed_ranks(const void *a, const void *b)
  * The two-sided p value of the Wilcoxon signed-rank test of the pairs (x[k], y[k]): --diff's rank
  * test, in its paired form. Why paired: the steps of a distributed run are the same steps on every
  * rank (DDP synchronises them), so what makes a step slow for all (a larger batch, the machine
- * busier) cancels in each step's difference, where Mann-Whitney would count it as noise. Normal
- * approximation with tie and continuity corrections (scipy's wilcoxon(method="approx",
- * correction=True)); zero differences are dropped (zero_method="wilcox"). 1 when no pair differs.
+ * busier) cancels in each step's difference, where Mann-Whitney would count it as noise. Zero
+ * differences are dropped (scipy's zero_method="wilcox"); tied differences share their mean rank.
+ * With at most EXACT_PAIRS differences left, the p value is exact: the distribution of the positive
+ * ranks' sum over the 2^m equally likely signs, conditional on the ties (what scipy's
+ * wilcoxon(method="exact") computes where there are no ties). Beyond, the normal approximation
+ * with tie and continuity corrections (scipy's method="approx", correction=True). Why exact on
+ * short runs: there the approximation overstates p several times over (13 steps all one way: exact
+ * 2/2^13 = 0.00024, approximated 0.0017), so that a rank slowest in every step of a short run was
+ * "not beyond noise" at --alpha 0.001. 1 when no pair differs.
  */
-static double wilcoxon(const double *x, const double *y, size_t n, int *oom)
+#define EXACT_PAIRS 25 /* 2^25 sign patterns: counted exactly in doubles */
+
+double report_signed_rank_p(const double *x, const double *y, size_t n, int *oom)
 {
     signed_rank_t *d = malloc((n + 1) * sizeof *d);
     if (d == NULL) {
@@ -120,6 +128,9 @@ static double wilcoxon(const double *x, const double *y, size_t n, int *oom)
         if (x[k] != y[k])
             d[m++] = (signed_rank_t){fabs(x[k] - y[k]), x[k] > y[k]};
     qsort(d, m, sizeof *d, compare_signed_ranks);
+    /* Doubled ranks: a tie group's mean rank times 2, an integer (i + 1 + j), so that the exact
+     * distribution below is over integers. */
+    unsigned twice[EXACT_PAIRS];
     double w = 0, ties = 0; /* ranks and tie sizes are integers: exact sums in any order */
     for (size_t i = 0; i < m;) {
         size_t j = i, positive = 0;
@@ -128,11 +139,33 @@ static double wilcoxon(const double *x, const double *y, size_t n, int *oom)
         double t = (double)(j - i);
         w += ((double)i + 1 + (double)j) / 2 * (double)positive;
         ties += t * t * t - t;
+        for (size_t k = i; k < j && m <= EXACT_PAIRS; k++)
+            twice[k] = (unsigned)(i + 1 + j);
         i = j;
     }
     free(d);
+    if (m == 0)
+        return 1;
+    if (m <= EXACT_PAIRS) {
+        /* count[s]: how many of the 2^m sign patterns give the doubled ranks of the positive ones
+         * the sum s; at most 2^25 each, exact in a double */
+        double count[EXACT_PAIRS * (EXACT_PAIRS + 1) + 1] = {1};
+        unsigned total = 0;
+        for (size_t k = 0; k < m; k++) {
+            total += twice[k];
+            for (unsigned s = total; s >= twice[k]; s--)
+                count[s] += count[s - twice[k]];
+        }
+        /* the distribution is symmetric about total / 2: two-sided p = twice the tail beyond w */
+        unsigned w2 = (unsigned)(2 * w), far = w2 > total - w2 ? w2 : total - w2;
+        double tail = 0;
+        for (unsigned s = far; s <= total; s++)
+            tail += count[s];
+        double p = 2 * tail / ldexp(1, (int)m);
+        return p > 1 ? 1 : p;
+    }
     double nm = (double)m, mean = nm * (nm + 1) / 4, variance = nm * (nm + 1) * (2 * nm + 1) / 24 - ties / 48;
-    if (m == 0 || !(variance > 0))
+    if (!(variance > 0))
         return 1;
     double distance = fabs(w - mean) - 0.5;
     double p = erfc((distance > 0 ? distance : 0) / sqrt(variance) / sqrt(2.0));
@@ -147,7 +180,7 @@ static double wilcoxon(const double *x, const double *y, size_t n, int *oom)
 static int compare_steps(const double *x, const double *y, size_t n, double step_ns, double *scratch, test_t *t)
 {
     int oom = 0;
-    t->p = wilcoxon(x, y, n, &oom);
+    t->p = report_signed_rank_p(x, y, n, &oom);
     if (oom)
         return TW_ENOMEM;
     memcpy(scratch, x, n * sizeof *x);

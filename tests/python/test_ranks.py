@@ -6,9 +6,12 @@ The runs: DDP training in which rank 2 does extra work in one API every step (a 
 torch.matmul, or torch.cumsum), and the same training with no extra work. The report must name
 rank 2, its steps and the planted API first, name no one in the run without it, and never blame the
 other ranks for the time they wait for rank 2 in DDP's allreduce."""
+import csv
+import itertools
 import json
 import math
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -162,6 +165,20 @@ def wilcoxon_p(x, y):
     return min(1.0, math.erfc(max(abs(w - n * (n + 1) / 4) - 0.5, 0) / sd / math.sqrt(2)))
 
 
+def exact_wilcoxon_p(x, y):
+    """The two-sided signed-rank p value over all 2^m sign patterns of the m differences (mean ranks
+    for ties, zero differences dropped), counted one by one: apart from the C code's recurrence."""
+    d = [a - b for a, b in zip(x, y) if a != b]
+    size = sorted(abs(v) for v in d)
+    rank = {v: (size.index(v) + 1 + len(size) - size[::-1].index(v)) / 2 for v in size}
+    ranks = [rank[abs(v)] for v in d]
+    total = sum(ranks)
+    w = sum(r for r, v in zip(ranks, d) if v > 0)
+    far = max(w, total - w)
+    extreme = sum(sum(r for r, s in zip(ranks, signs) if s) >= far for signs in itertools.product((0, 1), repeat=len(d)))
+    return min(1.0, 2 * extreme / 2 ** len(d)) if d else 1.0
+
+
 def test_each_ranks_p_value_is_the_signed_rank_test_of_its_busy_time_against_the_others_median(runs):
     frame = tw.ranks(runs["matmul"])
     busy = frame.pivot(index="step", columns="rank", values="busy_ns")
@@ -245,3 +262,71 @@ def test_a_planted_clock_offset_is_measured_back_and_removed_from_the_trace(tmp_
     assert raw > 37_000_000 / 2 > abs(aligned)  # ranks leave a barrier together
     text = report("--ranks", "--steps", "0:2", out)
     assert "Clocks: 4 of 4 ranks' times moved to rank 0's clock, within" in text
+
+
+# ---- short runs: record files written here, as the writer writes them ---------------------------------
+
+HEADER = ["call_id", "api", "start_ns", "cost_ns", "self_ns", "gpu_ns", "pid", "tid", "depth", "parent_id", "error",
+          "args", "module", "step", "site", "fwd_call_id", "fwd_api", "flops", "flops_total", "mem_alloc", "mem_self",
+          "mem_freed", "mem_peak"]
+STEP_NS = 5_300_000
+
+
+def short_run(directory, steps, slow=2, extra_ns=1_450_000, seed=0):
+    """The files of 4 ranks that each run steps steps of ~0.65 ms of torch.nn.functional.linear and
+    wait for the slowest in torch.distributed.all_reduce until 5.3 ms; rank slow (None: none) also runs
+    extra_ns of torch.matmul a step. The directory."""
+    directory.mkdir()
+    rng = random.Random(seed)
+    origin = 1_800_000_000_000_000_000
+    rows = {rank: [] for rank in range(4)}
+    for step in range(steps):
+        start = origin + step * 10_000_000
+        for rank in range(4):
+            calls = [("torch.nn.functional.linear", int(650_000 * rng.uniform(0.9, 1.1)))]
+            if rank == slow:
+                calls.append(("torch.matmul", extra_ns))
+            t = start
+            for api, ns in calls:
+                rows[rank].append((api, t, ns, step))
+                t += ns
+            rows[rank].append(("torch.distributed.all_reduce", t, start + STEP_NS - t, step))
+    for rank, calls in rows.items():
+        pid = 1000 + rank
+        name = f"tw-20270101-000000.000000000-rank{rank}-{pid}-0001.csv"
+        with open(directory / name, "w", newline="") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(HEADER)
+            for call_id, (api, start, ns, step) in enumerate(calls, 1):
+                writer.writerow([call_id, api, start, ns, ns, 0, pid, pid, 0, 0, 0, "", "", step, 0, 0] + [""] * 7)
+        (directory / f"manifest-{pid}.json").write_text(json.dumps({
+            "manifest_version": 1, "format": "csv", "pid": pid, "rank": rank, "start_ns": origin,
+            "files": [{"name": name, "kind": "calls", "records": len(calls)}]}))
+    return directory
+
+
+def test_a_rank_slowest_in_every_step_of_a_short_run_is_named_by_default(tmp_path):
+    # 15 steps, 13 compared: rank 2 slowest in all, busy ~2.1 ms against ~0.65 ms (+27% of a 5.3 ms
+    # step). The normal approximation gave p 0.0017, over the default --alpha 0.001: "no rank is
+    # slower"; exactly, only all positive and all negative are as extreme: p = 2 / 2^13
+    run = short_run(tmp_path / "short", 15)
+    frame = tw.ranks(run)
+    ranks = {r["rank"]: r for r in frame.attrs["ranks"]}
+    assert [r["rank"] for r in frame.attrs["ranks"] if r["straggler"]] == [2]
+    assert ranks[2]["slowest_steps"] == 13 and ranks[2]["p_value"] == pytest.approx(2 / 2 ** 13, rel=1e-5)
+    assert 25 < ranks[2]["change_pct"] < 30
+    assert [a["api"] for a in ranks[2]["apis"]] == ["torch.matmul"]
+    text = report("--ranks", run)
+    assert "Rank 2 is slower than the others beyond noise" in text and "No rank is slower" not in text
+    assert text.split("Rank 2 is slower")[1].splitlines()[2].split()[0] == "torch.matmul"
+
+
+@pytest.mark.parametrize("steps", [6, 12, 15])
+def test_each_ranks_p_value_on_a_short_run_is_the_exact_signed_rank_distribution(tmp_path, steps):
+    run = short_run(tmp_path / "short", steps, extra_ns=60_000)  # small: signs of both kinds
+    frame = tw.ranks(run)
+    busy = frame.pivot(index="step", columns="rank", values="busy_ns")
+    for r in frame.attrs["ranks"]:
+        others = busy.drop(columns=r["rank"]).median(axis=1)
+        expected = exact_wilcoxon_p(list(busy[r["rank"]]), list(others))
+        assert r["p_value"] == pytest.approx(expected, rel=1e-5), r["rank"]  # JSON's 6 digits
