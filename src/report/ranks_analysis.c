@@ -16,6 +16,13 @@
  * median rank's step time); and for it, each API's self time per step against the median of the
  * others' is tested the same way, and those beyond noise are its explanation, the largest first. A
  * rank that is slowest in a few steps by chance passes neither.
+ *
+ * Too few steps: below 11 steps no change reaches p < 0.001, however clear. A rank that is not a
+ * straggler but slowest in more steps than chance makes likely (the exact sign test: with no rank
+ * slower, each is a step's slowest with probability 1/R; its binomial tail times R, for the R
+ * ranks looked at, under 0.05) and slower by at least --min-change is a likely straggler: the
+ * report says how many more steps like these the signed-rank test would need, and which APIs
+ * explain its time at p < 0.05.
  */
 #include "config.h"
 
@@ -30,6 +37,8 @@
 #define DEFAULT_ALPHA 0.001    /* --diff's */
 #define DEFAULT_MIN_CHANGE 4.0 /* --diff's */
 #define APIS_SHOWN 10
+#define LIKELY_ALPHA 0.05       /* a likely straggler's sign test, and its APIs' signed-rank tests */
+#define MAX_PROJECTED (1 << 16) /* steps looked ahead for the steps a likely straggler needs */
 
 void report_ranks_result_free(ranks_result_t *res)
 {
@@ -196,9 +205,74 @@ static int compare_steps(const double *x, const double *y, size_t n, double step
     return 0;
 }
 
-static int beyond_noise(const test_t *t, const ranks_result_t *res)
+/* Slower (by at least --min-change) with p < level. */
+static int beyond_noise(const test_t *t, double level, const ranks_result_t *res)
 {
-    return t->p < res->alpha && t->change > 0 && t->pct >= res->min_change_pct;
+    return t->p < level && t->change > 0 && t->pct >= res->min_change_pct;
+}
+
+/*
+ * P(X >= k) for X binomial(n, q), 0 < q < 1: the terms from k up, each from lgamma (no overflow at
+ * millions of steps), until they no longer count.
+ */
+double report_binomial_tail(size_t k, size_t n, double q)
+{
+    if (k == 0)
+        return 1;
+    if (k > n)
+        return 0;
+    double sum = 0, mode = (double)n * q, log_q = log(q), log_1q = log1p(-q);
+    for (size_t i = k; i <= n; i++) {
+        double di = (double)i, term = exp(lgamma((double)n + 1) - lgamma(di + 1) - lgamma((double)(n - i) + 1) +
+                                          di * log_q + (double)(n - i) * log_1q);
+        sum += term;
+        if (di > mode && term < sum * 1e-17)
+            break;
+    }
+    return sum < 1 ? sum : 1;
+}
+
+/*
+ * The number of steps, more than n, at which the signed-rank test of x against y passes level when
+ * the n steps go on repeating in their order: how long the run would have had to be if its next
+ * steps were like these; 0 when not within MAX_PROJECTED. One at a time up to 64 steps (the exact
+ * test's steps are coarse there), then by doubling and halving (p falls with more steps of the same
+ * kind; not strictly, so the number is "about"). 0 or TW_ENOMEM.
+ */
+static int steps_for_significance(const double *x, const double *y, size_t n, double level, size_t *steps)
+{
+    *steps = 0;
+    if (n == 0)
+        return 0;
+    double *rx = malloc(2 * (size_t)MAX_PROJECTED * sizeof *rx);
+    if (rx == NULL)
+        return TW_ENOMEM;
+    double *ry = rx + MAX_PROJECTED;
+    for (size_t k = 0; k < MAX_PROJECTED; k++) {
+        rx[k] = x[k % n];
+        ry[k] = y[k % n];
+    }
+    int oom = 0;
+    size_t below = n, above = 0; /* p >= level at below steps; p < level at above (0: none yet) */
+    for (size_t m = n + 1; m <= MAX_PROJECTED && !oom; m = m < 64 ? m + 1 : 2 * m) {
+        if (report_signed_rank_p(rx, ry, m, &oom) < level) {
+            above = m;
+            break;
+        }
+        below = m;
+    }
+    while (above > below + 1 && !oom) {
+        size_t middle = below + (above - below) / 2;
+        if (report_signed_rank_p(rx, ry, middle, &oom) < level)
+            above = middle;
+        else
+            below = middle;
+    }
+    free(rx);
+    if (oom)
+        return TW_ENOMEM;
+    *steps = above;
+    return 0;
 }
 
 static int compare_apis(const void *a, const void *b)
@@ -209,9 +283,9 @@ static int compare_apis(const void *a, const void *b)
     return strcmp(u->api, v->api);
 }
 
-/* The APIs beyond noise on rank i (by_rank index) of the ranked processes procs. */
+/* The APIs beyond noise at level on rank i (by_rank index) of the ranked processes procs. */
 static int explain(const ranks_t *r, ranks_result_t *res, const size_t *procs, size_t i, const int *classes,
-                   double *work)
+                   double level, double *work)
 {
     size_t n = res->nsteps, R = res->nranks;
     double *x = work, *y = x + n, *others = y + n, *scratch = others + R;
@@ -241,7 +315,7 @@ static int explain(const ranks_t *r, ranks_result_t *res, const size_t *procs, s
         test_t t;
         if (compare_steps(x, y, n, res->step_time_ns, scratch, &t) != 0)
             return TW_ENOMEM;
-        if (!beyond_noise(&t, res))
+        if (!beyond_noise(&t, level, res))
             continue;
         ranks_api_t *grown = realloc(rank->apis, (rank->napis + 1) * sizeof *grown);
         if (grown == NULL)
@@ -327,6 +401,7 @@ int report_ranks_compute(const ranks_t *r, ranks_result_t *res)
     const options_t *o = r->o;
     res->alpha = o->diff_alpha > 0 ? o->diff_alpha : DEFAULT_ALPHA;
     res->min_change_pct = o->diff_min_change_given ? o->diff_min_change : DEFAULT_MIN_CHANGE;
+    res->likely_alpha = LIKELY_ALPHA;
     res->no_step_rows = r->no_step;
     res->clock_error_ns = -1;
     ranked_t *ranked = malloc((r->nprocs + 1) * sizeof *ranked);
@@ -387,7 +462,7 @@ int report_ranks_compute(const ranks_t *r, ranks_result_t *res)
         k->rank = ranked[i].rank;
         k->pid = ranked[i].pid;
         k->change_ns = k->change_pct = 0;
-        k->p_value = NAN;
+        k->p_value = k->sign_p = NAN;
         const input_proc_t *p = report_input_proc(r->in, k->pid, NULL);
         if (p != NULL && p->has_clock) {
             k->has_clock = 1;
@@ -438,6 +513,7 @@ int report_ranks_compute(const ranks_t *r, ranks_result_t *res)
         s->skew_ns = (double)res->busy_ns[k * R + slowest] - s->median_busy_ns;
         s->slowest = s->skew_ns > 0 ? slowest : SIZE_MAX; /* ranks tied at the top: no one is slowest */
         if (s->slowest != SIZE_MAX) {
+            res->decided_steps++;
             res->by_rank[slowest].slowest_steps++;
             res->by_rank[slowest].slowest_extra_ns += s->skew_ns;
         }
@@ -475,8 +551,21 @@ int report_ranks_compute(const ranks_t *r, ranks_result_t *res)
         rank->change_ns = t.change;
         rank->change_pct = t.pct;
         rank->p_value = t.p;
-        rank->straggler = beyond_noise(&t, res);
-        if (rank->straggler && (rc = explain(r, res, procs, i, classes, work)) != 0)
+        rank->straggler = beyond_noise(&t, res->alpha, res);
+        /* Too few steps for the signed-rank test, or a level set low: slowest in more steps than
+         * chance makes likely, by the exact sign test (each rank is a step's slowest with
+         * probability 1/R when none is slower; times R for the R ranks looked at), and slower by
+         * at least --min-change. */
+        rank->sign_p = R * report_binomial_tail(rank->slowest_steps, res->decided_steps, 1.0 / (double)R);
+        if (rank->sign_p > 1)
+            rank->sign_p = 1;
+        rank->likely = !rank->straggler && rank->sign_p < res->likely_alpha && beyond_noise(&t, INFINITY, res);
+        if (rank->likely && (rc = steps_for_significance(x, y, n, res->alpha, &rank->more_steps)) != 0)
+            goto out;
+        if (rank->more_steps > 0)
+            rank->more_steps -= n;
+        if ((rank->straggler || rank->likely) &&
+            (rc = explain(r, res, procs, i, classes, rank->straggler ? res->alpha : res->likely_alpha, work)) != 0)
             goto out;
     }
     for (size_t i = 0; i < R; i++)

@@ -71,4 +71,7 @@ void report_ranks_result_free(ranks_result_t *res);
  * NAN and *oom set when out of memory. */
 double report_signed_rank_p(const double *x, const double *y, size_t n, int *oom);
 
+/* P(X >= k) for X binomial(n, q), 0 < q < 1. */
+double report_binomial_tail(size_t k, size_t n, double q);
+
 #endif

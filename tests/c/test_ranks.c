@@ -3,7 +3,8 @@
  * tw-report --ranks's tests of "beyond noise" (ranks_analysis.c): the signed-rank test's exact
  * distribution on short runs, against sign patterns counted by hand, and its normal approximation
  * beyond 25 pairs (scipy 1.17's stats.wilcoxon(d, method="exact"), and method="approx" past 25,
- * give the same p for each case).
+ * give the same p for each case); and the binomial tail of the sign test on how often a rank is a
+ * step's slowest.
  */
 #include "tw_test.h"
 
@@ -80,6 +81,19 @@ static void past_twenty_five_pairs_the_normal_approximation_takes_over(void **st
     assert_near(p_of(d, 26), erfc((351 - 175.5 - 0.5) / sqrt(1550.25) / sqrt(2.0)), 1e-15);
 }
 
+static void binomial_tails_by_hand(void **state)
+{
+    assert_near(report_binomial_tail(4, 4, 0.25), 1.0 / 256, 1e-15);
+    assert_near(report_binomial_tail(8, 8, 0.25), 1.0 / 65536, 1e-17);
+    assert_near(report_binomial_tail(5, 10, 0.5), 638.0 / 1024, 1e-13);
+    /* at least 3 of 4 with q = 1/4: 4 * (1/4)^3 * 3/4 + (1/4)^4 = 13 / 256 */
+    assert_near(report_binomial_tail(3, 4, 0.25), 13.0 / 256, 1e-15);
+    assert_true(report_binomial_tail(0, 7, 0.25) == 1);
+    assert_true(report_binomial_tail(8, 7, 0.25) == 0);
+    /* a million steps: a half, plus half of P(X = n/2) ~ sqrt(2 / (pi n)) / 2 */
+    assert_near(report_binomial_tail(500000, 1000000, 0.5), 0.5 + sqrt(2 / (M_PI * 1e6)) / 2, 1e-6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -88,6 +102,7 @@ int main(void)
         cmocka_unit_test(tied_differences_share_their_mean_rank_in_the_exact_distribution),
         cmocka_unit_test(zero_differences_are_dropped),
         cmocka_unit_test(past_twenty_five_pairs_the_normal_approximation_takes_over),
+        cmocka_unit_test(binomial_tails_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
