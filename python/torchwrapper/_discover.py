@@ -11,7 +11,9 @@ root module through public names (no component starting with ``_``) under which 
 shortest meaning fewest components, then fewest characters, then alphabetical; paths through its
 home package (the module that defines it, or a parent package of that module) are preferred over
 re-exports elsewhere. A method is named after the class whose ``__dict__`` defines it:
-``torch.optim.Adam.step``, and ``torch.optim.lr_scheduler.LRScheduler.step`` for a ``StepLR``.
+``torch.optim.Adam.step``, and ``torch.optim.lr_scheduler.LRScheduler.step`` for a ``StepLR``;
+except an optimizer's step, named after the optimizer's own class: ``torch.optim.AdamW.step``,
+though AdamW inherits Adam's (see ``Target.shared``).
 A callable with no public path is not wrapped: it is an internal of torch.
 """
 from __future__ import annotations
@@ -158,6 +160,14 @@ class Target:
     kind: str                   # "function", "builtin", "method", "staticmethod", "classmethod", "tensor"
     # (owner, attr, raw): raw is what owner.__dict__ held at discovery, or MISSING (inherited)
     places: List[Tuple[Any, str, Any]] = field(default_factory=list)
+    # The step an optimizer class inherits, installed on that class under its own name
+    # (torch.optim.AdamW.step wraps Adam's step): obj is named by another target, whose name
+    # getAPIName keeps for it. Why: torch replaces a class's step by a hook at the first
+    # construction of the class, around what cls.step is then; so an AdamW's steps were recorded as
+    # torch.optim.AdamW.step when an AdamW was made before the profile began, and as
+    # torch.optim.Adam.step when it was made during it or when an Adam was made first (AdamW then
+    # inherits Adam's hook). A shared target is always installed, so that the name is the class's.
+    shared: bool = False
 
 
 @dataclass
@@ -325,6 +335,8 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
     import torch  # discovery runs after torch was imported by the caller
 
     tensor_base = torch._C.TensorBase
+    optimizer = torch.optim.Optimizer
+    shared: List[Target] = []
     for cls in classes.values():
         cls_name = best_name[id(cls)]
         if issubclass(cls, type) or cls is tensor_base:
@@ -362,6 +374,13 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
             if kind != "tensor" and not under(getattr(func, "__module__", None)):
                 continue
             add(func, f"{cls_name}.{attr}", kind, cls, attr, raw if attr in own else MISSING)
+        if issubclass(cls, optimizer) and "step" not in own:
+            # an optimizer that steps with its base's step (AdamW: Adam's), itself or the hook
+            # torch put around it when the base was first constructed
+            base = next((b for b in cls.__mro__[1:] if "step" in vars(b)), optimizer)
+            raw = vars(base).get("step")
+            if base is not optimizer and isinstance(raw, types.FunctionType) and under(raw.__module__):
+                shared.append(Target(raw, f"{cls_name}.step", "method", [(cls, "step", MISSING)], shared=True))
 
     # Every named object, excluded or not (getAPIName), classes included.
     names: Dict[int, Tuple[Any, str]] = {key: (t.obj, t.name) for key, t in targets.items()}
@@ -372,7 +391,7 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
     chosen: List[Target] = []
     excluded: List[Tuple[str, str]] = []
     generators = GENERATOR_FUNCTIONS in exclude
-    for target in targets.values():
+    for target in list(targets.values()) + shared:
         glob = exclude_globs.match(target.name)
         if glob is None and generators and _is_generator_function(target.obj):
             glob = GENERATOR_FUNCTIONS
@@ -397,7 +416,7 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
             if target is not None and value is target.obj:
                 target.places.append((module, attr, value))
 
-    chosen.sort(key=lambda t: t.name)
+    chosen.sort(key=lambda t: (t.shared, t.name))  # the shared ones last (_patch._prepared)
     return Plan(chosen, skipped, excluded, [m for m, _ in modules], names)
 
 
