@@ -272,6 +272,26 @@ def discover(roots: Sequence[str] = ("torch",), include: Sequence[str] = (),
             gc.enable()
 
 
+def optimizer_steps() -> frozenset:
+    """(class, its own step) of every subclass of torch.optim.Optimizer that has one now: what the
+    optimizer steps of a plan depend on beyond the modules imported (torch puts a hook in a class
+    at its first construction)."""
+    optim = sys.modules.get("torch.optim")
+    optimizer = getattr(optim, "Optimizer", None)
+    if optimizer is None:
+        return frozenset()
+    steps, subclasses, seen = [], list(optimizer.__subclasses__()), set()
+    while subclasses:
+        cls = subclasses.pop()
+        if cls not in seen:
+            seen.add(cls)
+            subclasses.extend(cls.__subclasses__())
+            step = vars(cls).get("step")
+            if step is not None:
+                steps.append((id(cls), id(step)))
+    return frozenset(steps)
+
+
 def resolve_exclude(exclude: Optional[Sequence[str]]) -> List[str]:
     """The exclude globs in effect: the default list for None; ``["+glob", ...]`` adds to the
     default list; a list of plain globs replaces it (config.c refuses a list of both kinds)."""
@@ -381,6 +401,28 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
             raw = vars(base).get("step")
             if base is not optimizer and isinstance(raw, types.FunctionType) and under(raw.__module__):
                 shared.append(Target(raw, f"{cls_name}.step", "method", [(cls, "step", MISSING)], shared=True))
+
+    # Optimizer classes without a public name (a program's own subclass of AdamW) that step with a
+    # torch optimizer's step: where one was made before the profile, torch put a hook around that
+    # step in the class's own __dict__, which no target reaches, and its steps went unrecorded (and
+    # ended no step). Named after the nearest public class they derive from.
+    subclasses, seen = list(optimizer.__subclasses__()), set()
+    while subclasses:
+        cls = subclasses.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        subclasses.extend(cls.__subclasses__())
+        raw = vars(cls).get("step")
+        if id(cls) in classes or not isinstance(raw, types.FunctionType) or not getattr(raw, "hooked", False):
+            continue
+        inner = getattr(raw, "__wrapped__", None)  # the step the hook was put around
+        if not isinstance(inner, types.FunctionType) or not under(inner.__module__) or \
+                _skip_reason(inner.__module__) is not None or _skip_reason(cls.__module__) is not None:
+            continue  # a step of the program's own (only what it calls is recorded)
+        public = next((best_name[id(b)] for b in cls.__mro__[1:] if id(b) in classes), None)
+        if public is not None:
+            shared.append(Target(raw, f"{public}.step", "method", [(cls, "step", raw)], shared=True))
 
     # Every named object, excluded or not (getAPIName), classes included.
     names: Dict[int, Tuple[Any, str]] = {key: (t.obj, t.name) for key, t in targets.items()}

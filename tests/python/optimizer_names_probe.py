@@ -5,9 +5,10 @@ step pre-hooks ran and the parameters trained.
 
     python optimizer_names_probe.py '{"before": [...], "during": [...], "sessions": N, "profile": true}'
 before: optimizer classes (names in torch.optim, or "Mine": a subclass of AdamW defined here) made
-before the first profile begins; during: made inside it, in that order. Each trains STEPS steps in
-every session (none when profile is false: the reference parameters). torch replaces a class's
-step by a hook at the class's first construction, so the order of constructions is what differs.
+before the first profile begins; during: made inside it, in that order; between: made after the
+first profile, before the second. Each trains STEPS steps in every session from the one it was made
+for (none when profile is false: the reference parameters). torch replaces a class's step by a hook
+at the class's first construction, so the order of constructions is what differs.
 """
 import json
 import sys
@@ -55,6 +56,9 @@ if not plan.get("profile", True):
     for model, optimizer in made.values():
         train(model, optimizer)
 for session in range(plan.get("sessions", 1) if plan.get("profile", True) else 0):
+    if session == 1:
+        for name in plan.get("between", []):
+            made[name] = make(name)
     hooks.clear()
     with tw.profile() as prof:
         if session == 0:
@@ -67,7 +71,7 @@ for session in range(plan.get("sessions", 1) if plan.get("profile", True) else 0
     for r in prof.records():
         if r.depth == 0 and r.api.startswith("torch.optim.") and r.api.endswith(".step"):
             recorded[r.api] = recorded.get(r.api, 0) + 1
-    out["sessions"].append({"recorded": recorded, "getAPIName": inside, "hooks": len(hooks)})
+    out["sessions"].append({"trained": list(made), "recorded": recorded, "getAPIName": inside, "hooks": len(hooks)})
 out["getAPIName"] = {name: tw.getAPIName(optimizer.step) for name, (_, optimizer) in made.items()}
 out["params"] = {name: [p.detach().double().sum().item() for p in model.parameters()]
                  for name, (model, _) in made.items()}
