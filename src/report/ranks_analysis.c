@@ -211,9 +211,17 @@ static int beyond_noise(const test_t *t, double level, const ranks_result_t *res
     return t->p < level && t->change > 0 && t->pct >= res->min_change_pct;
 }
 
+/* log P(X = i) for X binomial(n, q) */
+static double binomial_log_term(size_t i, size_t n, double log_q, double log_1q)
+{
+    return lgamma((double)n + 1) - lgamma((double)i + 1) - lgamma((double)(n - i) + 1) + (double)i * log_q +
+           (double)(n - i) * log_1q;
+}
+
 /*
- * P(X >= k) for X binomial(n, q), 0 < q < 1: the terms from k up, each from lgamma (no overflow at
- * millions of steps), until they no longer count.
+ * P(X >= k) for X binomial(n, q), 0 < q < 1: the terms from k up when k is above the mean, else
+ * 1 less the terms from k - 1 down; either way they shrink from the first, and the sum stops when
+ * they no longer count (a few hundred terms at millions of steps, each from lgamma: no overflow).
  */
 double report_binomial_tail(size_t k, size_t n, double q)
 {
@@ -221,15 +229,16 @@ double report_binomial_tail(size_t k, size_t n, double q)
         return 1;
     if (k > n)
         return 0;
-    double sum = 0, mode = (double)n * q, log_q = log(q), log_1q = log1p(-q);
-    for (size_t i = k; i <= n; i++) {
-        double di = (double)i, term = exp(lgamma((double)n + 1) - lgamma(di + 1) - lgamma((double)(n - i) + 1) +
-                                          di * log_q + (double)(n - i) * log_1q);
+    double sum = 0, log_q = log(q), log_1q = log1p(-q);
+    int above = (double)k > (double)n * q;
+    for (size_t i = above ? k : k - 1;; i += above ? 1 : (size_t)-1) {
+        double term = exp(binomial_log_term(i, n, log_q, log_1q));
         sum += term;
-        if (di > mode && term < sum * 1e-17)
+        if (term <= sum * 1e-17 || i == (above ? n : 0)) /* shrinking: 0 once, 0 after */
             break;
     }
-    return sum < 1 ? sum : 1;
+    double p = above ? sum : 1 - sum;
+    return p < 0 ? 0 : p > 1 ? 1 : p;
 }
 
 /*

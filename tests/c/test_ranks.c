@@ -92,6 +92,12 @@ static void binomial_tails_by_hand(void **state)
     assert_true(report_binomial_tail(8, 7, 0.25) == 0);
     /* a million steps: a half, plus half of P(X = n/2) ~ sqrt(2 / (pi n)) / 2 */
     assert_near(report_binomial_tail(500000, 1000000, 0.5), 0.5 + sqrt(2 / (M_PI * 1e6)) / 2, 1e-6);
+    /* below the mean: 1 less the lower tail, summed from k - 1 down (P(X <= 1) = (3/4)^4 + 4 (1/4)(3/4)^3) */
+    assert_near(report_binomial_tail(2, 4, 0.25), 1 - (81.0 + 108.0) / 256, 1e-15);
+    assert_near(report_binomial_tail(1, 4, 0.25), 1 - 81.0 / 256, 1e-15);
+    /* millions of steps, far from the mean on either side: a few terms each */
+    assert_true(report_binomial_tail(10, 4000000, 0.25) == 1);
+    assert_true(report_binomial_tail(3000000, 4000000, 0.25) == 0);
 }
 
 int main(void)
