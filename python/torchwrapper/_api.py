@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import types
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
@@ -350,6 +351,21 @@ def _by_home(obj: Any) -> Optional[str]:
     return f"{owner_name}.{attr}" if owner_name is not None else None
 
 
+def _optimizer_step(method: types.MethodType, name: str) -> Optional[str]:
+    """The name an optimizer's bound step is recorded under, when it is a torch optimizer's step:
+    after the nearest class of the optimizer with a public name (``adamw.step`` is
+    ``torch.optim.AdamW.step``, though the function is Adam's when AdamW inherits it; see
+    _discover's Target.shared). None for any other method, and for a step of the user's own."""
+    optim = sys.modules.get("torch.optim")
+    optimizer = getattr(optim, "Optimizer", None)
+    if optimizer is None or getattr(method, "__name__", None) != "step" or not isinstance(method.__self__, optimizer):
+        return None
+    public = [n for n in map(_named, type(method.__self__).__mro__) if n is not None]
+    if not public or name not in {f"{n}.step" for n in public}:
+        return None
+    return f"{public[0]}.step"
+
+
 def getAPIName(obj: Any) -> str:
     """The shortest public API name of a torch object: getAPIName(torch.optim.Adam) is
     "torch.optim.Adam" (not "Adam" or "torch.optim.adam.Adam"). Classes, functions, builtins,
@@ -357,13 +373,17 @@ def getAPIName(obj: Any) -> str:
 
     The name depends on the object and torch's public module tree only: not on what was imported
     first, nor on whether a profiling session ran or is running, nor on torch having decorated a
-    class attribute since (a decorator made with functools.wraps is named after what it wraps)."""
+    class attribute since (a decorator made with functools.wraps is named after what it wraps).
+    An optimizer's bound step is named after its class, as it is recorded: ``getAPIName(adamw.step)``
+    is "torch.optim.AdamW.step" although AdamW inherits Adam's step (``torch.optim.AdamW.step``,
+    the function, is Adam's, and is named so unless a profile or torch gave AdamW a step of its own)."""
     if isinstance(obj, WRAPPER_TYPES):
         return obj.api_name
     if isinstance(obj, types.ModuleType):
         return obj.__name__
     if isinstance(obj, types.MethodType):
-        return getAPIName(obj.__func__)
+        name = getAPIName(obj.__func__)
+        return _optimizer_step(obj, name) or name
     if isinstance(obj, (staticmethod, classmethod)):
         return getAPIName(obj.__func__)
     for inner in _decorated(obj):

@@ -11,7 +11,9 @@ root module through public names (no component starting with ``_``) under which 
 shortest meaning fewest components, then fewest characters, then alphabetical; paths through its
 home package (the module that defines it, or a parent package of that module) are preferred over
 re-exports elsewhere. A method is named after the class whose ``__dict__`` defines it:
-``torch.optim.Adam.step``, and ``torch.optim.lr_scheduler.LRScheduler.step`` for a ``StepLR``.
+``torch.optim.Adam.step``, and ``torch.optim.lr_scheduler.LRScheduler.step`` for a ``StepLR``;
+except an optimizer's step, named after the optimizer's own class: ``torch.optim.AdamW.step``,
+though AdamW inherits Adam's (see ``Target.shared``).
 A callable with no public path is not wrapped: it is an internal of torch.
 """
 from __future__ import annotations
@@ -158,6 +160,14 @@ class Target:
     kind: str                   # "function", "builtin", "method", "staticmethod", "classmethod", "tensor"
     # (owner, attr, raw): raw is what owner.__dict__ held at discovery, or MISSING (inherited)
     places: List[Tuple[Any, str, Any]] = field(default_factory=list)
+    # The step an optimizer class inherits, installed on that class under its own name
+    # (torch.optim.AdamW.step wraps Adam's step): obj is named by another target, whose name
+    # getAPIName keeps for it. Why: torch replaces a class's step by a hook at the first
+    # construction of the class, around what cls.step is then; so an AdamW's steps were recorded as
+    # torch.optim.AdamW.step when an AdamW was made before the profile began, and as
+    # torch.optim.Adam.step when it was made during it or when an Adam was made first (AdamW then
+    # inherits Adam's hook). A shared target is always installed, so that the name is the class's.
+    shared: bool = False
 
 
 @dataclass
@@ -268,6 +278,26 @@ def discover(roots: Sequence[str] = ("torch",), include: Sequence[str] = (),
             gc.enable()
 
 
+def optimizer_steps() -> frozenset:
+    """(class, its own step) of every subclass of torch.optim.Optimizer that has one now: what the
+    optimizer steps of a plan depend on beyond the modules imported (torch puts a hook in a class
+    at its first construction)."""
+    optim = sys.modules.get("torch.optim")
+    optimizer = getattr(optim, "Optimizer", None)
+    if optimizer is None:
+        return frozenset()
+    steps, subclasses, seen = [], list(optimizer.__subclasses__()), set()
+    while subclasses:
+        cls = subclasses.pop()
+        if cls not in seen:
+            seen.add(cls)
+            subclasses.extend(cls.__subclasses__())
+            step = vars(cls).get("step")
+            if step is not None:
+                steps.append((id(cls), id(step)))
+    return frozenset(steps)
+
+
 def resolve_exclude(exclude: Optional[Sequence[str]]) -> List[str]:
     """The exclude globs in effect: the default list for None; ``["+glob", ...]`` adds to the
     default list; a list of plain globs replaces it (config.c refuses a list of both kinds)."""
@@ -331,6 +361,8 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
     import torch  # discovery runs after torch was imported by the caller
 
     tensor_base = torch._C.TensorBase
+    optimizer = torch.optim.Optimizer
+    shared: List[Target] = []
     for cls in classes.values():
         cls_name = best_name[id(cls)]
         if issubclass(cls, type) or cls is tensor_base:
@@ -368,6 +400,35 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
             if kind != "tensor" and not under(getattr(func, "__module__", None)):
                 continue
             add(func, f"{cls_name}.{attr}", kind, cls, attr, raw if attr in own else MISSING)
+        if issubclass(cls, optimizer) and "step" not in own:
+            # an optimizer that steps with its base's step (AdamW: Adam's), itself or the hook
+            # torch put around it when the base was first constructed
+            base = next((b for b in cls.__mro__[1:] if "step" in vars(b)), optimizer)
+            raw = vars(base).get("step")
+            if base is not optimizer and isinstance(raw, types.FunctionType) and under(raw.__module__):
+                shared.append(Target(raw, f"{cls_name}.step", "method", [(cls, "step", MISSING)], shared=True))
+
+    # Optimizer classes without a public name (a program's own subclass of AdamW) that step with a
+    # torch optimizer's step: where one was made before the profile, torch put a hook around that
+    # step in the class's own __dict__, which no target reaches, and its steps went unrecorded (and
+    # ended no step). Named after the nearest public class they derive from.
+    subclasses, seen = list(optimizer.__subclasses__()), set()
+    while subclasses:
+        cls = subclasses.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        subclasses.extend(cls.__subclasses__())
+        raw = vars(cls).get("step")
+        if id(cls) in classes or not isinstance(raw, types.FunctionType) or not getattr(raw, "hooked", False):
+            continue
+        inner = getattr(raw, "__wrapped__", None)  # the step the hook was put around
+        if not isinstance(inner, types.FunctionType) or not under(inner.__module__) or \
+                _skip_reason(inner.__module__) is not None or _skip_reason(cls.__module__) is not None:
+            continue  # a step of the program's own (only what it calls is recorded)
+        public = next((best_name[id(b)] for b in cls.__mro__[1:] if id(b) in classes), None)
+        if public is not None:
+            shared.append(Target(raw, f"{public}.step", "method", [(cls, "step", raw)], shared=True))
 
     # The points findings need that the rules above leave out (private names): the wait for a
     # DataLoader's next batch.
@@ -392,7 +453,7 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
     chosen: List[Target] = []
     excluded: List[Tuple[str, str]] = []
     generators = GENERATOR_FUNCTIONS in exclude
-    for target in targets.values():
+    for target in list(targets.values()) + shared:
         glob = exclude_globs.match(target.name)
         if glob is None and generators and _is_generator_function(target.obj):
             glob = GENERATOR_FUNCTIONS
@@ -417,7 +478,7 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
             if target is not None and value is target.obj:
                 target.places.append((module, attr, value))
 
-    chosen.sort(key=lambda t: t.name)
+    chosen.sort(key=lambda t: (t.shared, t.name))  # the shared ones last (_patch._prepared)
     return Plan(chosen, skipped, excluded, [m for m, _ in modules], names)
 
 

@@ -158,12 +158,14 @@ class Patcher:
         items = []
         for target, full_kind in zip(plan.targets, _prepared(plan).kinds):
             original = target.obj
-            wrapper = self.wrappers.get(id(original))
+            # a shared target gets its own wrapper, under the class's name: the original's entry
+            # in self.wrappers stays the wrapper of its own name
+            wrapper = None if target.shared else self.wrappers.get(id(original))
             if wrapper is None:
-                bind = _BINDS.get(target.kind)
-                wrapper = self.wrappers[id(original)] = _core.wrap(original, target.name, bind=bind,
-                                                                   kind=full_kind & kinds)
+                wrapper = _core.wrap(original, target.name, bind=_BINDS.get(target.kind), kind=full_kind & kinds)
                 self._originals.append(original)
+                if not target.shared:
+                    self.wrappers[id(original)] = wrapper
             if target.kind == "staticmethod":
                 installed = staticmethod(wrapper)
             elif target.kind == "classmethod":
@@ -307,7 +309,7 @@ class _Prepared(NamedTuple):
 
     specs: List[Tuple[Any, str, Optional[bool], int]]   # per target: (original, name, bind, all kinds)
     kinds: List[int]                                    # per target: all the tracing kinds that apply
-    ids: List[int]                                      # per target: id(original)
+    ids: List[int]                                      # per target not shared: id(original)
     originals: List[Any]
     bound_kinds: List[Tuple[int, str]]                  # (target index, "staticmethod" | "classmethod")
     places: List[Tuple[int, Any, str, Any]]             # (target index, owner, attr, raw)
@@ -324,7 +326,10 @@ def _prepared(plan: "Plan") -> _Prepared:
         kinds = [classify(t) for t in plan.targets]
         prepared = _Prepared(
             specs=[(t.obj, t.name, binds.get(t.kind), k) for t, k in zip(plan.targets, kinds)],
-            kinds=kinds, ids=[id(t.obj) for t in plan.targets], originals=[t.obj for t in plan.targets],
+            # (the shared targets come last: zip(ids, wrappers) pairs the others only, so that an
+            # original's entry in Patcher.wrappers is the wrapper of its own name)
+            kinds=kinds, ids=[id(t.obj) for t in plan.targets if not t.shared],
+            originals=[t.obj for t in plan.targets],
             bound_kinds=[(i, t.kind) for i, t in enumerate(plan.targets) if t.kind in binds],
             places=[(i, owner, attr, raw) for i, t in enumerate(plan.targets) for owner, attr, raw in t.places],
             wrappers={})

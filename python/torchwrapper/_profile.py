@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 from ._clocks import ClockSync
-from ._discover import Plan, _Globs, discover, resolve_exclude
+from ._discover import Plan, _Globs, discover, optimizer_steps, resolve_exclude
 from ._files import read_rows, read_stream, record_files
 from ._flops import peak_flops as _peak_flops
 from ._memory import ProfilerGuard
@@ -28,9 +28,11 @@ from ._compile_watch import CompileWatch
 from ._trace import Tracer
 
 # Discovery plans by (modules, include, exclude), with the set of modules imported when each was
-# made. A later start reuses a plan when no module was imported since; the install then checks
-# every place still holds what discovery saw, and plans afresh when one does not.
-_plan_cache: Dict[tuple, Tuple[frozenset, Plan]] = {}
+# made and the steps that optimizer classes held then (optimizer_steps). A later start reuses a plan
+# when neither changed since; the install then checks every place still holds what discovery saw,
+# and plans afresh when one does not. (The steps: the first construction of a program's own
+# optimizer class puts a hook in a class that no place of the plan covers.)
+_plan_cache: Dict[tuple, Tuple[tuple, Plan]] = {}
 
 
 class _TorchRegistries:
@@ -271,9 +273,10 @@ class Profile:
         t0 = time.perf_counter()
         key = (tuple(self.modules), tuple(self.include), None if self.exclude is None else tuple(self.exclude))
         imported = frozenset(sys.modules)
+        state = (imported, optimizer_steps())
         cached = _plan_cache.get(key)
-        from_cache = cached is not None and cached[0] == imported
-        self.plan = cached[1] if from_cache else self._discover(key, imported)
+        from_cache = cached is not None and cached[0] == state
+        self.plan = cached[1] if from_cache else self._discover(key, state)
         t1 = time.perf_counter()
         self._registries.prepare()
         gc_was_enabled = gc.isenabled()
@@ -285,7 +288,7 @@ class Profile:
                 # undo, and plan afresh.
                 self.patcher.restore()
                 self.patcher = Patcher()
-                self.plan = self._discover(key, imported)
+                self.plan = self._discover(key, state)
                 self.patcher.install_plan(self.plan, kinds)
             self._registries.register(self.patcher, self.plan)
             self._modules_before = imported
@@ -328,11 +331,11 @@ class Profile:
         _exit_guard.started(self)
         return self
 
-    def _discover(self, key: tuple, imported: frozenset) -> Plan:
+    def _discover(self, key: tuple, state: tuple) -> Plan:
         plan = discover(self.modules, self.include, self.exclude)
         if len(_plan_cache) >= 8:
             _plan_cache.clear()
-        _plan_cache[key] = (imported, plan)
+        _plan_cache[key] = (state, plan)
         return plan
 
     def stop(self) -> None:

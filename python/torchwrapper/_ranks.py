@@ -27,8 +27,13 @@ def ranks(path: Source, *, steps: Optional[str] = None, alpha: Optional[float] =
     ``frame.attrs["ranks"]``: per rank, how often and how much it was slowest, its medians, its busy
     time against the other ranks' (``change_ns``, ``p_value``), ``straggler`` (beyond noise: the rank
     test of ``diff`` in its paired form, Wilcoxon signed-rank over the steps; alpha, default 0.001, and
-    min_change, percent of the median rank's step time, default 4), its clock offset and error, and for a straggler ``apis``: the APIs that explain its extra
-    time, the largest first. Also ``first_step``, ``last_step``, ``step_ns``, ``clock_error_ns``.
+    min_change, percent of the median rank's step time, default 4; the test is exact up to 25 steps),
+    ``likely`` (not a straggler yet, but slowest in more steps than chance makes likely: ``sign_p``,
+    the sign test times the number of ranks, under 0.05, and at least min_change slower; about
+    ``more_steps`` more steps like these would make it one), its clock offset and error, and for a
+    straggler or a likely one ``apis``: the APIs that explain its extra time, the largest first
+    (at p < alpha, or for a likely one p < 0.05). Also ``first_step``, ``last_step``, ``step_ns``,
+    ``clock_error_ns``.
     steps: "FIRST:LAST" (default: all but the first and the last step).
     """
     import pandas

@@ -57,8 +57,9 @@
     "                    recompilation, step time drift); --format json|markdown\n"                             \
     "  --ranks           instead of the table: per step and rank the step's time, the skew and the slowest\n"   \
     "                    rank; the ranks by how often and how much they were slowest; for a rank slower than\n"  \
-    "                    the others beyond noise (--alpha, --min-change), the APIs that explain it; time in\n"   \
-    "                    collectives shown apart, never blamed; times on rank 0's clock (clock_sync)\n"          \
+    "                    the others beyond noise (--alpha, --min-change), the APIs that explain it; on runs\n"  \
+    "                    too short for that, a likely straggler and about how many more steps it needs; time\n" \
+    "                    in collectives shown apart, never blamed; times on rank 0's clock (clock_sync)\n"       \
     "  --fail-above PCT  --diff: exit status 1 when a regression beyond noise exceeds PCT percent of BASE's step\n" \
     "  --alpha P         --diff, --ranks: the significance level of the per-step test (default 0.001)\n"                   \
     "  --min-change PCT  --diff, --ranks: changes under PCT percent of BASE's (the median rank's) step time\n"   \

@@ -434,13 +434,15 @@ void findings_add_stragglers(findings_t *f)
     const ranks_result_t *r = report_ranks_result(f->ranks);
     for (size_t k = 0; r != NULL && k < r->nranks; k++) {
         const ranks_rank_t *rank = &r->by_rank[r->order[k]];
-        if (!rank->straggler)
+        if (!rank->straggler && !rank->likely)
             continue;
         /* its extra busy time a step, of the median rank's step: what every rank waits for */
         double share = r->step_time_ns > 0 ? rank->change_ns / r->step_time_ns : 0;
         finding_t *x = add_finding(f, "straggler", share);
         if (x == NULL)
             return;
+        if (!rank->straggler) /* slowest more often than chance, too few steps for the test */
+            x->severity = "low";
         char where[64];
         snprintf(where, sizeof where, "rank %" PRId64, rank->rank >= 0 ? rank->rank : rank->pid);
         if ((x->where[0] = malloc(strlen(where) + 1)) != NULL) {
@@ -454,9 +456,12 @@ void findings_add_stragglers(findings_t *f)
         evidence(x, "steps", (double)r->nsteps);
         evidence(x, "extra_ms_per_step", rank->change_ns / 1e6);
         evidence(x, "p_value", rank->p_value);
+        if (!rank->straggler)
+            evidence(x, "more_steps", (double)rank->more_steps);
         snprintf(x->message, sizeof x->message,
-                 "%s is slower than the other ranks: slowest in %zu of %zu steps, +%.2f ms busy a step (%.1f%% of a "
-                 "step), which every rank waits for in its collectives%s%s.", where, rank->slowest_steps, r->nsteps,
+                 "%s is %sslower than the other ranks: slowest in %zu of %zu steps, +%.2f ms busy a step (%.1f%% of a "
+                 "step), which every rank waits for in its collectives%s%s.", where,
+                 rank->straggler ? "" : "likely ", rank->slowest_steps, r->nsteps,
                  rank->change_ns / 1e6, 100 * share, rank->napis > 0 ? "; most of it in " : "",
                  rank->napis > 0 ? rank->apis[0].api : "");
         snprintf(x->fix, sizeof x->fix,

@@ -31,9 +31,17 @@ typedef struct ranks_rank {
     double step_ns, wait_ns, busy_ns; /* medians over the steps compared */
     double change_ns, change_pct, p_value; /* busy time against the median of the others' */
     int straggler;
+    /* Not a straggler, but slowest in more steps than chance makes likely (sign_p < 0.05) and slower
+     * by at least --min-change: too few steps to tell yet. sign_p: the one-sided sign test of
+     * slowest_steps (each rank slowest in a step with probability 1 / ranks), times the number of
+     * ranks; more_steps: about how many more steps like these the signed-rank test needs to pass
+     * --alpha (0: more than ranks_analysis.c looks ahead). */
+    int likely;
+    double sign_p;
+    size_t more_steps;
     int has_clock;
     int64_t clock_offset_ns, clock_error_ns;
-    ranks_api_t *apis; /* a straggler's, the largest extra time first */
+    ranks_api_t *apis; /* a straggler's (or a likely one's), the largest extra time first */
     size_t napis;
 } ranks_rank_t;
 
@@ -58,6 +66,8 @@ typedef struct ranks_result {
     int64_t *start_ns, *end_ns;
     double step_time_ns;   /* the median rank's step time, median over steps: what percentages are of */
     double alpha, min_change_pct;
+    double likely_alpha;     /* the level of a likely straggler's sign test and of its APIs' tests */
+    size_t decided_steps;    /* the steps that have a slowest rank */
     int64_t clock_error_ns; /* the largest of the ranks' clock errors; -1: no rank's clock measured */
     size_t clocks;          /* ranks with a measured clock offset */
     size_t other_processes; /* processes left out: no rank where others have one, or a rank's second */

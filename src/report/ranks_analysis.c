@@ -12,10 +12,17 @@
  *
  * Noise: a rank is named a straggler when its busy time per step, against the median of the other
  * ranks' in the same steps, passes --diff's test in its paired form (ranks over the steps: the
- * Wilcoxon signed-rank test, p < --alpha, and a change of at least --min-change percent of the
+ * Wilcoxon signed-rank test, exact up to 25 steps, p < --alpha, and a change of at least --min-change percent of the
  * median rank's step time); and for it, each API's self time per step against the median of the
  * others' is tested the same way, and those beyond noise are its explanation, the largest first. A
  * rank that is slowest in a few steps by chance passes neither.
+ *
+ * Too few steps: below 11 steps no change reaches p < 0.001, however clear. A rank that is not a
+ * straggler but slowest in more steps than chance makes likely (the exact sign test: with no rank
+ * slower, each is a step's slowest with probability 1/R; its binomial tail times R, for the R
+ * ranks looked at, under 0.05) and slower by at least --min-change is a likely straggler: the
+ * report says how many more steps like these the signed-rank test would need, and which APIs
+ * explain its time at p < 0.05.
  */
 #include "config.h"
 
@@ -30,6 +37,8 @@
 #define DEFAULT_ALPHA 0.001    /* --diff's */
 #define DEFAULT_MIN_CHANGE 4.0 /* --diff's */
 #define APIS_SHOWN 10
+#define LIKELY_ALPHA 0.05       /* a likely straggler's sign test, and its APIs' signed-rank tests */
+#define MAX_PROJECTED (1 << 16) /* steps looked ahead for the steps a likely straggler needs */
 
 void report_ranks_result_free(ranks_result_t *res)
 {
@@ -104,11 +113,19 @@ static int compare_signed_ranks(const void *a, const void *b)
  * The two-sided p value of the Wilcoxon signed-rank test of the pairs (x[k], y[k]): --diff's rank
  * test, in its paired form. Why paired: the steps of a distributed run are the same steps on every
  * rank (DDP synchronises them), so what makes a step slow for all (a larger batch, the machine
- * busier) cancels in each step's difference, where Mann-Whitney would count it as noise. Normal
- * approximation with tie and continuity corrections (scipy's wilcoxon(method="approx",
- * correction=True)); zero differences are dropped (zero_method="wilcox"). 1 when no pair differs.
+ * busier) cancels in each step's difference, where Mann-Whitney would count it as noise. Zero
+ * differences are dropped (scipy's zero_method="wilcox"); tied differences share their mean rank.
+ * With at most EXACT_PAIRS differences left, the p value is exact: the distribution of the positive
+ * ranks' sum over the 2^m equally likely signs, conditional on the ties (what scipy's
+ * wilcoxon(method="exact") computes where there are no ties). Beyond, the normal approximation
+ * with tie and continuity corrections (scipy's method="approx", correction=True). Why exact on
+ * short runs: there the approximation overstates p several times over (13 steps all one way: exact
+ * 2/2^13 = 0.00024, approximated 0.0017), so that a rank slowest in every step of a short run was
+ * "not beyond noise" at --alpha 0.001. 1 when no pair differs.
  */
-static double wilcoxon(const double *x, const double *y, size_t n, int *oom)
+#define EXACT_PAIRS 25 /* 2^25 sign patterns: counted exactly in doubles */
+
+double report_signed_rank_p(const double *x, const double *y, size_t n, int *oom)
 {
     signed_rank_t *d = malloc((n + 1) * sizeof *d);
     if (d == NULL) {
@@ -120,6 +137,9 @@ static double wilcoxon(const double *x, const double *y, size_t n, int *oom)
         if (x[k] != y[k])
             d[m++] = (signed_rank_t){fabs(x[k] - y[k]), x[k] > y[k]};
     qsort(d, m, sizeof *d, compare_signed_ranks);
+    /* Doubled ranks: a tie group's mean rank times 2, an integer (i + 1 + j), so that the exact
+     * distribution below is over integers. */
+    unsigned twice[EXACT_PAIRS];
     double w = 0, ties = 0; /* ranks and tie sizes are integers: exact sums in any order */
     for (size_t i = 0; i < m;) {
         size_t j = i, positive = 0;
@@ -128,11 +148,33 @@ static double wilcoxon(const double *x, const double *y, size_t n, int *oom)
         double t = (double)(j - i);
         w += ((double)i + 1 + (double)j) / 2 * (double)positive;
         ties += t * t * t - t;
+        for (size_t k = i; k < j && m <= EXACT_PAIRS; k++)
+            twice[k] = (unsigned)(i + 1 + j);
         i = j;
     }
     free(d);
+    if (m == 0)
+        return 1;
+    if (m <= EXACT_PAIRS) {
+        /* count[s]: how many of the 2^m sign patterns give the doubled ranks of the positive ones
+         * the sum s; at most 2^25 each, exact in a double */
+        double count[EXACT_PAIRS * (EXACT_PAIRS + 1) + 1] = {1};
+        unsigned total = 0;
+        for (size_t k = 0; k < m; k++) {
+            total += twice[k];
+            for (unsigned s = total; s >= twice[k]; s--)
+                count[s] += count[s - twice[k]];
+        }
+        /* the distribution is symmetric about total / 2: two-sided p = twice the tail beyond w */
+        unsigned w2 = (unsigned)(2 * w), far = w2 > total - w2 ? w2 : total - w2;
+        double tail = 0;
+        for (unsigned s = far; s <= total; s++)
+            tail += count[s];
+        double p = 2 * tail / ldexp(1, (int)m);
+        return p > 1 ? 1 : p;
+    }
     double nm = (double)m, mean = nm * (nm + 1) / 4, variance = nm * (nm + 1) * (2 * nm + 1) / 24 - ties / 48;
-    if (m == 0 || !(variance > 0))
+    if (!(variance > 0))
         return 1;
     double distance = fabs(w - mean) - 0.5;
     double p = erfc((distance > 0 ? distance : 0) / sqrt(variance) / sqrt(2.0));
@@ -147,7 +189,7 @@ static double wilcoxon(const double *x, const double *y, size_t n, int *oom)
 static int compare_steps(const double *x, const double *y, size_t n, double step_ns, double *scratch, test_t *t)
 {
     int oom = 0;
-    t->p = wilcoxon(x, y, n, &oom);
+    t->p = report_signed_rank_p(x, y, n, &oom);
     if (oom)
         return TW_ENOMEM;
     memcpy(scratch, x, n * sizeof *x);
@@ -163,9 +205,83 @@ static int compare_steps(const double *x, const double *y, size_t n, double step
     return 0;
 }
 
-static int beyond_noise(const test_t *t, const ranks_result_t *res)
+/* Slower (by at least --min-change) with p < level. */
+static int beyond_noise(const test_t *t, double level, const ranks_result_t *res)
 {
-    return t->p < res->alpha && t->change > 0 && t->pct >= res->min_change_pct;
+    return t->p < level && t->change > 0 && t->pct >= res->min_change_pct;
+}
+
+/* log P(X = i) for X binomial(n, q) */
+static double binomial_log_term(size_t i, size_t n, double log_q, double log_1q)
+{
+    return lgamma((double)n + 1) - lgamma((double)i + 1) - lgamma((double)(n - i) + 1) + (double)i * log_q +
+           (double)(n - i) * log_1q;
+}
+
+/*
+ * P(X >= k) for X binomial(n, q), 0 < q < 1: the terms from k up when k is above the mean, else
+ * 1 less the terms from k - 1 down; either way they shrink from the first, and the sum stops when
+ * they no longer count (a few hundred terms at millions of steps, each from lgamma: no overflow).
+ */
+double report_binomial_tail(size_t k, size_t n, double q)
+{
+    if (k == 0)
+        return 1;
+    if (k > n)
+        return 0;
+    double sum = 0, log_q = log(q), log_1q = log1p(-q);
+    int above = (double)k > (double)n * q;
+    for (size_t i = above ? k : k - 1;; i += above ? 1 : (size_t)-1) {
+        double term = exp(binomial_log_term(i, n, log_q, log_1q));
+        sum += term;
+        if (term <= sum * 1e-17 || i == (above ? n : 0)) /* shrinking: 0 once, 0 after */
+            break;
+    }
+    double p = above ? sum : 1 - sum;
+    return p < 0 ? 0 : p > 1 ? 1 : p;
+}
+
+/*
+ * The number of steps, more than n, at which the signed-rank test of x against y passes level when
+ * the n steps go on repeating in their order: how long the run would have had to be if its next
+ * steps were like these; 0 when not within MAX_PROJECTED. One at a time up to 64 steps (the exact
+ * test's steps are coarse there), then by doubling and halving (p falls with more steps of the same
+ * kind; not strictly, so the number is "about"). 0 or TW_ENOMEM.
+ */
+static int steps_for_significance(const double *x, const double *y, size_t n, double level, size_t *steps)
+{
+    *steps = 0;
+    if (n == 0)
+        return 0;
+    double *rx = malloc(2 * (size_t)MAX_PROJECTED * sizeof *rx);
+    if (rx == NULL)
+        return TW_ENOMEM;
+    double *ry = rx + MAX_PROJECTED;
+    for (size_t k = 0; k < MAX_PROJECTED; k++) {
+        rx[k] = x[k % n];
+        ry[k] = y[k % n];
+    }
+    int oom = 0;
+    size_t below = n, above = 0; /* p >= level at below steps; p < level at above (0: none yet) */
+    for (size_t m = n + 1; m <= MAX_PROJECTED && !oom; m = m < 64 ? m + 1 : 2 * m) {
+        if (report_signed_rank_p(rx, ry, m, &oom) < level) {
+            above = m;
+            break;
+        }
+        below = m;
+    }
+    while (above > below + 1 && !oom) {
+        size_t middle = below + (above - below) / 2;
+        if (report_signed_rank_p(rx, ry, middle, &oom) < level)
+            above = middle;
+        else
+            below = middle;
+    }
+    free(rx);
+    if (oom)
+        return TW_ENOMEM;
+    *steps = above;
+    return 0;
 }
 
 static int compare_apis(const void *a, const void *b)
@@ -176,9 +292,9 @@ static int compare_apis(const void *a, const void *b)
     return strcmp(u->api, v->api);
 }
 
-/* The APIs beyond noise on rank i (by_rank index) of the ranked processes procs. */
+/* The APIs beyond noise at level on rank i (by_rank index) of the ranked processes procs. */
 static int explain(const ranks_t *r, ranks_result_t *res, const size_t *procs, size_t i, const int *classes,
-                   double *work)
+                   double level, double *work)
 {
     size_t n = res->nsteps, R = res->nranks;
     double *x = work, *y = x + n, *others = y + n, *scratch = others + R;
@@ -208,7 +324,7 @@ static int explain(const ranks_t *r, ranks_result_t *res, const size_t *procs, s
         test_t t;
         if (compare_steps(x, y, n, res->step_time_ns, scratch, &t) != 0)
             return TW_ENOMEM;
-        if (!beyond_noise(&t, res))
+        if (!beyond_noise(&t, level, res))
             continue;
         ranks_api_t *grown = realloc(rank->apis, (rank->napis + 1) * sizeof *grown);
         if (grown == NULL)
@@ -294,6 +410,7 @@ int report_ranks_compute(const ranks_t *r, ranks_result_t *res)
     const options_t *o = r->o;
     res->alpha = o->diff_alpha > 0 ? o->diff_alpha : DEFAULT_ALPHA;
     res->min_change_pct = o->diff_min_change_given ? o->diff_min_change : DEFAULT_MIN_CHANGE;
+    res->likely_alpha = LIKELY_ALPHA;
     res->no_step_rows = r->no_step;
     res->clock_error_ns = -1;
     ranked_t *ranked = malloc((r->nprocs + 1) * sizeof *ranked);
@@ -354,7 +471,7 @@ int report_ranks_compute(const ranks_t *r, ranks_result_t *res)
         k->rank = ranked[i].rank;
         k->pid = ranked[i].pid;
         k->change_ns = k->change_pct = 0;
-        k->p_value = NAN;
+        k->p_value = k->sign_p = NAN;
         const input_proc_t *p = report_input_proc(r->in, k->pid, NULL);
         if (p != NULL && p->has_clock) {
             k->has_clock = 1;
@@ -405,6 +522,7 @@ int report_ranks_compute(const ranks_t *r, ranks_result_t *res)
         s->skew_ns = (double)res->busy_ns[k * R + slowest] - s->median_busy_ns;
         s->slowest = s->skew_ns > 0 ? slowest : SIZE_MAX; /* ranks tied at the top: no one is slowest */
         if (s->slowest != SIZE_MAX) {
+            res->decided_steps++;
             res->by_rank[slowest].slowest_steps++;
             res->by_rank[slowest].slowest_extra_ns += s->skew_ns;
         }
@@ -442,8 +560,21 @@ int report_ranks_compute(const ranks_t *r, ranks_result_t *res)
         rank->change_ns = t.change;
         rank->change_pct = t.pct;
         rank->p_value = t.p;
-        rank->straggler = beyond_noise(&t, res);
-        if (rank->straggler && (rc = explain(r, res, procs, i, classes, work)) != 0)
+        rank->straggler = beyond_noise(&t, res->alpha, res);
+        /* Too few steps for the signed-rank test, or a level set low: slowest in more steps than
+         * chance makes likely, by the exact sign test (each rank is a step's slowest with
+         * probability 1/R when none is slower; times R for the R ranks looked at), and slower by
+         * at least --min-change. */
+        rank->sign_p = R * report_binomial_tail(rank->slowest_steps, res->decided_steps, 1.0 / (double)R);
+        if (rank->sign_p > 1)
+            rank->sign_p = 1;
+        rank->likely = !rank->straggler && rank->sign_p < res->likely_alpha && beyond_noise(&t, INFINITY, res);
+        if (rank->likely && (rc = steps_for_significance(x, y, n, res->alpha, &rank->more_steps)) != 0)
+            goto out;
+        if (rank->more_steps > 0)
+            rank->more_steps -= n;
+        if ((rank->straggler || rank->likely) &&
+            (rc = explain(r, res, procs, i, classes, rank->straggler ? res->alpha : res->likely_alpha, work)) != 0)
             goto out;
     }
     for (size_t i = 0; i < R; i++)

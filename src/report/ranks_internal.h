@@ -66,4 +66,12 @@ static inline uint64_t series_get(const series_t *s, int64_t step)
 int report_ranks_compute(const ranks_t *r, ranks_result_t *res);
 void report_ranks_result_free(ranks_result_t *res);
 
+/* The two-sided p value of the Wilcoxon signed-rank test of the pairs (x[k], y[k]), k < n: exact
+ * with up to 25 pairs that differ, the normal approximation beyond (ranks_analysis.c says why).
+ * NAN and *oom set when out of memory. */
+double report_signed_rank_p(const double *x, const double *y, size_t n, int *oom);
+
+/* P(X >= k) for X binomial(n, q), 0 < q < 1. */
+double report_binomial_tail(size_t k, size_t n, double q);
+
 #endif

@@ -103,6 +103,11 @@ static const char *rank_label(const ranks_rank_t *k, char *buf, size_t size)
     return buf;
 }
 
+static const char *verdict(const ranks_rank_t *k)
+{
+    return k->straggler ? "straggler" : k->likely ? "likely" : "-";
+}
+
 static void say_steps(const ranks_result_t *r, FILE *out)
 {
     fprintf(out, "%zu ranks, steps %" PRId64 " to %" PRId64 " compared%s. Busy: a rank's recorded time in a step "
@@ -141,7 +146,7 @@ static int print_text(const ranks_result_t *r, FILE *out, int markdown)
         tab_add(&t, "%.3f", ms(k->wait_ns));
         tab_add(&t, "%+.3f (%+.1f%%)", ms(k->change_ns), k->change_pct);
         tab_add(&t, isnan(k->p_value) ? "-" : "%.2g", k->p_value);
-        tab_add(&t, "%s", k->straggler ? "straggler" : "-");
+        tab_add(&t, "%s", verdict(k));
     }
     int rc = tab_print(&t, out, markdown);
     fputc('\n', out);
@@ -150,14 +155,31 @@ static int print_text(const ranks_result_t *r, FILE *out, int markdown)
                 r->alpha, r->min_change_pct, ms(r->step_time_ns));
     for (size_t n = 0; rc == 0 && n < r->nranks; n++) {
         const ranks_rank_t *k = &r->by_rank[r->order[n]];
-        if (!k->straggler)
+        if (k->straggler)
+            fprintf(out, "Rank %s is slower than the others beyond noise by %.3f ms a step (%.1f%% of a step's %.3f ms, "
+                         "p %.2g). Its extra time by API (self time per step, median over steps, against the median "
+                         "of the other ranks'):\n",
+                    rank_label(k, label, sizeof label), ms(k->change_ns), k->change_pct, ms(r->step_time_ns),
+                    k->p_value);
+        else if (k->likely) {
+            fprintf(out, "Likely straggler: rank %s slowest in %zu of %zu steps; ", rank_label(k, label, sizeof label),
+                    k->slowest_steps, r->nsteps);
+            if (k->more_steps > 0)
+                fprintf(out, "about %zu more steps for significance", k->more_steps);
+            else
+                fputs("too far from significance to say how many more steps", out);
+            fprintf(out, " (slower by %.3f ms a step, %.1f%% of a step's %.3f ms, p %.2g where --alpha is %g; slowest "
+                         "in that many steps by chance: p %.2g, the sign test over %zu ranks; the steps estimated as if "
+                         "the next ones were like these). Its extra time by API, not yet beyond noise (p < %g):\n",
+                    ms(k->change_ns), k->change_pct, ms(r->step_time_ns), k->p_value, r->alpha, k->sign_p, r->nranks,
+                    r->likely_alpha);
+        } else
             continue;
-        fprintf(out, "Rank %s is slower than the others beyond noise by %.3f ms a step (%.1f%% of a step's %.3f ms, "
-                     "p %.2g). Its extra time by API (self time per step, median over steps, against the median "
-                     "of the other ranks'):\n",
-                rank_label(k, label, sizeof label), ms(k->change_ns), k->change_pct, ms(r->step_time_ns), k->p_value);
         if (k->napis == 0) {
-            fprintf(out, "  no single API beyond noise: the time is spread over many\n\n");
+            if (k->straggler)
+                fprintf(out, "  no single API beyond noise: the time is spread over many\n\n");
+            else
+                fprintf(out, "  no API below p %g on its own yet: too few steps to tell\n\n", r->likely_alpha);
             continue;
         }
         t = (tab_t){.ncols = 6};
@@ -268,7 +290,8 @@ static void print_json(const ranks_result_t *r, FILE *out)
     fprintf(out, "{\"first_step\":%" PRId64 ",\"last_step\":%" PRId64 ",\"steps_cut\":%s,", r->first_step,
             r->last_step, r->steps_cut ? "true" : "false");
     report_json_double(out, "step_ns", r->step_time_ns, "%.1f");
-    fprintf(out, ",\"alpha\":%g,\"min_change_pct\":%g,\"clock_error_ns\":", r->alpha, r->min_change_pct);
+    fprintf(out, ",\"alpha\":%g,\"likely_alpha\":%g,\"min_change_pct\":%g,\"clock_error_ns\":", r->alpha,
+            r->likely_alpha, r->min_change_pct);
     if (r->clock_error_ns >= 0)
         fprintf(out, "%" PRId64, r->clock_error_ns);
     else
@@ -286,7 +309,15 @@ static void print_json(const ranks_result_t *r, FILE *out)
             {"p_value", k->p_value, "%.6g"},
         };
         json_numbers(out, rank_fields, sizeof rank_fields / sizeof rank_fields[0]);
-        fprintf(out, ",\"straggler\":%s,\"clock_offset_ns\":", k->straggler ? "true" : "false");
+        fprintf(out, ",\"straggler\":%s,\"likely\":%s,", k->straggler ? "true" : "false",
+                k->likely ? "true" : "false");
+        report_json_double(out, "sign_p", k->sign_p, "%.6g");
+        fputs(",\"more_steps\":", out);
+        if (k->likely && k->more_steps > 0)
+            fprintf(out, "%zu", k->more_steps);
+        else
+            fputs("null", out);
+        fputs(",\"clock_offset_ns\":", out);
         if (k->has_clock)
             fprintf(out, "%" PRId64 ",\"clock_error_ns\":%" PRId64, k->clock_offset_ns, k->clock_error_ns);
         else
@@ -368,8 +399,10 @@ void report_ranks_write_html(const ranks_result_t *r, FILE *out)
     fprintf(out, "<section id=\"ranks\"><h2>Ranks (%zu)</h2>\n<p class=\"note\">Steps %" PRId64 " to %" PRId64
                  " compared. Busy: a rank's recorded time in a step less its wait in collectives (shown apart, "
                  "never blamed). A straggler is slower than the median of the others beyond noise (p &lt; %g, at "
-                 "least %g%% of a step's %.3f ms). ",
-            r->nranks, r->first_step, r->last_step, r->alpha, r->min_change_pct, ms(r->step_time_ns));
+                 "least %g%% of a step's %.3f ms); a likely one is slowest in more steps than chance makes likely "
+                 "(p &lt; %g), with too few steps for the first test yet. ",
+            r->nranks, r->first_step, r->last_step, r->alpha, r->min_change_pct, ms(r->step_time_ns),
+            r->likely_alpha);
     if (r->clocks > 0)
         fprintf(out, "Clocks aligned to rank 0's within %.3f ms.</p>\n", ms((double)r->clock_error_ns));
     else
@@ -381,14 +414,22 @@ void report_ranks_write_html(const ranks_result_t *r, FILE *out)
         const ranks_rank_t *k = &r->by_rank[r->order[n]];
         fprintf(out, "<tr%s><td>%s</td><td>%" PRId64 "</td><td>%zu</td><td>%.3f</td><td>%.3f</td><td>%.3f</td>"
                      "<td>%+.3f</td><td>%.2g</td><td>%s</td></tr>\n",
-                k->straggler ? " class=\"slowest\"" : "", rank_label(k, label, sizeof label), k->pid,
+                k->straggler || k->likely ? " class=\"slowest\"" : "", rank_label(k, label, sizeof label), k->pid,
                 k->slowest_steps, ms(k->slowest_extra_ns), ms(k->busy_ns), ms(k->wait_ns), ms(k->change_ns),
-                k->p_value, k->straggler ? "straggler" : "-");
+                k->p_value, verdict(k));
     }
     fputs("</tbody></table>\n", out);
     for (size_t n = 0; n < r->nranks; n++) {
         const ranks_rank_t *k = &r->by_rank[r->order[n]];
-        if (!k->straggler || k->napis == 0)
+        if (k->likely) {
+            fprintf(out, "<p>Likely straggler: rank %s slowest in %zu of %zu steps; ", rank_label(k, label, sizeof label),
+                    k->slowest_steps, r->nsteps);
+            if (k->more_steps > 0)
+                fprintf(out, "about %zu more steps for significance.</p>\n", k->more_steps);
+            else
+                fputs("too far from significance to say how many more steps.</p>\n", out);
+        }
+        if (!(k->straggler || k->likely) || k->napis == 0)
             continue;
         fprintf(out, "<h3>Rank %s: its extra time by API</h3>\n<table class=\"sortable\"><thead><tr><th>API</th>"
                      "<th>rank ms</th><th>others ms</th><th>extra ms</th><th>%% of step</th><th>p</th></tr></thead>"

@@ -69,9 +69,9 @@ def test_the_step_column_is_the_trainer_s_global_step_and_training_is_unchanged(
     forwards = frame[frame["api"] == "torch.nn.Embedding.forward"]
     assert forwards.groupby("step").size().tolist() == [3 * ACCUMULATION] * MAX_STEPS   # word, position, type
     outer = frame[(frame["depth"] == 0) & frame["api"].str.startswith("torch.optim.")]
-    # (AdamW's step is named torch.optim.Adam.step when no AdamW existed before the profile began:
-    # torch wraps a subclass's step when its first instance is made; see NEWS)
-    for kind in ("torch.optim.Adam", "lr_scheduler."):   # one optimizer step and one scheduler step, in each step
+    # (the Trainer's AdamW, named after its class whatever was made before: test_optimizer_names.py)
+    assert "torch.optim.Adam.step" not in set(outer["api"])
+    for kind in ("torch.optim.AdamW.step", "lr_scheduler."):   # one optimizer step and one scheduler step, in each step
         calls = outer[outer["api"].str.contains(kind, regex=False) & outer["api"].str.endswith(".step")]
         assert calls.groupby("step").size().tolist() == [1] * MAX_STEPS, sorted(set(outer["api"]))
     assert callback.profile is None and tw._core.active_session() is None   # stopped at train end
