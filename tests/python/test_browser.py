@@ -220,3 +220,31 @@ def test_the_notebook_output_shows_the_report_in_its_frame(page, pages, tmp_path
     report.locator("#api-table th").first.click()   # the page's own script runs in the frame: it sorts
     assert page.problems == []
     screenshot(page, tmp_path, "notebook-output.png", full_page=False)
+
+
+def test_the_page_opens_with_the_findings_at_the_programs_lines(page, tmp_path):
+    import torch
+
+    def mistaken():
+        model = torch.nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(5):
+            loss = model(torch.randn(4, 8)).sum()
+            opt.zero_grad(set_to_none=False)
+            loss.backward()
+            opt.step()
+    with tw.profile(out_dir=str(tmp_path / "run")):
+        mistaken()
+    html = tmp_path / "report.html"
+    done = subprocess.run([TW_REPORT, "--html", str(html), str(tmp_path / "run")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    page.goto(html.as_uri())
+    page.wait_for_load_state("load")
+    assert page.problems == []
+    findings = page.locator("#findings")
+    assert findings.is_visible()
+    assert findings.bounding_box()["y"] < page.locator("#summary").bounding_box()["y"]   # first on the page
+    medium = page.locator("#findings .finding.medium")
+    assert medium.count() >= 1 and "zero_grad_fills" in medium.first.inner_text()
+    assert "test_browser.py:" in medium.first.inner_text() and "torchwrapper/" not in findings.inner_text()
+    screenshot(page, tmp_path, "findings.png", full_page=False)

@@ -81,6 +81,10 @@ def test_the_step_column_is_the_trainer_s_global_step_and_training_is_unchanged(
     assert header.split()[:3] == ["api", "calls", "total"]
     assert len(rows) == 10   # the top 10 APIs by total time, the largest first
     assert rows[0].split()[0] == frame.groupby("api")["cost_ns"].sum().idxmax()
+    # then the findings, as tw-report --findings gives them
+    found = tw.findings(str(out))
+    shown = [f["kind"] for f in found if f["severity"] in ("high", "medium")] or [f["kind"] for f in found]
+    assert all(kind in callback.table for kind in shown[:3]) and (not found or "Findings:" in callback.table)
 
 
 def test_a_schedule_counts_the_trainer_s_steps(tmp_path):
