@@ -288,7 +288,7 @@ int findings_settle(report_sink_t *sink)
         double share = (double)own / (double)run_ns;
         /* every eager program spends some of its time in Python between operations: a finding from
          * 15% of the run (medium), 30% (high) */
-        if (share >= 0.15) {
+        if (share >= 0.15 && ms(own) / per_step >= 1.0) { /* (and 1 ms a step: a tiny step's 50 us is no lead) */
             finding_t *x = add_finding(f, "python_outside_torch", share);
             if (x != NULL) {
                 x->severity = severity_of(share, 0.30, 0.15);
