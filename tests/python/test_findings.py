@@ -335,3 +335,11 @@ def test_memory_growing_step_over_step(tmp_path, fixed):
     assert finding["where"][0] == f"{HERE}:{line_of('growth')} growth_loop"
     assert finding["evidence"]["growing_steps"] >= 0.9 * finding["evidence"]["steps"]
     assert finding["evidence"]["kept_mib_per_step"] > 0.1
+
+
+@pytest.mark.parametrize("setup", ["mlp_sgd", "cnn_adam", "lstm_adam", "transformer_adamw", "alexnet_sgd"])
+def test_the_suites_training_loops_have_no_high_or_medium_finding(tmp_path, setup):
+    from models import train
+
+    found = findings_of(lambda: train(setup, 12), tmp_path)
+    assert not [f for f in found.values() if f["severity"] in ("high", "medium")], found
