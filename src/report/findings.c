@@ -224,7 +224,7 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d)
         conv_has_bias(row->args))
         own.conv_bias = 1;
     add_subtree(&t->level[d], &own, 1);
-    add_subtree(&t->level[d], &inside, 2);
+    add_subtree(&t->level[d], &inside, 1);
     t->top = d;
     return inside;
 }
