@@ -35,32 +35,74 @@ static int is(tw_str_t s, const char *name)
     return s.len == strlen(name) && memcmp(s.ptr, name, s.len) == 0;
 }
 
-/* The row's line as the findings name it: its site's text, or "(no site)". */
-static const char *line_of(const findings_t *f, const tw_row_t *row)
+/* The row's line as the findings name it: its site's text, or "(no site)"; looked up in the sites
+ * (and its text read) once per (process, site) while it stays in the cache. */
+static site_line_t *line_of(findings_t *f, const tw_row_t *row)
 {
-    const char *text = row->site != 0 && f->sites != NULL ? report_site_text(f->sites, row->pid, row->site) : NULL;
-    return text != NULL ? text : "(no site)";
+    uint64_t site = f->sites != NULL ? row->site : 0;
+    site_line_t *e = &f->lines[report_pid_id_hash(row->pid, site) & (SITE_CACHE - 1)];
+    if (e->used && e->pid == row->pid && e->site == site)
+        return e;
+    memset(e, 0, sizeof *e);
+    e->used = 1, e->pid = row->pid, e->site = site;
+    const char *text = site != 0 ? report_site_text(f->sites, row->pid, site) : NULL;
+    e->text = text != NULL ? text : "(no site)";
+    size_t len = strlen(e->text);
+    e->len = len < WHERE_TEXT_MAX ? len : WHERE_TEXT_MAX;
+    const char *function = strchr(e->text, ' ');
+    e->dataset = function != NULL && (strstr(function, "__getitem__") != NULL || strstr(function, "__getitems__") != NULL);
+    return e;
 }
 
-static void tally_in(findings_t *f, group_table_t *t, const char *key, uint64_t count, uint64_t ns, uint64_t ns2)
+/* Counts into *slot, the group of key (len bytes) in table, found on its first use. */
+static void add_to(findings_t *f, group_table_t *table, group_t **slot, const char *key, size_t len, uint64_t count,
+                   uint64_t ns, uint64_t ns2)
 {
-    size_t len = strlen(key);
-    group_t *g = report_group_get(t, key, len < WHERE_TEXT_MAX ? len : WHERE_TEXT_MAX);
-    if (g == NULL) {
+    if (*slot == NULL && (*slot = report_group_get(table, key, len)) == NULL) {
         f->oom = 1;
         return;
     }
-    g->stats.calls += count;
-    g->stats.total_ns += ns;
-    g->stats.self_ns += ns2;
+    (*slot)->stats.calls += count;
+    (*slot)->stats.total_ns += ns;
+    (*slot)->stats.self_ns += ns2;
 }
 
-static void tally(findings_t *f, tally_t *t, const tw_row_t *row, const char *key, uint64_t count, uint64_t ns,
-                  uint64_t ns2)
+/* Counts the row into t under key (len bytes, at most WHERE_TEXT_MAX), over all steps and, for a row
+ * of the first step, over that step; slots: the groups of key in t->all and t->first once found (the
+ * site_line_t's), or NULL to look them up now. */
+static void tally(findings_t *f, tally_t *t, const tw_row_t *row, group_t **slots, const char *key, size_t len,
+                  uint64_t count, uint64_t ns, uint64_t ns2)
 {
-    tally_in(f, &t->all, key, count, ns, ns2);
+    group_t *found[2] = {NULL, NULL};
+    if (slots == NULL)
+        slots = found;
+    add_to(f, &t->all, &slots[0], key, len, count, ns, ns2);
     if (row->step == 0)
-        tally_in(f, &t->first, key, count, ns, ns2);
+        add_to(f, &t->first, &slots[1], key, len, count, ns, ns2);
+}
+
+/* A tally keyed by the row's line alone (which: LINE_*). */
+static void tally_line(findings_t *f, tally_t *t, const tw_row_t *row, site_line_t *line, int which, uint64_t count,
+                       uint64_t ns, uint64_t ns2)
+{
+    tally(f, t, row, line->line[which], line->text, line->len, count, ns, ns2);
+}
+
+/* Into buf (WHERE_TEXT_MAX bytes): the key "LINE\tMORE" (more: len bytes, up to a NUL), cut at
+ * WHERE_TEXT_MAX bytes as every key is; its length. */
+static size_t join_key(char *buf, const site_line_t *line, const char *more, size_t len)
+{
+    size_t n = line->len;
+    memcpy(buf, line->text, n);
+    if (n < WHERE_TEXT_MAX)
+        buf[n++] = '\t';
+    const char *nul = memchr(more, '\0', len);
+    if (nul != NULL)
+        len = (size_t)(nul - more);
+    if (len > WHERE_TEXT_MAX - n)
+        len = WHERE_TEXT_MAX - n;
+    memcpy(buf + n, more, len);
+    return n + len;
 }
 
 /* The tally's groups less the first step's, when settle leaves the first step out. */
@@ -83,31 +125,39 @@ void findings_tally_settle(findings_t *f, tally_t *t)
 
 static thread_state_t *thread_of(findings_t *f, int64_t pid, uint64_t tid)
 {
+    if (f->last_thread != NULL && f->last_thread->pid == pid && f->last_thread->tid == tid)
+        return f->last_thread;
     size_t h = (size_t)(report_pid_id_hash(pid, tid) % FIND_THREADS);
     for (size_t i = 0; i < FIND_THREADS; i++) {
         thread_state_t *t = &f->threads[(h + i) % FIND_THREADS];
         if (!t->used) {
             memset(t, 0, sizeof *t);
             t->used = 1, t->pid = pid, t->tid = tid;
-            return t;
+            return f->last_thread = t;
         }
         if (t->pid == pid && t->tid == tid)
-            return t;
+            return f->last_thread = t;
     }
     return NULL;
 }
 
-/* The host waits for the device at these calls (on a GPU); on a CPU they are counted all the same. */
+/* The host waits for the device at these calls (on a GPU); on a CPU they are counted all the same.
+ * Which one: 1 + its place in the list; 0: none. */
 static int is_sync(tw_str_t api)
 {
-    static const char *const names[] = {"torch.Tensor.item", "torch.Tensor.tolist", "torch.Tensor.cpu",
-                                        "torch.Tensor.numpy", "torch.Tensor.__bool__", "torch.Tensor.__float__",
-                                        "torch.Tensor.__int__", "torch.Tensor.__index__", "torch.Tensor.nonzero",
-                                        "torch.nonzero", "torch.cuda.synchronize", "torch.Tensor.any",
-                                        "torch.Tensor.all", "torch.masked_select", "torch.unique"};
+#define SYNC(name) {name, sizeof name - 1}
+    static const struct {
+        const char *name;
+        size_t len;
+    } names[] = {SYNC("torch.Tensor.item"),      SYNC("torch.Tensor.tolist"),    SYNC("torch.Tensor.cpu"),
+                 SYNC("torch.Tensor.numpy"),     SYNC("torch.Tensor.__bool__"),  SYNC("torch.Tensor.__float__"),
+                 SYNC("torch.Tensor.__int__"),   SYNC("torch.Tensor.__index__"), SYNC("torch.Tensor.nonzero"),
+                 SYNC("torch.nonzero"),          SYNC("torch.cuda.synchronize"), SYNC("torch.Tensor.any"),
+                 SYNC("torch.Tensor.all"),       SYNC("torch.masked_select"),    SYNC("torch.unique")};
+#undef SYNC
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if (is(api, names[i]))
-            return 1;
+        if (api.len == names[i].len && memcmp(api.ptr, names[i].name, api.len) == 0)
+            return (int)i + 1;
     return 0;
 }
 
@@ -134,10 +184,32 @@ static int conv_has_bias(tw_str_t args)
     return 0;
 }
 
-/* Counts the row into its thread's subtree counters; returns the counters of the calls inside it. */
+/* a += times * b */
+static inline void add_subtree(subtree_t *a, const subtree_t *b, uint32_t times)
+{
+    a->rows += times * b->rows;
+    a->foreach_calls += times * b->foreach_calls;
+    a->fused_calls += times * b->fused_calls;
+    a->inplace_calls += times * b->inplace_calls;
+    a->fills += times * b->fills;
+    a->fill_ns += times * b->fill_ns;
+    a->conv_bias += times * b->conv_bias;
+}
+
+/*
+ * Counts the row into its thread's subtree counters; returns the counters of the calls inside it.
+ * The rows at depth >= k since the last row at a depth < k are level[k] + level[k + 1] + ...: a row
+ * at depth d takes the levels above d (its subtree, every row of it read since the last row at
+ * depth <= d) and adds them, with its own counts, into level[d]. The levels above d are those of
+ * its children alone, but for a row whose parent is not read: one level a row, whatever the depth.
+ */
 static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d)
 {
-    subtree_t inside = t->acc[d + 1];
+    subtree_t inside = {0};
+    for (size_t k = d + 1; k <= t->top; k++) {
+        add_subtree(&inside, &t->level[k], 1);
+        memset(&t->level[k], 0, sizeof t->level[k]);
+    }
     subtree_t own = {.rows = 1};
     if (has_prefix(row->api, "torch._foreach_"))
         own.foreach_calls = 1;
@@ -152,19 +224,9 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d)
     if ((is(row->api, "torch.conv1d") || is(row->api, "torch.conv2d") || is(row->api, "torch.conv3d")) &&
         conv_has_bias(row->args))
         own.conv_bias = 1;
-    memset(&t->acc[d + 1], 0, sizeof t->acc[d + 1]);
-    for (size_t k = d + 2; k <= FIND_DEPTH + 1 && t->acc[k].rows != 0; k++)
-        memset(&t->acc[k], 0, sizeof t->acc[k]);
-    for (size_t k = 0; k <= d; k++) {
-        subtree_t *a = &t->acc[k];
-        a->rows += own.rows + inside.rows;
-        a->foreach_calls += own.foreach_calls + inside.foreach_calls;
-        a->fused_calls += own.fused_calls + inside.fused_calls;
-        a->inplace_calls += own.inplace_calls + inside.inplace_calls;
-        a->fills += own.fills + inside.fills;
-        a->fill_ns += own.fill_ns + inside.fill_ns;
-        a->conv_bias += own.conv_bias + inside.conv_bias;
-    }
+    add_subtree(&t->level[d], &own, 1);
+    add_subtree(&t->level[d], &inside, 1);
+    t->top = d;
     return inside;
 }
 
@@ -182,20 +244,24 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     (void)kept;
     if (row->kind != TW_FILE_CALLS)
         return 0;
-    const char *line = line_of(f, row);
+    site_line_t *line = line_of(f, row);
+    char key[WHERE_TEXT_MAX];
     /* the program's own syncs: outermost calls (an Adam step's .item() on its step counts is torch's) */
-    if (row->fwd_call_id == 0 && row->depth == 0 && is_sync(row->api)) {
-        char key[WHERE_TEXT_MAX + 64];
-        snprintf(key, sizeof key, "%s\t%.*s", line, (int)(row->api.len < 60 ? row->api.len : 60), row->api.ptr);
-        tally(f, &f->syncs, row, key, 1, row->cost_ns, 0);
+    int sync = row->fwd_call_id == 0 && row->depth == 0 ? is_sync(row->api) : 0;
+    if (sync != 0) { /* keyed "LINE\tAPI" (the API cut at 60 bytes) */
+        if (line->sync != sync) {
+            line->sync = sync;
+            line->sync_g[0] = line->sync_g[1] = NULL;
+        }
+        size_t len = join_key(key, line, row->api.ptr, row->api.len < 60 ? row->api.len : 60);
+        tally(f, &f->syncs, row, line->sync_g, key, len, 1, row->cost_ns, 0);
     }
     if (is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__"))
-        tally(f, &f->loader_wait, row, line, 1, row->cost_ns, 0);
+        tally_line(f, &f->loader_wait, row, line, LINE_LOADER, 1, row->cost_ns, 0);
     if (is(row->api, "torch._dynamo (compilation)")) /* a range of _compile_watch.py's */
-        tally(f, &f->compiles, row, line, 1, row->cost_ns, 0);
-    const char *function = strchr(line, ' ');
-    if (function != NULL && (strstr(function, "__getitem__") != NULL || strstr(function, "__getitems__") != NULL))
-        tally(f, &f->dataset_lines, row, line, 1, row->self_ns, 0);
+        tally_line(f, &f->compiles, row, line, LINE_COMPILES, 1, row->cost_ns, 0);
+    if (line->dataset)
+        tally_line(f, &f->dataset_lines, row, line, LINE_DATASET, 1, row->self_ns, 0);
 
     thread_state_t *t = row->fwd_call_id == 0 ? thread_of(f, row->pid, row->tid) : NULL;
     if (t == NULL)
@@ -208,29 +274,28 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
         if (row->cost_ns < SMALL_CALL_NS) {
             f->small_calls[0]++, f->small_calls[1] += first;
             f->small_ns[0] += row->cost_ns, f->small_ns[1] += first ? row->cost_ns : 0;
-            tally(f, &f->small_ops, row, line, 1, row->cost_ns, 0);
+            tally_line(f, &f->small_ops, row, line, LINE_SMALL_OPS, 1, row->cost_ns, 0);
         }
     }
     if (has_prefix(row->api, "torch.optim.") && has_suffix(row->api, ".step") && inside.foreach_calls == 0 &&
         inside.fused_calls == 0 && inside.inplace_calls >= 4) {
-        char key[WHERE_TEXT_MAX + 80];
-        snprintf(key, sizeof key, "%s\t%.*s", line, (int)(row->api.len < 70 ? row->api.len : 70), row->api.ptr);
-        tally(f, &f->single_tensor_opt, row, key, 1, row->cost_ns, inside.inplace_calls);
+        size_t len = join_key(key, line, row->api.ptr, row->api.len < 70 ? row->api.len : 70);
+        tally(f, &f->single_tensor_opt, row, NULL, key, len, 1, row->cost_ns, inside.inplace_calls);
     }
     /* set_to_none=True touches no gradient; False detaches and zeroes each (one by one, or with
      * torch._foreach_zero_, which is private and not recorded: its detach_/requires_grad_ are) */
     if (has_prefix(row->api, "torch.optim.") && has_suffix(row->api, ".zero_grad") &&
         (inside.fills > 0 || inside.inplace_calls > 0))
-        tally(f, &f->fills, row, line, 1, row->cost_ns, inside.inplace_calls > inside.fills ? inside.inplace_calls
-                                                                                        : inside.fills);
+        tally_line(f, &f->fills, row, line, LINE_FILLS, 1, row->cost_ns,
+                   inside.inplace_calls > inside.fills ? inside.inplace_calls : inside.fills);
     /* a convolution with a bias, then a batch norm of the same parent: the norm cancels the bias */
     sibling_t *before = &t->last[d];
     /* (BatchNorm2d's forward is _BatchNorm's, a private class's: its F.batch_norm is the sibling seen) */
     int norm = is_module_forward(row->api, "torch.nn.BatchNorm") || is(row->api, "torch.nn.functional.batch_norm");
     if (norm && before->conv && before->parent_id == row->parent_id) {
-        char key[WHERE_TEXT_MAX + 200];
-        snprintf(key, sizeof key, "%s\t%s", line, before->module[0] ? before->module : "(the model)");
-        tally(f, &f->conv_bn, row, key, 1, 0, 0);
+        const char *module = before->module[0] ? before->module : "(the model)";
+        size_t len = join_key(key, line, module, strlen(module));
+        tally(f, &f->conv_bn, row, NULL, key, len, 1, 0, 0);
     }
     /* the modules' order: a module forward (or a norm) is the last one seen at its depth; other calls
      * between (the norm's own input.dim(), its counter's add_) are not */
@@ -262,7 +327,7 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
             span->net_bytes += (int64_t)row->mem_alloc - (int64_t)row->mem_freed;
         }
         if (row->mem_alloc > row->mem_freed) /* what a line keeps from one step to the next */
-            tally(f, &f->kept_bytes, row, line, 1, row->mem_alloc - row->mem_freed, 0);
+            tally_line(f, &f->kept_bytes, row, line, LINE_KEPT, 1, row->mem_alloc - row->mem_freed, 0);
     }
     f->have_memory |= row->mem_alloc != 0 || row->mem_freed != 0;
     if (row->depth == 0) {
@@ -271,10 +336,18 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
             t->first_start = row->start_ns;
         if (end > t->last_end) {
             /* the gap before this call: the program's Python between two calls into torch */
-            if (t->outer_rows > 0 && row->start_ns > t->last_end) {
-                char key[WHERE_TEXT_MAX + 48];
-                snprintf(key, sizeof key, "%s\t%" PRId64 ":%" PRIu64, line, t->pid, t->tid);
-                tally(f, &f->gaps, row, key, 1, row->start_ns - t->last_end, 0);
+            if (t->outer_rows > 0 && row->start_ns > t->last_end) { /* keyed "LINE\tPID:TID" */
+                if (!line->gap_set || line->gap_tid != t->tid) {
+                    line->gap_set = 1, line->gap_tid = t->tid;
+                    line->gap[0] = line->gap[1] = NULL;
+                }
+                size_t len = 0;
+                if (line->gap[0] == NULL || (row->step == 0 && line->gap[1] == NULL)) { /* the key, once */
+                    char thread[48];
+                    int n = snprintf(thread, sizeof thread, "%" PRId64 ":%" PRIu64, t->pid, t->tid);
+                    len = join_key(key, line, thread, (size_t)n);
+                }
+                tally(f, &f->gaps, row, line->gap, key, len, 1, row->start_ns - t->last_end, 0);
             }
             t->last_end = end;
         }
@@ -297,6 +370,7 @@ static void findings_free(report_sink_t *sink)
             free(f->found[i].where[k]);
     free(f->found);
     free(f->threads);
+    free(f->lines);
     free(f->steps);
     free(f);
 }
@@ -336,7 +410,10 @@ static const report_sink_ops_t findings_ops = {
 int report_findings_new(const options_t *o, const report_sites_t *sites, int have_gpu_files, report_sink_t **sink)
 {
     findings_t *f = calloc(1, sizeof *f);
-    if (f == NULL || (f->threads = calloc(FIND_THREADS, sizeof *f->threads)) == NULL) {
+    if (f == NULL || (f->threads = calloc(FIND_THREADS, sizeof *f->threads)) == NULL ||
+        (f->lines = calloc(SITE_CACHE, sizeof *f->lines)) == NULL) {
+        if (f != NULL)
+            free(f->threads);
         free(f);
         return TW_ENOMEM;
     }

@@ -5,7 +5,7 @@
  *
  * A sink of the pass that keeps per thread a few counters per call depth: records are written when a
  * call returns, so the calls inside a call are the rows of its thread read just before it, deeper
- * than it; each row closes the subtree above it (its counts) in O(depth), with no table of pending
+ * than it; each row closes the subtree above it (its counts) in O(1), with no table of pending
  * calls. Memory is flat: per thread, per step and per (rule, line), never per call.
  */
 #ifndef TW_REPORT_FINDINGS_H

@@ -13,6 +13,7 @@
 #define FIND_STEPS 65536    /* steps whose times are kept (drift) */
 #define SMALL_CALL_NS 5000  /* "a small operation": a call with nothing inside under 5 us */
 #define WHERE_TEXT_MAX 300
+#define SITE_CACHE 1024     /* lines remembered (a power of two): a row's line is looked up once */
 
 /* What the calls inside one call did (the rule counters of a subtree). */
 typedef struct subtree {
@@ -33,9 +34,33 @@ typedef struct thread_state {
     int used;
     uint64_t first_start, last_end; /* of its outermost calls */
     uint64_t outer_rows;
-    subtree_t acc[FIND_DEPTH + 2]; /* acc[k]: rows at depth >= k since the last row at depth < k */
+    /* level[k]: what the calls closed at depth k since the last row at a depth < k counted (see
+     * close_subtree); level[k] for k > top is empty */
+    subtree_t level[FIND_DEPTH + 2];
+    size_t top;
     sibling_t last[FIND_DEPTH + 1];
 } thread_state_t;
+
+/* The tallies keyed by a line alone, whose groups a site_line_t keeps. */
+enum { LINE_SMALL_OPS, LINE_DATASET, LINE_LOADER, LINE_COMPILES, LINE_FILLS, LINE_KEPT, LINE_TALLIES };
+
+/* A row's line, looked up once per (process, site) rather than per row: its text and length, whether
+ * it is in a Dataset's __getitem__, and the tallies' groups of that key (all steps, the first step;
+ * NULL until a row counts there). A cache: an entry taken by another site is filled again. */
+typedef struct site_line {
+    int used;
+    int64_t pid;
+    uint64_t site;
+    const char *text; /* the sites' text (borrowed), or "(no site)" */
+    size_t len;       /* the key's length: strlen(text), at most WHERE_TEXT_MAX */
+    int dataset;
+    group_t *line[LINE_TALLIES][2];
+    int sync;               /* the host sync API (is_sync's number) whose groups sync holds; 0: none */
+    group_t *sync_g[2];
+    uint64_t gap_tid;       /* the thread whose gaps' groups gap holds (the entry's pid's) */
+    int gap_set;
+    group_t *gap[2];
+} site_line_t;
 
 typedef struct step_span {
     uint64_t start, end;
@@ -56,6 +81,8 @@ typedef struct findings {
     const options_t *o;
     const report_sites_t *sites;
     thread_state_t *threads;
+    thread_state_t *last_thread; /* the last row's: rows come in runs of one thread */
+    site_line_t *lines;          /* SITE_CACHE of them */
     tally_t loader_wait, dataset_lines, syncs, gaps, small_ops, single_tensor_opt, fills, conv_bn, compiles,
         kept_bytes; /* kept_bytes: per line, bytes its outermost calls allocated and did not free */
     int have_memory; /* some row carries allocator reports */

@@ -9,7 +9,7 @@ exits 1 at the end naming every one that failed. The last thing printed is the t
 
     python tests/bench/all.py [NAME ...]     (make bench sets PYTHONPATH, BENCH and top_builddir)
 
-NAME picks benches (writer, run, training, report, ranks, trace, load, transformer, hf, gpu, sites,
+NAME picks benches (writer, run, training, report, findings, ranks, trace, load, transformer, hf, gpu, sites,
 schedule, backward, trainer, flops, memory). BENCH=smoke also runs torch on one thread
 (OMP_NUM_THREADS=1 unless set): on a small shared machine torch's default threads, one per core,
 contend with each other and with other work and make each step many times slower.
@@ -38,6 +38,7 @@ BENCHES: List[Tuple[str, str, Tuple[str, ...]]] = [
     ("run", "run.py", ("bench.json",)),
     ("training", "bench_training.py", ("bench-training.json",)),
     ("report", "bench_report.py", ("bench-report.json",)),
+    ("findings", "bench_findings.py", ()),
     ("ranks", "bench_ranks.py", ("bench-ranks.json",)),
     ("trace", "bench_trace.py", ("bench-trace.json",)),
     ("load", "bench_load.py", ("bench-load.json",)),

@@ -56,13 +56,16 @@ def real_rows(tmp):
     return header, rows
 
 
-def make_file(path, header, rows, size):
-    """Repeats rows (call ids and times shifted) until the file holds size bytes."""
+def make_file(path, header, rows, size, shift_steps=False):
+    """Repeats rows (call ids and times shifted, and with shift_steps their steps: a longer run)
+    until the file holds size bytes."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     span = max(int(r[2]) for r in rows) - min(int(r[2]) for r in rows) + 1
     ids = max(int(r[0]) for r in rows)
+    step = header.index("step")
+    steps = max(int(r[step]) for r in rows) + 1 if shift_steps else 0
     block = 0
     with open(path, "w", newline="") as f:
         while f.tell() < size:
@@ -72,6 +75,8 @@ def make_file(path, header, rows, size):
                 r[2] = str(int(r[2]) + block * span)
                 if r[9] != "0":
                     r[9] = str(int(r[9]) + block * ids)
+                if steps:
+                    r[step] = str(int(r[step]) + block * steps)
                 writer.writerow(r)
             f.write(buf.getvalue())
             buf.seek(0)
@@ -79,14 +84,15 @@ def make_file(path, header, rows, size):
             block += 1
 
 
-def run_report(paths, extra=()):
-    """(wall s, cpu s, max RSS MB or None) of one tw-report run over paths (extra: more options)."""
+def run_report(paths, extra=(), fmt="csv"):
+    """(wall s, cpu s, max RSS MB or None) of one tw-report run over paths (extra: more options;
+    fmt: its --format, None for the default table)."""
     # The maximum RSS comes from GNU time, whose child is forked from a small process: a child
     # forked (or vforked) from this big Python process starts with its pages counted.
     with tempfile.NamedTemporaryFile("r") as rss:
         timer = ["/usr/bin/time", "-f", "%M", "-o", rss.name] if os.path.exists("/usr/bin/time") else []
         devnull = os.open(os.devnull, os.O_WRONLY)
-        argv = timer + [TW_REPORT, "--format", "csv", *extra, *paths]
+        argv = timer + [TW_REPORT, *(("--format", fmt) if fmt else ()), *extra, *paths]
         start = time.perf_counter()
         pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
         _, status, usage = os.wait4(pid, 0)

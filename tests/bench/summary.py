@@ -55,6 +55,17 @@ def report(out: str) -> str:
             f"pandas; max RSS {r['max_rss_mb_all_files']} MB")
 
 
+def findings(out: str) -> str:
+    r = last_json(os.path.join(out, "bench-findings.txt"))["bench_findings"]
+    s, p = r["speed"], r["planted"]
+    named = ", ".join(f"{tool} {count}/7" for tool, count in p["counts"].items())
+    failed = ", ".join(f"{tool}: {state.split(':')[0]}" for tool, state in p["status"].items() if state != "ok")
+    return (f"--findings {s['findings_over_table_wall']:.2f}x the table's wall time on {s['input_mb']:.0f} MB "
+            f"({s['findings_over_table_j1_wall']:.2f}x at -j 1, {s['findings_over_table_cpu']:.2f}x CPU), max RSS "
+            f"{s['findings_max_rss_mb_tenth']} -> {s['max_rss_mb']['findings']} MB; planted mistakes named: {named}"
+            + (f" ({failed})" if failed else ""))
+
+
 def ranks(out: str) -> str:
     r = read_json(os.path.join(out, "bench-ranks.json"))
     found = "found" if r["stragglers"] == [17] else f"WRONG: {r['stragglers']}"
@@ -155,7 +166,8 @@ def short(model: str) -> str:
 
 
 FIGURES: Dict[str, Callable[[str], str]] = {
-    "writer": writer, "run": run, "training": training, "report": report, "ranks": ranks, "trace": trace,
+    "writer": writer, "run": run, "training": training, "report": report, "findings": findings, "ranks": ranks,
+    "trace": trace,
     "load": load, "transformer": transformer, "hf": hf, "gpu": gpu, "sites": sites, "schedule": schedule,
     "backward": backward, "trainer": trainer, "flops": flops, "memory": memory,
 }

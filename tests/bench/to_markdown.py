@@ -83,6 +83,7 @@ def main(directory):
     hf = load(directory, "bench-hf.txt")
     loading = load(directory, "bench-load.json")
     memory = load(directory, "bench-memory.txt")
+    found = load(directory, "bench-findings.txt")
     rows = []
 
     def add(what, measured, target="—"):
@@ -177,6 +178,13 @@ def main(directory):
         for engine, row in report.get("engines", {}).items():
             add(f"the same per-API table through {engine} (`torchwrapper.{'sql' if engine == 'duckdb' else 'load'}`)",
                 f"{row['mb_s_wall']:.0f} MB/s, max RSS {row['max_rss_mb']:.0f} MB")
+    if found:
+        s, p = found["bench_findings"]["speed"], found["bench_findings"]["planted"]
+        add(f"`tw-report --findings` on {s['input_mb']:.0f} MB: time / the per-API table's (-j 1); memory a tenth → all",
+            f"{s['findings_over_table_wall']:.2f}x ({s['findings_over_table_j1_wall']:.2f}x); "
+            f"{s['findings_max_rss_mb_tenth']:.1f} → {s['max_rss_mb']['findings']:.1f} MB", "1.2x, flat")
+        add("planted.py's seven mistakes named (TorchWrapper / " + " / ".join(list(p["counts"])[1:]) + ")",
+            " / ".join(f"{n}/7" for n in p["counts"].values()))
     if loading:
         for fmt, row in loading["formats"].items():
             add(f"`torchwrapper.load()` / `iter_rows`, {loading['rows'] / 1e6:.0f}M calls of {fmt.upper()} "

@@ -150,6 +150,9 @@ def test_an_optimizer_on_its_single_tensor_path(tmp_path, foreach):
     finding = found["optimizer_single_tensor"]
     assert finding["where"] == [f"{HERE}:{line_of('step')} optimizer_loop"]
     assert "torch.optim.Adam.step" in finding["message"] and "foreach=True" in finding["fix"]
+    # Adam's single-tensor step: lerp_, mul_, addcmul_, add_, addcdiv_ on each of the 4 parameters,
+    # inside torch.optim.adam.adam (counted once, not again for each level above them)
+    assert finding["evidence"]["tensor_ops_per_step"] == 5 * len(list(mlp().parameters()))
     assert finding["severity"] == "low"   # on a CPU (torch's default there): foreach pays on a GPU
 
 

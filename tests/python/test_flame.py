@@ -285,7 +285,8 @@ def test_html_is_one_small_file_with_the_per_api_table(run_dir, tmp_path):
         assert cells[1] == row["calls"] and cells[2] == row["errors"]
         assert cells[3] == f"{int(row['total_ns']) / 1e6:.3f}" and cells[4] == f"{int(row['self_ns']) / 1e6:.3f}"
     # The summary: what the manifest says, and the steps of the records.
-    summary = text[text.index('<section id="summary">'):text.index("</section>")]
+    start = text.index('<section id="summary">')   # (the findings' section comes before it)
+    summary = text[start:text.index("</section>", start)]
     assert f"<b>{torch.__version__}</b><span>torch</span>" in summary
     assert f"<b>{socket.gethostname()}</b><span>host</span>" in summary
     assert "<b>8</b><span>steps</span>" in summary
