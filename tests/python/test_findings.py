@@ -49,7 +49,8 @@ class SlowSamples(torch.utils.data.Dataset):
 
 
 def input_bound_loop(fixed):
-    model, opt = mlp(), None
+    torch.manual_seed(0)   # a model whose step outweighs a TensorDataset's batch, on one thread too
+    model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = (torch.utils.data.TensorDataset(torch.randn(320, 64), torch.randint(0, 4, (320,))) if fixed
             else SlowSamples())
@@ -222,7 +223,7 @@ def test_step_time_drift(tmp_path, slower):
 def test_a_clean_loop_has_no_high_or_medium_finding(tmp_path):
     def clean():
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 4))
+        model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 4))
         opt = torch.optim.Adam(model.parameters())
         data = torch.utils.data.TensorDataset(torch.randn(640, 64), torch.randint(0, 4, (640,)))
         for x, y in torch.utils.data.DataLoader(data, batch_size=64):
