@@ -348,6 +348,8 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
                     len = join_key(key, line, thread, (size_t)n);
                 }
                 tally(f, &f->gaps, row, line->gap, key, len, 1, row->start_ns - t->last_end, 0);
+                if (f->steps != NULL && row->step >= 0 && (uint64_t)row->step <= f->max_step)
+                    f->steps[row->step].gap_ns += row->start_ns - t->last_end;
             }
             t->last_end = end;
         }
