@@ -60,9 +60,13 @@ _KINDS: Dict[str, Dict[str, Any]] = {
             _col("step", "int64", "the training step the call began in, from 0: a step ends when an outermost "
                                   "optimizer.step() returns, or at each prof.step() / torchwrapper.step() once "
                                   "one was called (config schedule)", missing=-1),
-            _col("site", "int64", "where the program made the call: an id in the process's sites file "
-                                  "(sites.json, or sites-PID.json beside manifest-PID.json); 0 for none (a call "
-                                  "torch's own code made, config sites \"off\", or a file older than the column)",
+            _col("site", "int64", "the program's line the call is charged to, an id in the process's sites file "
+                                  "(sites.json, or sites-PID.json beside manifest-PID.json): with config sites "
+                                  "\"boundary\" (the default) the caller's line when the program made the call, "
+                                  "else the line that entered torch (a call torch's code made takes the site of "
+                                  "the call around it); with \"all\" the caller's line, torch's files included; "
+                                  "0 for none (no Python frame: autograd's AccumulateGrad nodes; config sites "
+                                  "\"off\"; a file older than the column)",
                  missing=0),
             _col("fwd_call_id", "int64", "for an autograd node (config aten \"backward\"; its api is the node's "
                                          "name, AddmmBackward0): the call_id of the forward call that created it, "

@@ -259,8 +259,12 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
                 span->start = row->start_ns;
             if (end > span->end)
                 span->end = end;
+            span->net_bytes += (int64_t)row->mem_alloc - (int64_t)row->mem_freed;
         }
+        if (row->mem_alloc > row->mem_freed) /* what a line keeps from one step to the next */
+            tally(f, &f->kept_bytes, row, line, 1, row->mem_alloc - row->mem_freed, 0);
     }
+    f->have_memory |= row->mem_alloc != 0 || row->mem_freed != 0;
     if (row->depth == 0) {
         uint64_t end = row->start_ns + row->cost_ns;
         if (t->outer_rows == 0 || row->start_ns < t->first_start)
@@ -283,7 +287,7 @@ static void findings_free(report_sink_t *sink)
 {
     findings_t *f = (findings_t *)sink;
     tally_t *tallies[] = {&f->loader_wait, &f->dataset_lines, &f->syncs, &f->gaps, &f->small_ops,
-                          &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles};
+                          &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles, &f->kept_bytes};
     for (size_t i = 0; i < sizeof tallies / sizeof *tallies; i++) {
         report_group_table_free(&tallies[i]->all);
         report_group_table_free(&tallies[i]->first);

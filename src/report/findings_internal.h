@@ -39,6 +39,7 @@ typedef struct thread_state {
 
 typedef struct step_span {
     uint64_t start, end;
+    int64_t net_bytes; /* config memory: allocated less freed by the step's outermost calls */
 } step_span_t;
 
 /* A rule's tally, keyed by a line's text (group_t: stats.calls a count, stats.total_ns time,
@@ -55,7 +56,9 @@ typedef struct findings {
     const options_t *o;
     const report_sites_t *sites;
     thread_state_t *threads;
-    tally_t loader_wait, dataset_lines, syncs, gaps, small_ops, single_tensor_opt, fills, conv_bn, compiles;
+    tally_t loader_wait, dataset_lines, syncs, gaps, small_ops, single_tensor_opt, fills, conv_bn, compiles,
+        kept_bytes; /* kept_bytes: per line, bytes its outermost calls allocated and did not free */
+    int have_memory; /* some row carries allocator reports */
     uint64_t leaf_calls[2], small_calls[2], small_ns[2]; /* all steps, the first step */
     int skip_first; /* settle: the first step (warm-up: imports, lazy inits) is left out of the rules */
     step_span_t *steps; /* of every thread's outermost calls: drift uses the busiest thread's only */

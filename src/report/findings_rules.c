@@ -177,6 +177,45 @@ static void drift_rule(findings_t *f, uint64_t run_ns)
     free(times);
 }
 
+/* Memory growing step over step (config memory): the steps after the first keep what they allocate. */
+static void memory_growth_rule(findings_t *f)
+{
+    if (!f->have_memory || f->steps == NULL)
+        return;
+    size_t steps = 0, growing = 0;
+    int64_t kept = 0;
+    for (uint64_t s = 1; s <= f->max_step; s++) { /* the first holds one-off allocations (parameters) */
+        if (f->steps[s].end == 0)
+            continue;
+        steps++;
+        growing += f->steps[s].net_bytes > 0;
+        kept += f->steps[s].net_bytes;
+    }
+    /* nearly every step keeps memory, 1 MiB in all at least */
+    if (steps < 4 || growing * 10 < steps * 9 || kept < (1 << 20))
+        return;
+    size_t n;
+    uint64_t total, count;
+    group_t **list = ranked_groups(f, &f->kept_bytes, &n, &total, &count);
+    finding_t *x = add_finding(f, "memory_growth", -1);
+    if (x != NULL) {
+        x->severity = "medium";
+        add_where(x, list, n);
+        evidence(x, "kept_mib_per_step", (double)kept / (double)steps / 1048576.0);
+        evidence(x, "kept_mib", (double)kept / 1048576.0);
+        evidence(x, "growing_steps", (double)growing);
+        evidence(x, "steps", (double)steps);
+        snprintf(x->message, sizeof x->message,
+                 "Memory grows step over step: %zu of %zu steps keep what they allocate, %.2f MiB a step "
+                 "(%.1f MiB in all), until the process runs out.", growing, steps,
+                 (double)kept / (double)steps / 1048576.0, (double)kept / 1048576.0);
+        snprintf(x->fix, sizeof x->fix,
+                 "Find what outlives the step: a loss or output kept in a list with its graph (append "
+                 "loss.item() or loss.detach()), tensors cached on self, hooks that store activations.");
+    }
+    free(list);
+}
+
 static int severity_rank(const char *severity)
 {
     return strcmp(severity, "high") == 0 ? 0 : strcmp(severity, "medium") == 0 ? 1 : 2;
@@ -214,7 +253,7 @@ int findings_settle(report_sink_t *sink)
     f->run_ms = ms(run_ns);
     f->nsteps = steps;
     tally_t *tallies[] = {&f->loader_wait, &f->dataset_lines, &f->syncs, &f->gaps, &f->small_ops,
-                          &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles};
+                          &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles, &f->kept_bytes};
     for (size_t i = 0; i < sizeof tallies / sizeof *tallies; i++)
         findings_tally_settle(f, tallies[i]);
     double per_step = steps > 0 ? (double)steps : 1;
@@ -421,6 +460,7 @@ int findings_settle(report_sink_t *sink)
     free(list);
 
     drift_rule(f, run_ns);
+    memory_growth_rule(f);
     qsort(f->found, f->nfound, sizeof *f->found, by_severity_then_share);
     return f->oom ? TW_ENOMEM : 0;
 }

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Turns the result files of `make bench` (BUILD/build/bench*.json, bench-writer.txt) into the
-Markdown table of README's Performance section: python3 tests/bench/to_markdown.py BUILD_DIR/build"""
+Markdown table of docs/performance.md: python3 tests/bench/to_markdown.py BUILD_DIR/build"""
 from __future__ import annotations
 
 import json

@@ -311,3 +311,35 @@ def test_the_transformers_docs_training_loops_have_no_high_or_medium_finding(tmp
     assert not [f for f in found if f["severity"] in ("high", "medium")], found
     # run's summary says so: no "Findings: N high or medium" line with N > 0
     assert "Findings: 0 high or medium" in done.stderr or "Findings:" not in done.stderr
+
+
+def growth_loop(fixed):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(12):
+        loss = model(torch.randn(256, 64)).square().mean()  # FINDING:growth
+        opt.zero_grad()
+        loss.backward(retain_graph=not fixed)
+        opt.step()
+        losses.append(loss.detach() if fixed else loss)   # the graph kept with it: activations never freed
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_memory_growing_step_over_step(tmp_path, fixed):
+    found = findings_of(lambda: growth_loop(fixed), tmp_path, memory=True)
+    if fixed:
+        assert "memory_growth" not in found
+        return
+    finding = found["memory_growth"]
+    assert finding["where"][0] == f"{HERE}:{line_of('growth')} growth_loop"
+    assert finding["evidence"]["growing_steps"] >= 0.9 * finding["evidence"]["steps"]
+    assert finding["evidence"]["kept_mib_per_step"] > 0.1
+
+
+@pytest.mark.parametrize("setup", ["mlp_sgd", "cnn_adam", "lstm_adam", "transformer_adamw", "alexnet_sgd"])
+def test_the_suites_training_loops_have_no_high_or_medium_finding(tmp_path, setup):
+    from models import train
+
+    found = findings_of(lambda: train(setup, 12), tmp_path)
+    assert not [f for f in found.values() if f["severity"] in ("high", "medium")], found

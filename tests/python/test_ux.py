@@ -97,7 +97,8 @@ def test_a_cpu_only_run_does_not_say_gpu_timing_is_unavailable(tmp_path):
     (tmp_path / "prog.py").write_text(PROGRAM)
     result = run(["-o", "out", "prog.py"], tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "GPU" not in result.stderr
+    # (the findings may say what a host sync would cost on a GPU: that is advice, not a warning)
+    assert "GPU timing" not in result.stderr and "CUPTI" not in result.stderr and "unavailable" not in result.stderr
     assert result.stderr.lstrip().startswith("torchwrapper: ")   # the report, not a warning, comes first
     with open(tmp_path / "out" / "manifest.json") as f:
         assert json.load(f)["gpu_unavailable"].startswith("no CUDA device")
