@@ -101,6 +101,9 @@ typedef struct {
     uint32_t state; /* RING_* */
     uint64_t external_id;
     uint64_t launch; /* when the CUDA call began, in CUPTI's clock (its API record); 0: not known */
+    uint64_t launch_end;   /* and ended */
+    uint32_t launch_kind;  /* CUPTI_ACTIVITY_KIND_RUNTIME or _DRIVER: its API; 0: not known */
+    uint32_t launch_cbid;  /* its callback id in that API */
 } ring_entry_t;
 
 /* A GPU record whose external correlation has not arrived yet. */
@@ -160,6 +163,46 @@ static tw_gpu_t *owner;
 
 /* ---- rows ----------------------------------------------------------------------------------------- */
 
+/* The name of the CUDA call of an API record, as torch.profiler's trace names it (HTA's kernel launch
+ * statistics look for cudaLaunchKernel, cudaMemcpyAsync, ...): the calls that put work on the GPU,
+ * the API version suffixes left out; another call by its domain and callback id. */
+static const char *launch_name(uint32_t kind, uint32_t cbid, char *other, size_t other_size)
+{
+    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+        switch (cbid) {
+        case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
+        case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000: return "cudaLaunchKernel";
+        case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
+        case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: return "cudaLaunchKernelExC";
+        case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
+        case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000: return "cudaLaunchCooperativeKernel";
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020:
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000: return "cudaMemcpyAsync";
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020: return "cudaMemcpy";
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_v3020: return "cudaMemcpy2DAsync";
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020:
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000: return "cudaMemsetAsync";
+        case CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020: return "cudaMemset";
+        case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000:
+        case CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000: return "cudaGraphLaunch";
+        default: break;
+        }
+    } else {
+        switch (cbid) {
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: return "cuLaunchKernel";
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+        case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: return "cuLaunchKernelEx";
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
+        case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: return "cuMemcpyAsync";
+        default: break;
+        }
+    }
+    snprintf(other, other_size, "%s (cbid %u)", kind == CUPTI_ACTIVITY_KIND_RUNTIME ? "cuda_runtime" : "cuda_driver",
+             cbid);
+    return other;
+}
+
 static int64_t to_epoch(const tw_gpu_t *g, uint64_t t)
 {
     return t == 0 ? 0 : (int64_t)t + g->offset_ns;
@@ -192,7 +235,13 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
     size_t api_len = strnlen(api, TW_API_NAME_MAX);
     int64_t start_ns = to_epoch(g, start), end_ns = end != 0 ? to_epoch(g, end) : 0;
     uint64_t duration = end > start && start != 0 ? end - start : 0;
-    char row[6 * (NAME_MAX_BYTES + TW_API_NAME_MAX) + 512];
+    /* the CUDA call that launched it (tw-report's trace draws it as torch.profiler does) */
+    int known = e != NULL && e->launch != 0 && e->launch_kind != 0;
+    int64_t launch_start = known ? to_epoch(g, e->launch) : 0;
+    int64_t launch_end = known && e->launch_end >= e->launch ? to_epoch(g, e->launch_end) : launch_start;
+    char other[48];
+    const char *launch_text = known ? launch_name(e->launch_kind, e->launch_cbid, other, sizeof other) : "";
+    char row[6 * (NAME_MAX_BYTES + TW_API_NAME_MAX) + 640];
     for (int attempt = 0; attempt < 2; attempt++) {
         char *p = row;
         if (g->format == TW_FORMAT_CSV) {
@@ -215,6 +264,12 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
             p = tw_format_u64(p, correlation_id);
             *p++ = ',';
             p = tw_format_i64(p, g->pid);
+            *p++ = ',';
+            p = tw_format_i64(p, launch_start);
+            *p++ = ',';
+            p = tw_format_i64(p, launch_end);
+            *p++ = ',';
+            p = stpcpy(p, launch_text); /* a name of launch_name's: no comma, quote or line break */
         } else {
             p = stpcpy(p, "{\"call_id\":");
             p = tw_format_u64(p, call_id);
@@ -236,6 +291,13 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
             p = tw_format_u64(p, correlation_id);
             p = stpcpy(p, ",\"pid\":");
             p = tw_format_i64(p, g->pid);
+            p = stpcpy(p, ",\"launch_start_ns\":");
+            p = tw_format_i64(p, launch_start);
+            p = stpcpy(p, ",\"launch_end_ns\":");
+            p = tw_format_i64(p, launch_end);
+            p = stpcpy(p, ",\"launch\":\"");
+            p = stpcpy(p, launch_text);
+            *p++ = '"';
             *p++ = '}';
         }
         *p++ = '\n';
@@ -373,17 +435,21 @@ static void process_buffer(tw_gpu_t *g, uint8_t *buffer, size_t valid)
             const CUpti_ActivityExternalCorrelation *c = (const CUpti_ActivityExternalCorrelation *)record;
             if (c->externalKind != CORRELATION_KIND)
                 continue;
-            g->ring[c->correlationId % RING_SIZE] = (ring_entry_t){c->correlationId, RING_EXTERNAL, c->externalId, 0};
+            g->ring[c->correlationId % RING_SIZE] =
+                (ring_entry_t){c->correlationId, RING_EXTERNAL, c->externalId, 0, 0, 0, 0};
             correlations++;
         } else if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME || record->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
             const CUpti_ActivityAPI *api = (const CUpti_ActivityAPI *)record;
             uint32_t id = api->correlationId;
             ring_entry_t *e = &g->ring[id % RING_SIZE];
             if (e->state == RING_EMPTY || e->correlation_id != id) { /* no external correlation came first */
-                *e = (ring_entry_t){id, RING_NONE, 0, api->start};
+                *e = (ring_entry_t){id, RING_NONE, 0, api->start, api->end, (uint32_t)api->kind, api->cbid};
                 correlations++;
             } else if (e->launch == 0) {
                 e->launch = api->start;
+                e->launch_end = api->end;
+                e->launch_kind = (uint32_t)api->kind;
+                e->launch_cbid = api->cbid;
             }
         }
     }
@@ -599,7 +665,8 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
     }
     if (rc == 0) {
         const char *header = g->format == TW_FORMAT_CSV
-                                 ? "call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid"
+                                 ? "call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid,"
+                                   "launch_start_ns,launch_end_ns,launch"
                                  : NULL;
         int src = tw_writer_add_stream(writer, "gpu", header, &g->stream);
         if (src != 0) {

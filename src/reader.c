@@ -166,10 +166,10 @@ static int csv_record(reader_t *r, const tw_str_t *fields, size_t n, uint64_t qu
                       size_t raw_len)
 {
     if (r->kind == 0) {
-        uint32_t present = 0;
+        uint64_t present = 0;
         for (size_t i = 0; i < n; i++) {
             r->columns[i] = tw_column_of(fields[i].ptr, fields[i].len);
-            present |= 1u << r->columns[i];
+            present |= 1ull << r->columns[i];
         }
         r->ncolumns = n;
         r->kind = tw_kind_of(present);
@@ -207,7 +207,7 @@ static int json_record(reader_t *r, const char *line, size_t len)
     memset(&row, 0, sizeof row);
     row.step = -1;       /* files older than the step column */
     row.has_module = -1; /* and than the module column */
-    uint32_t present;
+    uint64_t present;
     if (tw_skip_ws(line, line + len) == line + len)
         return 0; /* an empty line */
     if (tw_json_row(line, line + len, &row, &present, r->scratch) != 0) {
@@ -224,7 +224,7 @@ static int json_record(reader_t *r, const char *line, size_t len)
         r->stats->malformed++;
         return 0;
     }
-    if (row.has_module < 0 && (present & 1u << COL_MODULE))
+    if (row.has_module < 0 && (present & 1ull << COL_MODULE))
         row.has_module = 0; /* "module": null */
     return deliver(r, &row);
 }

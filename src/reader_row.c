@@ -23,8 +23,9 @@ static const char *const column_names[COL_COUNT] = {
     [COL_SITE] = "site",       [COL_FWD_CALL_ID] = "fwd_call_id", [COL_FWD_API] = "fwd_api",
     [COL_FLOPS] = "flops",     [COL_FLOPS_TOTAL] = "flops_total", [COL_MEM_ALLOC] = "mem_alloc",
     [COL_MEM_SELF] = "mem_self", [COL_MEM_FREED] = "mem_freed", [COL_MEM_PEAK] = "mem_peak",
+    [COL_LAUNCH_START_NS] = "launch_start_ns", [COL_LAUNCH_END_NS] = "launch_end_ns", [COL_LAUNCH] = "launch",
 };
-_Static_assert(COL_COUNT <= 32, "columns are bits of a 32-bit set");
+_Static_assert(COL_COUNT <= 64, "columns are bits of a 64-bit set");
 
 column_t tw_column_of(const char *s, size_t len)
 {
@@ -35,10 +36,10 @@ column_t tw_column_of(const char *s, size_t len)
 }
 
 /* The kind of a file with these columns (a bit set), or 0 if it is not one of ours. */
-tw_file_kind_t tw_kind_of(uint32_t present)
+tw_file_kind_t tw_kind_of(uint64_t present)
 {
-    const uint32_t calls = 1u << COL_CALL_ID | 1u << COL_API | 1u << COL_START_NS | 1u << COL_COST_NS;
-    const uint32_t gpu = 1u << COL_CALL_ID | 1u << COL_KIND | 1u << COL_START_NS | 1u << COL_END_NS;
+    const uint64_t calls = 1ull << COL_CALL_ID | 1ull << COL_API | 1ull << COL_START_NS | 1ull << COL_COST_NS;
+    const uint64_t gpu = 1ull << COL_CALL_ID | 1ull << COL_KIND | 1ull << COL_START_NS | 1ull << COL_END_NS;
     if ((present & calls) == calls)
         return TW_FILE_CALLS;
     if ((present & gpu) == gpu)
@@ -124,6 +125,9 @@ int tw_set_field(tw_row_t *row, column_t col, const char *s, size_t len)
     case COL_DEVICE: return parse_i64(s, len, &row->device);
     case COL_STREAM: return parse_i64(s, len, &row->stream);
     case COL_CORRELATION_ID: return parse_u64(s, len, &row->correlation_id);
+    /* the CUDA call that launched GPU work: 0 (and empty) when not known */
+    case COL_LAUNCH_START_NS: return len == 0 ? 0 : parse_i64(s, len, &row->launch_start_ns);
+    case COL_LAUNCH_END_NS: return len == 0 ? 0 : parse_i64(s, len, &row->launch_end_ns);
     case COL_ERROR:
         if ((len == 1 && s[0] == '1') || (len == 4 && memcmp(s, "true", 4) == 0))
             row->error = 1;
@@ -141,6 +145,7 @@ int tw_set_field(tw_row_t *row, column_t col, const char *s, size_t len)
         row->has_module = 1;
         return 0;
     case COL_FWD_API: row->fwd_api = (tw_str_t){s, len}; return 0;
+    case COL_LAUNCH: row->launch = (tw_str_t){s, len}; return 0;
     default: return 0; /* a column of a newer version */
     }
 }
@@ -286,7 +291,7 @@ static const char *json_skip(const char *p, const char *end, char **scratch)
 
 /* Parses one line holding a flat JSON object into row; *present gets the bit set of known keys.
  * Returns 0, or -1 when the line is not such an object or a known field does not parse. */
-int tw_json_row(const char *p, const char *end, tw_row_t *row, uint32_t *present, char *scratch)
+int tw_json_row(const char *p, const char *end, tw_row_t *row, uint64_t *present, char *scratch)
 {
     *present = 0;
     p = tw_skip_ws(p, end);
@@ -327,7 +332,7 @@ int tw_json_row(const char *p, const char *end, tw_row_t *row, uint32_t *present
             int null = !is_string && value.len == 4 && memcmp(value.ptr, "null", 4) == 0;
             if (!null && tw_set_field(row, col, value.ptr, value.len) != 0)
                 return -1;
-            *present |= 1u << col;
+            *present |= 1ull << col;
         }
         p = tw_skip_ws(p, end);
         if (p >= end)

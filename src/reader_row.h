@@ -45,6 +45,9 @@ typedef enum {
     COL_MEM_SELF,
     COL_MEM_FREED,
     COL_MEM_PEAK,
+    COL_LAUNCH_START_NS,
+    COL_LAUNCH_END_NS,
+    COL_LAUNCH,
     COL_COUNT
 } column_t;
 
@@ -60,7 +63,7 @@ static inline const char *tw_skip_ws(const char *p, const char *end)
 column_t tw_column_of(const char *s, size_t len);
 
 /* The kind of a file with these columns (a bit set of 1 << column_t), or 0 if it is not one of ours. */
-tw_file_kind_t tw_kind_of(uint32_t present);
+tw_file_kind_t tw_kind_of(uint64_t present);
 
 /* Stores one field's text in row; -1 when it does not parse. */
 int tw_set_field(tw_row_t *row, column_t col, const char *s, size_t len);
@@ -68,6 +71,6 @@ int tw_set_field(tw_row_t *row, column_t col, const char *s, size_t len);
 /* Parses one line holding a flat JSON object into row; *present gets the bit set of known keys.
  * Strings that need unescaping go to scratch (room for the line). Returns 0, or -1 when the line is
  * not such an object or a known field does not parse. */
-int tw_json_row(const char *p, const char *end, tw_row_t *row, uint32_t *present, char *scratch);
+int tw_json_row(const char *p, const char *end, tw_row_t *row, uint64_t *present, char *scratch);
 
 #endif

@@ -12,12 +12,14 @@
  * record yields its call id and API without any table of calls, and per-API GPU totals follow.
  *
  * GPU rows (CSV header, and the same keys in JSON lines):
- *   call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid
+ *   call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid,launch_start_ns,launch_end_ns,launch
  * kind is kernel|memcpy|memset; times are nanoseconds since the epoch on the call records' clock
  * (CUPTI's clock is calibrated against it at start); end_ns is 0 for a kernel still running at a
  * forced flush (its duration is unknown and counts as 0); call_id is 0 and api empty for work no
  * profiled call launched (for example kernels launched by torch's own threads, such as autograd's
- * backward threads).
+ * backward threads). launch_start_ns, launch_end_ns and launch are the CUDA API call that put the
+ * work on the GPU (CUPTI's runtime or driver API record): its times, and its name as torch.profiler
+ * names it (cudaLaunchKernel, cudaMemcpyAsync, ...); 0, 0 and empty when its record was not seen.
  *
  * One GPU timing session at a time per process (CUPTI's callbacks are process-wide).
  */

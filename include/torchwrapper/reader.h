@@ -75,6 +75,13 @@ typedef struct tw_row {
     uint64_t mem_self;    /* of which outside the recorded calls inside it */
     uint64_t mem_freed;   /* bytes freed during the call */
     uint64_t mem_peak;    /* the highest allocated total reported during it */
+    /* GPU only: the CUDA API call that launched the work (CUPTI's runtime or driver record), epoch ns
+     * on the records' clock, and its name (cudaLaunchKernel, cudaMemcpyAsync, ...); 0 and empty when
+     * not known, and in files older than these columns. Appended last: the fields above keep their
+     * places. */
+    int64_t launch_start_ns;
+    int64_t launch_end_ns;
+    tw_str_t launch;
 } tw_row_t;
 
 /* Called for every row; a non-zero return stops the reading and is returned by tw_read_*. */

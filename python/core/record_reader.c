@@ -47,7 +47,8 @@ static const field_t call_fields[] = {
 static const field_t gpu_fields[] = {
     INT("call_id", call_id), STR("api", api),   STR("kind", gpu_kind),   STR("name", name),
     INT("start_ns", start_ns), INT("end_ns", end_ns), INT("device", device), INT("stream", stream),
-    INT("correlation_id", correlation_id), INT("pid", pid),
+    INT("correlation_id", correlation_id), INT("pid", pid), INT("launch_start_ns", launch_start_ns),
+    INT("launch_end_ns", launch_end_ns), STR("launch", launch),
 };
 #define MAX_FIELDS (sizeof call_fields / sizeof call_fields[0])
 

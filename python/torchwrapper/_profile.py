@@ -245,6 +245,8 @@ class Profile:
                      "python": sys.version.split()[0], "torch": _torch_version(),
                      "argv": list(getattr(sys, "argv", [])),
                      "peak_flops": self.peak_flops, "peak_flops_source": self.peak_flops_source}
+            if rank is not None and os.environ.get("WORLD_SIZE", "").isdigit():
+                extra["world_size"] = int(os.environ["WORLD_SIZE"])   # the trace's distributedInfo
             extra.update(manifest or {})
             output.update(out_dir=self.out_dir, rank=-1 if rank is None else rank,
                           manifest=json.dumps(extra, default=str), per_process_names=per_process_names)

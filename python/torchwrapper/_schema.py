@@ -98,7 +98,7 @@ _KINDS: Dict[str, Dict[str, Any]] = {
         ],
     },
     "gpu": {
-        "version": 1,
+        "version": 2,
         "description": "one row per GPU kernel, memory copy or memset (CUPTI), with the call that launched it",
         "files": {"csv": "NAME.gpu.csv", "json": "NAME.gpu.jsonl"},
         "columns": [
@@ -114,6 +114,12 @@ _KINDS: Dict[str, Dict[str, Any]] = {
             _col("stream", "int64", "the CUDA stream id"),
             _col("correlation_id", "int64", "CUPTI's correlation id"),
             _col("pid", "int64", "the process id"),
+            _col("launch_start_ns", "int64", "when the CUDA API call that launched it began, since the Unix "
+                                             "epoch; 0 when CUPTI's record of that call was not seen", "ns",
+                 missing=0),
+            _col("launch_end_ns", "int64", "when that call ended; 0 when not seen", "ns", missing=0),
+            _col("launch", "string", "that call's name as torch.profiler's trace names it (cudaLaunchKernel, "
+                                     "cudaMemcpyAsync, ...); \"\" when not seen", missing=""),
         ],
     },
     "stats": {

@@ -5,6 +5,10 @@
     trainer = lightning.pytorch.Trainer(max_epochs=2, profiler=TorchWrapperProfiler())
     trainer.fit(model)     # records in <log_dir>/torchwrapper; the summary printed at the end
 
+Lightning ships as two packages with the same code under two names: ``lightning`` (its
+``lightning.pytorch``) and the standalone ``pytorch_lightning``. The profiler is a Profiler of each
+installed one (it subclasses both), so either package's Trainer takes it.
+
 Every action Lightning profiles (``[LightningModule]Model.training_step``,
 ``[Strategy]SingleDeviceStrategy.backward``, ``run_training_epoch``, ...) is a record of its own, a
 named range with the torch calls made inside it as its children, so the reports show which hook
@@ -12,23 +16,40 @@ spends the time (tw-report --tree, --folded, --flamegraph). Steps are the optimi
 """
 from __future__ import annotations
 
+import importlib
 import os
 import re
-from typing import Any, List, Optional
-
-import lightning
-from lightning.pytorch.profilers import Profiler
+from typing import Any, List, Optional, Tuple
 
 from . import _core
 from ._profile import Profile, report_text
 
-OLDEST = (2, 0)   # the lightning.pytorch package and its Profiler(dirpath, filename) with setup(stage, ...)
-if tuple(int(part) for part in re.findall(r"\d+", lightning.__version__)[:2]) < OLDEST:
-    raise ImportError(f"torchwrapper.lightning needs lightning >= {OLDEST[0]}.{OLDEST[1]}, and this is lightning "
-                      f"{lightning.__version__}: pip install -U lightning")
+OLDEST = (2, 0)   # the Profiler(dirpath, filename) with setup(stage, ...), in both packages
+PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 
 
-class TorchWrapperProfiler(Profiler):
+def _profiler_bases() -> Tuple[type, ...]:
+    """The Profiler class of each Lightning package installed, at OLDEST or later."""
+    bases, seen = [], []
+    for name in PACKAGES:
+        try:
+            package = importlib.import_module(name)
+            profilers = importlib.import_module(name + ".profilers")
+        except ImportError:
+            continue
+        version = getattr(package, "__version__", None) or getattr(importlib.import_module(name.split(".")[0]),
+                                                                   "__version__", "0")
+        seen.append(f"{name} {version}")
+        if tuple(int(part) for part in re.findall(r"\d+", version)[:2]) >= OLDEST:
+            bases.append(profilers.Profiler)
+    if not bases:
+        have = ", ".join(seen) if seen else "neither is installed"
+        raise ImportError(f"torchwrapper.lightning needs lightning >= {OLDEST[0]}.{OLDEST[1]} or pytorch-lightning >= "
+                          f"{OLDEST[0]}.{OLDEST[1]} ({have}): pip install -U lightning")
+    return tuple(bases)
+
+
+class TorchWrapperProfiler(*_profiler_bases()):  # type: ignore[misc]
     """dirpath, filename: as Lightning's other profilers (where the summary goes: a file, or the log);
     out_dir: where the records go (default: ``<dirpath or the trainer's log_dir>/torchwrapper``);
     top: the APIs and actions the summary shows; config: any other key ``torchwrapper.profile()``

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * --trace (chrome_trace.c): the Chrome trace event file (Perfetto, chrome://tracing), written as the
- * rows stream by: a sink whose write finishes the file.
+ * --trace (chrome_trace.c, chrome_trace_nest.c): the trace event files torch.profiler writes
+ * (Perfetto, chrome://tracing, HTA), written as the rows stream by: a sink whose write finishes them.
  */
 #ifndef TW_REPORT_CHROME_TRACE_H
 #define TW_REPORT_CHROME_TRACE_H
@@ -12,16 +12,21 @@
 #include "cli.h"
 #include "inputs.h"
 #include "sink.h"
+#include "site_texts.h"
 
 /*
- * Opens o->trace (gzip when it ends in .gz) and writes the trace's head into *sink: at most o->limit
- * calls (0: all); in names the processes by rank. Returns 0, or after a message on err: the -errno
- * of the failed open, or TW_ENOMEM.
+ * Opens --trace's output: o->trace, a file (gzip when it ends in .gz), or with a path that ends in /
+ * or names a directory, that directory (made if missing) where each rank's file is written as
+ * rankR.pt.trace.json.gz, as HTA's TraceAnalysis(trace_dir=...) reads them (a run without ranks:
+ * rank0.pt.trace.json.gz; a process without a rank in a run with ranks, a launcher:
+ * unranked/pidP.pt.trace.json.gz). At most o->limit calls (0: all); in names the processes by rank
+ * and gives their clocks; sites (may be NULL) the calls' sites. Returns 0, or after a message on
+ * err: the -errno of the failed open or mkdir, or TW_ENOMEM.
  */
-int report_chrome_trace_open(const options_t *o, const inputs_t *in, int64_t origin_ns, report_sink_t **sink,
-                             FILE *err);
+int report_chrome_trace_open(const options_t *o, const inputs_t *in, const report_sites_t *sites, int64_t origin_ns,
+                             report_sink_t **sink, FILE *err);
 
-/* The calls written, and those beyond --limit. */
-void report_chrome_trace_counts(const report_sink_t *sink, uint64_t *events, uint64_t *skipped);
+/* The calls written, those beyond --limit, and the files written. */
+void report_chrome_trace_counts(const report_sink_t *sink, uint64_t *events, uint64_t *skipped, size_t *files);
 
 #endif

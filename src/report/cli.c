@@ -34,7 +34,9 @@
     "  --steps A:B       only calls of steps A to B, both included (0 is the first; A or B may be empty; one\n"    \
     "                    number: that step); GPU records, which carry no step, are left out\n"                     \
     "  --format F        table (default), csv, json, markdown\n"                                                   \
-    "  --trace FILE      also write a Chrome trace event file (Perfetto, chrome://tracing); .gz compresses\n"      \
+    "  --trace FILE      also write the trace torch.profiler writes (Perfetto, chrome://tracing, HTA); .gz\n"     \
+    "                    compresses; FILE a directory (or ending in /): a file per rank in it,\n"                  \
+    "                    rankR.pt.trace.json.gz, as HTA's TraceAnalysis(trace_dir=...) reads them\n"              \
     "  --limit N         at most N calls in the trace (default 1000000; 0 for no limit)\n"                         \
     "  --tree STEP       instead of the table, the call tree of step STEP (0 is the first) of one thread\n"        \
     "                    (--tid, or the first call's): the calls' step column where the files have it,\n"        \

@@ -77,6 +77,14 @@ static void add_proc(inputs_t *in, const cJSON *root)
     *p = (input_proc_t){.pid = (int64_t)pid->valuedouble, .rank = cJSON_IsNumber(rank) ? (int64_t)rank->valuedouble : -1};
     p->has_clock = best_clock(cJSON_GetObjectItemCaseSensitive(root, "clock_sync"), &p->clock_offset_ns,
                               &p->clock_error_ns);
+    /* the ranks of the run: the manifest's world_size, or its clock measurement's */
+    p->world_size = -1;
+    const cJSON *world = cJSON_GetObjectItemCaseSensitive(root, "world_size");
+    const cJSON *sync = cJSON_GetObjectItemCaseSensitive(root, "clock_sync");
+    for (const cJSON *s = cJSON_IsObject(sync) ? sync->child : NULL; !cJSON_IsNumber(world) && s != NULL; s = s->next)
+        world = cJSON_GetObjectItemCaseSensitive(s, "world_size");
+    if (cJSON_IsNumber(world) && world->valuedouble >= 1)
+        p->world_size = (int64_t)world->valuedouble;
 }
 
 const input_proc_t *report_input_proc(const inputs_t *in, int64_t pid, size_t *hint)

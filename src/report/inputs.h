@@ -23,6 +23,7 @@ typedef struct input_proc {
     int has_clock;           /* the manifest holds a measured offset */
     int64_t clock_offset_ns; /* add to the process's times to have rank 0's clock's */
     int64_t clock_error_ns;  /* the offset is right within +- this (half the round trip) */
+    int64_t world_size;      /* the run's ranks, when its manifest says (WORLD_SIZE, clock_sync); -1: not */
 } input_proc_t;
 
 typedef struct inputs {

@@ -110,7 +110,7 @@ int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const r
     report_sink_t *trace = NULL, *flame = NULL, *html = NULL, *tree = NULL, *aggregate = NULL, *ranks = NULL,
                   *findings = NULL;
     int rc = 0;
-    if (o->trace != NULL && (rc = report_chrome_trace_open(o, in, in->origin_ns, &trace, err)) != 0)
+    if (o->trace != NULL && (rc = report_chrome_trace_open(o, in, sites, in->origin_ns, &trace, err)) != 0)
         return rc; /* it said what failed */
     if (trace != NULL && o->tree_step >= 0)
         trace->rows = 0; /* --tree reads one thread's calls for itself: the trace stays empty */

@@ -393,8 +393,12 @@ int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const 
             fprintf(note, "; %" PRIu64 " filtered out", pass->filtered);
         if (trace != NULL) {
             uint64_t events, skipped;
-            report_chrome_trace_counts(trace, &events, &skipped);
-            fprintf(note, "; trace: %" PRIu64 " calls in %s%s", events, o->trace, skipped ? " (--limit reached)" : "");
+            size_t files;
+            report_chrome_trace_counts(trace, &events, &skipped, &files);
+            fprintf(note, "; trace: %" PRIu64 " calls in %s", events, o->trace);
+            if (files != 1)
+                fprintf(note, " (%zu files)", files);
+            fputs(skipped ? " (--limit reached)" : "", note);
         }
         fputc('\n', note);
     }

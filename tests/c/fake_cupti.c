@@ -441,7 +441,11 @@ EXPORT uint32_t fake_cupti_launch(int kind, const char *name, int copy_kind, uin
     if ((enabled & (UINT64_C(1) << CUPTI_ACTIVITY_KIND_RUNTIME)) && !no_api_records) {
         CUpti_ActivityAPI *a = (CUpti_ActivityAPI *)room(&api_buffer, sizeof *a);
         if (a != NULL) {
+            static const CUpti_CallbackId cbids[] = {CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+                                                     CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
+                                                     CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020};
             a->kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+            a->cbid = cbids[kind];
             a->correlationId = correlation;
             a->start = now_ns();
             a->end = a->start + 1000;

@@ -187,6 +187,9 @@ typedef struct {
     uint64_t stream;
     uint64_t correlation_id;
     int64_t pid;
+    int64_t launch_start_ns; /* the CUDA call that launched it */
+    int64_t launch_end_ns;
+    char launch[64];
 } gpu_row_t;
 
 typedef struct {
@@ -197,8 +200,10 @@ typedef struct {
     int header_ok;
 } gpu_rows_t;
 
-static const char *const gpu_columns[] = {"call_id", "api", "kind", "name", "start_ns", "end_ns", "device",
-                                          "stream", "correlation_id", "pid"};
+static const char *const gpu_columns[] = {"call_id", "api",      "kind",         "name",          "start_ns",
+                                          "end_ns",  "device",   "stream",       "correlation_id", "pid",
+                                          "launch_start_ns", "launch_end_ns", "launch"};
+#define GPU_COLUMNS 13
 
 static void on_gpu_field(void *data, size_t len, void *arg)
 {
@@ -206,7 +211,7 @@ static void on_gpu_field(void *data, size_t len, void *arg)
     char text[256];
     snprintf(text, sizeof text, "%.*s", (int)(len < 255 ? len : 255), (const char *)data);
     if (r->header) {
-        if (r->field >= 10 || strcmp(text, gpu_columns[r->field]) != 0)
+        if (r->field >= GPU_COLUMNS || strcmp(text, gpu_columns[r->field]) != 0)
             r->header_ok = 0;
         r->field++;
         return;
@@ -224,7 +229,10 @@ static void on_gpu_field(void *data, size_t len, void *arg)
     case 7: row->stream = strtoull(text, NULL, 10); break;
     case 8: row->correlation_id = strtoull(text, NULL, 10); break;
     case 9: row->pid = strtoll(text, NULL, 10); break;
-    default: fail_msg("a GPU row has more than 10 fields");
+    case 10: row->launch_start_ns = strtoll(text, NULL, 10); break;
+    case 11: row->launch_end_ns = strtoll(text, NULL, 10); break;
+    case 12: snprintf(row->launch, sizeof row->launch, "%s", text); break;
+    default: fail_msg("a GPU row has more than %d fields", GPU_COLUMNS);
     }
 }
 
@@ -232,9 +240,9 @@ static void on_gpu_row(int c, void *arg)
 {
     gpu_rows_t *r = arg;
     if (r->header)
-        assert_int_equal(r->field, 10);
+        assert_int_equal(r->field, GPU_COLUMNS);
     else
-        assert_int_equal(r->field, 10), r->count++;
+        assert_int_equal(r->field, GPU_COLUMNS), r->count++;
     r->header = 0;
     r->field = 0;
 }
@@ -303,7 +311,7 @@ static gpu_rows_t *read_gpu_rows(const char *dir)
                 assert_non_null(o);
                 gpu_row_t *row = &r->rows[r->count++];
                 /* Integers read exactly from the text: cJSON keeps numbers as doubles. */
-                for (int i = 0; i < 10; i++)
+                for (int i = 0; i < GPU_COLUMNS; i++)
                     assert_non_null(cJSON_GetObjectItem(o, gpu_columns[i]));
                 row->call_id = strtoull(strstr(line, "\"call_id\":") + 10, NULL, 10);
                 snprintf(row->api, sizeof row->api, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "api")));
@@ -315,6 +323,9 @@ static gpu_rows_t *read_gpu_rows(const char *dir)
                 row->stream = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "stream"));
                 row->correlation_id = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "correlation_id"));
                 row->pid = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "pid"));
+                row->launch_start_ns = strtoll(strstr(line, "\"launch_start_ns\":") + 18, NULL, 10);
+                row->launch_end_ns = strtoll(strstr(line, "\"launch_end_ns\":") + 16, NULL, 10);
+                snprintf(row->launch, sizeof row->launch, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "launch")));
                 cJSON_Delete(o);
             }
         }
@@ -500,6 +511,16 @@ static void check_attribution(tw_format_t format)
      * (a thousand times the calibration's error). */
     assert_true(kr->start_ns > tw_clock_epoch_ns(&f.clock, c.start) + 1000000);
     assert_true(kr->start_ns < tw_clock_epoch_ns(&f.clock, c.end) - 1000000);
+    /* each row names the CUDA call that launched it (the fake's API records last 1 us), made while
+     * the call ran */
+    assert_string_equal(kr->launch, "cudaLaunchKernel");
+    assert_string_equal(mr->launch, "cudaMemcpyAsync");
+    assert_string_equal(sr->launch, "cudaMemsetAsync");
+    for (const gpu_row_t *row = r->rows; row < r->rows + 3; row++) {
+        assert_int_equal(row->launch_end_ns - row->launch_start_ns, 1000);
+        assert_true(row->launch_start_ns > tw_clock_epoch_ns(&f.clock, c.start) + 1000000);
+        assert_true(row->launch_end_ns < tw_clock_epoch_ns(&f.clock, c.end) - 1000000);
+    }
     assert_int_equal(summary_gpu_ns(f.dir, "api, \"quoted\""), 5000 + 500 + 100);
     tw_gpu_stats_t gs;
     tw_gpu_stats(f.gpu, &gs);

@@ -514,8 +514,19 @@ def test_the_trace_draws_an_arrow_from_each_forward_call_to_its_backward_nodes(t
         trace = tmp_path / f"{run}.json"
         done = subprocess.run([tw_report, "--trace", str(trace), str(tmp_path / run)], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "backward"]
-        starts = {e["id"]: e for e in events if e["ph"] == "s"}
-        ends = {e["id"]: e for e in events if e["ph"] == "f"}
-        got = {int(i.split(".")[1]): (starts[i]["tid"], ends[i]["tid"]) for i in starts if i in ends}
+        events = json.loads(trace.read_text())["traceEvents"]
+        # torch.profiler's fwdbwd arrows (Kineto's flow events): each ends on its node's event, at
+        # the node's start; the node says its forward call as Sequence number and Fwd thread id
+        arrows = [e for e in events if e.get("cat") == "fwdbwd"]
+        starts = {e["id"]: e for e in arrows if e["ph"] == "s"}
+        ends = {e["id"]: e for e in arrows if e["ph"] == "f"}
+        at = {(e["pid"], e["tid"], e["ts"]): e for e in events if e["ph"] == "X" and e["cat"] == "cpu_op"}
+        got = {}
+        for i, end in ends.items():
+            node = at[end["pid"], end["tid"], end["ts"]]
+            fwd = at[starts[i]["pid"], starts[i]["tid"], starts[i]["ts"]]
+            assert node["args"]["Sequence number"] == node["args"]["fwd_call_id"] == fwd["args"]["call_id"]
+            if run == "run":
+                assert node["args"]["Fwd thread id"] == fwd["tid"]
+            got[node["args"]["call_id"]] = (starts[i]["tid"], end["tid"])
         assert got == expected and len(starts) == len(ends) == len(expected)

@@ -1,37 +1,69 @@
 # SPDX-License-Identifier: MIT
 """torchwrapper.lightning.TorchWrapperProfiler as a real Lightning Trainer's profiler (2 epochs of a
 small LightningModule on the CPU): Lightning's actions as records with the torch calls inside them
-nested right, the summary table, training bit-identical, torch restored."""
+nested right, the summary table, training bit-identical, torch restored. Lightning ships as two
+packages, lightning (lightning.pytorch) and the standalone pytorch_lightning: each test runs with
+each installed one's Trainer and LightningModule, and a child process imports the profiler with
+only one of them importable."""
+import importlib
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 
-pl = pytest.importorskip("lightning.pytorch")
-
 import torchwrapper as tw  # noqa: E402
+
+PACKAGES = ("lightning.pytorch", "pytorch_lightning")
+
+
+def importable(name):
+    try:
+        importlib.import_module(name)
+        return True
+    except ImportError:
+        return False
+
+
+INSTALLED = [name for name in PACKAGES if importable(name)]
+if not INSTALLED:
+    pytest.skip("neither lightning nor pytorch_lightning is installed", allow_module_level=True)
+
 from torchwrapper.lightning import TorchWrapperProfiler  # noqa: E402
 
 
-class Model(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+def model_class(pl):
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
 
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.net(x), y)
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
 
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Model
 
 
-def fit(tmp_path, name, profiler=None):
+@pytest.fixture(params=PACKAGES)
+def pl(request):
+    """The Lightning package under test (each one that is installed)."""
+    if request.param not in INSTALLED:
+        pytest.skip(f"{request.param} is not installed")
+    return importlib.import_module(request.param)
+
+
+def fit(pl, tmp_path, name, profiler=None):
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(32, 8, generator=g), torch.randint(0, 2, (32,), generator=g))
     loader = torch.utils.data.DataLoader(data, batch_size=8)
-    model = Model()
+    model = model_class(pl)()
     trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, profiler=profiler,
                          default_root_dir=str(tmp_path / name))
@@ -39,10 +71,11 @@ def fit(tmp_path, name, profiler=None):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def test_lightning_s_actions_are_records_with_the_torch_calls_inside_them(tmp_path):
-    plain = fit(tmp_path, "plain")
+def test_lightning_s_actions_are_records_with_the_torch_calls_inside_them(pl, tmp_path):
+    plain = fit(pl, tmp_path, "plain")
     profiler = TorchWrapperProfiler(format="csv", top=40)
-    profiled = fit(tmp_path, "profiled", profiler)
+    assert isinstance(profiler, pl.profilers.Profiler)   # a Profiler of this package
+    profiled = fit(pl, tmp_path, "profiled", profiler)
     assert all(torch.equal(a, b) for a, b in zip(plain, profiled))   # bit-identical
     assert tw._core.active_session() is None and type(torch.mm).__name__ == "builtin_function_or_method"
     frame = tw.load(profiler.recording.out_dir)
@@ -77,12 +110,70 @@ def test_lightning_s_actions_are_records_with_the_torch_calls_inside_them(tmp_pa
     assert profiler.recording.out_dir in summary
 
 
-def test_a_second_profiler_is_refused_with_one_line(tmp_path):
+def test_a_second_profiler_is_refused_with_one_line(pl, tmp_path):
     with tw.profile():
         with pytest.raises(RuntimeError, match="another profiling session is already recording; stop it first"):
-            fit(tmp_path, "second", TorchWrapperProfiler(format="csv"))
+            fit(pl, tmp_path, "second", TorchWrapperProfiler(format="csv"))
 
 
 def test_bad_values_are_named():
     with pytest.raises(ValueError, match="top=0 is not accepted: give a whole number >= 1"):
         TorchWrapperProfiler(top=0)
+
+
+@pytest.mark.parametrize("only", PACKAGES)
+def test_the_profiler_works_with_either_package_alone(tmp_path, only):
+    """With the other package not importable (a machine with only pytorch_lightning, or only lightning),
+    torchwrapper.lightning imports, and that package's Trainer records its actions with it."""
+    if only not in INSTALLED:
+        pytest.skip(f"{only} is not installed")
+    other = [name.split(".")[0] for name in PACKAGES if name != only]
+    program = textwrap.dedent(f"""
+        import sys
+        for name in {other!r}:
+            sys.modules[name] = None   # not importable
+        import importlib, torch
+        pl = importlib.import_module({only!r})
+        from torchwrapper.lightning import TorchWrapperProfiler
+        import torchwrapper as tw
+        assert [base.__module__.split(".")[0] for base in TorchWrapperProfiler.__bases__] == [{only.split(".")[0]!r}]
+
+        class Model(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = torch.nn.Linear(8, 2)
+
+            def training_step(self, batch, batch_idx):
+                return self.net(batch[0]).pow(2).mean()
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        data = torch.utils.data.TensorDataset(torch.randn(16, 8))
+        profiler = TorchWrapperProfiler(format="csv")
+        pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                   enable_progress_bar=False, enable_model_summary=False, profiler=profiler,
+                   default_root_dir=sys.argv[1]).fit(Model(), torch.utils.data.DataLoader(data, batch_size=8))
+        apis = set(tw.load(profiler.recording.out_dir)["api"].astype(str))
+        print("run_training_epoch" in apis, "torch.optim.SGD.step" in apis)
+    """)
+    done = subprocess.run([sys.executable, "-c", program, str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["True", "True"]
+
+
+def test_without_either_package_the_import_says_what_to_install():
+    program = textwrap.dedent("""
+        import sys
+        sys.modules["lightning"] = sys.modules["pytorch_lightning"] = None
+        try:
+            import torchwrapper.lightning
+        except ImportError as e:
+            print(e)
+    """)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("torchwrapper.lightning needs lightning >= 2.0 or pytorch-lightning >= 2.0 "
+                                   "(neither is installed): pip install -U lightning")

@@ -148,36 +148,93 @@ def test_processes_and_ranks_merge(tmp_path, run_dir):
     assert sum(g["calls"] for g in by_api) == 2 * len(rows)
 
 
+def nested_per_thread(events):
+    """Asserts that the complete events of each (pid, tid) nest strictly: each starts after and ends
+    before the one open around it (Perfetto mis-draws overlapping slices of one thread)."""
+    threads = defaultdict(list)
+    for e in events:
+        if e["ph"] == "X":
+            threads[(e["pid"], e["tid"])].append(e)
+    for track in threads.values():
+        track.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack = []
+        for e in track:
+            # (times are whole nanoseconds in microseconds: compared within a thousandth of one)
+            while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"] - 1e-6:
+                stack.pop()
+            if stack:
+                assert e["ts"] + e["dur"] <= stack[-1]["ts"] + stack[-1]["dur"] + 1e-6, (e, stack[-1])
+            stack.append(e)
+    return threads
+
+
 def test_trace_file_is_valid_and_nested_per_thread(run_dir, tmp_path):
     trace_path = tmp_path / "trace.json.gz"
     report("--trace", trace_path, run_dir)
     with gzip.open(trace_path, "rt") as f:
+        first_line = f.readline()
+        f.seek(0)
         trace = json.load(f)
-    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert len(events) == len(independent_rows(run_dir))
-    for e in events:
+    # torch.profiler's layout (Kineto's output_json.cpp): a lone process is rank 0 of 1, said in the
+    # first line, where HTA looks for a file's rank
+    assert re.search(r'"rank":\s+0\b', first_line)
+    assert trace["distributedInfo"] == {"rank": 0, "world_size": 1}
+    assert trace["baseTimeNanoseconds"] == trace["otherData"]["origin_ns"]
+    calls = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] in ("cpu_op", "python_function")]
+    rows = independent_rows(run_dir)
+    assert len(calls) == len(rows)
+    by_id = {e["args"]["call_id"]: e for e in calls}
+    for e in calls:
         assert {"ts", "dur", "pid", "tid", "name"} <= set(e)
         assert e["dur"] >= 0 and e["ts"] >= 0
+        assert e["args"]["External id"] == e["args"]["call_id"]
+        # a module's forward is a Python function's event, as torch.profiler's with_modules ones
+        assert (e["cat"] == "python_function") == e["name"].endswith(".forward"), e
+        if e["args"]["parent_id"]:   # inside its parent, on its thread
+            parent = by_id[e["args"]["parent_id"]]
+            assert parent["tid"] == e["tid"]
+            assert parent["ts"] <= e["ts"] and e["ts"] + e["dur"] <= parent["ts"] + parent["dur"] + 1e-9
     names = {(e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
-    threads = defaultdict(list)
-    for e in events:
-        threads[(e["pid"], e["tid"])].append(e)
+    threads = nested_per_thread(trace["traceEvents"])
     assert set(threads) <= names
-    for track in threads.values():
-        # Complete events of one thread must nest: each starts after and ends before the one open around it.
-        track.sort(key=lambda e: (e["ts"], -e["dur"]))
-        stack = []
-        for e in track:
-            while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"]:
-                stack.pop()
-            if stack:
-                assert e["ts"] + e["dur"] <= stack[-1]["ts"] + stack[-1]["dur"] + 1e-9, (e, stack[-1])
-                assert e["args"]["parent_id"] != 0
-            stack.append(e)
+    # the steps, from the step column: one ProfilerStep#N a step, each lasting until the next begins
+    steps = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"].startswith("ProfilerStep#")]
+    assert [e["name"] for e in steps] == [f"ProfilerStep#{n}" for n in range(15)]
+    assert {e["cat"] for e in steps} == {"user_annotation"} and len({e["tid"] for e in steps}) == 1
+    for a, b in zip(steps, steps[1:]):
+        assert a["ts"] + a["dur"] == pytest.approx(b["ts"], abs=1e-6)
+    for e in calls:
+        if e["args"]["depth"] == 0:   # the outermost calls lie in the step they began in
+            s = steps[e["args"]["step"]]
+            assert s["ts"] <= e["ts"] < s["ts"] + s["dur"] + 1e-9
     limited = tmp_path / "limited.json"
     out = report("--trace", limited, "--limit", "10", run_dir).stdout
     assert "(--limit reached)" in out
-    assert sum(1 for e in json.loads(limited.read_text())["traceEvents"] if e["ph"] == "X") == 10
+    events = json.loads(limited.read_text())["traceEvents"]
+    assert sum(1 for e in events if e["ph"] == "X" and e["cat"] == "cpu_op") == 10
+
+
+def test_trace_clips_what_does_not_nest(tmp_path):
+    """Records that overlap (a child past its parent's end, a sibling before the one before it ended,
+    a child whose parent came later in another file) are clipped into their parents: no event of a
+    thread overlaps another but by nesting."""
+    (tmp_path / "tw-1-0001.csv").write_text(
+        "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,step\n"
+        "3,grandchild,1150,400,400,0,42,42,2,2,0,,0\n"     # ends at 1550, after its parent (1500)
+        "2,child,1100,400,0,0,42,42,1,1,0,,0\n"
+        "4,sibling,1450,200,200,0,42,42,1,1,0,,0\n"        # begins before child ended
+        "5,late,950,100,100,0,42,42,1,1,0,,0\n"            # begins before its parent
+        "1,outer,1000,1000,300,0,42,42,0,0,0,,0\n"
+        "6,next,1900,300,300,0,42,42,0,0,0,,1\n")           # begins before outer ended
+    trace = tmp_path / "t.json"
+    report("--trace", trace, tmp_path)
+    events = json.loads(trace.read_text())["traceEvents"]
+    nested_per_thread(events)
+    got = {e["name"]: (round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)) for e in events
+           if e["ph"] == "X" and e["cat"] == "cpu_op"}
+    # the origin is the first call's start (950): times in ns after it
+    assert got == {"outer": (50, 1050), "late": (50, 100), "child": (150, 550), "grandchild": (200, 550),
+                   "sibling": (550, 700), "next": (1050, 1250)}
 
 
 def test_gpu_records_are_attributed_and_drawn_on_their_own_tracks(tmp_path):
@@ -200,12 +257,49 @@ def test_gpu_records_are_attributed_and_drawn_on_their_own_tracks(tmp_path):
     trace = tmp_path / "t.json"
     report("--trace", trace, tmp_path)
     events = json.loads(trace.read_text())["traceEvents"]
-    gpu = [e for e in events if e.get("cat") == "gpu"]
-    assert len(gpu) == 3 and all(e["tid"] != 42 for e in gpu)
+    # as Kineto draws them: on pid = device, tid = stream, with the call's id and CUPTI's correlation
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert [(e["cat"], e["name"], e["pid"], e["tid"]) for e in gpu] == [
+        ("kernel", "gemm", 0, 7), ("gpu_memcpy", "Memcpy", 0, 7), ("kernel", "stray", 0, 7)]
+    assert [e["args"].get("External id") for e in gpu] == [2, 2, None]
+    assert [(e["args"]["correlation"], e["args"]["stream"]) for e in gpu] == [(5, 7), (6, 7), (7, 7)]
+    # files older than the launch columns: an arrow from the call that launched the work to it
     starts = [e for e in events if e["ph"] == "s"]
     finishes = [e for e in events if e["ph"] == "f"]
     assert [e["id"] for e in starts] == ["42.2"] and {e["id"] for e in finishes} == {"42.2"}
-    assert starts[0]["tid"] == 42
+    assert starts[0]["tid"] == 42 and {e["cat"] for e in starts + finishes} == {"ac2g"}
+    assert not [e for e in events if e.get("cat") == "cuda_runtime"]
+
+
+def test_gpu_work_s_cuda_calls_are_drawn_inside_the_calls_that_made_them(tmp_path):
+    (tmp_path / "tw-1-0001.csv").write_text(
+        "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
+        "2,torch.matmul,1000,500,500,0,42,42,1,1,0,\n"
+        "1,torch.nn.Linear.forward,900,800,300,0,42,42,0,0,0,\n")
+    (tmp_path / "tw-1-0001.gpu.csv").write_text(
+        "call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid,launch_start_ns,launch_end_ns,"
+        "launch\n"
+        "2,torch.matmul,kernel,gemm,1600,1850,0,7,5,42,1100,1150,cudaLaunchKernel\n"
+        "2,torch.matmul,memset,memset,1860,1870,0,7,6,42,1200,1230,cudaMemsetAsync\n"
+        "1,torch.nn.Linear.forward,memcpy,memcpy HtoD,1880,1890,0,7,8,42,1600,1660,cudaMemcpyAsync\n")
+    trace = tmp_path / "t.json"
+    report("--trace", trace, tmp_path)
+    events = json.loads(trace.read_text())["traceEvents"]
+    nested_per_thread(events)
+    runtime = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
+    assert {c: (e["name"], e["tid"], e["args"]["External id"], round(e["ts"] * 1000), round(e["dur"] * 1000))
+            for c, e in runtime.items()} == {5: ("cudaLaunchKernel", 42, 2, 200, 50),
+                                             6: ("cudaMemsetAsync", 42, 2, 300, 30),
+                                             8: ("cudaMemcpyAsync", 42, 1, 700, 60)}
+    gpu = {e["args"]["correlation"]: e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    assert gpu[8]["name"] == "Memcpy HtoD" and gpu[6]["name"] == "Memset"
+    # an ac2g arrow from each CUDA call to its work
+    flows = [e for e in events if e.get("cat") == "ac2g"]
+    pairs = {e["id"]: {} for e in flows}
+    for e in flows:
+        pairs[e["id"]][e["ph"]] = e
+    assert sorted((p["s"]["ts"], p["f"]["ts"], p["f"]["pid"], p["f"]["tid"]) for p in pairs.values()) == sorted(
+        (runtime[c]["ts"], gpu[c]["ts"], 0, 7) for c in runtime)
 
 
 def test_torn_lines_unknown_columns_and_bad_files(tmp_path):
@@ -329,3 +423,62 @@ def test_steps_filter_and_by_step_match_load(run_dir):
     assert "no step" not in report("--by", "step", run_dir).stdout
     bad = report("--steps", "5:3", run_dir, check=False)
     assert bad.returncode == 2 and "--steps '5:3' is not accepted" in bad.stderr
+
+
+def test_trace_dir_writes_a_file_per_rank_and_the_unranked_beside_them(tmp_path):
+    """--trace DIR/: a file per rank (70 here: more than are kept open at once, so that files closed
+    early are appended to as more gzip members), each naming its rank and the world size first;
+    a process without a rank (a launcher) in unranked/, where HTA does not look."""
+    inputs = []
+    for rank in range(70):
+        d = tmp_path / f"r{rank}"
+        d.mkdir()
+        pid = 1000 + rank
+        (d / f"tw-{pid}-0001.csv").write_text(
+            "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,step\n"
+            f"2,torch.mm,{1100 + rank},100,100,0,{pid},{pid},1,1,0,,0\n"
+            f"1,train_step,{1000 + rank},400,300,0,{pid},{pid},0,0,0,,0\n")
+        (d / "manifest.json").write_text(json.dumps({"pid": pid, "rank": rank, "start_ns": 1000}))
+        inputs.append(d)
+    launcher = tmp_path / "launcher"
+    launcher.mkdir()
+    (launcher / "tw-5-0001.csv").write_text(
+        "call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args\n"
+        "1,torch.distributed.run,900,2000,2000,0,5,5,0,0,0,\n")
+    (launcher / "manifest.json").write_text(json.dumps({"pid": 5, "start_ns": 900}))
+    traces = tmp_path / "traces"
+    out = report("--trace", f"{traces}/", *inputs, launcher).stdout
+    assert f"trace: 141 calls in {traces}/ (71 files)" in out
+    assert sorted(os.listdir(traces)) == sorted([f"rank{r}.pt.trace.json.gz" for r in range(70)] + ["unranked"])
+    assert os.listdir(traces / "unranked") == ["pid5.pt.trace.json.gz"]
+    for rank in range(70):
+        with gzip.open(traces / f"rank{rank}.pt.trace.json.gz", "rt") as f:
+            first = f.readline()
+            f.seek(0)
+            trace = json.load(f)
+        assert first.startswith('{"distributedInfo": {"rank": %d, "world_size": 70}' % rank)
+        events = trace["traceEvents"]
+        assert [e["name"] for e in events if e["ph"] == "X"] == ["train_step", "torch.mm", "ProfilerStep#0"]
+        assert {e["pid"] for e in events if e["ph"] == "X"} == {1000 + rank}
+    with gzip.open(traces / "unranked" / "pid5.pt.trace.json.gz", "rt") as f:
+        trace = json.load(f)
+    assert "distributedInfo" not in trace
+    assert [e["name"] for e in trace["traceEvents"] if e["ph"] == "X"] == ["torch.distributed.run"]
+
+
+def test_trace_of_a_call_around_more_calls_than_are_held_is_complete_and_nested(tmp_path):
+    """A thread's calls are held until the outermost call around them comes (to clip them into it):
+    past 131,072 (a range around a whole epoch), they are written as they are, and nothing is lost."""
+    n = 140_000
+    lines = ["call_id,api,start_ns,cost_ns,self_ns,gpu_ns,pid,tid,depth,parent_id,error,args,step"]
+    lines += [f"{i + 2},torch.add,{1000 + 10 * i},5,5,0,42,42,1,1,0,,{i // 1000}" for i in range(n)]
+    lines.append(f"1,run_training_epoch,900,{10 * n + 200},{5 * n + 200},0,42,42,0,0,0,,0")
+    (tmp_path / "tw-1-0001.csv").write_text("\n".join(lines) + "\n")
+    trace = tmp_path / "t.json"
+    report("--trace", trace, "--limit", "0", tmp_path)
+    events = json.loads(trace.read_text())["traceEvents"]
+    nested_per_thread(events)
+    calls = [e for e in events if e["ph"] == "X" and e["cat"] == "cpu_op"]
+    assert len(calls) == n + 1
+    steps = [e["name"] for e in events if e["ph"] == "X" and e["cat"] == "user_annotation"]
+    assert steps == [f"ProfilerStep#{s}" for s in range(n // 1000)]
