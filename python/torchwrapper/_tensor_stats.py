@@ -157,8 +157,8 @@ class _StatsEngine:
             if self.match_all:
                 hit = True
             else:
-                names = (path, self.tracer.class_name(type(module)))
-                names += (names[1] + ".forward",)
+                cls = self.tracer.class_name(type(module))
+                names = (path, self.tracer.name_in_model(module, path), cls, cls + ".forward")
                 hit = any(fnmatch.fnmatchcase(n, g) for g in self.globs for n in names)
             self.selected[key] = hit
         return hit

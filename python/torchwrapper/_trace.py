@@ -2,23 +2,27 @@
 """Model tracing: which nn.Module instance each module call ran on, and the tree of modules.
 
 The C wrapper of an ``nn.Module`` forward looks its instance up by address in a table (one probe
-per call) and records the id of the instance's path (``features.0``, as ``named_modules()`` names
-it) with the call. The first call of an instance misses, and asks ``Tracer.resolve``, off the hot
-path: it finds the model the instance belongs to (the outermost module on the Python call stack
-that contains it), and puts every module of that model in the table at once, each with a weak
-reference that takes its entry out when the module dies.
+per call) and records the id of the instance's path (``AlexNet.features.0``: its model's class,
+then its ``named_modules()`` name) with the call. The first call of an instance misses, and asks
+``Tracer.resolve``, off the hot path: it finds the model the instance belongs to (the outermost
+module on the Python call stack that contains it), and puts every module of that model in the table
+at once, each with a weak reference that takes its entry out when the module dies.
 
-A model is a *root*. The first one has the paths of ``named_modules()`` ("" for itself); a module
-called on its own at the top level (a loss, a second model) is another root, named by its class
-while the first one lives: ``CrossEntropyLoss``, ``Discriminator:fc``. A root whose model is later
-found inside a larger one (``model.encoder(x)`` called before ``model(x)``) is taken over by it.
+A model is a *root*, and every root's paths start with its class's name, as torch's module tracker
+(``torch.utils.flop_counter.FlopCounterMode``'s keys) names them: ``GPT2LMHeadModel`` for the
+model itself, ``GPT2LMHeadModel.transformer.h.0.attn`` for its modules (``named_modules()``'s path
+after the class). A module called on its own at the top level (a loss, a second model) is another
+root named the same way: ``CrossEntropyLoss``, ``Discriminator.fc``; a second live model of a class
+already taken is ``GPT2LMHeadModel#2``. A root whose model is later found inside a larger one
+(``model.encoder(x)`` called before ``model(x)``) is taken over by it.
 
 A module made while another one runs and called there without being its child (``loss_fct =
 CrossEntropyLoss()`` inside a forward, as transformers' models do at every step) is *transient*:
-its path is the running module's path and its class in parentheses (``(CrossEntropyLoss)`` inside
-the model itself, ``encoder.layer.0.(Dropout)``), so each step's new instance takes the same path,
-and a dead instance leaves every table. Nothing grows with the steps: roots, table entries and
-paths are bounded by the live modules and the distinct paths.
+its path is the running module's path and its class in parentheses
+(``BertModel.(CrossEntropyLoss)`` inside the model itself, ``BertModel.encoder.layer.0.(Dropout)``),
+so each step's new instance takes the same path, and a dead instance leaves every table. Nothing
+grows with the steps: roots, table entries and paths are bounded by the live modules and the
+distinct paths.
 
 A model's modules are walked (``named_modules()``) when it is registered and again only when its
 structure may have changed since: torch's global module registration hook marks a registered
@@ -51,18 +55,22 @@ from ._updates import _Tracker
 class _Root:
     """One model: the root module, weakly held, and the name its paths start with."""
 
-    def __init__(self, module: Any, prefix: Optional[str], index: int) -> None:
+    def __init__(self, module: Any, name: str, index: int, primary: bool) -> None:
         self.ref = weakref.ref(module)
-        self.prefix = prefix      # None for the first root: plain named_modules() paths
+        self.name = name          # its class's __name__ (``GPT2LMHeadModel``, ``GPT2LMHeadModel#2``)
         self.index = index        # order of discovery
+        self.primary = primary    # the model whose calls start tensor statistics' steps (the first live one)
         self.cls = type(module)
         self.retired = False      # taken over by a model found to contain it
         self.grown = True         # a child was added to one of its modules since they were walked
 
     def path(self, name: str) -> str:
-        if self.prefix is None:
-            return name
-        return self.prefix if name == "" else f"{self.prefix}:{name}"
+        """The path of the module named name by the model's named_modules() ("" for the model)."""
+        return f"{self.name}.{name}" if name else self.name
+
+    def name_in_model(self, path: str) -> str:
+        """The inverse of path(): named_modules()'s name of one of its paths."""
+        return path[len(self.name) + 1:]
 
 
 class Tracer:
@@ -220,7 +228,8 @@ class Tracer:
         """An outermost module call begins: the model's starts a step. Whether it is sampled."""
         stats = self.stats
         try:
-            if self._path.get(id(module)) == "":
+            root = self._owner.get(id(module))
+            if root is not None and root.primary and root.ref() is module:
                 stats.root_call()
             return stats.sampling
         except Exception as error:  # noqa: BLE001
@@ -375,16 +384,15 @@ class Tracer:
         if current is not None and current.ref() is model:
             return current
         live = [r for r in self._live_roots() if id(r.ref()) not in members]
-        prefix = None
-        if any(r.prefix is None for r in live):
-            # The first model has the plain paths; another one is named by its class.
-            taken = {r.prefix for r in live}
-            prefix = base = type(model).__name__
-            n = 2
-            while prefix in taken:
-                prefix, n = f"{base}#{n}", n + 1
+        # Every model is named by its class, as torch's module tracker names it; a second live
+        # model of a class already taken gets a number.
+        taken = {r.name for r in live}
+        name = base = type(model).__name__
+        n = 2
+        while name in taken:
+            name, n = f"{base}#{n}", n + 1
         self._root_count += 1
-        root = _Root(model, prefix, self._root_count)
+        root = _Root(model, name, self._root_count, primary=not any(r.primary for r in live))
         self._roots.append(root)
         path = root.path("")
         if self._root_classes.get(path) != self.class_name(type(model)):
@@ -399,8 +407,9 @@ class Tracer:
         root.grown = False
         self._add_modules(root, named)
         if self.stats is not None and self.stats.unchecked_globs:
-            self.stats.check_globs((root.path(n) for n, _ in named), (self.class_name(type(m)) for _, m in named),
-                                   final=True)
+            # a glob may name a module by its path or by its name in the model (``encoder.*``)
+            self.stats.check_globs([root.path(n) for n, _ in named] + [n for n, _ in named if n],
+                                   (self.class_name(type(m)) for _, m in named), final=True)
 
     def wrap_module_classes(self) -> None:
         """At start: the forwards of every module class defined outside torch that exists now (so a
@@ -460,11 +469,7 @@ class Tracer:
     def _register_transient(self, module: Any, parent: Any) -> None:
         """A module made inside parent's call: named "(Class)" under parent's path in parent's root."""
         root = self._owner[id(parent)]
-        parent_path = self._path[id(parent)]
-        if root.prefix is None:
-            parent_name = parent_path
-        else:
-            parent_name = "" if parent_path == root.prefix else parent_path[len(root.prefix) + 1:]
+        parent_name = root.name_in_model(self._path[id(parent)])
         own = f"({type(module).__name__})"
         name = f"{parent_name}.{own}" if parent_name else own
         self._add_modules(root, [(f"{name}.{sub}" if sub else name, m) for sub, m in module.named_modules()])
@@ -548,6 +553,12 @@ class Tracer:
     def module_path(self, module: Any) -> Optional[str]:
         """The path recorded for a module instance, or None if none of its calls was seen."""
         return self._path.get(id(module))
+
+    def name_in_model(self, module: Any, path: str) -> str:
+        """module's name in its model, as named_modules() gives it ("" for the model itself): its
+        path without the model's class."""
+        root = self._owner.get(id(module))
+        return root.name_in_model(path) if root is not None else path.partition(".")[2]
 
     def modules(self) -> Dict[str, Any]:
         """The tree: {"roots": [{"path", "class"}], "modules": [{"path", "class", "parent",

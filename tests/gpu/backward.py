@@ -50,9 +50,9 @@ def tw_report():
 
 class ModuleRanges:
     """Global module hooks that open a record_function("module:PATH") range around each module's
-    forward (paths from the outermost module entered, as named_modules() names them), so that
-    torch.profiler's events can be charged to modules the way torchwrapper charges its calls: the
-    innermost module other than the model itself, "-" for none."""
+    forward (paths as torchwrapper names them: the outermost module entered by its class, then
+    named_modules()'s path), so that torch.profiler's events can be charged to modules the way
+    torchwrapper charges its calls: the innermost module, the model itself included, "-" for none."""
 
     def __init__(self):
         from torch.nn.modules import module as nn_module
@@ -62,7 +62,8 @@ class ModuleRanges:
 
     def enter(self, module, _inputs):
         if not self.open and id(module) not in self.paths:   # an outermost module: name its tree
-            self.paths.update((id(m), path) for path, m in module.named_modules())
+            root = type(module).__name__
+            self.paths.update((id(m), f"{root}.{path}" if path else root) for path, m in module.named_modules())
         path = self.paths.get(id(module))
         ctx = torch.autograd.profiler.record_function(f"module:{path}") if path else None
         if ctx is not None:

@@ -122,7 +122,7 @@ def test_each_linear_layers_nodes_are_charged_to_its_module_and_call():
         assert parent.api == "torch.nn.Linear.forward" and node.module == parent.module
         assert node.step == forward.step
         # the module is the right one, by its shapes: its input width is in the forward's arguments
-    assert sorted(r.module for r in addmm) == ["layers.0", "layers.1", "layers.2"]
+    assert sorted(r.module for r in addmm) == ["MLP.layers.0", "MLP.layers.1", "MLP.layers.2"]
     relu = [r for r in records if r.api == "ReluBackward0"]
     assert len(relu) == 2 and {by_id[r.fwd_call_id].api for r in relu} == {"torch.relu"}   # F.relu calls torch.relu: the innermost
     accumulate = [r for r in records if r.api == "torch::autograd::AccumulateGrad"]
@@ -398,11 +398,11 @@ def test_checkpointed_blocks_recompute_under_backward_and_their_nodes_are_charge
     records = prof.records()
     by_id = {r.call_id: r for r in records}
     addmm = [r for r in records if r.api == "AddmmBackward0"]
-    assert sorted(r.module for r in addmm) == ["block.0", "block.2", "head"]
+    assert sorted(r.module for r in addmm) == ["Net.block.0", "Net.block.2", "Net.head"]
     for node in addmm:
         assert by_id[node.fwd_call_id].api == "torch.nn.functional.linear"
     # the block's forward ran twice, once recomputed inside backward: that time is the block's too
-    linears = [r for r in records if r.api == "torch.nn.Linear.forward" and r.module in ("block.0", "block.2")]
+    linears = [r for r in records if r.api == "torch.nn.Linear.forward" and r.module in ("Net.block.0", "Net.block.2")]
     assert len(linears) == 4
     first_backward_node = min(r.call_id for r in records if r.fwd_call_id)
     assert sum(r.call_id > first_backward_node for r in linears) == 2
@@ -421,7 +421,7 @@ def test_tensor_and_module_hooks_run_inside_backward_and_nodes_stay_linked():
     assert seen == ["module", "tensor"]
     records = prof.records()
     addmm = [r for r in records if r.api == "AddmmBackward0"]
-    assert sorted(r.module for r in addmm) == ["layers.0", "layers.1", "layers.2"]
+    assert sorted(r.module for r in addmm) == ["MLP.layers.0", "MLP.layers.1", "MLP.layers.2"]
     # full backward hooks add their own nodes (BackwardHookFunctionBackward), linked like the rest
     hooks = [r for r in records if r.api == "BackwardHookFunctionBackward"]
     assert hooks and all(r.fwd_call_id != 0 for r in hooks)
@@ -484,7 +484,9 @@ def test_ddp_with_gloo_its_allreduce_runs_inside_backward_and_every_node_is_reco
     for rank in ("0", "1"):
         frame = tw.load(str(tmp_path / "out" / rank))
         nodes = frame[frame["api"] == "AddmmBackward0"]
-        assert len(nodes) == 2 and set(nodes["module"]) == {"module.0", "module.1"}
+        # DDP is the model: its class names the paths, named_modules()'s "module." the wrapped one
+        assert len(nodes) == 2 and set(nodes["module"]) == {"DistributedDataParallel.module.0",
+                                                            "DistributedDataParallel.module.1"}
         forwards = frame.set_index("call_id").loc[nodes["fwd_call_id"]]
         assert set(forwards["api"]) == {"torch.nn.functional.linear"}
 

@@ -86,7 +86,7 @@ def test_flame_stacks_charge_each_node_to_its_forward_call_and_timeline_keeps_th
     assert sum(folded(tmp_path / "charged").values()) == sum(folded(tmp_path / "timeline").values())
 
 
-ROOT = "test_backward_views.Net"   # the model's frame in --by module: its class (the root's path is "")
+ROOT = "Net"   # the model's frame in --by module: its path, its class
 
 
 def test_by_module_each_module_frame_holds_its_forward_and_its_backward(tmp_path):
@@ -96,19 +96,20 @@ def test_by_module_each_module_frame_holds_its_forward_and_its_backward(tmp_path
     by_id = {r.call_id: r for r in records}
 
     def in_forward_of(r, module):   # the module's forward call or a call inside it
-        while r is not None and r.module != module:
+        while r is not None and r.module != f"{ROOT}.{module}":
             r = by_id.get(r.parent_id)
         return r is not None
 
     for module in ("fc1", "fc2"):
         forward = sum(r.self_ns for r in records if r.fwd_call_id == 0 and in_forward_of(r, module))
-        backward = sum(r.self_ns for r in records if r.module == module and r.fwd_call_id != 0)
+        backward = sum(r.self_ns for r in records if r.module == f"{ROOT}.{module}" and r.fwd_call_id != 0)
         assert forward > 0 and backward > 0
-        assert stacks[f"{ROOT};{module}"] == forward + backward
+        assert stacks[f"{ROOT};{ROOT}.{module}"] == forward + backward
     report("--folded", tmp_path / "timeline", "--by", "module", "--backward", "timeline", tmp_path / "run")
     timeline = folded(tmp_path / "timeline")
-    assert timeline[f"{ROOT};fc1"] == sum(r.self_ns for r in records if r.fwd_call_id == 0 and in_forward_of(r, "fc1"))
-    assert timeline["torch.Tensor.backward;fc1"] > 0
+    assert timeline[f"{ROOT};{ROOT}.fc1"] == sum(r.self_ns for r in records
+                                                if r.fwd_call_id == 0 and in_forward_of(r, "fc1"))
+    assert timeline[f"torch.Tensor.backward;{ROOT}.fc1"] > 0
 
 
 def test_nodes_read_before_their_forward_call_are_charged_when_it_comes(tmp_path):

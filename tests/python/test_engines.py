@@ -88,11 +88,11 @@ def test_every_engine_gives_tw_reports_per_api_totals(run_dir, engine):
     assert totals(rows) == expected
     assert len({pid for _, _, _, pid, *_ in rows}) == 2
     assert expected["torch.add"][0] == 12          # 7 in the child, 5 in the parent
-    # in start order, with the module paths of forwards ("" for the model itself)
+    # in start order, with the module paths of forwards (the model itself named by its class)
     assert [r[0] for r in rows] == [r[0] for r in rows_of(run_dir, "pandas")]
     modules = {r[0]: r[6] for r in rows if r[6]}
-    assert modules["torch.nn.Linear.forward"] == "0"
-    assert {r[6] for r in rows if r[0] == "torch.nn.Sequential.forward"} == {""}
+    assert modules["torch.nn.Linear.forward"] == "Sequential.0"
+    assert {r[6] for r in rows if r[0] == "torch.nn.Sequential.forward"} == {"Sequential"}
 
 
 @pytest.mark.parametrize("engine", ["polars", "duckdb"])

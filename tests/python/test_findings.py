@@ -188,7 +188,7 @@ def test_a_convolution_bias_before_batch_norm(tmp_path, bias):
         return
     finding = found["conv_bias_before_batchnorm"]
     assert finding["where"][0] == f"{HERE}:{line_of('conv')} conv_loop"
-    assert "module 0" in finding["where"] and "bias=False" in finding["fix"]
+    assert "module Sequential.0" in finding["where"] and "bias=False" in finding["fix"]
 
 
 def write_steps(path, step_ms):

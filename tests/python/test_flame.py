@@ -142,18 +142,16 @@ def test_folded_by_module_has_module_paths_as_frames(run_dir, tmp_path):
     stacks = read_folded(folded)
     assert sum(stacks.values()) == sum(r["self"] for r in rows)
     if any(n.endswith(".jsonl") for n in os.listdir(run_dir)):
-        # JSON lines say which calls are module forwards (module "" is the model itself), so the
-        # frames can be rebuilt without tw-report's rule for telling the model's forward.
-        def frame(c):
-            return c["module"] or c["api"].removesuffix(".forward")
+        # JSON lines say which calls are module forwards, so the frames are their module paths
+        # (the model itself named by its class, as every path starts).
         expected = defaultdict(int)
         for r, chain in chains(rows):
-            frames = [frame(c) for c in chain if c["module"] is not None and not c["fwd_call_id"]]
+            frames = [c["module"] for c in chain if c["module"] is not None and not c["fwd_call_id"]]
             if chain[0]["module"] is None:
                 frames.insert(0, chain[0]["api"])  # outside every module: the outermost call's API
             expected[";".join(frames)] += r["self"]
         assert stacks == {k: v for k, v in expected.items() if v > 0}
-    assert "torch.nn.Sequential;0;0.0" in stacks and "torch.nn.Sequential;1" in stacks
+    assert "Sequential;Sequential.0;Sequential.0.0" in stacks and "Sequential;Sequential.1" in stacks
     assert any(s.startswith("torch.optim.Adam.step") for s in stacks)
 
 
@@ -294,7 +292,7 @@ def test_html_is_one_small_file_with_the_per_api_table(run_dir, tmp_path):
     assert '<svg xmlns="http://www.w3.org/2000/svg" id="tw-flame"' in text
     assert len(re.findall(r"<rect [^>]*><title>step \d+:", text)) == 8  # one bar per step
     modules = {r[0]: r for r in parsed.tables["module-table"][1:]}
-    assert set(modules) == {"torch.nn.Sequential", "0", "0.0", "0.1", "1"}
+    assert set(modules) == {"Sequential", "Sequential.0", "Sequential.0.0", "Sequential.0.1", "Sequential.1"}
     assert all(r[1] == "8" for r in modules.values())
 
 

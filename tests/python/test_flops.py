@@ -211,14 +211,15 @@ def test_flops_per_step_equal_flop_counter_modes_forward_and_backward(workload):
 BRANCHES = {"resnet": {"ResNet.layer2.down", "ResNet.layer2.down.0"}}
 
 
-def module_flops(records, root):
-    """Per module, as FlopCounterMode names them (the root's class name, then paths): the flops_total
-    of its forward calls, and of the backward nodes charged to it or to modules under it."""
+def module_flops(records):
+    """Per module path (named as FlopCounterMode names modules: the model's class, then the path in
+    it): the flops_total of its forward calls, and of the backward nodes charged to it or to modules
+    under it."""
     fwd, both = collections.Counter(), collections.Counter()
     for r in records:
         if r.module is None:
             continue
-        name = root + ("." + r.module if r.module else "")
+        name = r.module
         if is_node(r):
             parts = name.split(".")
             for i in range(1, len(parts) + 1):
@@ -235,9 +236,8 @@ def test_flops_per_module_equal_flop_counter_modes_table(workload):
     model, expected = reference(make_model, batch)
     _, prof = profiled(make_model, batch)
     records = prof.records()
-    root = type(model).__name__
     for step, (_, _, table, fwd_table) in enumerate(expected):
-        fwd, both = module_flops([r for r in records if r.step == step], root)
+        fwd, both = module_flops([r for r in records if r.step == step])
         # the modules reported: every one whose forward counted FLOPs, torch's and the model's own
         # classes (GPT, Block, Attention): the same set as FlopCounterMode's
         reported = {name for name, n in fwd.items() if n}
@@ -468,14 +468,13 @@ def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
     assert page.count("<th class=\"num\">GFLOP</th>") == 2 and "fwd MFU %" in page
     # --by module: a row per module, its forward calls' FLOPs with the backward of it and of the modules
     # inside it (the model's row: every module's), as module_flops() counts them from the records
-    fwd, both = module_flops(records, "ResNet")
+    fwd, both = module_flops(records)
     done = subprocess.run([TW_REPORT, out, "--format", "csv", "--by", "module"], capture_output=True, text=True,
                           check=True)
     rows = {row["module"]: row for row in csv.DictReader(done.stdout.splitlines())}
-    assert "layer2.down.0" in rows and any(key.endswith("ResNet") for key in rows)
+    assert "ResNet.layer2.down.0" in rows and "ResNet" in rows
     for key, row in rows.items():
-        name = "ResNet" if key.endswith("ResNet") else "ResNet." + key
-        assert int(row["flops"]) == fwd[name] and int(row["flops"]) + int(row["bwd_flops"]) == both[name], key
+        assert int(row["flops"]) == fwd[key] and int(row["flops"]) + int(row["bwd_flops"]) == both[key], key
     # load(): the peak from the manifest, and the same numbers per API; per module as in the test above
     frame = tw.load(out)
     assert frame.attrs["peak_flops"] == 2e12
@@ -483,8 +482,9 @@ def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
     assert table.loc["torch.conv2d", "flops"] == flops and table.loc["torch.conv2d", "bwd_flops"] == bwd_flops
     assert table.loc["torch.conv2d", "mfu"] == pytest.approx(rate / 2e12, rel=1e-9)
     modules = tw.flops_table(frame, by="module")
+    assert "ResNet" in modules.index
     for path, row in modules.iterrows():
-        assert row["total_flops"] == both["ResNet" + ("." + path if path else "")]
+        assert row["total_flops"] == both[path]
     steps = tw.flops_table(out, by="step")
     assert list(steps.index) == [0, 1]
     assert steps["total_flops"].sum() == sum(r.flops for r in records)

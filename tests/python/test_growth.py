@@ -105,7 +105,7 @@ def test_a_loss_made_at_every_step_keeps_every_table_as_after_fifty_steps(tmp_pa
     records = prof.records()
     losses = [r for r in records if r.api == "torch.nn.CrossEntropyLoss.forward"]
     assert len(losses) == 5000 and {r.module for r in losses} == {"CrossEntropyLoss"}
-    assert {r.module for r in records if r.api == "torch.nn.Linear.forward"} == {"net.0", "net.2"}
+    assert {r.module for r in records if r.api == "torch.nn.Linear.forward"} == {"MLP.net.0", "MLP.net.2"}
 
     run_top_level_loss(str(tmp_path / "short"), 50)
     assert tree_without_calls(str(tmp_path / "long")) == tree_without_calls(str(tmp_path / "short"))
@@ -113,8 +113,9 @@ def test_a_loss_made_at_every_step_keeps_every_table_as_after_fifty_steps(tmp_pa
         modules_json_size_without_counts(str(tmp_path / "short"))
     with open(tmp_path / "long" / "modules.json") as f:
         tree = json.load(f)
-    assert tree["roots"] == [{"path": "", "class": "__main__.MLP" if MLP.__module__ == "__main__" else
-                              f"{MLP.__module__}.MLP"}, {"path": "CrossEntropyLoss", "class": "torch.nn.CrossEntropyLoss"}]
+    assert tree["roots"] == [{"path": "MLP", "class": "__main__.MLP" if MLP.__module__ == "__main__" else
+                              f"{MLP.__module__}.MLP"},
+                             {"path": "CrossEntropyLoss", "class": "torch.nn.CrossEntropyLoss"}]
     (loss,) = [m for m in tree["modules"] if m["path"] == "CrossEntropyLoss"]
     assert loss["calls"] == 5000
 
@@ -164,14 +165,16 @@ def test_a_model_whose_forward_makes_its_loss_is_walked_once(tmp_path):
     assert after_50["paths"] <= live_modules + 4 and after_50["table"][0] <= live_modules + 4
     records = prof.records()
     paths = {(r.api, r.module) for r in records if r.module is not None}
-    assert ("torch.nn.CrossEntropyLoss.forward", "(CrossEntropyLoss)") in paths
-    assert {m for a, m in paths if a == "torch.nn.Dropout.forward"} == {f"layers.{i}.(Dropout)" for i in range(3)}
+    assert ("torch.nn.CrossEntropyLoss.forward", "BertStyle.(CrossEntropyLoss)") in paths
+    assert {m for a, m in paths if a == "torch.nn.Dropout.forward"} == \
+        {f"BertStyle.layers.{i}.(Dropout)" for i in range(3)}
     assert sum(r.api == "torch.nn.CrossEntropyLoss.forward" for r in records) == 5000
     tree = tw.load_modules(out)
-    assert [r["path"] for r in tree["roots"]] == [""]
+    assert [r["path"] for r in tree["roots"]] == ["BertStyle"]
     by_path = {m["path"]: m for m in tree["modules"]}
-    assert by_path["(CrossEntropyLoss)"]["parent"] == "" and by_path["(CrossEntropyLoss)"]["calls"] == 5000
-    assert by_path["layers.1.(Dropout)"]["parent"] == "layers.1"
+    loss = by_path["BertStyle.(CrossEntropyLoss)"]
+    assert loss["parent"] == "BertStyle" and loss["calls"] == 5000
+    assert by_path["BertStyle.layers.1.(Dropout)"]["parent"] == "BertStyle.layers.1"
 
 
 def test_a_child_added_to_a_running_model_gets_its_own_path(tmp_path):
@@ -189,7 +192,7 @@ def test_a_child_added_to_a_running_model_gets_its_own_path(tmp_path):
         model(x, y)
     assert module_module._global_module_registration_hooks == hooks_before   # ours is gone
     paths = {r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"}
-    assert "layers.3.dense" in paths
+    assert "BertStyle.layers.3.dense" in paths
     assert not any("(" in p and "Linear" in p for p in paths)
 
 
@@ -210,7 +213,7 @@ def test_classes_defined_in_a_loop_leave_no_state_behind(tmp_path):
     assert after_600 == after_50
     gc.collect()
     assert sum(ref() is not None for ref in alive) <= 2   # the profiler keeps none of them alive
-    assert {r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"} >= {"net.0", "Head"}
+    assert {r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"} >= {"MLP.net.0", "Head"}
 
 
 def test_models_remade_in_a_search_loop_keep_one_root(tmp_path):
@@ -233,9 +236,9 @@ def test_models_remade_in_a_search_loop_keep_one_root(tmp_path):
     assert after_300 == after_10
     assert after_10["roots"] == 1 and after_10["root_paths"] == 1
     assert after_10["paths"] <= 2 * 5   # this trial's model, and the last one's until it is freed
-    assert {r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"} == {"net.0", "net.2"}
+    assert {r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"} == {"MLP.net.0", "MLP.net.2"}
     tree = tw.load_modules(out)
-    assert len(tree["modules"]) == 5 and tree["roots"] == [{"path": "", "class": tree["modules"][0]["class"]}]
+    assert len(tree["modules"]) == 5 and tree["roots"] == [{"path": "MLP", "class": tree["modules"][0]["class"]}]
 
 
 def test_dataloaders_remade_each_epoch_leave_no_state_behind(tmp_path):
@@ -267,8 +270,8 @@ def test_modules_json_is_written_only_when_the_tree_changed(tmp_path, steps):
         writes_while_recording = prof.tracer.counters["modules_writes"]
     assert writes_while_recording == 1
     assert prof.tracer.counters["modules_writes"] == 2
-    assert {m["path"] for m in tw.load_modules(str(tmp_path))["modules"]} == {"", "net", "net.0", "net.1", "net.2",
-                                                                           "CrossEntropyLoss"}
+    assert {m["path"] for m in tw.load_modules(str(tmp_path))["modules"]} == {
+        "MLP", "MLP.net", "MLP.net.0", "MLP.net.1", "MLP.net.2", "CrossEntropyLoss"}
 
 
 def test_transformers_bert_makes_its_loss_at_every_step_and_nothing_grows(tmp_path):
@@ -289,8 +292,9 @@ def test_transformers_bert_makes_its_loss_at_every_step_and_nothing_grows(tmp_pa
     new_per_step = (registered_300 - registered_20) / 280
     assert new_per_step == int(new_per_step) and new_per_step < 5   # the step's own modules, not the model's
     loss_calls = [r for r in prof.records() if r.api == "torch.nn.CrossEntropyLoss.forward"]
-    assert len(loss_calls) == 300 and {r.module for r in loss_calls} == {"(CrossEntropyLoss)"}
+    root = "BertForSequenceClassification"
+    assert len(loss_calls) == 300 and {r.module for r in loss_calls} == {f"{root}.(CrossEntropyLoss)"}
     tree = tw.load_modules(out)
-    assert tree["roots"] == [{"path": "", "class": "transformers.models.bert.modeling_bert.BertForSequenceClassification"}]
-    (loss,) = [m for m in tree["modules"] if m["path"] == "(CrossEntropyLoss)"]
-    assert loss["parent"] == "" and loss["calls"] == 300
+    assert tree["roots"] == [{"path": root, "class": f"transformers.models.bert.modeling_bert.{root}"}]
+    (loss,) = [m for m in tree["modules"] if m["path"] == f"{root}.(CrossEntropyLoss)"]
+    assert loss["parent"] == root and loss["calls"] == 300

@@ -347,16 +347,14 @@ def test_tw_report_and_memory_table_agree(planted_run, by):
     ours = {}
     for row in rows:
         if any(int(row[c]) for c in ("mem_alloc", "mem_freed", "bwd_mem")):
-            key = row[by]
-            if by == "module" and key.endswith("Planted"):   # tw-report names the model by its class
-                key = ""
+            key = row[by]   # a module: the same path in both (the model named by its class)
             ours[key if by != "step" else int(key)] = [int(row[c]) for c in MEMORY_COLUMNS]
     theirs = {key: [int(v) for v in values] for key, values in table[MEMORY_COLUMNS].iterrows()}
     assert ours == theirs
     if by == "module":   # the planted buffers: allocated in scratch, freed by the model's forward
-        assert ours["scratch"][:3] == [3 * MIB4, 0, 0]
+        assert ours["Planted.scratch"][:3] == [3 * MIB4, 0, 0]
         # the Linear layers' nodes allocated their gradients (charged to the innermost module)
-        assert ours[""][2] >= 3 * MIB4 and ours["mlp.0"][4] > 0 and ours["mlp.2"][4] > 0
+        assert ours["Planted"][2] >= 3 * MIB4 and ours["Planted.mlp.0"][4] > 0 and ours["Planted.mlp.2"][4] > 0
     if by == "api":
         scratch = [key for key in ours if key.endswith("Scratch.forward")]
         assert len(scratch) == 1 and ours[scratch[0]][:3] == [3 * MIB4, 0, 0]
@@ -376,7 +374,7 @@ def test_tw_report_sorts_by_memory_and_the_html_report_shows_it(planted_run, tmp
     module_table = text[text.index('id="module-table"'):]
     assert "alloc MiB" in api_table[:api_table.index("</thead>")]
     assert "bwd MiB" in module_table[:module_table.index("</thead>")]
-    scratch = module_table[module_table.index("<td>scratch</td>"):]
+    scratch = module_table[module_table.index("<td>Planted.scratch</td>"):]
     assert "<td>12</td>" in scratch[:scratch.index("</tr>")]   # 3 steps of 4 MiB
     bad = subprocess.run([TW_REPORT, "--sort", "memory", str(planted_run)], capture_output=True, text=True)
     assert bad.returncode == 2 and "flops or mem" in bad.stderr

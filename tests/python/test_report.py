@@ -395,11 +395,11 @@ def test_tree_prints_one_step_like_call_tree(run_dir):
     assert any("  @ " in line for line in done.stdout.splitlines())
     assert lines[0].startswith("step 2 (pid ")
     expected = tw.call_tree(tw.load(run_dir, original_names=True), step=2).splitlines()
-    # tw-report shows a module path when there is one; call_tree also marks the root model "[]".
-    assert lines[1:] == [line.replace(" []  ", "  ") for line in expected[1:]]
+    # both show a call's module path when there is one, the model's own too (its class)
+    assert lines[1:] == expected[1:]
     assert lines[0].split(": ", 1)[1] == expected[0].split(": ", 1)[1]  # "N calls shown, T ms"
     assert any(line.startswith("  torch.optim.SGD.step") for line in lines)
-    assert any("[fc1]" in line for line in lines)
+    assert any("[MLP.fc1]" in line for line in lines)
     depth_one = report("--tree", "2", "--max-depth", "1", run_dir).stdout.splitlines()
     assert all(line.startswith("  ") and not line.startswith("   ") for line in depth_one[1:])
     assert len(depth_one) < len(lines)

@@ -210,7 +210,7 @@ def test_tw_report_by_site_and_tree(boundary_run):
     tree = subprocess.run([TW_REPORT, "--tree", "0", "--pid", main, "--tid", main, str(out)], capture_output=True,
                           text=True)
     assert tree.returncode == 0, tree.stderr
-    assert f"torch.nn.Linear.forward  @ train.py:{line} train_step" in tree.stdout
+    assert f"torch.nn.Linear.forward [Linear]  @ train.py:{line} train_step" in tree.stdout   # the model: its class
     # F.linear is charged to the same line: shown once, on the call around it
     assert "torch.nn.functional.linear  " in tree.stdout and "linear  @" not in tree.stdout
 

@@ -36,7 +36,7 @@ def test_spark_gives_tw_reports_per_api_totals(spark, run_dir):  # noqa: F811
     assert {r["api"]: (r["calls"], r["total"], r["self"]) for r in rows} == report_totals(run_dir)
     assert calls.select("pid").distinct().count() == 2        # both processes
     modules = {r["module"] for r in calls.where(F.col("api") == "torch.nn.Sequential.forward").collect()}
-    assert modules == {""}                                     # the root module, not null
+    assert modules == {"Sequential"}                           # the root module: its class
 
 
 def test_an_unknown_kind_is_refused(spark, tmp_path):

@@ -25,6 +25,11 @@ def _train_steps(model, optimizer, batch, steps):
         optimizer.step()
 
 
+def _path(model, name=""):
+    """The path of model's module named name by named_modules(): the model's class, then the name."""
+    return f"{type(model).__name__}.{name}" if name else type(model).__name__
+
+
 def _expected_paths(model):
     """path -> API name of the wrapped forward, for the modules whose forward is recorded (read while
     the wrappers are installed)."""
@@ -33,7 +38,7 @@ def _expected_paths(model):
         forward = type(module).forward
         # torch's forwards are wrappers; a model's own classes' are Python shims around one
         if isinstance(forward, WRAPPER_TYPES) or getattr(forward, "_torchwrapper_forward", False):
-            out[name] = forward.api_name
+            out[_path(model, name)] = forward.api_name
     return out
 
 
@@ -51,10 +56,10 @@ def test_each_module_forward_carries_its_instance_path(setup):
     for r in records:
         if r.module is not None and r.fwd_call_id == 0:   # autograd nodes carry their forward's module
             seen.setdefault(r.module, set()).add(r.api)
-    # Every module that ran under a recorded forward is there, under its named_modules() path and
-    # the API of its class's forward; nothing else carries a path.
+    # Every module that ran under a recorded forward is there, under its model's class and its
+    # named_modules() path, and the API of its class's forward; nothing else carries a path.
     assert {path: {api} for path, api in expected.items() if path in seen} == seen
-    assert set(seen) <= set(dict(model.named_modules()))
+    assert set(seen) <= {_path(model, name) for name, _ in model.named_modules()}
     assert len(seen) >= {"alexnet_sgd": 12, "lstm_adam": 3, "encoder_adam": 10}[setup]
     records = [r for r in records if r.fwd_call_id == 0]   # autograd nodes carry their forward's module
     for r in records:
@@ -76,13 +81,13 @@ def test_paths_nest_like_the_model():
         model(torch.randn(2, 3, 32, 32))
     by_id = {r.call_id: r for r in prof.records()}
     # features.0 (a Conv2d) runs inside features (a Sequential), and its parent record says so.
-    conv = next(r for r in by_id.values() if r.module == "features.0")
+    conv = next(r for r in by_id.values() if r.module == "AlexNet.features.0")
     parent = by_id[conv.parent_id]
-    assert parent.module == "features" and parent.api == "torch.nn.Sequential.forward"
+    assert parent.module == "AlexNet.features" and parent.api == "torch.nn.Sequential.forward"
     assert conv.depth == parent.depth + 1
 
 
-def test_a_recorded_model_is_the_root_with_the_empty_path(tmp_path):
+def test_a_recorded_model_is_the_root_named_by_its_class(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
     for fmt in ("csv", "json"):
@@ -92,16 +97,16 @@ def test_a_recorded_model_is_the_root_with_the_empty_path(tmp_path):
             torch.add(torch.ones(1), 1)
         records = prof.records()
         modules = {r.api: r.module for r in records}
-        assert modules["torch.nn.Sequential.forward"] == ""   # the root, read back as "" not None
-        assert modules["torch.nn.Linear.forward"] == "0"
-        assert modules["torch.nn.ReLU.forward"] == "1"
+        assert modules["torch.nn.Sequential.forward"] == "Sequential"   # the root: its class
+        assert modules["torch.nn.Linear.forward"] == "Sequential.0"
+        assert modules["torch.nn.ReLU.forward"] == "Sequential.1"
         assert modules["torch.add"] is None
         saved = json.loads((out / "modules.json").read_text())
-        assert saved["roots"] == [{"path": "", "class": "torch.nn.Sequential"}]
+        assert saved["roots"] == [{"path": "Sequential", "class": "torch.nn.Sequential"}]
         assert [(m["path"], m["class"], m["parent"], m["parameters"]) for m in saved["modules"]] == [
-            ("", "torch.nn.Sequential", None, {}),
-            ("0", "torch.nn.Linear", "", {"weight": [4, 4], "bias": [4]}),
-            ("1", "torch.nn.ReLU", "", {}),
+            ("Sequential", "torch.nn.Sequential", None, {}),
+            ("Sequential.0", "torch.nn.Linear", "Sequential", {"weight": [4, 4], "bias": [4]}),
+            ("Sequential.1", "torch.nn.ReLU", "Sequential", {}),
         ]
 
 
@@ -118,7 +123,7 @@ def test_csv_module_column_follows_args_and_site_ends_the_row(tmp_path):
     import pandas
 
     frame = pandas.read_csv(prof.files[0], keep_default_na=False)
-    assert frame.set_index("api").loc["torch.nn.Linear.forward", "module"] == ""
+    assert frame.set_index("api").loc["torch.nn.Linear.forward", "module"] == "Linear"
     assert frame.set_index("api").loc["torch.zeros", "args"] == "((2,), {})"
 
 
@@ -131,9 +136,9 @@ def test_a_loss_called_on_its_own_is_a_second_root_named_by_its_class(tmp_path):
         criterion(model(x), y).backward()
     modules = {(r.api, r.module) for r in prof.records() if r.module is not None}
     assert ("torch.nn.CrossEntropyLoss.forward", "CrossEntropyLoss") in modules
-    assert ("torch.nn.LSTM.forward", "lstm") in modules
+    assert ("torch.nn.LSTM.forward", "LSTMModel.lstm") in modules
     roots = json.loads((tmp_path / "modules.json").read_text())["roots"]
-    assert roots == [{"path": "", "class": "models.LSTMModel"},
+    assert roots == [{"path": "LSTMModel", "class": "models.LSTMModel"},
                      {"path": "CrossEntropyLoss", "class": "torch.nn.CrossEntropyLoss"}]
 
 
@@ -147,10 +152,12 @@ def test_a_submodule_called_first_takes_its_path_once_the_model_runs():
         model.head(x[:, 0])       # now known as part of model
         model.encoder.layers[1](x)
     heads = [(r.module, r.depth) for r in prof.records() if r.api == "torch.nn.Linear.forward"
-             and r.module in ("", "head")]
-    assert heads == [("", 0), ("head", 1), ("head", 0)]    # the second inside EncoderModel.forward
+             and r.module in ("Linear", "EncoderModel.head")]
+    # a model of its own (its class), then inside EncoderModel.forward, then on its own again
+    assert heads == [("Linear", 0), ("EncoderModel.head", 1), ("EncoderModel.head", 0)]
     attn = [r.module for r in prof.records() if r.api == "torch.nn.MultiheadAttention.forward"]
-    assert attn == ["encoder.layers.0.self_attn", "encoder.layers.1.self_attn", "encoder.layers.1.self_attn"]
+    assert attn == ["EncoderModel.encoder.layers.0.self_attn", "EncoderModel.encoder.layers.1.self_attn",
+                    "EncoderModel.encoder.layers.1.self_attn"]
 
 
 def test_a_model_built_around_a_module_already_seen_takes_it_over():
@@ -160,14 +167,14 @@ def test_a_model_built_around_a_module_already_seen_takes_it_over():
         model = nn.Sequential(nn.ReLU(), layer)
         model(torch.randn(1, 2))                  # now part of a model: that model's path
     paths = [(r.api, r.module) for r in prof.records() if r.module is not None]
-    assert paths == [("torch.nn.Linear.forward", ""), ("torch.nn.Sequential.forward", ""),
-                     ("torch.nn.ReLU.forward", "0"), ("torch.nn.Linear.forward", "1")]
-    assert prof.module_tree()["roots"] == [{"path": "", "class": "torch.nn.Sequential"}]
+    assert paths == [("torch.nn.Linear.forward", "Linear"), ("torch.nn.Sequential.forward", "Sequential"),
+                     ("torch.nn.ReLU.forward", "Sequential.0"), ("torch.nn.Linear.forward", "Sequential.1")]
+    assert prof.module_tree()["roots"] == [{"path": "Sequential", "class": "torch.nn.Sequential"}]
 
 
 def test_module_paths_follow_instances_that_come_and_go():
-    # A new model per iteration (as in a test suite): each is the root in turn, and the table does
-    # not keep entries (or paths) of dead instances.
+    # A new model per iteration (as in a test suite): each is the root in turn, under the same name
+    # (the one before died), and the table does not keep entries (or paths) of dead instances.
     with tw.profile() as prof:
         for _ in range(5):
             model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2)))
@@ -176,14 +183,14 @@ def test_module_paths_follow_instances_that_come_and_go():
             gc.collect()
         assert _core.table_clear("modules") == []
     paths = [r.module for r in prof.records() if r.module is not None]
-    assert paths == ["", "0", "1", "1.0"] * 5
+    assert paths == ["Sequential", "Sequential.0", "Sequential.1", "Sequential.1.0"] * 5
 
 
 def test_a_module_that_is_not_in_the_stack_resolves_on_its_own():
     layer = nn.Linear(2, 2)
     with tw.profile() as prof:
         nn.Linear.forward(layer, torch.randn(1, 2))   # not through __call__
-    assert [r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"] == [""]
+    assert [r.module for r in prof.records() if r.api == "torch.nn.Linear.forward"] == ["Linear"]
 
 
 def test_paths_cost_nothing_outside_module_forwards():
@@ -240,13 +247,13 @@ def test_a_models_own_module_classes_are_frames_with_their_paths_and_are_restore
     by_id = {r.call_id: r for r in records}
     block_api = f"{__name__}._Block.forward"
     blocks = [r for r in records if r.api == block_api]
-    assert [r.module for r in blocks] == ["blocks.0", "blocks.1"]
+    assert [r.module for r in blocks] == ["_Stack.blocks.0", "_Stack.blocks.1"]
     assert {by_id[r.parent_id].api for r in blocks} == {f"{__name__}._Stack.forward"}
     matmuls = [r for r in records if r.api == "torch.matmul"]
-    assert [by_id[r.parent_id].module for r in matmuls] == ["blocks.0", "blocks.1"]
+    assert [by_id[r.parent_id].module for r in matmuls] == ["_Stack.blocks.0", "_Stack.blocks.1"]
     matmul_ids = {r.call_id for r in matmuls}
     nodes = [r for r in records if r.fwd_call_id in matmul_ids]
-    assert nodes and {r.module for r in nodes} == {"blocks.0", "blocks.1"}
+    assert nodes and {r.module for r in nodes} == {"_Stack.blocks.0", "_Stack.blocks.1"}
 
 
 def test_a_module_class_made_while_profiling_is_recorded_from_its_first_call():
@@ -266,7 +273,7 @@ def test_a_module_class_made_while_profiling_is_recorded_from_its_first_call():
     assert Late.__dict__["forward"] is original
     assert "__init_subclass__" not in nn.Module.__dict__   # the class hook is gone with the session
     lates = [r for r in prof.records() if r.api.endswith(".Late.forward")]
-    assert [r.module for r in lates] == ["", ""]
+    assert [r.module for r in lates] == ["Late", "Late"]
     fcs = [r for r in prof.records() if r.api == "torch.nn.Linear.forward"]
     assert [r.parent_id for r in fcs] == [r.call_id for r in lates]   # nested in them, both times
 

@@ -40,23 +40,23 @@ def test_stats_updates_and_modules_from_the_wrapper_and_from_the_files(tmp_path,
     assert list(stats.columns) == tw.STATS_COLUMNS
     assert set(stats["tensor"]) == {"output", "grad"}
     assert set(stats["step"]) == {0, 1}
-    conv = stats[(stats["module"] == "conv1") & (stats["tensor"] == "output")].iloc[0]
+    conv = stats[(stats["module"] == "CNN.conv1") & (stats["tensor"] == "output")].iloc[0]
     assert conv["shape"] == (8, 8, 16, 16) and conv["dtype"] == "float32" and conv["class"] == "torch.nn.Conv2d"
     pandas.testing.assert_frame_equal(tw.load_stats(str(tmp_path)), stats)
 
     updates = wrapper.updates()
     assert list(updates.columns) == tw.UPDATES_COLUMNS
-    assert set(updates["parameter"]) == {n for n, _ in model.named_parameters()}
+    assert set(updates["parameter"]) == {f"CNN.{n}" for n, _ in model.named_parameters()}
     assert set(updates["api"]) == {"torch.Tensor.addcdiv_"}
     pandas.testing.assert_frame_equal(tw.load_updates(str(tmp_path)), updates)
 
     tree = wrapper.modules()
     assert tree == tw.load_modules(str(tmp_path))
-    assert tree["roots"] == [{"path": "", "class": "models.CNN"}]
+    assert tree["roots"] == [{"path": "CNN", "class": "models.CNN"}]
     by_path = {m["path"]: m for m in tree["modules"]}
-    assert set(by_path) == {n for n, _ in model.named_modules()}
-    assert by_path["fc"]["parameters"] == {"weight": [10, 256], "bias": [10]}
-    assert by_path["fc"]["calls"] == 2 and by_path["fc"]["parent"] == ""
+    assert set(by_path) == {f"CNN.{n}" if n else "CNN" for n, _ in model.named_modules()}
+    assert by_path["CNN.fc"]["parameters"] == {"weight": [10, 256], "bias": [10]}
+    assert by_path["CNN.fc"]["calls"] == 2 and by_path["CNN.fc"]["parent"] == "CNN"
 
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     kinds = {f["kind"] for f in manifest["files"]}
@@ -82,7 +82,7 @@ def test_register_metric_on_the_wrapper(tmp_path):
     wrapper.register_metric("absmax", lambda t: {"value": t.abs().max()})   # a tensor: copied with the rest
     wrapper.start(_loop("mlp_sgd", 1))
     stats = wrapper.stats()
-    assert set(stats["module"]) == {"fc1", "fc2"}
+    assert set(stats["module"]) == {"MLP.fc1", "MLP.fc2"}   # "fc*" matches their names in the model
     for _, row in stats.iterrows():
         assert row["custom"] == {"absmax.value": max(-row["min"], row["max"])}
     with pytest.raises(TypeError, match="non-empty str and a callable"):
@@ -108,10 +108,10 @@ def test_call_tree_prints_one_step_nested_with_module_paths():
     assert lines[0].startswith("step 1: ")
     # The model's call, its own forward (a class of the test's: recorded too), the modules inside it
     # one level deeper, then backward and the optimizer.
-    assert any(line.startswith("  torch.nn.Module.__call__ []  ") for line in lines)
-    assert any(line.startswith("    models.CNN.forward []  ") for line in lines)
-    assert any(line.startswith("      torch.nn.Module.__call__ [conv1]") for line in lines)
-    assert any(line.startswith("        torch.nn.Conv2d.forward [conv1]") for line in lines)
+    assert any(line.startswith("  torch.nn.Module.__call__ [CNN]  ") for line in lines)
+    assert any(line.startswith("    models.CNN.forward [CNN]  ") for line in lines)
+    assert any(line.startswith("      torch.nn.Module.__call__ [CNN.conv1]") for line in lines)
+    assert any(line.startswith("        torch.nn.Conv2d.forward [CNN.conv1]") for line in lines)
     outer = [line for line in lines if line.startswith("  ") and not line.startswith("   ")]
     assert outer[-1].startswith("  torch.optim.Adam.step") and not any("Adam.step" in line for line in outer[:-1])
     # The same from the DataFrame of a TorchWrapper run, and a step that does not exist.

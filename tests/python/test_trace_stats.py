@@ -66,7 +66,9 @@ class Capture:
         self.count = collections.Counter()
         self.seen_weights = set()
         self.called = {}
-        for path, module in model.named_modules():
+        root = type(model).__name__   # module paths: the model's class, then named_modules()'s name
+        for name, module in model.named_modules():
+            path = f"{root}.{name}" if name else root
             module.register_forward_pre_hook(self._pre(path, module), with_kwargs=True)
             module.register_forward_hook(self._post(path))
 
@@ -195,14 +197,14 @@ def test_a_nan_injected_in_one_layer_is_reported_at_that_layer_and_step(tmp_path
             optimizer.step()
     rows = _rows(prof)   # in the order the tensors were seen
     first = next(r for r in rows if r["nan"])
-    assert (first["step"], first["module"], first["tensor"]) == (2, "features.3", "output")
+    assert (first["step"], first["module"], first["tensor"]) == (2, "AlexNet.features.3", "output")
     assert first["nan"] == 1
     assert all(r["nan"] == 0 for r in rows if r["step"] < 2)
     # The one layer whose input was clean and whose output was not (containers around it aside).
-    leaves = {name for name, m in model.named_modules() if not list(m.children())}
+    leaves = {f"AlexNet.{name}" for name, m in model.named_modules() if not list(m.children())}
     clean_in = {r["module"] for r in rows if r["step"] == 2 and r["tensor"] == "input" and not r["nan"]}
     bad_out = {r["module"] for r in rows if r["step"] == 2 and r["tensor"] == "output" and r["nan"]}
-    assert clean_in & bad_out & leaves == {"features.3"}
+    assert clean_in & bad_out & leaves == {"AlexNet.features.3"}
 
 
 def test_statistics_ops_are_not_recorded_nor_counted(tmp_path):
@@ -220,18 +222,28 @@ def test_statistics_ops_are_not_recorded_nor_counted(tmp_path):
 
 def test_every_n_steps_and_metric_selection():
     prof = tw.profile(tensor_stats={"tensors": ["output"], "every": 2, "metrics": ["shape", "max"],
-                                    "modules": ["features.*"]})
+                                    "modules": ["features.*"]})   # a glob on names in the model
     _run("alexnet_sgd", 5, profile=prof)
     rows = _rows(prof)
     assert {r["step"] for r in rows} == {0, 2, 4}
-    assert {r["module"] for r in rows} == {f"features.{i}" for i in range(8)}
+    assert {r["module"] for r in rows} == {f"AlexNet.features.{i}" for i in range(8)}
     assert all(r["mean"] is None and r["dtype"] is None and r["max"] is not None and r["shape"] for r in rows)
 
 
 def test_modules_are_chosen_by_class_api_name_too():
     prof = tw.profile(tensor_stats={"tensors": ["output"], "modules": ["torch.nn.Linear*"]})
     _run("alexnet_sgd", 1, profile=prof)
-    assert {r["module"] for r in _rows(prof)} == {"classifier.1", "classifier.3"}
+    assert {r["module"] for r in _rows(prof)} == {"AlexNet.classifier.1", "AlexNet.classifier.3"}
+
+
+def test_module_globs_match_paths_and_names_in_the_model():
+    """A glob names a module by its path (the model's class first) or by its named_modules() name."""
+    for globs in (["AlexNet.classifier.[13]"], ["classifier.[13]"], ["*.classifier.[13]"]):
+        prof = tw.profile(tensor_stats={"tensors": ["output"], "modules": globs})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # nor does any of them warn that it matches nothing
+            _run("alexnet_sgd", 1, profile=prof)
+        assert {r["module"] for r in _rows(prof)} == {"AlexNet.classifier.1", "AlexNet.classifier.3"}, globs
 
 
 def test_custom_metric_functions_give_numbers_and_a_failing_one_is_dropped_with_one_warning():
@@ -287,7 +299,7 @@ def test_json_rows_hold_null_for_nan_and_infinities(tmp_path):
     files = [f for f in tmp_path.iterdir() if f.name.endswith(".stats.jsonl")]
     assert len(files) == 1
     rows = [json.loads(line) for line in files[0].read_text().splitlines()]
-    assert {r["module"] for r in rows} == {"", "0"}
+    assert {r["module"] for r in rows} == {"Sequential", "Sequential.0"}
     assert all(r["mean"] is None and r["nan"] == 1 and r["max"] is None for r in rows)
 
 
@@ -317,7 +329,7 @@ def test_edge_values_and_dtypes_on_both_paths(numel, batch, monkeypatch):
         model(cases)
     rows = {r["module"]: r for r in _rows(prof)}
     for key, t in cases.items():
-        want, got = _expected(t), rows[key]
+        want, got = _expected(t), rows[f"Each.{key}"]
         for metric in ("shape", "dtype", "numel", "zeros", "nan", "inf", "min", "max"):
             w, g = want[metric], got[metric]
             assert g == w or (isinstance(w, float) and math.isnan(w) and math.isnan(g)), (key, metric, g, w)

@@ -52,7 +52,7 @@ def test_every_update_of_an_optimizer_step_is_attributed_to_that_step(setup, mak
                                  track=["parameters"])
     _, plain_losses, _ = _train(setup, 3, make_optimizer)
     assert losses == plain_losses
-    names = [n for n, _ in model.named_parameters()]
+    names = [f"{type(model).__name__}.{n}" for n, _ in model.named_parameters()]   # as module paths
     steps = [r for r in prof.records() if r.api.endswith(".step") and r.api.startswith("torch.optim.")
              and r.depth == 0]
     assert len(steps) == 3
@@ -63,7 +63,7 @@ def test_every_update_of_an_optimizer_step_is_attributed_to_that_step(setup, mak
     assert len(events) == 3 * len(names)                                  # and nothing outside steps
     # The version of each parameter's last event is its version now.
     last = {e["parameter"]: e["version"] for e in events}
-    assert last == {n: p._version for n, p in model.named_parameters()}
+    assert last == {f"{type(model).__name__}.{n}": p._version for n, p in model.named_parameters()}
     records = {r.call_id: r for r in prof.records()}
     for e in events:
         assert records[e["call_id"]].api == e["api"]
@@ -88,11 +88,11 @@ def test_manual_updates_and_assignments_are_events_with_their_call():
     # (nn.Linear's initialization left its parameters at version 1.) The innermost call that made
     # the change is named; the outermost one beside it (nn.init.zeros_ calls Tensor.zero_).
     assert got == [
-        ("torch.Tensor.add_", "torch.Tensor.add_", "0.weight", 2, None),
-        ("torch.Tensor.__isub__", "torch.Tensor.__isub__", "2.bias", 2, None),
-        ("torch.Tensor.zero_", "torch.nn.init.zeros_", "2.weight", 2, None),
-        ("torch.nn.Module.__setattr__", None, "0.bias", 0, "bias"),
-        ("torch.Tensor.mul_", "torch.Tensor.mul_", "0.bias", 1, None),
+        ("torch.Tensor.add_", "torch.Tensor.add_", "Sequential.0.weight", 2, None),
+        ("torch.Tensor.__isub__", "torch.Tensor.__isub__", "Sequential.2.bias", 2, None),
+        ("torch.Tensor.zero_", "torch.nn.init.zeros_", "Sequential.2.weight", 2, None),
+        ("torch.nn.Module.__setattr__", None, "Sequential.0.bias", 0, "bias"),
+        ("torch.Tensor.mul_", "torch.Tensor.mul_", "Sequential.0.bias", 1, None),
     ]
     for e in events:
         if e["api"] != "torch.nn.Module.__setattr__":
@@ -112,10 +112,11 @@ def test_gradients_are_tracked_from_backward_to_zero_grad(tmp_path):
             optimizer.step()
     records = {r.call_id: r for r in prof.records()}
     grads = [(records[e["call_id"]].api, e["parameter"], e["version"]) for e in _events(prof) if e["tensor"] == "grad"]
-    per_step = [("torch.autograd.backward", "weight", 0), ("torch.autograd.backward", "bias", 0),
-                ("torch.nn.utils.clip_grads_with_norm_", "weight", 1),
-                ("torch.nn.utils.clip_grads_with_norm_", "bias", 1)]
-    cleared = [("torch.optim.Optimizer.zero_grad", "weight", None), ("torch.optim.Optimizer.zero_grad", "bias", None)]
+    per_step = [("torch.autograd.backward", "Linear.weight", 0), ("torch.autograd.backward", "Linear.bias", 0),
+                ("torch.nn.utils.clip_grads_with_norm_", "Linear.weight", 1),
+                ("torch.nn.utils.clip_grads_with_norm_", "Linear.bias", 1)]
+    cleared = [("torch.optim.Optimizer.zero_grad", "Linear.weight", None),
+               ("torch.optim.Optimizer.zero_grad", "Linear.bias", None)]
     assert grads == per_step + cleared + per_step
 
 
