@@ -5,7 +5,7 @@
 its dense bf16/fp16 tensor-core peak (the vendor's datasheet, without sparsity); else none (on a CPU
 MFU needs ``peak_flops``)."""
 import sys
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 __all__ = ["GPU_PEAK_FLOPS", "peak_flops"]
 
@@ -105,6 +105,14 @@ def manifest_peak(record_paths) -> Optional[float]:
     return None
 
 
+def enclosing_modules(path: str) -> List[str]:
+    """The module paths a backward node charged to path counts for: path and every module around it,
+    from the model (the path's first component, its class) in. "" comes first: files written before
+    every model was named by its class name their first model "" and its modules plainly."""
+    parts = path.split(".") if path else []
+    return [""] + [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
 def flops_table(frame, by: str = "api", peak_flops: Optional[float] = None):
     """FLOPs per API, module or step of a load() frame (or an out_dir), with the achieved FLOP/s and
     MFU, as tw-report shows them.
@@ -112,9 +120,10 @@ def flops_table(frame, by: str = "api", peak_flops: Optional[float] = None):
     by="api": each API's calls' own FLOPs (``flops``), the backward nodes' charged to them
     (``bwd_flops``), ``total_flops``, ``time_ns`` (the calls' and those nodes' time: GPU time when the
     run has some, else CPU time), ``flop_s`` and ``mfu`` (against ``peak_flops``, else the manifest's;
-    NaN without a peak). by="module": each module's forward calls' flops_total and the backward
-    nodes of it and of the modules inside it (the root, "", holds every node charged in the model);
-    time is its forward calls'. by="step": every record's own FLOPs in the step over the time of its
+    NaN without a peak). by="module": each module path's forward calls' flops_total and the backward
+    nodes of it and of the modules inside it (the model's row, its class, holds every node charged in
+    the model), keyed as FlopCounterMode's get_flop_counts() keys modules (``GPT2LMHeadModel``,
+    ``GPT2LMHeadModel.transformer.h.0.attn``); time is its forward calls'. by="step": every record's own FLOPs in the step over the time of its
     outermost calls. Sorted by total_flops, largest first."""
     import pandas
 
@@ -143,8 +152,7 @@ def flops_table(frame, by: str = "api", peak_flops: Optional[float] = None):
         out["bwd_flops"] = 0
         charged = frame[node & frame["module"].notna() & (frame["flops"] != 0)]
         for module, flops in charged.groupby("module")["flops"].sum().items():
-            parts = module.split(".") if module else []
-            for prefix in [""] + [".".join(parts[:i]) for i in range(1, len(parts) + 1)]:
+            for prefix in enclosing_modules(module):
                 if prefix in out.index:
                     out.loc[prefix, "bwd_flops"] += flops
     else:

@@ -2,6 +2,8 @@
 """Memory per API, module or step of a load() frame (config memory), as tw-report shows it."""
 from typing import Any
 
+from ._flops import enclosing_modules
+
 __all__ = ["memory_table"]
 
 _COLUMNS = ["calls", "mem_alloc", "mem_self", "mem_freed", "mem_peak", "bwd_mem"]
@@ -14,8 +16,8 @@ def memory_table(frame: Any, by: str = "api"):
     ``mem_freed`` (sums), ``mem_peak`` (the highest of their peaks), and ``bwd_mem``, what the autograd
     nodes charged to them allocated (nodes keep rows of their own too), as ``tw-report --by api``.
     by="module": each module's forward calls (the modules and calls inside them included) and the
-    nodes charged to it or to a module inside it (its path; the model's is ""), as ``tw-report --by
-    module``. by="step": the
+    nodes charged to it or to a module inside it (its path; the model's is its class), as ``tw-report
+    --by module``. by="step": the
     outermost calls of each step (on every thread; nested calls' bytes are theirs already) and the
     highest peak in it, as ``tw-report --by step``. Rows without any
     memory are left out; sorted by mem_alloc + bwd_mem, largest first."""
@@ -35,12 +37,11 @@ def memory_table(frame: Any, by: str = "api"):
         forward = ~node & frame["module"].notna() & frame["api"].astype(str).str.endswith(".forward")
         rows = frame[forward]
         keys = rows["module"].astype(str)
-        # a node's bytes count for its module and every module around it, the model ("") included
+        # a node's bytes count for its module and every module around it, the model included
         charged = frame[node & frame["module"].notna() & (frame["mem_alloc"] != 0)]
         totals = {}
         for module, size in charged.groupby(charged["module"].astype(str))["mem_alloc"].sum().items():
-            parts = module.split(".") if module else []
-            for prefix in [""] + [".".join(parts[:i]) for i in range(1, len(parts) + 1)]:
+            for prefix in enclosing_modules(module):
                 totals[prefix] = totals.get(prefix, 0) + int(size)
         bwd = pandas.Series(totals, dtype="int64")
     else:

@@ -100,7 +100,8 @@ def call_tree(source: Any, step: Optional[int] = None, boundary: Optional[str] =
 
     def walk(r: Any, level: int) -> None:
         count[0] += 1
-        module = f" [{r.module}]" if getattr(r, "module", None) is not None else ""
+        # a module forward's path, as tw-report --tree shows it ("" is an older file's first model: none)
+        module = f" [{r.module}]" if getattr(r, "module", None) else ""
         mark = "  (backward)" if backward == "charged" and getattr(r, "fwd_call_id", 0) else ""
         lines.append(f"{'  ' * level}{r.api}{module}{mark}  {r.cost_ns / 1e6:.3f} ms  (self {r.self_ns / 1e6:.3f} ms)")
         if max_depth is None or level + 1 < max_depth:

@@ -55,10 +55,11 @@ typedef struct aggregate {
     group_table_t groups;
     group_table_t api_names; /* --by parent: the child's API, interned */
     pending_table_t pending;
-    /* --by module: the model's label (its class, as its forward's rows name it: the least such name
-     * seen) and what the backward nodes charged to the model itself, or to any module in it, add to
-     * it (the model's row holds every module's backward FLOPs and bytes); added to its group once the
-     * rows are all in (settle) */
+    /* --by module, for records whose model's path is "" (the C API's TW_MODULE_ROOT, files written
+     * before every model was named by its class): the model's label (its forward's API, see
+     * report_module_label: the least such name seen) and what the backward nodes charged to it, or
+     * to any module in it, add to it; added to its group once the rows are all in (settle). A model
+     * named by its class needs none of this: its path is the first part of its modules'. */
     char root_label[256];
     uint64_t root_bwd_flops, root_bwd_mem, root_node_bwd_ns;
 } aggregate_t;
@@ -239,7 +240,8 @@ static int charge_node(group_t *g, const tw_row_t *row)
  * --by module: a module's forward calls count in its group (their flops_total and bytes: those of
  * the calls inside, the modules inside included), and each backward node charged to a module adds
  * its time to that module's bwd, and its FLOPs and bytes to that module's and to every module around
- * it (the path's prefixes, and the model), so that forward and backward count the same calls.
+ * it (the path's prefixes: GPT2LMHeadModel.transformer.h.0 counts for GPT2LMHeadModel.transformer
+ * and for the model, GPT2LMHeadModel), so that forward and backward count the same calls.
  */
 static int module_row(aggregate_t *a, const tw_row_t *row, uint64_t gpu)
 {
@@ -248,7 +250,7 @@ static int module_row(aggregate_t *a, const tw_row_t *row, uint64_t gpu)
     if (row->fwd_call_id == 0) {
         if (len == 0) /* not a module's forward */
             return 0;
-        if (row->module.len == 0 && row->has_module == 1) { /* the model itself */
+        if (row->module.len == 0 && row->has_module == 1) { /* a model whose path is "" */
             char name[sizeof a->root_label];
             snprintf(name, sizeof name, "%.*s", (int)len, label);
             if (a->root_label[0] == '\0' || strcmp(name, a->root_label) < 0)
@@ -258,9 +260,9 @@ static int module_row(aggregate_t *a, const tw_row_t *row, uint64_t gpu)
     }
     if (row->has_module != 1)
         return 0;
-    a->root_bwd_flops += row->flops;
+    a->root_bwd_flops += row->flops; /* counted only where a model's path is "" (settle) */
     a->root_bwd_mem += row->mem_alloc;
-    if (row->module.len == 0) { /* the model's own */
+    if (row->module.len == 0) { /* that model's own */
         a->root_node_bwd_ns += row->cost_ns;
         return 0;
     }

@@ -393,9 +393,11 @@ static flame_node_t *charged_parent(flame_t *f, int64_t pid, uint64_t fwd_call_i
 #define CHARGE_PENDING (UINT64_C(1) << 63)
 
 /*
- * The module a row is the forward of: its path, for a module other than the model; the model's own
- * forward carries "" (which the reader cannot tell from no module), so it is known by its API and
- * named by its class (the API without ".forward"). Returns the label's length, 0 for no module.
+ * The module a row is the forward of: its path (the model's own forward: its class, as every path
+ * starts, GPT2LMHeadModel.transformer.h.0). A path "" (the C API's TW_MODULE_ROOT, and files written
+ * before every model was named by its class, for their first model) cannot be told from no module
+ * by the reader, so it is known by its API and named by it (the API without ".forward"). Returns
+ * the label's length, 0 for no module.
  */
 size_t report_module_label(const tw_row_t *row, const char **label)
 {

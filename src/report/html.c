@@ -54,8 +54,10 @@ typedef struct html {
     process_t *processes;
     size_t nprocesses, process_capacity, last;
     group_table_t modules;
-    /* FLOPs of the backward nodes charged to the model itself or to any module in it, and the
-     * model's label: the modules' backward FLOPs include those of the modules inside them */
+    /* For records whose model's path is "" (the C API's TW_MODULE_ROOT, files written before every
+     * model was named by its class): FLOPs of the backward nodes charged to that model or to any
+     * module in it, and the model's label (its forward's API). A model named by its class gets them
+     * as every module does: the modules' backward FLOPs include those of the modules inside them */
     uint64_t root_bwd_flops, root_bwd_mem;
     char root_label[256];
     uint64_t first_ns, last_ns; /* the span of the calls */
@@ -546,7 +548,8 @@ static void section_modules(FILE *out, const page_t *pg)
     double peak = pg->pass->in->info.peak_flops;
     fprintf(out, "<section id=\"modules\"><h2>Modules (top %zu of %zu)</h2>\n<p class=\"note\">Each module's "
                  "forward calls: total includes the modules and calls inside it; the model is named by its "
-                 "class; bwd: the autograd nodes its forward created, in backward passes.%s%s</p>\n"
+                 "class, which every path in it starts with; bwd: the autograd nodes its forward created, in "
+                 "backward passes.%s%s</p>\n"
                  "<table class=\"sortable\" id=\"module-table\"><thead><tr><th>module</th>"
                  "<th class=\"num\">calls</th><th class=\"num\" data-dir=\"desc\">total ms</th>"
                  "<th class=\"num\">self ms</th><th class=\"num\">bwd ms</th><th class=\"num\">mean us</th>"
