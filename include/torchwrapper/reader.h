@@ -64,8 +64,8 @@ typedef struct tw_row {
                          * older files without the column */
     uint64_t fwd_call_id; /* calls: for an autograd node, the forward call that created it; else 0 */
     tw_str_t fwd_api;   /* calls: that forward call's API, or empty */
-    /* calls: 1 when module holds a module forward's path (empty: the root module, written "" in CSV
-     * and in JSON), 0 when the call is no module's forward (an empty CSV field, a JSON null), -1 in
+    /* calls: 1 when module holds a module forward's path (empty: the path "", TW_MODULE_ROOT's, which
+     * older files gave their first model, written "" in CSV and in JSON), 0 when the call is no module's forward (an empty CSV field, a JSON null), -1 in
      * files older than the column. Appended last: the fields above keep their places. */
     int has_module;
     /* calls: resources (recorder.h tw_resources_t), 0 when not measured and in older files */

@@ -483,9 +483,10 @@ static PyType_Slot reader_slots[] = {
                 "The call and GPU records of a file (or a sequence of files), in batches: iterating gives\n"
                 "(path, kind, columns) with kind 'calls' or 'gpu' and columns {name: values} in the schema's\n"
                 "order: int64 columns as bytes of native int64, error as bytes of 0/1, text as lists of str.\n"
-                "module is None for a call that is no module's forward ('' for the root module), and\n"
-                "module_missing in a file without the column. input_shapes=True adds to call batches an\n"
-                "input_shapes column (str, torch.profiler's form: [[4, 8], [8, 16]]; '' without a summary)\n"
+                "module is None for a call that is no module's forward ('' for the path '', older files'\n"
+                "first model), and module_missing in a file without the column. input_shapes=True adds\n"
+                "to call batches an input_shapes column (str, torch.profiler's form: [[4, 8], [8, 16]];\n"
+                "'' without a summary)\n"
                 "read in C from each call's argument summary. Torn last lines and rows that do not parse\n"
                 "are skipped and counted (truncated, malformed); a file that is not ours is a ValueError,\n"
                 "one that cannot be read an OSError, each naming the file."},

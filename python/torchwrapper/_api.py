@@ -187,8 +187,9 @@ class TorchWrapper:
     def dataframe(self):
         """One row per call: the original columns (API Name, Total Time (ms), Call Number, Start
         Timestamp, Cost Time (ms), Arguments), then Self Time (ms), GPU Time (ms), Thread, PID,
-        Depth, Call ID, Parent ID, Error, Module (the instance path of an nn.Module forward, "" for
-        the model itself), Step, Forward Call ID and Forward API (for an autograd node: the forward
+        Depth, Call ID, Parent ID, Error, Module (the instance path of an nn.Module forward, its
+        model's class first: GPT2LMHeadModel.transformer.h.0, the model itself GPT2LMHeadModel),
+        Step, Forward Call ID and Forward API (for an autograd node: the forward
         call that created it; 0 and "" for other rows). torchwrapper.load(out_dir) gives the same
         calls with typed, unit-suffixed columns."""
         if self._profile is None:

@@ -128,8 +128,8 @@ def _duckdb_kind(files: Dict[Tuple[str, str], List[str]], kind: str) -> Optional
     names = ", ".join(f'"{c}"' for c in columns)
     parts = []
     for header, paths in csv_by_header(files.get((kind, "csv"), [])).items():
-        # Explicit dialect and columns (no sniffing); allow_quoted_nulls=false keeps the root module's
-        # quoted "" apart from an empty field (null); a torn or malformed line is skipped. A file of
+        # Explicit dialect and columns (no sniffing); allow_quoted_nulls=false keeps a quoted "" (an
+        # older file's first model) apart from an empty field (null); a torn or malformed line is skipped. A file of
         # an older version gets the columns it lacks as the schema's missing values.
         present = {c: columns.get(c, "VARCHAR") for c in header}   # the file's own order; unknown: text
         absent, sparse = _absent(kind, header), _sparse(kind, header)

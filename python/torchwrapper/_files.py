@@ -39,7 +39,7 @@ class Record(NamedTuple):
     parent_id: int
     error: bool
     args: str = ""
-    module: Optional[str] = None  # instance path of an nn.Module forward ("" for the model itself)
+    module: Optional[str] = None  # instance path of an nn.Module forward (the model's class first)
     step: int = -1                # the step the call began in, from 0 (-1: a file older than the column)
     site: int = 0                 # where the program made the call: an id of the sites file (0: none)
     pid: int = 0                  # the process that made the call
@@ -61,11 +61,11 @@ def iter_rows(path: str) -> Iterator[Record]:
     older version lacks some columns: the schema's missing value; a newer one may add columns: they
     are left out).
 
-    module is the instance path of an nn.Module forward ("" for the model itself), else None; step
-    the step the call began in (from 0), -1 in files written before the column; site the call site's
-    id in the process's sites file, 0 for none and in files written before the column. A line torn by
-    a killed process, and a row whose fields do not parse, are skipped. ValueError naming the file
-    when it does not hold call records.
+    module is the instance path of an nn.Module forward (``Net.fc``; the model itself ``Net``), else
+    None; step the step the call began in (from 0), -1 in files written before the column; site the
+    call site's id in the process's sites file, 0 for none and in files written before the column. A
+    line torn by a killed process, and a row whose fields do not parse, are skipped. ValueError
+    naming the file when it does not hold call records.
     """
     for _, kind, columns in _core.RecordReader(path):
         if kind != "calls":
@@ -158,9 +158,10 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     Columns: call_id, api, start_ns, cost_ns, self_ns, gpu_ns, pid, tid, depth, parent_id, error, args,
     module, step and site, and site_text, flops, flops_total, memory and input_shapes (typed: int64, bool,
     str; api is categorical; module is the instance path of an nn.Module
-    forward, "" for the model itself and None for other calls, in CSV files as in JSON ones (the
-    reader tells the root module's quoted "" from an empty field); files of an older version lack
-    it: ""), step (the step the call began in, counted from 0;
+    forward, its model's class first (``GPT2LMHeadModel.transformer.h.0``, the model itself
+    ``GPT2LMHeadModel``: FlopCounterMode's names), and None for other calls, in CSV files as in JSON
+    ones (the reader tells a quoted "", older files' first model, from an empty field); files of an
+    older version lack it: ""), step (the step the call began in, counted from 0;
     -1 in files written before the column), site (where the program made the call: an id of the sites
     file, 0 for none; config sites) and site_text, that site as "file:line function" from the sites
     files (sites.json, sites-PID.json) beside the record files ("" for none; the polars and duckdb
@@ -277,7 +278,7 @@ _TEXT_COLUMNS = frozenset(["module", "class", "tensor", "name", "dtype", "device
 
 def _decode(text: Optional[str], column: str) -> Any:
     """A CSV field of a stats or updates row as its value."""
-    if text is None or column in ("module", "name"):   # "": the model itself, an output that is one tensor
+    if text is None or column in ("module", "name"):   # "": an older file's model, an output that is one tensor
         return text
     if text == "":
         return None

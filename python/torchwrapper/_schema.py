@@ -54,8 +54,11 @@ _KINDS: Dict[str, Dict[str, Any]] = {
             _col("parent_id", "int64", "call_id of the recorded call it ran inside, 0 for none"),
             _col("error", "bool", "the call raised"),
             _col("args", "string", "the argument summary (config args), \"\" when off"),
-            _col("module", "string", "the nn.Module instance path of a forward (\"\" for the model itself); "
-                                     "null for other calls (CSV: empty, the root module quoted \"\")",
+            _col("module", "string", "the nn.Module instance path of a forward: its model's class, then "
+                                     "its named_modules() path (GPT2LMHeadModel.transformer.h.0; the model "
+                                     "itself GPT2LMHeadModel), as FlopCounterMode names modules; null for "
+                                     "other calls (CSV: empty; a quoted \"\" is the path \"\", which older "
+                                     "files gave their first model)",
                  nullable=True, missing=""),
             _col("step", "int64", "the training step the call began in, from 0: a step ends when an outermost "
                                   "optimizer.step() returns, or at each prof.step() / torchwrapper.step() once "
@@ -129,7 +132,8 @@ _KINDS: Dict[str, Dict[str, Any]] = {
         "columns": [
             _col("call_id", "int64", "the recorded call the tensors belong to"),
             _col("step", "int64", "the step, from 1 (a step begins with each call of the model)"),
-            _col("module", "string", "the module's instance path (\"\" for the model itself)"),
+            _col("module", "string", "the module's instance path (the model's class, then its "
+                                     "named_modules() path: Net.fc; the model itself Net)"),
             _col("class", "string", "the module's class, as an API name"),
             _col("tensor", "string", "input, output, weight or grad"),
             _col("index", "int64", "the tensor's position among the call's tensors of that role"),

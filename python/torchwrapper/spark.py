@@ -58,7 +58,8 @@ def read(spark: Any, source: Source, kind: str = "calls") -> Any:
     parts = []
     for header, paths in csv_by_header(files.get((kind, "csv"), [])).items():
         # The file's own columns in its order (a newer version's unknown ones as text), the quote
-        # and escape of RFC 4180, and a quoted "" (the root module) kept apart from an empty field.
+        # and escape of RFC 4180, and a quoted "" (the path "", older files' first model) kept apart
+        # from an empty field.
         file_schema = T.StructType([T.StructField(c, types.get(c, T.StringType()), True) for c in header])
         # Spark reads a quoted "" and an empty field alike (null) unless emptyValue names the quoted
         # one: it then arrives as the two characters "", put back to "" below.
