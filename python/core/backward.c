@@ -112,7 +112,10 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
 /* ---- forward links: (forward thread, sequence number) -> the call that created the node ---------- */
 
 #define LINK_RINGS 64          /* forward threads told apart (torch's thread ids modulo this) */
-#define LINK_SLOTS (1u << 14)  /* nodes between a forward op and its backward, per forward thread */
+/* nodes between a forward op and its backward, per forward thread: a recurrent network makes ~14 a
+ * step per layer and direction (a 2-layer bidirectional GRU over 300 steps: ~17,000 in its forward,
+ * past the 16,384 this once was); 40 bytes each, 5 MB a ring, touched as it fills */
+#define LINK_SLOTS (1u << 17)
 
 typedef struct {
     /* tag: 0 while being written, else ((thread << 40) ^ (seq + 1)) of what the other fields hold */
