@@ -17,8 +17,10 @@
 // The nodes are found from the result's grad_fn, among those created during the call on this thread
 // (sequence numbers [seq_begin, seq_end)): a call's compute node is not always its result's grad_fn
 // (linear on a 3-D input ends in a view).
+#include <algorithm>
 #include <cstring>
 #include <typeinfo>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/record_function.h>
@@ -337,6 +339,9 @@ struct Forward {
     Shape q, k, v;
 };
 
+// This thread's compute nodes of the last call (tw_torch_flops' *nodes).
+thread_local std::vector<tw_torch_flops_node_t> found;
+
 bool metadata_shape(const Node &node, uint32_t input, Shape &out)
 {
     if (input >= node.num_inputs())
@@ -403,11 +408,11 @@ uint64_t node_flops(const Node &node, const Forward &fwd)
     return 0;
 }
 
-// The compute nodes among those the call made on this thread, from its result's grad_fn.
-void find_nodes(Node *root, uint64_t begin, uint64_t end, const Forward &fwd, tw_torch_flops_node_t *nodes,
-                unsigned *n_nodes)
+// The compute nodes among those the call made on this thread, from its result's grad_fn (a call
+// makes a handful: 64 looked at, at most), into found.
+void find_nodes(Node *root, uint64_t begin, uint64_t end, const Forward &fwd)
 {
-    constexpr int kVisit = 64; // nodes looked at, at most: a call makes a handful
+    constexpr int kVisit = 64;
     Node *stack[kVisit];
     uint64_t seen[kVisit];
     int depth = 0, n_seen = 0;
@@ -425,8 +430,8 @@ void find_nodes(Node *root, uint64_t begin, uint64_t end, const Forward &fwd, tw
             continue;
         seen[n_seen++] = seq;
         uint64_t flops = node_flops(*node, fwd);
-        if (flops != 0 && *n_nodes < TW_TORCH_FLOPS_NODES)
-            nodes[(*n_nodes)++] = {seq, flops};
+        if (flops != 0)
+            found.push_back({seq, flops});
         for (const auto &edge : node->next_edges())
             if (edge.is_valid() && depth < kVisit)
                 stack[depth++] = edge.function.get();
@@ -436,11 +441,13 @@ void find_nodes(Node *root, uint64_t begin, uint64_t end, const Forward &fwd, tw
 } // namespace
 
 extern "C" uint64_t tw_torch_flops(int kind, PyObject *const *args, size_t nargs, PyObject *kwnames, PyObject *result,
-                                   uint64_t seq_begin, uint64_t seq_end, tw_torch_flops_node_t *nodes,
+                                   uint64_t seq_begin, uint64_t seq_end, const tw_torch_flops_node_t **nodes,
                                    unsigned *n_nodes)
 {
+    *nodes = nullptr;
     *n_nodes = 0;
     try {
+        found.clear();
         Forward fwd;
         fwd.kind = kind;
         uint64_t flops = 0;
@@ -515,10 +522,16 @@ extern "C" uint64_t tw_torch_flops(int kind, PyObject *const *args, size_t nargs
             const at::Tensor *out = tensor_of(result);
             Node *root = out != nullptr ? torch::autograd::impl::grad_fn_unsafe(*out) : nullptr;
             if (root != nullptr)
-                find_nodes(root, seq_begin, seq_end, fwd, nodes, n_nodes);
+                find_nodes(root, seq_begin, seq_end, fwd);
+            std::sort(found.begin(), found.end(),
+                      [](const tw_torch_flops_node_t &a, const tw_torch_flops_node_t &b) { return a.seq < b.seq; });
+            *nodes = found.data();
+            *n_nodes = (unsigned)found.size();
         }
         return flops;
     } catch (...) {
+        found.clear();
+        *nodes = nullptr;
         *n_nodes = 0;
         return 0;
     }

@@ -298,6 +298,7 @@ void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame, const 
     }
     if (end - begin > LINK_SLOTS)
         begin = end - LINK_SLOTS;
+    unsigned next_flops = 0; /* flops[] is in the order of sequence numbers */
     for (uint64_t seq = begin; seq < end; seq++) {
         link_slot_t *slot = &ring[seq & (LINK_SLOTS - 1)];
         uint64_t tag = link_tag(thread, (int64_t)seq);
@@ -308,10 +309,9 @@ void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame, const 
         atomic_store_explicit(&slot->call_id, frame->call_id, memory_order_relaxed);
         atomic_store_explicit(&slot->api_module, (uint64_t)frame->api_id << 32 | module_id, memory_order_relaxed);
         atomic_store_explicit(&slot->site, site, memory_order_relaxed);
-        uint64_t node_flops = 0;
-        for (unsigned i = 0; i < n_flops; i++)
-            if (flops[i].seq == seq)
-                node_flops = flops[i].flops;
+        while (next_flops < n_flops && flops[next_flops].seq < seq)
+            next_flops++;
+        uint64_t node_flops = next_flops < n_flops && flops[next_flops].seq == seq ? flops[next_flops].flops : 0;
         atomic_store_explicit(&slot->flops, node_flops, memory_order_relaxed);
         atomic_store_explicit(&slot->tag, tag, memory_order_release);
     }

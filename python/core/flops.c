@@ -5,7 +5,7 @@
 #include <string.h>
 
 uint64_t (*tw_layer_flops)(int, PyObject *const *, size_t, PyObject *, PyObject *, uint64_t, uint64_t,
-                           tw_torch_flops_node_t *, unsigned *);
+                           const tw_torch_flops_node_t **, unsigned *);
 
 /* The APIs with a formula, by the names discovery gives them (F.conv2d is torch.conv2d, F.linear is
  * torch.nn.functional.linear); nn.Linear, nn.Conv2d, nn.MultiheadAttention count through these. */
@@ -47,7 +47,7 @@ uint32_t tw_flops_kind_of(const char *api_name)
 }
 
 unsigned tw_flops_measure(uint32_t kind, tw_frame_t *frame, PyObject *const *args, size_t nargsf, PyObject *kwnames,
-                          PyObject *result, tw_torch_flops_node_t *nodes)
+                          PyObject *result, const tw_torch_flops_node_t **nodes)
 {
     if (frame->child_flops != 0 || tw_layer_flops == NULL)
         return 0;
