@@ -72,6 +72,8 @@ typedef enum {
     TW_FLOPS_CONV,           /* conv1d/2d/3d(input, weight, ...) */
     TW_FLOPS_CONV_TRANSPOSE, /* conv_transpose1d/2d/3d(input, weight, ...) */
     TW_FLOPS_SDPA,           /* scaled_dot_product_attention(query, key, value, ...) */
+    TW_FLOPS_RNN,            /* gru, lstm, rnn_tanh, rnn_relu(input, hx, params, ...) or (data, batch_sizes, ...) */
+    TW_FLOPS_RNN_CELL,       /* gru_cell, lstm_cell, rnn_tanh_cell, rnn_relu_cell(input, hx, w_ih, w_hh, ...) */
     TW_FLOPS_KINDS
 } tw_flops_kind_t;
 
@@ -86,9 +88,11 @@ typedef struct tw_torch_flops_node {
  * wrapper got them; nargs without PY_VECTORCALL_ARGUMENTS_OFFSET). With seq_end > seq_begin (the
  * autograd sequence numbers of this thread before and after the call), also the backward FLOPs of
  * the compute nodes the call created (MmBackward0, ConvolutionBackward0, ...), found from result's
- * grad_fn: *nodes points to them, in the order of their sequence numbers, in the layer's own array
- * for this thread (valid until its next call on this thread), and *n_nodes says how many. 0 for a
- * call it cannot read (not tensors, symbolic sizes). Never raises; with the GIL held.
+ * grad_fn (from each tensor of a tuple result): *nodes points to them, in the order of their
+ * sequence numbers, in the layer's own array for this thread (valid until its next call on this
+ * thread), and *n_nodes says how many (a handful; one per matrix product of a recurrent network's
+ * steps). 0 for a call it cannot read (not tensors, symbolic sizes). Never raises; with the GIL
+ * held.
  */
 TW_TORCH_API uint64_t tw_torch_flops(int kind, struct _object *const *args, size_t nargs, struct _object *kwnames,
                                      struct _object *result, uint64_t seq_begin, uint64_t seq_end,
