@@ -20,6 +20,7 @@ static const struct {
     {"torch.Tensor.matmul", TW_FLOPS_MATMUL},
     {"torch.Tensor.__matmul__", TW_FLOPS_MATMUL},
     {"torch.Tensor.__rmatmul__", TW_FLOPS_RMATMUL},
+    {"torch.linalg.matmul", TW_FLOPS_MATMUL}, /* torch.matmul's twin, an object of its own */
     {"torch.mm", TW_FLOPS_MM},
     {"torch.Tensor.mm", TW_FLOPS_MM},
     {"torch.addmm", TW_FLOPS_ADDMM},

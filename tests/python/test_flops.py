@@ -344,6 +344,7 @@ def _calls():
         ("matmul 3-D x 2-D", lambda: batched @ b45),
         ("matmul broadcast", lambda: torch.matmul(t(5, 1, 3, 4, grad=True), t(2, 4, 6))),
         ("Tensor.matmul 2-D x 3-D", lambda: a34.matmul(t(2, 4, 5))),
+        ("linalg.matmul broadcast", lambda: torch.linalg.matmul(t(2, 3, 4, grad=True), b45)),
         ("addmm", lambda: torch.addmm(t(5, grad=True), a34, b45)),
         ("Tensor.addmm", lambda: t(3, 5).addmm(a34, b45)),
         ("bmm", lambda: torch.bmm(batched, t(2, 4, 6, grad=True))),
