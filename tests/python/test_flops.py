@@ -661,6 +661,54 @@ def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
     assert steps["total_flops"].sum() == sum(r.flops for r in records)
 
 
+def test_report_says_n_a_for_apis_that_compute_without_a_formula(tmp_path):
+    import csv
+    import re
+    import subprocess
+
+    out = str(tmp_path / "run")
+    torch.manual_seed(0)
+    model, x, a = MLP(), torch.randn(7, 12), torch.randn(6, 6)
+    with tw.profile(out_dir=out, format="csv", peak_flops=1e12) as prof:
+        model(x).sum().backward()
+        torch.tensordot(torch.randn(3, 4, 5), torch.randn(4, 5, 6), dims=2)   # FlopCounterMode: its mm
+        torch.linalg.solve(a @ a.T + torch.eye(6), torch.randn(6, 2))
+        torch.fft.rfft(torch.randn(64))
+        torch.relu(x)   # elementwise: 0 by FlopCounterMode's rule too, not n/a
+    counted = {r.api for r in prof.records() if r.flops}
+    assert "torch.nn.functional.linear" in counted and "torch.tensordot" not in counted
+    unknown = {"torch.tensordot", "torch.linalg.solve", "torch.fft.rfft"}
+
+    def report(*args):
+        return subprocess.run([TW_REPORT, out, *args], capture_output=True, text=True, check=True).stdout
+
+    lines = {line.split()[0]: line for line in report().splitlines()[1:] if line.startswith("torch.")}
+    for api in unknown:
+        assert re.search(r"\s+n/a(\s|$)", lines[api]), lines[api]
+    assert "n/a" not in lines["torch.relu"] and "n/a" not in lines["torch.Tensor.__matmul__"]
+    assert "n/a" not in lines["torch.nn.functional.linear"]
+    assert re.search(r"\| +n/a \|", report("--format", "markdown"))
+    rows = {row["api"]: row for row in csv.DictReader(report("--format", "csv").splitlines())}
+    for api in unknown:   # empty, not 0
+        assert [rows[api][k] for k in ("flops", "bwd_flops", "flop_s", "mfu")] == ["", "", "", ""], api
+    assert rows["torch.relu"]["flops"] == "0" and int(rows["torch.nn.functional.linear"]["flops"]) > 0
+    rows = {row["key"]: row for row in json.loads(report("--format", "json"))["rows"]}
+    for api in unknown:
+        assert [rows[api][k] for k in ("flops", "bwd_flops", "flop_s", "mfu")] == [None] * 4, api
+    assert rows["torch.relu"]["flops"] == 0
+    html = str(tmp_path / "report.html")
+    report("--html", html)
+    with open(html) as f:
+        page = f.read()
+    assert page.count("<td>n/a</td>") == len(unknown)
+    # the list is searched by bisection: it must stay sorted
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "report", "table.c")) as f:
+        source = f.read()
+    listed = re.findall(r'"([^"]+)"', source[source.index("uncounted_apis[] = {"):source.index("};", source.index(
+        "uncounted_apis[] = {"))])
+    assert listed == sorted(set(listed)) and unknown <= set(listed)
+
+
 def test_the_gpu_table_names_known_gpus_and_a_given_peak_wins():
     from torchwrapper import _flops
 
