@@ -391,6 +391,16 @@ bool tensor_list(PyObject *list, std::vector<const at::Tensor *> &out)
     return true;
 }
 
+// The recurrent functions read sizes through sizes() only: calls of dim(), size() and numel() from
+// here made GCC stop inlining them, which cost F.linear's formula ~40 instructions a call.
+uint64_t elements(c10::IntArrayRef sizes)
+{
+    uint64_t n = 1;
+    for (int64_t s : sizes)
+        n *= (uint64_t)s;
+    return n;
+}
+
 // A bool argument's truth, or fallback (absent, or no truth).
 bool flag_argument(PyObject *obj, bool fallback)
 {
@@ -434,14 +444,15 @@ uint64_t rnn_stack_backward(const at::Tensor &input, uint64_t rows, const at::Te
     // the first step's rows: the batch (packed: the first batch size; in reverse the last one)
     uint64_t batch = 1, batch_reverse = 1;
     if (batch_sizes != nullptr) {
-        if (!batch_sizes->device().is_cpu() || batch_sizes->scalar_type() != at::kLong || batch_sizes->numel() == 0 ||
+        const uint64_t steps = elements(batch_sizes->sizes());
+        if (!batch_sizes->device().is_cpu() || batch_sizes->scalar_type() != at::kLong || steps == 0 ||
             !batch_sizes->is_contiguous())
             return 0;
         const int64_t *sizes = batch_sizes->data_ptr<int64_t>();
         batch = (uint64_t)sizes[0];
-        batch_reverse = (uint64_t)sizes[batch_sizes->numel() - 1];
-    } else if (input.dim() == 3) {
-        batch = batch_reverse = (uint64_t)input.size(batch_first ? 0 : 1);
+        batch_reverse = (uint64_t)sizes[steps - 1];
+    } else if (input.sizes().size() == 3) {
+        batch = batch_reverse = (uint64_t)input.sizes()[batch_first ? 0 : 1];
     }
     const bool hx_grad = !hx.empty() && hx[0]->requires_grad();
     const bool cx_grad = hx.size() > 1 && hx[1]->requires_grad(); // c0 reaches h too
@@ -451,17 +462,18 @@ uint64_t rnn_stack_backward(const at::Tensor &input, uint64_t rows, const at::Te
         bool layer_grad = false;
         for (int64_t d = 0; d < directions; d++) {
             const at::Tensor *const *w = &params[(size_t)((layer * directions + d) * per)];
-            if (w[0]->dim() != 2 || w[1]->dim() != 2 || (proj && w[per - 1]->dim() != 2))
+            c10::IntArrayRef w_ih = w[0]->sizes(), w_hh = w[1]->sizes(), w_hr = w[per - 1]->sizes();
+            if (w_ih.size() != 2 || w_hh.size() != 2 || (proj && w_hr.size() != 2))
                 return 0;
             RnnLayer l;
             l.rows = rows;
             l.first_rows = d == 0 ? batch : batch_reverse;
-            l.gates = (uint64_t)w[0]->size(0);
-            l.in = (uint64_t)w[0]->size(1);
-            l.state = (uint64_t)w[1]->size(1);
+            l.gates = (uint64_t)w_ih[0];
+            l.in = (uint64_t)w_ih[1];
+            l.state = (uint64_t)w_hh[1];
             if (proj) {
-                l.proj = (uint64_t)w[per - 1]->size(0);
-                l.hidden = (uint64_t)w[per - 1]->size(1);
+                l.proj = (uint64_t)w_hr[0];
+                l.hidden = (uint64_t)w_hr[1];
                 l.w_hr_grad = w[per - 1]->requires_grad();
             }
             l.input_grad = input_grad;
@@ -483,28 +495,29 @@ uint64_t rnn_stack_backward(const at::Tensor &input, uint64_t rows, const at::Te
 // gru, lstm, rnn_tanh, rnn_relu: (input, hx, params, has_biases, num_layers, dropout, train,
 // bidirectional, batch_first), or packed (data, batch_sizes, hx, params, has_biases, num_layers,
 // dropout, train, bidirectional); LSTM's hx is (h0, c0). Forward: 2 x rows x the weight matrices'
-// elements; the whole backward into *backward (rnn_stack_backward).
-uint64_t rnn_flops(PyObject *const *args, size_t nargs, PyObject *kwnames, uint64_t *backward)
+// elements; the whole backward into *backward (rnn_stack_backward). Not inlined, nor the other
+// recurrent functions: their vectors would grow tw_torch_flops' own frame for every call.
+__attribute__((noinline)) uint64_t rnn_flops(PyObject *const *args, size_t nargs, PyObject *kwnames, uint64_t *backward)
 {
     const at::Tensor *input = tensor_of(argument(args, nargs, kwnames, 0, "input"));
     if (input == nullptr)
         input = tensor_of(argument(args, nargs, kwnames, 0, "data"));
-    if (input == nullptr || input->dim() < 1 || input->size(-1) == 0)
+    if (input == nullptr || input->sizes().empty() || input->sizes().back() == 0)
         return 0;
     // packed: the second argument is the batch sizes (1-D); else hx (2-D or 3-D, or LSTM's tuple)
     const at::Tensor *batch_sizes = tensor_of(argument(args, nargs, kwnames, 1, "batch_sizes"));
-    if (batch_sizes != nullptr && batch_sizes->dim() != 1)
+    if (batch_sizes != nullptr && batch_sizes->sizes().size() != 1)
         batch_sizes = nullptr;
     const size_t at = batch_sizes != nullptr ? 3 : 2; // params' position
     std::vector<const at::Tensor *> params, hx;
     if (!tensor_list(argument(args, nargs, kwnames, at, "params"), params))
         return 0;
-    const uint64_t rows = batch_sizes != nullptr ? (uint64_t)input->size(0)
-                                                 : (uint64_t)(input->numel() / input->size(-1));
+    const uint64_t rows = batch_sizes != nullptr ? (uint64_t)input->sizes()[0]
+                                                 : elements(input->sizes()) / (uint64_t)input->sizes().back();
     uint64_t weights = 0;
     for (const at::Tensor *p : params)
-        if (p->dim() == 2)
-            weights += (uint64_t)p->numel();
+        if (p->sizes().size() == 2)
+            weights += elements(p->sizes());
 
     PyObject *hx_arg = argument(args, nargs, kwnames, at - 1, "hx");
     if (!tensor_list(hx_arg, hx)) {
@@ -524,15 +537,16 @@ uint64_t rnn_flops(PyObject *const *args, size_t nargs, PyObject *kwnames, uint6
 
 // gru_cell, lstm_cell, rnn_tanh_cell, rnn_relu_cell: (input, hx, w_ih, w_hh, b_ih, b_hh), one step:
 // 2 x rows x the two weights' elements.
-uint64_t rnn_cell_flops(PyObject *const *args, size_t nargs, PyObject *kwnames)
+__attribute__((noinline)) uint64_t rnn_cell_flops(PyObject *const *args, size_t nargs, PyObject *kwnames)
 {
     const at::Tensor *input = tensor_of(argument(args, nargs, kwnames, 0, "input"));
     const at::Tensor *w_ih = tensor_of(argument(args, nargs, kwnames, 2, "w_ih"));
     const at::Tensor *w_hh = tensor_of(argument(args, nargs, kwnames, 3, "w_hh"));
-    if (input == nullptr || w_ih == nullptr || w_hh == nullptr || input->dim() < 1 || input->size(-1) == 0 ||
-        w_ih->dim() != 2 || w_hh->dim() != 2)
+    if (input == nullptr || w_ih == nullptr || w_hh == nullptr || input->sizes().empty() ||
+        input->sizes().back() == 0 || w_ih->sizes().size() != 2 || w_hh->sizes().size() != 2)
         return 0;
-    return 2 * (uint64_t)(input->numel() / input->size(-1)) * (uint64_t)(w_ih->numel() + w_hh->numel());
+    return 2 * elements(input->sizes()) / (uint64_t)input->sizes().back() *
+           (elements(w_ih->sizes()) + elements(w_hh->sizes()));
 }
 
 // ---- backward ----------------------------------------------------------------------------------
@@ -547,8 +561,10 @@ struct Forward {
     uint64_t rnn_backward = 0; // a recurrent network's whole backward, for cuDNN's and MIOpen's one node
 };
 
-// This thread's compute nodes of the last call (tw_torch_flops' *nodes).
-thread_local std::vector<tw_torch_flops_node_t> found;
+// This thread's compute nodes of the last call (tw_torch_flops' *nodes). A thread_local with a
+// constructor costs a call and __tls_get_addr at each use: tw_torch_flops takes a reference once.
+using Found = std::vector<tw_torch_flops_node_t>;
+thread_local Found found_here;
 
 bool metadata_shape(const Node &node, uint32_t input, Shape &out)
 {
@@ -654,7 +670,7 @@ uint64_t node_flops(const Node &node, const Forward &fwd)
 
 // The compute nodes among those the call made on this thread, from its result's grad_fn (a call
 // makes a handful: 64 looked at, at most), into found.
-void find_nodes(Node *root, uint64_t begin, uint64_t end, const Forward &fwd)
+void find_nodes(Node *root, uint64_t begin, uint64_t end, const Forward &fwd, Found &found)
 {
     constexpr int kVisit = 64;
     Node *stack[kVisit];
@@ -684,7 +700,7 @@ void find_nodes(Node *root, uint64_t begin, uint64_t end, const Forward &fwd)
 
 // All of them, for a recurrent network's call (thousands of nodes: its steps'), from the grad_fn of
 // each tensor of its result: each node once (a mark per sequence number in [begin, end)).
-void find_all_nodes(PyObject *result, uint64_t begin, uint64_t end, const Forward &fwd)
+__attribute__((noinline)) void find_all_nodes(PyObject *result, uint64_t begin, uint64_t end, const Forward &fwd, Found &found)
 {
     thread_local std::vector<uint8_t> seen;
     thread_local std::vector<Node *> stack;
@@ -727,7 +743,6 @@ extern "C" uint64_t tw_torch_flops(int kind, PyObject *const *args, size_t nargs
     *nodes = nullptr;
     *n_nodes = 0;
     try {
-        found.clear();
         Forward fwd;
         fwd.kind = kind;
         uint64_t flops = 0;
@@ -805,22 +820,24 @@ extern "C" uint64_t tw_torch_flops(int kind, PyObject *const *args, size_t nargs
             return 0;
         }
         if (seq_end > seq_begin && result != nullptr) {
+            Found &found = found_here;
+            found.clear();
             if (kind == TW_FLOPS_RNN || kind == TW_FLOPS_RNN_CELL) {
-                find_all_nodes(result, seq_begin, seq_end, fwd);
+                find_all_nodes(result, seq_begin, seq_end, fwd, found);
             } else {
                 const at::Tensor *out = tensor_of(result);
                 Node *root = out != nullptr ? torch::autograd::impl::grad_fn_unsafe(*out) : nullptr;
                 if (root != nullptr)
-                    find_nodes(root, seq_begin, seq_end, fwd);
+                    find_nodes(root, seq_begin, seq_end, fwd, found);
             }
-            std::sort(found.begin(), found.end(),
-                      [](const tw_torch_flops_node_t &a, const tw_torch_flops_node_t &b) { return a.seq < b.seq; });
+            if (found.size() > 1)
+                std::sort(found.begin(), found.end(),
+                          [](const tw_torch_flops_node_t &a, const tw_torch_flops_node_t &b) { return a.seq < b.seq; });
             *nodes = found.data();
             *n_nodes = (unsigned)found.size();
         }
         return flops;
     } catch (...) {
-        found.clear();
         *nodes = nullptr;
         *n_nodes = 0;
         return 0;
