@@ -72,6 +72,8 @@ typedef enum {
     TW_FLOPS_CONV,           /* conv1d/2d/3d(input, weight, ...) */
     TW_FLOPS_CONV_TRANSPOSE, /* conv_transpose1d/2d/3d(input, weight, ...) */
     TW_FLOPS_SDPA,           /* scaled_dot_product_attention(query, key, value, ...) */
+    TW_FLOPS_RNN,            /* gru, lstm, rnn_tanh, rnn_relu(input, hx, params, ...) or (data, batch_sizes, ...) */
+    TW_FLOPS_RNN_CELL,       /* gru_cell, lstm_cell, rnn_tanh_cell, rnn_relu_cell(input, hx, w_ih, w_hh, ...) */
     TW_FLOPS_KINDS
 } tw_flops_kind_t;
 
@@ -80,19 +82,21 @@ typedef struct tw_torch_flops_node {
     uint64_t seq;
     uint64_t flops;
 } tw_torch_flops_node_t;
-#define TW_TORCH_FLOPS_NODES 8 /* compute nodes one call creates, at most (attention's math path: 2) */
 
 /*
  * The forward FLOPs of a call of a kind's API that returned result (args, nargs, kwnames as the
  * wrapper got them; nargs without PY_VECTORCALL_ARGUMENTS_OFFSET). With seq_end > seq_begin (the
  * autograd sequence numbers of this thread before and after the call), also the backward FLOPs of
  * the compute nodes the call created (MmBackward0, ConvolutionBackward0, ...), found from result's
- * grad_fn: into nodes (TW_TORCH_FLOPS_NODES at most), their count in *n_nodes. 0 for a call it
- * cannot read (not tensors, symbolic sizes). Never raises; with the GIL held.
+ * grad_fn (from each tensor of a tuple result): *nodes points to them, in the order of their
+ * sequence numbers, in the layer's own array for this thread (valid until its next call on this
+ * thread), and *n_nodes says how many (a handful; one per matrix product of a recurrent network's
+ * steps). 0 for a call it cannot read (not tensors, symbolic sizes). Never raises; with the GIL
+ * held.
  */
 TW_TORCH_API uint64_t tw_torch_flops(int kind, struct _object *const *args, size_t nargs, struct _object *kwnames,
                                      struct _object *result, uint64_t seq_begin, uint64_t seq_end,
-                                     tw_torch_flops_node_t *nodes, unsigned *n_nodes);
+                                     const tw_torch_flops_node_t **nodes, unsigned *n_nodes);
 
 /* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
 TW_TORCH_API const char *tw_torch_built_with(void);

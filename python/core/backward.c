@@ -112,7 +112,10 @@ int tw_backward_load(const char *path, const char *torch_version, char *why, siz
 /* ---- forward links: (forward thread, sequence number) -> the call that created the node ---------- */
 
 #define LINK_RINGS 64          /* forward threads told apart (torch's thread ids modulo this) */
-#define LINK_SLOTS (1u << 14)  /* nodes between a forward op and its backward, per forward thread */
+/* nodes between a forward op and its backward, per forward thread: a recurrent network makes ~14 a
+ * step per layer and direction (a 2-layer bidirectional GRU over 300 steps: ~17,000 in its forward,
+ * past the 16,384 this once was); 40 bytes each, 5 MB a ring, touched as it fills */
+#define LINK_SLOTS (1u << 17)
 
 typedef struct {
     /* tag: 0 while being written, else ((thread << 40) ^ (seq + 1)) of what the other fields hold */
@@ -295,6 +298,7 @@ void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame, const 
     }
     if (end - begin > LINK_SLOTS)
         begin = end - LINK_SLOTS;
+    unsigned next_flops = 0; /* flops[] is in the order of sequence numbers */
     for (uint64_t seq = begin; seq < end; seq++) {
         link_slot_t *slot = &ring[seq & (LINK_SLOTS - 1)];
         uint64_t tag = link_tag(thread, (int64_t)seq);
@@ -305,10 +309,9 @@ void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame, const 
         atomic_store_explicit(&slot->call_id, frame->call_id, memory_order_relaxed);
         atomic_store_explicit(&slot->api_module, (uint64_t)frame->api_id << 32 | module_id, memory_order_relaxed);
         atomic_store_explicit(&slot->site, site, memory_order_relaxed);
-        uint64_t node_flops = 0;
-        for (unsigned i = 0; i < n_flops; i++)
-            if (flops[i].seq == seq)
-                node_flops = flops[i].flops;
+        while (next_flops < n_flops && flops[next_flops].seq < seq)
+            next_flops++;
+        uint64_t node_flops = next_flops < n_flops && flops[next_flops].seq == seq ? flops[next_flops].flops : 0;
         atomic_store_explicit(&slot->flops, node_flops, memory_order_relaxed);
         atomic_store_explicit(&slot->tag, tag, memory_order_release);
     }

@@ -44,8 +44,9 @@ void tw_backward_set_idle(int idle);
 /* The wrappers' side of the links (GIL held; only while tw_active.seq_peek is set, to the layer's
  * sequence number reader that tw_backward_peek_function() gives): seq_peek() when a call begins,
  * into frame->seq_begin; tw_backward_link_call() when it ends, before its record is appended: the
- * nodes created during the call are noted as its own, those in flops (n_flops of them; flops.h) with
- * their backward FLOPs, which each run of the node's record then carries. */
+ * nodes created during the call are noted as its own, those in flops (n_flops of them, in the order
+ * of their sequence numbers; flops.h) with their backward FLOPs, which each run of the node's record
+ * then carries. */
 uint64_t (*tw_backward_peek_function(void))(void);
 void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame, const tw_torch_flops_node_t *flops,
                            unsigned n_flops);

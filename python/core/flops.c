@@ -5,10 +5,12 @@
 #include <string.h>
 
 uint64_t (*tw_layer_flops)(int, PyObject *const *, size_t, PyObject *, PyObject *, uint64_t, uint64_t,
-                           tw_torch_flops_node_t *, unsigned *);
+                           const tw_torch_flops_node_t **, unsigned *);
 
 /* The APIs with a formula, by the names discovery gives them (F.conv2d is torch.conv2d, F.linear is
- * torch.nn.functional.linear); nn.Linear, nn.Conv2d, nn.MultiheadAttention count through these. */
+ * torch.nn.functional.linear); nn.Linear, nn.Conv2d, nn.MultiheadAttention count through these, and
+ * nn.GRU, nn.LSTM, nn.RNN and their cells through torch.gru, torch.lstm, ... (which they call as
+ * torch._VF.gru, ...: discovery installs these there too). */
 static const struct {
     const char *name;
     uint32_t kind;
@@ -18,6 +20,7 @@ static const struct {
     {"torch.Tensor.matmul", TW_FLOPS_MATMUL},
     {"torch.Tensor.__matmul__", TW_FLOPS_MATMUL},
     {"torch.Tensor.__rmatmul__", TW_FLOPS_RMATMUL},
+    {"torch.linalg.matmul", TW_FLOPS_MATMUL}, /* torch.matmul's twin, an object of its own */
     {"torch.mm", TW_FLOPS_MM},
     {"torch.Tensor.mm", TW_FLOPS_MM},
     {"torch.addmm", TW_FLOPS_ADDMM},
@@ -34,6 +37,14 @@ static const struct {
     {"torch.conv_transpose2d", TW_FLOPS_CONV_TRANSPOSE},
     {"torch.conv_transpose3d", TW_FLOPS_CONV_TRANSPOSE},
     {"torch.nn.functional.scaled_dot_product_attention", TW_FLOPS_SDPA},
+    {"torch.gru", TW_FLOPS_RNN},
+    {"torch.lstm", TW_FLOPS_RNN},
+    {"torch.rnn_tanh", TW_FLOPS_RNN},
+    {"torch.rnn_relu", TW_FLOPS_RNN},
+    {"torch.gru_cell", TW_FLOPS_RNN_CELL},
+    {"torch.lstm_cell", TW_FLOPS_RNN_CELL},
+    {"torch.rnn_tanh_cell", TW_FLOPS_RNN_CELL},
+    {"torch.rnn_relu_cell", TW_FLOPS_RNN_CELL},
 };
 
 uint32_t tw_flops_kind_of(const char *api_name)
@@ -47,7 +58,7 @@ uint32_t tw_flops_kind_of(const char *api_name)
 }
 
 unsigned tw_flops_measure(uint32_t kind, tw_frame_t *frame, PyObject *const *args, size_t nargsf, PyObject *kwnames,
-                          PyObject *result, tw_torch_flops_node_t *nodes)
+                          PyObject *result, const tw_torch_flops_node_t **nodes)
 {
     if (frame->child_flops != 0 || tw_layer_flops == NULL)
         return 0;

@@ -16,15 +16,16 @@ uint32_t tw_flops_kind_of(const char *api_name);
 
 /* The layer's tw_torch_flops, once loaded (backward.c); else NULL. */
 extern uint64_t (*tw_layer_flops)(int, PyObject *const *, size_t, PyObject *, PyObject *, uint64_t, uint64_t,
-                                  tw_torch_flops_node_t *, unsigned *);
+                                  const tw_torch_flops_node_t **, unsigned *);
 
 /*
  * A call of a wrapper with formula kind returned result (not NULL): its own FLOPs into frame->flops,
- * and the backward FLOPs of the compute nodes it created (when backward nodes are recorded) into
- * nodes (TW_TORCH_FLOPS_NODES); returns how many. Nothing when a recorded call inside it counted
- * FLOPs already (Tensor.__rmatmul__ calling torch.matmul): those are its FLOPs, in flops_total.
+ * and the backward FLOPs of the compute nodes it created (when backward nodes are recorded): *nodes
+ * points to them, by sequence number, in the layer's array for this thread (valid until the next
+ * measure on this thread); returns how many. Nothing when a recorded call inside it counted FLOPs
+ * already (Tensor.__rmatmul__ calling torch.matmul): those are its FLOPs, in flops_total.
  */
 unsigned tw_flops_measure(uint32_t kind, tw_frame_t *frame, PyObject *const *args, size_t nargsf, PyObject *kwnames,
-                          PyObject *result, tw_torch_flops_node_t *nodes);
+                          PyObject *result, const tw_torch_flops_node_t **nodes);
 
 #endif

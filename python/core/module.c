@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* torchwrapper._core: module definition (multi-phase init, module state). */
 #include "module.h"
+#include "flops.h"
 #include "memory.h"
 
 #include <stdlib.h>
@@ -23,6 +24,19 @@ static PyObject *core_api_name(PyObject *module, PyObject *arg)
         return NULL;
     }
     return PyUnicode_FromString(name);
+}
+
+static PyObject *core_has_flops_formula(PyObject *module, PyObject *arg)
+{
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "has_flops_formula() takes an API name (str), not '%.200s'",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    return PyBool_FromLong(tw_flops_kind_of(name) != TW_FLOPS_NONE);
 }
 
 static PyObject *core_normalize_config(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -202,6 +216,8 @@ static PyMethodDef core_methods[] = {
      "Discovery's first pass (see torchwrapper._discover)."},
     {"clock_source", core_clock_source, METH_NOARGS, "The tick source: 'tsc' or 'monotonic'."},
     {"api_name", core_api_name, METH_O, "The API name interned under an id."},
+    {"has_flops_formula", core_has_flops_formula, METH_O,
+     "has_flops_formula(api_name) -> bool: whether calls of that API count their FLOPs (config flops)."},
     {"active_session", core_active_session, METH_NOARGS, "The Session recording now, or None."},
     {"range_begin", tw_range_begin, METH_O,
      "range_begin(name) -> recording\n--\n\nBegins a named range on this thread: a record of its own, the calls\n"

@@ -305,10 +305,10 @@ traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
         Py_XDECREF(token);
         return result;
     }
-    tw_torch_flops_node_t nodes[TW_TORCH_FLOPS_NODES];
+    const tw_torch_flops_node_t *nodes = NULL;
     unsigned n_nodes = 0;
     if ((kind & TW_KIND_FLOPS) && frame != NULL && result != NULL)
-        n_nodes = tw_flops_measure(self->flops_kind, frame, args, nargsf, kwnames, result, nodes);
+        n_nodes = tw_flops_measure(self->flops_kind, frame, args, nargsf, kwnames, result, &nodes);
     if (TW_UNLIKELY(tw_active.seq_peek != NULL) && frame != NULL)
         tw_backward_link_call(t, frame, nodes, n_nodes); /* the autograd nodes this call created are its own */
     tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text, args_len);
@@ -375,10 +375,10 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
     /* The call may have ended the session (stop() from inside a profiled call, or from another
      * thread while this one waited for the GIL): then t belongs to a dead session. */
     if (TW_LIKELY(tw_active.gen == gen)) {
-        tw_torch_flops_node_t nodes[TW_TORCH_FLOPS_NODES];
+        const tw_torch_flops_node_t *nodes = NULL;
         unsigned n_nodes = 0;
         if (flops && frame != NULL && result != NULL) /* a constant 0 on the common path */
-            n_nodes = tw_flops_measure(self->flops_kind, frame, args, nargsf, kwnames, result, nodes);
+            n_nodes = tw_flops_measure(self->flops_kind, frame, args, nargsf, kwnames, result, &nodes);
         if (TW_UNLIKELY(tw_active.seq_peek != NULL) && frame != NULL)
             tw_backward_link_call(t, frame, nodes, n_nodes); /* the autograd nodes this call created are its own */
         tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text,

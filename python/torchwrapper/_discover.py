@@ -462,6 +462,21 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
             continue
         chosen.append(target)
 
+    # torch.nn's recurrent modules call their kernels as torch._VF.gru, ... : torch._VF is an object
+    # (not a module) that looks each name up in torch._C._VariableFunctions at each call, so the
+    # wrapper installed as torch.gru is not what they call. The kernels with a FLOP formula are
+    # installed in torch._VF too (its own attribute, deleted at restore), so that nn.GRU, nn.LSTM,
+    # nn.RNN and their cells record their calls and count their FLOPs; other torch._VF calls are
+    # recorded through the torch functions that make them (F.dropout, torch.norm, ...).
+    vf = sys.modules.get("torch._VF")
+    functions = getattr(vf, "vf", None)
+    if vf is not None and functions is not None:
+        for target in chosen:
+            attr = target.name.rpartition(".")[2]
+            if target.kind == "builtin" and target.name == "torch." + attr and attr not in vars(vf) and \
+                    getattr(functions, attr, None) is target.obj and _core.has_flops_formula(target.name):
+                target.places.append((vf, attr, MISSING))
+
     # Aliases held by other modules (`from torch import add` in user code). The standard library and
     # the packages torch itself imports, which never import torch's callables, are not searched.
     by_id = {id(t.obj): t for t in chosen if t.kind in ("function", "builtin")}

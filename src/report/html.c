@@ -346,8 +346,10 @@ static void section_apis(FILE *out, const page_t *pg)
                     rate / 1e12);
             if (peak > 0)
                 fprintf(out, "</td><td>%.2f", 100.0 * rate / peak);
-        } else if (any_flops) {
-            fputs(peak > 0 ? "</td><td></td><td></td><td>" : "</td><td></td><td>", out);
+        } else if (any_flops) { /* n/a: an API that computes with no formula (table.c) */
+            fputs(report_flops_unknown(order[i], BY_API) ? "</td><td>n/a</td><td>" : "</td><td></td><td>", out);
+            if (peak > 0)
+                fputs("</td><td>", out);
         }
         if (any_mem) {
             mib(out, order[i]->mem_alloc);

@@ -54,7 +54,53 @@ typedef struct row_values {
     uint64_t calls, errors, total, self, gpu, mean, min, p50, p95, p99, max, bwd, flops, bwd_flops;
     double share, flop_s, mfu; /* mfu < 0: no peak known */
     uint64_t mem_alloc, mem_self, mem_freed, mem_peak, bwd_mem;
+    int flops_unknown; /* report_flops_unknown() */
 } row_values_t;
+
+/*
+ * The APIs that surely compute, below torch's Python surface (in C++, where no wrapper sees the
+ * products they make), and have no FLOP formula in torchwrapper (python/core/flops.c): products
+ * FlopCounterMode counts through the mm or bmm they run, convolutions outside conv*d, factorizations
+ * and solvers, FFTs. Not listed: what FlopCounterMode itself leaves at 0 by rule (elementwise work,
+ * reductions, norms, products of vectors: dot, mv, outer, kron) and Python functions whose products
+ * are recorded calls inside them (their FLOPs are those calls'). Sorted (strcmp), for bsearch.
+ */
+static const char *const uncounted_apis[] = {
+    "torch.Tensor.addbmm", "torch.Tensor.addbmm_", "torch.Tensor.cholesky", "torch.Tensor.cholesky_inverse",
+    "torch.Tensor.cholesky_solve", "torch.Tensor.corrcoef", "torch.Tensor.cov", "torch.Tensor.det",
+    "torch.Tensor.geqrf", "torch.Tensor.inner", "torch.Tensor.inverse", "torch.Tensor.istft", "torch.Tensor.logdet",
+    "torch.Tensor.lu", "torch.Tensor.lu_solve", "torch.Tensor.matrix_exp", "torch.Tensor.matrix_power",
+    "torch.Tensor.orgqr", "torch.Tensor.ormqr", "torch.Tensor.pinverse", "torch.Tensor.qr", "torch.Tensor.slogdet",
+    "torch.Tensor.stft", "torch.Tensor.svd", "torch.Tensor.triangular_solve", "torch.addbmm", "torch.bilinear",
+    "torch.cdist", "torch.chain_matmul", "torch.cholesky", "torch.cholesky_inverse", "torch.cholesky_solve",
+    "torch.conv_tbc", "torch.convolution", "torch.corrcoef", "torch.cov", "torch.det", "torch.fft.fft",
+    "torch.fft.fft2", "torch.fft.fftn", "torch.fft.hfft", "torch.fft.hfft2", "torch.fft.hfftn", "torch.fft.ifft",
+    "torch.fft.ifft2", "torch.fft.ifftn", "torch.fft.ihfft", "torch.fft.ihfft2", "torch.fft.ihfftn",
+    "torch.fft.irfft", "torch.fft.irfft2", "torch.fft.irfftn", "torch.fft.rfft", "torch.fft.rfft2",
+    "torch.fft.rfftn", "torch.geqrf", "torch.inner", "torch.inverse", "torch.istft", "torch.linalg.cholesky",
+    "torch.linalg.cholesky_ex", "torch.linalg.cond", "torch.linalg.det", "torch.linalg.eig", "torch.linalg.eigh",
+    "torch.linalg.eigvals", "torch.linalg.eigvalsh", "torch.linalg.householder_product", "torch.linalg.inv",
+    "torch.linalg.inv_ex", "torch.linalg.ldl_factor", "torch.linalg.ldl_factor_ex", "torch.linalg.ldl_solve",
+    "torch.linalg.lstsq", "torch.linalg.lu", "torch.linalg.lu_factor", "torch.linalg.lu_factor_ex",
+    "torch.linalg.lu_solve", "torch.linalg.matrix_exp", "torch.linalg.matrix_power", "torch.linalg.matrix_rank",
+    "torch.linalg.multi_dot", "torch.linalg.pinv", "torch.linalg.qr", "torch.linalg.slogdet", "torch.linalg.solve",
+    "torch.linalg.solve_ex", "torch.linalg.solve_triangular", "torch.linalg.svd", "torch.linalg.svdvals",
+    "torch.linalg.tensorinv", "torch.linalg.tensorsolve", "torch.logdet", "torch.lu", "torch.lu_solve",
+    "torch.matrix_exp", "torch.matrix_power", "torch.orgqr", "torch.ormqr", "torch.pinverse", "torch.qr",
+    "torch.slogdet", "torch.stft", "torch.svd", "torch.tensordot", "torch.triangular_solve",
+};
+
+static int compare_names(const void *key, const void *item)
+{
+    return strcmp((const char *)key, *(const char *const *)item);
+}
+
+int report_flops_unknown(const group_t *g, group_by_t by)
+{
+    return by == BY_API && (g->flops | g->bwd_flops) == 0 &&
+           bsearch(g->key, uncounted_apis, sizeof uncounted_apis / sizeof uncounted_apis[0], sizeof uncounted_apis[0],
+                   compare_names) != NULL;
+}
 
 /*
  * Achieved FLOP/s of a group (config flops): on a GPU, its own records' FLOPs over their GPU time
@@ -83,7 +129,7 @@ static row_values_t values_of(const group_t *g, uint64_t all_self, group_by_t by
                           tw_stats_percentile(s, 0.95), tw_stats_percentile(s, 0.99), s->max_ns, g->bwd_ns,
                           g->flops, g->bwd_flops, all_self ? 100.0 * (double)s->self_ns / (double)all_self : 0.0,
                           rate, peak > 0 ? 100.0 * rate / peak : -1.0, g->mem_alloc, g->mem_self, g->mem_freed,
-                          g->mem_peak, g->bwd_mem};
+                          g->mem_peak, g->bwd_mem, report_flops_unknown(g, by)};
 }
 
 static const char *group_title(group_by_t by)
@@ -234,9 +280,11 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                     v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
             if (any_bwd)
                 fprintf(out, ",%" PRIu64, v.bwd);
-            if (any_flops)
+            if (any_flops && v.flops_unknown) /* empty: not a 0 */
+                fputs(peak > 0 ? ",,,," : ",,,", out);
+            else if (any_flops)
                 fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%.6g", v.flops, v.bwd_flops, v.flop_s);
-            if (any_flops && peak > 0)
+            if (any_flops && peak > 0 && !v.flops_unknown)
                 fprintf(out, ",%.6g", v.mfu / 100.0);
             if (k->mem)
                 fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, v.mem_alloc, v.mem_self,
@@ -260,10 +308,13 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                     v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
             if (any_bwd)
                 fprintf(out, ",\"bwd_ns\":%" PRIu64, v.bwd);
-            if (any_flops)
+            if (any_flops && v.flops_unknown)
+                fputs(peak > 0 ? ",\"flops\":null,\"bwd_flops\":null,\"flop_s\":null,\"mfu\":null"
+                               : ",\"flops\":null,\"bwd_flops\":null,\"flop_s\":null", out);
+            else if (any_flops)
                 fprintf(out, ",\"flops\":%" PRIu64 ",\"bwd_flops\":%" PRIu64 ",\"flop_s\":%.6g", v.flops, v.bwd_flops,
                         v.flop_s);
-            if (any_flops && peak > 0)
+            if (any_flops && peak > 0 && !v.flops_unknown)
                 fprintf(out, ",\"mfu\":%.6g", v.mfu / 100.0);
             if (k->mem)
                 fprintf(out, ",\"mem_alloc\":%" PRIu64 ",\"mem_self\":%" PRIu64 ",\"mem_freed\":%" PRIu64
@@ -303,6 +354,8 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
             snprintf(cells[i][12], 24, "%.4g", (double)(v.flops + v.bwd_flops) / 1e9);
             snprintf(cells[i][13], 24, "%.4g", v.flop_s / 1e12);
             snprintf(cells[i][14], 24, "%.2f", v.mfu);
+        } else if (v.flops_unknown) { /* n/a for those that compute with no formula */
+            snprintf(cells[i][12], 24, "n/a");
         }
         print_mib(cells[i][15], 24, v.mem_alloc);
         print_mib(cells[i][16], 24, v.mem_self);

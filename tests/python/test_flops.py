@@ -2,12 +2,17 @@
 """FLOPs per call (config flops): each call's own FLOPs and each backward node's, compared with
 torch.utils.flop_counter.FlopCounterMode on real training steps: forward and backward separately,
 exactly, per step and per module, for a GPT-2-class language model (scaled_dot_product_attention),
-a ResNet-class CNN (a grouped convolution, batch norm, residuals) and an MLP; and the formulas one
-API at a time (matmul's folding, einsum, transposed and unbatched convolutions, attention)."""
+a ResNet-class CNN (a grouped convolution, batch norm, residuals), an MLP, and recurrent networks
+(a Conv1d front end with nn.GRU, nn.LSTM or nn.RNN); and the formulas one API at a time (matmul's
+folding, einsum, transposed and unbatched convolutions, attention, GRU, LSTM and RNN in all their
+forms, their cells)."""
 import collections
+import contextlib
 import copy
+import itertools
 import json
 import os
+import warnings
 
 import pytest
 import torch
@@ -39,6 +44,18 @@ CPU_ATTENTION = {aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attentio
 
 def counter():
     return FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION)
+
+
+@contextlib.contextmanager
+def onednn_off():
+    """FlopCounterMode has no formula for oneDNN's LSTM kernel (mkldnn_rnn_layer, what nn.LSTM runs
+    on CPU in float32 without a projection), which it counts as 0; torchwrapper counts it as
+    FlopCounterMode counts the same LSTM with oneDNN off: the steps' products, as GRU and RNN always
+    run. References are taken that way."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)   # "TF32 acceleration on top of oneDNN ..."
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
 
 
 # ---- the models ----------------------------------------------------------------------------------
@@ -128,6 +145,29 @@ class MLP(nn.Module):
         return self.layers(x)
 
 
+class Recurrent(nn.Module):
+    """Issue 47's model: a Conv1d front end, a recurrent network over its steps, a linear head on the
+    last step's output (batch_first or not, as the network takes it)."""
+
+    def __init__(self, rnn=nn.GRU, channels=8, width=24, classes=5, **kwargs):
+        super().__init__()
+        self.conv = nn.Conv1d(channels, 16, 3, padding=1)
+        self.rnn = rnn(16, width, **kwargs)
+        self.batch_first = kwargs.get("batch_first", False)
+        self.head = nn.Linear(width * (2 if kwargs.get("bidirectional") else 1), classes)
+
+    def forward(self, x):   # x: (batch, channels, steps)
+        y = F.relu(self.conv(x))
+        y, _ = self.rnn(y.transpose(1, 2) if self.batch_first else y.permute(2, 0, 1))
+        return self.head(y[:, -1] if self.batch_first else y[-1])
+
+
+def _recurrent_batch(step):
+    g = torch.Generator().manual_seed(step)
+    labels = torch.randint(0, 5, (4,), generator=g)
+    return torch.randn(4, 8, 20, generator=g), lambda out: F.cross_entropy(out, labels)
+
+
 def _gpt_batch(step):
     g = torch.Generator().manual_seed(step)
     idx = torch.randint(0, 50, (3, 16), generator=g)
@@ -145,13 +185,19 @@ def _mlp_batch(step):
     return torch.randn(7, 12, generator=g), lambda out: out.pow(2).mean()
 
 
-WORKLOADS = {"gpt": (GPT, _gpt_batch), "resnet": (ResNet, _resnet_batch), "mlp": (MLP, _mlp_batch)}
+WORKLOADS = {"gpt": (GPT, _gpt_batch), "resnet": (ResNet, _resnet_batch), "mlp": (MLP, _mlp_batch),
+             # recurrent: 2 bidirectional GRU layers, batch first; 2 LSTM layers (oneDNN's kernel);
+             # 3 bidirectional ReLU RNN layers, steps first
+             "gru": (lambda: Recurrent(nn.GRU, num_layers=2, bidirectional=True, batch_first=True), _recurrent_batch),
+             "lstm": (lambda: Recurrent(nn.LSTM, num_layers=2), _recurrent_batch),
+             "rnn": (lambda: Recurrent(nn.RNN, num_layers=3, bidirectional=True, nonlinearity="relu"),
+                     _recurrent_batch)}
 STEPS = 2
 
 
 def reference(make_model, batch):
     """FlopCounterMode's totals per step, forward and backward apart, and its per-module table of
-    each step's forward and backward together."""
+    each step's forward and backward together (oneDNN off: see onednn_off)."""
     torch.manual_seed(0)
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -159,12 +205,12 @@ def reference(make_model, batch):
     for step in range(STEPS):
         x, loss_of = batch(step)
         opt.zero_grad()
-        with counter() as fwd:
+        with onednn_off(), counter() as fwd:
             loss = loss_of(model(x))
-        with counter() as bwd:
+        with onednn_off(), counter() as bwd:
             loss.backward()
         opt.step()
-        with counter() as both:
+        with onednn_off(), counter() as both:
             loss = loss_of(model(x))
             loss.backward()
         opt.zero_grad()
@@ -298,6 +344,7 @@ def _calls():
         ("matmul 3-D x 2-D", lambda: batched @ b45),
         ("matmul broadcast", lambda: torch.matmul(t(5, 1, 3, 4, grad=True), t(2, 4, 6))),
         ("Tensor.matmul 2-D x 3-D", lambda: a34.matmul(t(2, 4, 5))),
+        ("linalg.matmul broadcast", lambda: torch.linalg.matmul(t(2, 3, 4, grad=True), b45)),
         ("addmm", lambda: torch.addmm(t(5, grad=True), a34, b45)),
         ("Tensor.addmm", lambda: t(3, 5).addmm(a34, b45)),
         ("bmm", lambda: torch.bmm(batched, t(2, 4, 6, grad=True))),
@@ -349,6 +396,130 @@ def test_each_api_counts_what_flop_counter_mode_counts(name, call):
                and r.api != "torch.Tensor.backward") == fwd.get_total_flops(), name
     assert sum(r.flops for r in records if not is_node(r)) == fwd.get_total_flops(), name
     assert sum(r.flops for r in records if is_node(r)) == bwd.get_total_flops(), name
+
+
+# ---- recurrent networks, one call at a time -------------------------------------------------------
+
+def _rnn_calls():
+    """(name, API, call): call() runs a fresh forward (its own input and graph) and returns the loss.
+    Every form torch.gru, torch.lstm, torch.rnn_tanh and torch.rnn_relu take from nn.GRU, nn.LSTM
+    and nn.RNN: layers, directions, steps or batch first, packed sequences, no bias, LSTM's
+    projection (no oneDNN then), an hx or an input that needs a gradient; and the cells."""
+    def case(rnn, input_size=6, hidden=5, steps=7, batch=4, packed=False, hx_grad=False, x_grad=False,
+             unbatched=False, **kwargs):
+        torch.manual_seed(0)
+        module = rnn(input_size, hidden, **kwargs)
+        first = kwargs.get("batch_first", False)
+        layers = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
+        g = torch.Generator().manual_seed(1)
+        shape = (steps, input_size) if unbatched else (batch, steps, input_size) if first else \
+            (steps, batch, input_size)
+        x = torch.randn(*shape, generator=g).requires_grad_(x_grad)
+        h0 = torch.randn(*((layers,) if unbatched else (layers, batch)), kwargs.get("proj_size", 0) or hidden,
+                         generator=g).requires_grad_(hx_grad)
+        c0 = torch.randn(*h0.shape[:-1], hidden, generator=g)
+        hx = (h0, c0) if rnn is nn.LSTM else h0
+
+        def call():
+            # looked up at each call: the profiled one (its node is then charged to it)
+            inp = torch.nn.utils.rnn.pack_padded_sequence(x, [steps, 5, 5, 2][:batch], batch_first=first) \
+                if packed else x
+            out, h = module(inp, hx) if hx_grad else module(inp)
+            out = out.data if packed else out
+            return out.pow(2).sum() + (h[0] if rnn is nn.LSTM else h).sum()
+        return call
+
+    def cell(rnn, batch=3, hx_grad=False, **kwargs):
+        torch.manual_seed(0)
+        module = rnn(6, 5, **kwargs)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(*((batch,) if batch else ()), 6, generator=g)
+        h = torch.randn(*((batch,) if batch else ()), 5, generator=g).requires_grad_(hx_grad)
+        hx = (h, torch.randn(h.shape, generator=g)) if rnn is nn.LSTMCell else h
+
+        def call():
+            out = module(x, hx) if hx_grad else module(x)
+            return (out[0] if rnn is nn.LSTMCell else out).pow(2).sum()
+        return call
+
+    return [
+        ("GRU 2 layers, bidirectional, batch first", "torch.gru",
+         case(nn.GRU, num_layers=2, bidirectional=True, batch_first=True)),
+        ("GRU 1 layer, no bias", "torch.gru", case(nn.GRU, bias=False)),
+        ("GRU 3 layers, bidirectional, packed", "torch.gru",
+         case(nn.GRU, num_layers=3, bidirectional=True, packed=True)),
+        ("GRU batch first, packed, hx and input need grad", "torch.gru",
+         case(nn.GRU, num_layers=2, batch_first=True, packed=True, hx_grad=True, x_grad=True)),
+        ("GRU unbatched", "torch.gru", case(nn.GRU, unbatched=True, x_grad=True)),
+        ("LSTM (oneDNN) 2 layers, bidirectional, batch first", "torch.lstm",
+         case(nn.LSTM, num_layers=2, bidirectional=True, batch_first=True)),
+        ("LSTM (oneDNN) hx and input need grad", "torch.lstm",
+         case(nn.LSTM, num_layers=2, hx_grad=True, x_grad=True)),
+        ("LSTM (oneDNN) bidirectional, no bias, input needs grad", "torch.lstm",
+         case(nn.LSTM, bidirectional=True, bias=False, x_grad=True)),
+        ("LSTM packed, batch first", "torch.lstm", case(nn.LSTM, num_layers=2, batch_first=True, packed=True)),
+        ("LSTM projection, bidirectional", "torch.lstm",
+         case(nn.LSTM, num_layers=2, bidirectional=True, proj_size=3, hx_grad=True)),
+        ("RNN tanh 2 layers, bidirectional, batch first", "torch.rnn_tanh",
+         case(nn.RNN, num_layers=2, bidirectional=True, batch_first=True)),
+        ("RNN relu, hx needs grad", "torch.rnn_relu", case(nn.RNN, nonlinearity="relu", hx_grad=True)),
+        ("RNN relu 2 layers, bidirectional, packed, batch first", "torch.rnn_relu",
+         case(nn.RNN, nonlinearity="relu", num_layers=2, bidirectional=True, batch_first=True, packed=True)),
+        ("GRUCell", "torch.gru_cell", cell(nn.GRUCell)),
+        ("GRUCell unbatched, hx needs grad", "torch.gru_cell", cell(nn.GRUCell, batch=0, hx_grad=True)),
+        ("LSTMCell hx needs grad", "torch.lstm_cell", cell(nn.LSTMCell, hx_grad=True)),
+        ("LSTMCell unbatched, no bias", "torch.lstm_cell", cell(nn.LSTMCell, batch=0, bias=False)),
+        ("RNNCell tanh", "torch.rnn_tanh_cell", cell(nn.RNNCell)),
+        ("RNNCell relu, hx needs grad", "torch.rnn_relu_cell", cell(nn.RNNCell, nonlinearity="relu", hx_grad=True)),
+    ]
+
+
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
+@pytest.mark.parametrize("name,api,call", _rnn_calls(), ids=[name for name, _, _ in _rnn_calls()])
+def test_recurrent_networks_count_what_flop_counter_mode_counts(name, api, call):
+    with onednn_off():
+        with counter() as fwd:
+            loss = call()
+        with counter() as bwd:
+            loss.backward()
+    assert fwd.get_total_flops() > 0 and bwd.get_total_flops() > 0
+    # as the modules run by default (oneDNN's LSTM kernel), and as the reference ran
+    for context in (contextlib.nullcontext, onednn_off):
+        with context(), tw.profile() as prof:
+            call().backward()
+        records = prof.records()
+        # the module's kernel call (nn.GRU calls it as torch._VF.gru) is recorded, with the FLOPs
+        assert sum(r.flops for r in records if r.api == api) == fwd.get_total_flops(), name
+        assert sum(r.flops for r in records if not is_node(r)) == fwd.get_total_flops(), name
+        nodes = [r for r in records if is_node(r) and r.flops]
+        assert sum(r.flops for r in nodes) == bwd.get_total_flops(), name
+        assert {r.fwd_api for r in nodes} == {api}, name
+        assert prof.session.stats()["backward_unlinked"] == 0
+
+
+def test_recurrent_kernels_are_wrapped_in_torch_vf_only_while_profiling():
+    import torch._VF
+
+    assert "gru" not in vars(torch._VF)
+    with tw.profile():
+        assert torch._VF.gru.api_name == "torch.gru" and torch._VF.lstm_cell.api_name == "torch.lstm_cell"
+        assert torch._VF.gru is torch.gru
+        assert "dropout" not in vars(torch._VF)   # what has no formula is recorded through its callers
+    assert not {"gru", "lstm", "rnn_tanh", "rnn_relu", "gru_cell", "lstm_cell"} & set(vars(torch._VF))
+    assert torch._VF.gru is torch._C._VariableFunctions.gru
+
+
+def test_a_long_recurrent_network_keeps_every_nodes_link():
+    # a 2-layer bidirectional GRU over 300 steps makes ~17,000 nodes in one forward
+    torch.manual_seed(0)
+    model, x = nn.GRU(8, 16, num_layers=2, bidirectional=True), torch.randn(300, 2, 8)
+    loss = model(x)[0].sum()
+    with counter() as bwd:
+        loss.backward()
+    with tw.profile() as prof:
+        model(x)[0].sum().backward()
+    assert prof.session.stats()["backward_unlinked"] == 0
+    assert sum(r.flops for r in prof.records() if is_node(r)) == bwd.get_total_flops() > 0
 
 
 def test_flops_off_and_in_no_grad():
@@ -488,6 +659,54 @@ def test_report_table_html_and_flops_table_show_flops_flop_s_and_mfu(tmp_path):
     steps = tw.flops_table(out, by="step")
     assert list(steps.index) == [0, 1]
     assert steps["total_flops"].sum() == sum(r.flops for r in records)
+
+
+def test_report_says_n_a_for_apis_that_compute_without_a_formula(tmp_path):
+    import csv
+    import re
+    import subprocess
+
+    out = str(tmp_path / "run")
+    torch.manual_seed(0)
+    model, x, a = MLP(), torch.randn(7, 12), torch.randn(6, 6)
+    with tw.profile(out_dir=out, format="csv", peak_flops=1e12) as prof:
+        model(x).sum().backward()
+        torch.tensordot(torch.randn(3, 4, 5), torch.randn(4, 5, 6), dims=2)   # FlopCounterMode: its mm
+        torch.linalg.solve(a @ a.T + torch.eye(6), torch.randn(6, 2))
+        torch.fft.rfft(torch.randn(64))
+        torch.relu(x)   # elementwise: 0 by FlopCounterMode's rule too, not n/a
+    counted = {r.api for r in prof.records() if r.flops}
+    assert "torch.nn.functional.linear" in counted and "torch.tensordot" not in counted
+    unknown = {"torch.tensordot", "torch.linalg.solve", "torch.fft.rfft"}
+
+    def report(*args):
+        return subprocess.run([TW_REPORT, out, *args], capture_output=True, text=True, check=True).stdout
+
+    lines = {line.split()[0]: line for line in report().splitlines()[1:] if line.startswith("torch.")}
+    for api in unknown:
+        assert re.search(r"\s+n/a(\s|$)", lines[api]), lines[api]
+    assert "n/a" not in lines["torch.relu"] and "n/a" not in lines["torch.Tensor.__matmul__"]
+    assert "n/a" not in lines["torch.nn.functional.linear"]
+    assert re.search(r"\| +n/a \|", report("--format", "markdown"))
+    rows = {row["api"]: row for row in csv.DictReader(report("--format", "csv").splitlines())}
+    for api in unknown:   # empty, not 0
+        assert [rows[api][k] for k in ("flops", "bwd_flops", "flop_s", "mfu")] == ["", "", "", ""], api
+    assert rows["torch.relu"]["flops"] == "0" and int(rows["torch.nn.functional.linear"]["flops"]) > 0
+    rows = {row["key"]: row for row in json.loads(report("--format", "json"))["rows"]}
+    for api in unknown:
+        assert [rows[api][k] for k in ("flops", "bwd_flops", "flop_s", "mfu")] == [None] * 4, api
+    assert rows["torch.relu"]["flops"] == 0
+    html = str(tmp_path / "report.html")
+    report("--html", html)
+    with open(html) as f:
+        page = f.read()
+    assert page.count("<td>n/a</td>") == len(unknown)
+    # the list is searched by bisection: it must stay sorted
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "src", "report", "table.c")) as f:
+        source = f.read()
+    listed = re.findall(r'"([^"]+)"', source[source.index("uncounted_apis[] = {"):source.index("};", source.index(
+        "uncounted_apis[] = {"))])
+    assert listed == sorted(set(listed)) and unknown <= set(listed)
 
 
 def test_the_gpu_table_names_known_gpus_and_a_given_peak_wins():
