@@ -6,15 +6,12 @@ from typing import Any, Dict, List, Optional
 
 from ._diff import Source, _inputs, _report_json
 
-SEVERITIES = ("high", "medium", "low")
-
-
 def findings(path: Source, *, jobs: Optional[int] = None) -> List[Dict[str, Any]]:
     """What is wrong in a profiled run, where, what it costs and how to fix it: tw-report
     --findings' list, most severe first. Each finding is a dict with ``kind`` (a stable identifier:
     ``input_bound``, ``host_sync``, ``python_outside_torch``, ``many_small_ops``,
     ``optimizer_single_tensor``, ``zero_grad_fills``, ``conv_bias_before_batchnorm``,
-    ``recompilation``, ``step_time_drift``), ``severity`` (``high``, ``medium``, ``low``), ``share``
+    ``recompilation``, ``step_time_drift``, ``memory_growth``, ``straggler``), ``severity`` (``high``, ``medium``, ``low``), ``share``
     (of the run's time, None where the finding is not a time), ``where`` (the program's lines,
     ``"train.py:54 <module>"``, most costly first; module paths where that is the unit),
     ``evidence`` (the numbers it rests on), ``message`` and ``fix``.
