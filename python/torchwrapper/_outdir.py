@@ -211,7 +211,7 @@ def readable(paths: List[str]) -> List[str]:
     out = []
     complete: Dict[str, frozenset] = {}
     for path in paths:
-        if not path.endswith(".gz") and not is_gzip(path):
+        if not path.endswith(".gz"):   # (those readers tell compression by the name too)
             out.append(path)
             continue
         directory = os.path.dirname(os.path.abspath(path))
