@@ -77,6 +77,9 @@ static const struct config_key {
     {"peak_flops", KEY_RATE, {"null"}, NULL},
     /* off: the allocator's reports cost each allocation a locked table update (README, make bench) */
     {"memory", KEY_BOOL, {"false"}, NULL},
+    /* none: gzip makes files ~5x smaller but costs the writer thread CPU that a 2-core machine takes
+     * from the training (NEWS, make bench: bench_compress.py) */
+    {"compress", KEY_CHOICE, {"\"none\""}, "none gzip"},
 };
 
 /* The default of key for an entry point (JSON text). */

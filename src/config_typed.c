@@ -30,6 +30,8 @@ static const choice_t sites_choices[] = {
 static const choice_t aten_choices[] = {
     {"off", TW_ATEN_OFF}, {"backward", TW_ATEN_BACKWARD}, {"all", TW_ATEN_ALL}, {NULL, 0}};
 static const choice_t on_full_choices[] = {{"drop", 0}, {"wait", 1}, {NULL, 0}};
+static const choice_t compress_choices[] = {
+    {"none", TW_COMPRESS_NONE}, {"gzip", TW_COMPRESS_GZIP}, {NULL, 0}};
 static const choice_t records_choices[] = {{"all", 0}, {"summary", 1}, {NULL, 0}};
 
 /* The value of a validated choice (the validator accepted nothing else: an unknown word is a bug in
@@ -72,6 +74,7 @@ static int typed(const cJSON *root, tw_config_t *out)
     int failed = 0;
     out->out_dir = string(root, "out_dir", &failed);
     out->format = (tw_format_t)choice(root, "format", format_choices);
+    out->compress = (tw_compress_t)choice(root, "compress", compress_choices);
     out->file_max_size = number(root, "file_max_size");
     out->file_name_spec = string(root, "file_name_spec", &failed);
     out->max_files = (unsigned)number(root, "max_files");
@@ -96,8 +99,8 @@ static int typed(const cJSON *root, tw_config_t *out)
         out->on_demand_steps = number(on_demand, "steps");
         out->on_demand_dir = string(on_demand, "dir", &failed);
     }
-    if (failed || (int)out->format < 0 || (int)out->args < 0 || (int)out->gpu < 0 || (int)out->sites < 0 ||
-        (int)out->aten < 0) {
+    if (failed || (int)out->format < 0 || (int)out->compress < 0 || (int)out->args < 0 || (int)out->gpu < 0 ||
+        (int)out->sites < 0 || (int)out->aten < 0) {
         tw_config_free(out);
         return TW_ENOMEM; /* (an unknown word cannot come out of the validator) */
     }
@@ -154,6 +157,7 @@ void tw_config_writer(const tw_config_t *config, tw_writer_config_t *out)
 {
     out->out_dir = config->out_dir;
     out->format = config->format;
+    out->compress = config->compress;
     out->file_max_size = config->file_max_size;
     out->file_name_spec = config->file_name_spec;
     out->max_files = config->max_files;

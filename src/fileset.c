@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Rotating file sets: file names (file_name_spec), O_EXCL | O_NOFOLLOW creation, rotation before
- * file_max_size, max_files, buffered writes and the first write error. See fileset.h.
+ * file_max_size, max_files, buffered writes (deflated into gzip members with compress "gzip") and the
+ * first write error. See fileset.h.
  */
 #include "config.h"
 
@@ -13,6 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <zlib.h>
 
 #include "fileset.h"
 #include "torchwrapper/config.h"
@@ -46,19 +49,111 @@ int tw_write_all(int fd, const char *data, size_t len)
     return 0;
 }
 
-/* Writes the buffered output of fs's current file. */
+/* ---- gzip members ------------------------------------------------------------------------------ */
+
+#define GZ_HEADER 10           /* the gzip header zlib writes (no name, no time) */
+#define GZ_END 16              /* finishing a member: a last empty block (2 bytes) and the CRC and
+                                * length (8), with room to spare */
+#define Z_OUT_SIZE (64 * 1024) /* deflate's output, written each time it fills */
+
+/* The most n bytes of lines can deflate to in one deflate() call ending in a sync point: stored
+ * blocks at worst, 5 bytes for each of at most 16 KiB (zlib's deflateBound counts n >> 12 + n >> 14
+ * + n >> 25 + 7), the sync point's empty stored block (5 bytes) and the bits the call before left. */
+static uint64_t gz_bound(uint64_t n)
+{
+    return n + (n >> 11) + 16;
+}
+
+uint64_t tw_fileset_room(const tw_fileset_env_t *env, const tw_fileset_t *fs)
+{
+    if (env->compress == TW_COMPRESS_NONE)
+        return env->max_size > fs->header_len ? env->max_size - fs->header_len : 0;
+    uint64_t member = GZ_HEADER + gz_bound(fs->header_len) + GZ_END;
+    if (env->max_size <= member + 16)
+        return 0;
+    uint64_t left = env->max_size - member - 16; /* gz_bound(n) <= left */
+    return left - (left >> 11) - 1;
+}
+
+/* Whether a line of len bytes fits in fs's current file. */
+static int line_fits(const tw_fileset_env_t *env, const tw_fileset_t *fs, size_t len)
+{
+    if (env->compress == TW_COMPRESS_NONE)
+        return fs->file_bytes + len <= env->max_size;
+    return fs->file_bytes + gz_bound(fs->buf_len + len) + GZ_END <= env->max_size;
+}
+
+/* Deflates data into fs's current member with flush (Z_SYNC_FLUSH, Z_FINISH), writing what comes
+ * out; *written receives the bytes written. 0 or a negative errno value. */
+static int deflate_out(tw_fileset_t *fs, const char *data, size_t len, int flush, uint64_t *written)
+{
+    z_stream *z = fs->z;
+    *written = 0;
+    z->next_in = (unsigned char *)(uintptr_t)data;
+    z->avail_in = (uInt)len;
+    int rc;
+    do {
+        z->next_out = fs->z_out;
+        z->avail_out = Z_OUT_SIZE;
+        rc = deflate(z, flush);
+        if (rc == Z_STREAM_ERROR)
+            return -EINVAL;
+        size_t have = Z_OUT_SIZE - z->avail_out;
+        int err = have > 0 ? tw_write_all(fs->fd, (const char *)fs->z_out, have) : 0;
+        if (err != 0)
+            return err;
+        *written += have;
+    } while (z->avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
+    return 0;
+}
+
+/* Starts a member in the file just opened: zlib's state (made at the first file, reset after), and
+ * the header with a sync point after it, on disk at once (CSV: every file on disk starts with its
+ * header; JSON: the gzip header alone). Returns the bytes written, or a negative errno value. */
+static int64_t gz_begin(tw_fileset_t *fs)
+{
+    if (fs->z == NULL) {
+        z_stream *z = calloc(1, sizeof *z);
+        unsigned char *out = z != NULL ? malloc(Z_OUT_SIZE) : NULL;
+        if (out == NULL || deflateInit2(z, TW_GZIP_LEVEL, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+            free(out);
+            free(z);
+            return TW_ENOMEM;
+        }
+        fs->z = z;
+        fs->z_out = out;
+    } else if (deflateReset(fs->z) != Z_OK) {
+        return -EINVAL;
+    }
+    fs->z_failed = 0;
+    uint64_t written;
+    int err = deflate_out(fs, fs->header != NULL ? fs->header : "", fs->header != NULL ? fs->header_len : 0,
+                          Z_SYNC_FLUSH, &written);
+    return err != 0 ? err : (int64_t)written;
+}
+
+/* Writes the buffered output of fs's current file: as it is, or deflated up to a sync point. */
 void tw_fileset_flush(tw_fileset_env_t *env, tw_fileset_t *fs)
 {
     if (fs->buf_len == 0)
         return;
-    int err = fs->fd >= 0 ? tw_write_all(fs->fd, fs->buf, fs->buf_len) : -EBADF;
+    uint64_t bytes = fs->buf_len;
+    int err;
+    if (fs->fd < 0)
+        err = -EBADF;
+    else if (env->compress == TW_COMPRESS_NONE)
+        err = tw_write_all(fs->fd, fs->buf, fs->buf_len);
+    else if ((err = fs->z_failed ? -EIO : deflate_out(fs, fs->buf, fs->buf_len, Z_SYNC_FLUSH, &bytes)) == 0)
+        fs->file_bytes += bytes;
+    else
+        fs->z_failed = 1; /* the member has a hole now: the next line goes to a new file */
     pthread_mutex_lock(env->lock);
     if (err == 0) {
         fs->written += fs->buf_records;
-        fs->bytes_total += fs->buf_len;
+        fs->bytes_total += bytes;
         if (fs->file_count > 0) {
             fs->files[fs->file_count - 1].records += fs->buf_records;
-            fs->files[fs->file_count - 1].bytes += fs->buf_len;
+            fs->files[fs->file_count - 1].bytes += bytes;
         }
     } else {
         fs->dropped += fs->buf_records;
@@ -73,11 +168,32 @@ void tw_fileset_flush(tw_fileset_env_t *env, tw_fileset_t *fs)
 void tw_fileset_close(tw_fileset_env_t *env, tw_fileset_t *fs)
 {
     tw_fileset_flush(env, fs);
-    if (fs->fd >= 0) {
-        if (close(fs->fd) != 0)
-            tw_fileset_warn(env, "closing", fs->files[fs->file_count - 1].name, -errno);
-        fs->fd = -1;
+    if (fs->fd < 0)
+        return;
+    tw_file_entry_t *file = &fs->files[fs->file_count - 1];
+    int complete = 0;
+    if (env->compress != TW_COMPRESS_NONE && !fs->z_failed) {
+        /* The member's end: a last empty block, the CRC and the length. */
+        uint64_t bytes;
+        int err = deflate_out(fs, "", 0, Z_FINISH, &bytes);
+        if (err != 0)
+            tw_fileset_warn(env, "writing", file->name, err);
+        pthread_mutex_lock(env->lock);
+        if (err == 0) {
+            file->bytes += bytes;
+            fs->bytes_total += bytes;
+        }
+        pthread_mutex_unlock(env->lock);
+        complete = err == 0;
     }
+    if (close(fs->fd) != 0) {
+        tw_fileset_warn(env, "closing", file->name, -errno);
+        complete = 0;
+    }
+    fs->fd = -1;
+    pthread_mutex_lock(env->lock);
+    file->complete = complete;
+    pthread_mutex_unlock(env->lock);
 }
 
 int tw_atomic_open(const char *path, char *tmp, size_t tmp_size, mode_t mode)
@@ -146,7 +262,8 @@ static void enforce_max_files(tw_fileset_env_t *env, tw_fileset_t *fs)
 
 /*
  * The name of fs's next file: the call records' name, with ".KIND" before the extension for a
- * stream (tw-...-0001.csv, tw-...-0001.gpu.csv). Returns 0 or ENAMETOOLONG.
+ * stream (tw-...-0001.csv, tw-...-0001.gpu.csv), and ".gz" after it when compressed. Returns 0 or
+ * ENAMETOOLONG.
  */
 static int next_name(tw_fileset_env_t *env, tw_fileset_t *fs, char *name, size_t size)
 {
@@ -155,11 +272,11 @@ static int next_name(tw_fileset_env_t *env, tw_fileset_t *fs, char *name, size_t
     int n = tw_name_expand(env->spec, &fields, ext, name, size);
     if (n < 0)
         return ENAMETOOLONG;
-    if (strcmp(fs->kind, "calls") == 0)
-        return 0;
-    /* The expansion ends with ext (tw_name_expand sees to it): put the kind before it. */
+    /* The expansion ends with ext (tw_name_expand sees to it): put a stream's kind before it. */
     size_t stem = (size_t)n - strlen(ext);
-    int m = snprintf(name + stem, size - stem, ".%s%s", fs->kind, ext);
+    const char *gz = env->compress == TW_COMPRESS_GZIP ? ".gz" : "";
+    int m = strcmp(fs->kind, "calls") == 0 ? snprintf(name + stem, size - stem, "%s%s", ext, gz)
+                                           : snprintf(name + stem, size - stem, ".%s%s%s", fs->kind, ext, gz);
     return m < 0 || (size_t)m >= size - stem ? ENAMETOOLONG : 0;
 }
 
@@ -208,11 +325,24 @@ static int open_next_file(tw_fileset_env_t *env, tw_fileset_t *fs)
         }
         fs->fd = fd;
         pthread_mutex_lock(env->lock);
-        fs->files[fs->file_count++] = (tw_file_entry_t){copy, 0, 0, 0};
+        fs->files[fs->file_count++] = (tw_file_entry_t){copy, 0, 0, 0, 0};
         pthread_mutex_unlock(env->lock);
         fs->kept++;
         fs->file_bytes = 0;
-        if (fs->header != NULL) {
+        if (env->compress != TW_COMPRESS_NONE) {
+            /* The member's start, and the header in it, on disk at once. */
+            int64_t got = gz_begin(fs);
+            if (got < 0) {
+                tw_fileset_warn(env, "writing", path, (int)got);
+                fs->z_failed = 1;
+            } else {
+                fs->file_bytes = (uint64_t)got;
+                pthread_mutex_lock(env->lock);
+                fs->files[fs->file_count - 1].bytes = (uint64_t)got;
+                fs->bytes_total += (uint64_t)got;
+                pthread_mutex_unlock(env->lock);
+            }
+        } else if (fs->header != NULL) {
             /* Written at once, so that every CSV file on disk starts with its header. */
             int err = tw_write_all(fd, fs->header, fs->header_len);
             if (err != 0)
@@ -234,7 +364,12 @@ static int open_next_file(tw_fileset_env_t *env, tw_fileset_t *fs)
 int tw_fileset_append(tw_fileset_env_t *env, tw_fileset_t *fs, const char *line, size_t len)
 {
     int opened = 0;
-    if (fs->fd < 0 || fs->file_bytes + len > env->max_size) {
+    /* Compressed: the lines gathered are deflated first, so that their real size counts. */
+    if (fs->fd >= 0 && env->compress != TW_COMPRESS_NONE && fs->buf_len > 0 && !line_fits(env, fs, len))
+        tw_fileset_flush(env, fs);
+    /* A member with a hole (a write failed) takes lines until they are flushed, dropped, then the
+     * next file: one new file a flush at most while the disk fails. */
+    if (fs->fd < 0 || (fs->z_failed && fs->buf_len == 0) || !line_fits(env, fs, len)) {
         int err = open_next_file(env, fs);
         if (err != 0) {
             tw_fileset_warn(env, "creating a record file in", env->out_dir, err);
@@ -250,8 +385,20 @@ int tw_fileset_append(tw_fileset_env_t *env, tw_fileset_t *fs, const char *line,
     memcpy(fs->buf + fs->buf_len, line, len);
     fs->buf_len += len;
     fs->buf_records++;
-    fs->file_bytes += len;
+    if (env->compress == TW_COMPRESS_NONE)
+        fs->file_bytes += len;
     return opened;
+}
+
+/* The deflate state, freed (a forked child's copy is its own to free). */
+static void gz_free(tw_fileset_t *fs)
+{
+    if (fs->z != NULL)
+        deflateEnd(fs->z);
+    free(fs->z);
+    free(fs->z_out);
+    fs->z = NULL;
+    fs->z_out = NULL;
 }
 
 void tw_fileset_fork_child(tw_fileset_t *fs)
@@ -259,6 +406,7 @@ void tw_fileset_fork_child(tw_fileset_t *fs)
     if (fs->fd >= 0)
         close(fs->fd);
     fs->fd = -1;
+    gz_free(fs); /* the parent's member: the child's next file starts one of its own */
     for (size_t i = 0; i < fs->file_count; i++)
         free(fs->files[i].name);
     fs->file_count = 0;
@@ -275,4 +423,5 @@ void tw_fileset_free(tw_fileset_t *fs)
         free(fs->files[i].name);
     free(fs->files);
     free(fs->buf);
+    gz_free(fs);
 }

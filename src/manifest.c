@@ -69,6 +69,8 @@ static void add_files(cJSON *files, const tw_fileset_t *fs)
         cJSON_AddItemToObject(f, "bytes", raw_int((int64_t)fs->files[i].bytes));
         if (fs->files[i].removed)
             cJSON_AddTrueToObject(f, "removed_by_max_files");
+        if (fs->files[i].complete) /* a gzip member closed with its end: readers take it as it is */
+            cJSON_AddTrueToObject(f, "complete");
         cJSON_AddItemToArray(files, f);
     }
 }
@@ -87,6 +89,7 @@ void tw_manifest_write(tw_fileset_env_t *env, const char *path, const tw_manifes
     cJSON_AddItemToObject(root, "manifest_version", raw_int(1));
     cJSON_AddStringToObject(root, "torchwrapper", tw_version());
     cJSON_AddStringToObject(root, "format", env->format == TW_FORMAT_CSV ? "csv" : "json");
+    cJSON_AddStringToObject(root, "compress", env->compress == TW_COMPRESS_GZIP ? "gzip" : "none");
     cJSON_AddStringToObject(root, "host", env->host);
     cJSON_AddItemToObject(root, "pid", raw_int(env->pid));
     if (env->rank >= 0)

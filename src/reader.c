@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* Reading record files back, in constant memory. See reader.h. */
+/* Reading record files back (plain, or gzip members inflated as they are read), in constant memory.
+ * See reader.h. */
 #include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <zlib.h>
 
 #include "reader_row.h"
 #include "torchwrapper/reader.h"
@@ -113,6 +117,154 @@ TW_HOT_ALIGNED long tw_csv_split(const char *data, size_t len, tw_str_t *fields,
     return csv_split(data, len, fields, max_fields, nfields, scratch, scratch_size, &quoted);
 }
 
+/* ---- gzip input -------------------------------------------------------------------------------- */
+
+/*
+ * A gzip file (compress "gzip", or one gzipped by hand) is read as what it inflates to, member after
+ * member (a concatenation of gzip files is one), in constant memory. A member cut short, as a killed
+ * writer leaves its last file, ends the content where its data ends: the writer put a sync point at
+ * each flush, so that is after the last flush's whole lines (a line cut in the middle is then a torn
+ * last record, as in a plain file).
+ */
+#define GZ_IN (256u << 10) /* compressed bytes read at a time */
+
+typedef struct gz_input {
+    z_stream z;
+    unsigned char *in;  /* compressed bytes read and not yet inflated: z.next_in, z.avail_in */
+    size_t in_size;
+    int in_eof;         /* read() said so */
+    int member_open;    /* inside a member: its end not seen yet */
+} gz_input_t;
+
+static int is_gzip(const char *data, size_t len)
+{
+    return len >= 2 && (unsigned char)data[0] == 0x1f && (unsigned char)data[1] == 0x8b;
+}
+
+/* The input of a file whose first n bytes, already read, are first; NULL when out of memory. */
+static gz_input_t *gz_input_new(const char *first, size_t n)
+{
+    gz_input_t *g = calloc(1, sizeof *g);
+    size_t size = n > GZ_IN ? n : GZ_IN;
+    if (g == NULL || (g->in = malloc(size)) == NULL || inflateInit2(&g->z, 15 + 16) != Z_OK) {
+        if (g != NULL)
+            free(g->in);
+        free(g);
+        return NULL;
+    }
+    g->in_size = size;
+    memcpy(g->in, first, n);
+    g->z.next_in = g->in;
+    g->z.avail_in = (uInt)n;
+    return g;
+}
+
+static void gz_input_free(gz_input_t *g)
+{
+    if (g == NULL)
+        return;
+    inflateEnd(&g->z);
+    free(g->in);
+    free(g);
+}
+
+/* read(), through EINTR: the bytes read, 0 at the end, or a negative errno value. */
+static ssize_t read_raw(int fd, void *buf, size_t n)
+{
+    for (;;) {
+        ssize_t got = read(fd, buf, n);
+        if (got >= 0 || errno != EINTR)
+            return got >= 0 ? got : -errno;
+    }
+}
+
+/* Up to n inflated bytes into dst: how many (at least one unless the content ended: 0), or a negative
+ * errno value (read's), or TW_EINVAL when the data is not gzip's (a message from zlib in *why). */
+static ssize_t gz_read(gz_input_t *g, int fd, char *dst, size_t n, const char **why)
+{
+    z_stream *z = &g->z;
+    z->next_out = (unsigned char *)dst;
+    z->avail_out = (uInt)(n < UINT_MAX ? n : UINT_MAX);
+    uInt want = z->avail_out;
+    while (z->avail_out == want) {
+        if (z->avail_in == 0) {
+            if (g->in_eof)
+                break; /* the end; inside a member: one cut short, whose data ends here */
+            ssize_t got = read_raw(fd, g->in, g->in_size);
+            if (got < 0)
+                return got;
+            g->in_eof = got == 0;
+            z->next_in = g->in;
+            z->avail_in = (uInt)got;
+            continue;
+        }
+        if (!g->member_open) {
+            inflateReset(z); /* the next member */
+            g->member_open = 1;
+        }
+        int rc = inflate(z, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END)
+            g->member_open = 0;
+        else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+            *why = z->msg != NULL ? z->msg : "corrupt data";
+            return TW_EINVAL;
+        }
+    }
+    return (ssize_t)(want - z->avail_out);
+}
+
+/* The first size bytes (or fewer) of what the file at path holds, inflated when it is gzip, into
+ * head: *len receives how many, *gz whether it was gzip. 0, TW_EIO (errno kept) or TW_EINVAL (corrupt
+ * gzip data) with a message in err. */
+static int read_prefix(const char *path, char *head, size_t size, size_t *len, int *gz, char *err, size_t err_size)
+{
+    *len = 0;
+    *gz = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int saved = errno;
+        snprintf(err, err_size, "cannot open %s: %s", path, strerror(saved));
+        errno = saved;
+        return TW_EIO;
+    }
+    ssize_t got = 0;
+    while ((size_t)got < size) {
+        ssize_t more = read_raw(fd, head + got, size - (size_t)got);
+        if (more <= 0) {
+            got = more < 0 ? more : got;
+            break;
+        }
+        got += more;
+    }
+    int rc = 0;
+    const char *why = NULL;
+    if (got > 0 && is_gzip(head, (size_t)got)) {
+        *gz = 1;
+        gz_input_t *g = gz_input_new(head, (size_t)got);
+        got = g == NULL ? TW_ENOMEM : 0;
+        while (g != NULL && (size_t)got < size) {
+            ssize_t more = gz_read(g, fd, head + got, size - (size_t)got, &why);
+            if (more <= 0) {
+                got = more < 0 ? more : got;
+                break;
+            }
+            got += more;
+        }
+        gz_input_free(g);
+    }
+    close(fd);
+    if (got == TW_EINVAL) {
+        snprintf(err, err_size, "%s: its gzip data is corrupt (%s)", path, why);
+        rc = TW_EINVAL;
+    } else if (got < 0) {
+        snprintf(err, err_size, "reading %s: %s", path, tw_strerror((int)got));
+        rc = got == TW_ENOMEM ? TW_ENOMEM : TW_EIO;
+    } else {
+        *len = (size_t)got;
+    }
+    return rc;
+}
+
 /* ---- files ------------------------------------------------------------------------------------- */
 
 typedef struct reader {
@@ -133,6 +285,7 @@ typedef struct reader {
     int paused;                 /* the limit was reached: process() stopped after that row */
     size_t stop;                /* a byte range (tw_reader_open_range): no record starting at or after
                                  * this offset of the data given to process() is read; SIZE_MAX: none */
+    int gz;                     /* read_head: the file is gzip */
 } reader_t;
 
 static int not_ours(reader_t *r, const char *what, const char *text, size_t len)
@@ -330,6 +483,8 @@ struct tw_reader {
     char *path;
     int fd;
     char *buf;              /* have bytes not yet consumed, from buf[0] */
+    gz_input_t *gz;         /* a gzip file: its bytes inflated as they are read; NULL: as they are */
+    int sniffed;            /* the first bytes were looked at (gzip's magic) */
     size_t capacity, have;
     int eof;                /* read() said so: what is left in buf is all there is */
     int done;               /* every row was delivered */
@@ -392,6 +547,9 @@ int tw_reader_open_range(const char *path, uint64_t offset, uint64_t length, tw_
     if (offset > 0 && (rc = read_head(path, &kind, 0, &head, err, err_size)) == 0 && kind == 0) {
         snprintf(err, err_size, "%s: no header line to read a range of it with", path);
         rc = TW_EINVAL;
+    } else if (offset > 0 && rc == 0 && head.gz) {
+        snprintf(err, err_size, "%s: a compressed file is read whole, not by byte ranges", path);
+        rc = TW_EINVAL;
     }
     tw_reader_t *rd = NULL;
     if (rc != 0 || (rc = tw_reader_open(path, stats, &rd, err, err_size)) != 0)
@@ -406,6 +564,7 @@ int tw_reader_open_range(const char *path, uint64_t offset, uint64_t length, tw_
         memcpy(rd->r.columns, head.columns, sizeof head.columns);
         rd->r.ncolumns = head.ncolumns;
         rd->skipping = 1;
+        rd->sniffed = 1; /* not at the file's start: no magic to look for */
         rd->pos = offset - 1;
         if (lseek(rd->fd, (off_t)(offset - 1), SEEK_SET) < 0) {
             snprintf(err, err_size, "reading %s: %s", path, strerror(errno));
@@ -446,20 +605,36 @@ static int fill(tw_reader_t *rd)
         rd->capacity *= 2;
         r->scratch_size = rd->capacity;
     }
-    for (;;) {
-        ssize_t got = read(rd->fd, rd->buf + rd->have, rd->capacity - rd->have);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            snprintf(r->err, r->err_size, "reading %s: %s", rd->path, strerror(errno));
-            return TW_EIO;
+    char *dst = rd->buf + rd->have;
+    size_t room = rd->capacity - rd->have;
+    const char *why = NULL;
+    ssize_t got;
+    if (rd->gz != NULL) {
+        got = gz_read(rd->gz, rd->fd, dst, room, &why);
+    } else {
+        got = read_raw(rd->fd, dst, room);
+        if (!rd->sniffed && got > 0) {
+            rd->sniffed = 1;
+            if (is_gzip(dst, (size_t)got)) { /* from here on, what it inflates to */
+                rd->gz = gz_input_new(dst, (size_t)got);
+                got = rd->gz != NULL ? gz_read(rd->gz, rd->fd, dst, room, &why) : TW_ENOMEM;
+            }
         }
-        rd->eof = got == 0;
-        rd->have += (size_t)got;
-        if (!rd->ranged) /* a range counts its records' bytes, once done: it reads past its end */
-            r->stats->bytes += (uint64_t)got;
-        return 0;
     }
+    if (got == TW_EINVAL) {
+        snprintf(r->err, r->err_size, "%s: its gzip data is corrupt after %llu bytes of records (%s)", rd->path,
+                 (unsigned long long)(rd->pos + rd->have), why);
+        return TW_EINVAL;
+    }
+    if (got < 0) {
+        snprintf(r->err, r->err_size, "reading %s: %s", rd->path, tw_strerror((int)got));
+        return got == TW_ENOMEM ? TW_ENOMEM : TW_EIO;
+    }
+    rd->eof = got == 0;
+    rd->have += (size_t)got;
+    if (!rd->ranged) /* a range counts its records' bytes, once done: it reads past its end */
+        r->stats->bytes += (uint64_t)got; /* of a gzip file, what it inflated to */
+    return 0;
 }
 
 /* A range that starts inside the file: drops what the buffer holds up to and including the first
@@ -546,6 +721,7 @@ void tw_reader_close(tw_reader_t *rd)
     if (rd == NULL)
         return;
     close(rd->fd);
+    gz_input_free(rd->gz);
     free(rd->r.scratch);
     free(rd->buf);
     free(rd->path);
@@ -610,21 +786,12 @@ static int read_head(const char *path, tw_file_kind_t *kind, int streams, reader
                      size_t err_size)
 {
     *kind = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        int saved = errno;
-        snprintf(err, err_size, "cannot open %s: %s", path, strerror(saved));
-        errno = saved;
-        return TW_EIO;
-    }
     char head[64 * 1024];
-    size_t len = fread(head, 1, sizeof head, f);
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        snprintf(err, err_size, "reading %s: %s", path, strerror(EIO));
-        return TW_EIO;
-    }
+    size_t len;
+    int gz;
+    int rc = read_prefix(path, head, sizeof head, &len, &gz, err, err_size);
+    if (rc != 0)
+        return rc;
     const char *nl = memchr(head, '\n', len);
     if (len == 0)
         return 0; /* empty: created by a process that died before writing anything */
@@ -638,9 +805,10 @@ static int read_head(const char *path, tw_file_kind_t *kind, int streams, reader
     }
     reader_t r;
     tw_read_stats_t local = {0};
-    int rc = reader_init(&r, path, ignore_row, NULL, NULL, &local, err, err_size, (size_t)(nl + 1 - head));
+    rc = reader_init(&r, path, ignore_row, NULL, NULL, &local, err, err_size, (size_t)(nl + 1 - head));
     if (rc != 0)
         return rc;
+    r.gz = gz;
     size_t used, line_len = (size_t)(nl + 1 - head);
     rc = process(&r, head, line_len, 1, &used);
     free(r.scratch);

@@ -321,6 +321,10 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
         snprintf(err, err_size, "format %d is not csv or json", (int)config->format);
         return TW_EINVAL;
     }
+    if (config->compress != TW_COMPRESS_NONE && config->compress != TW_COMPRESS_GZIP) {
+        snprintf(err, err_size, "compress %d is not none or gzip", (int)config->compress);
+        return TW_EINVAL;
+    }
     char given[32];
     snprintf(given, sizeof given, "%llu", (unsigned long long)config->file_max_size);
     if (tw_config_check_file_max_size(config->file_max_size, given, err, err_size) != 0)
@@ -372,6 +376,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
     w->env.out_dir = w->out_dir;
     w->env.spec = w->spec;
     w->env.format = config->format;
+    w->env.compress = config->compress;
     w->env.max_size = config->file_max_size;
     w->env.max_files = config->max_files;
     w->env.lock = &w->lock;

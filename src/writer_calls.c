@@ -32,7 +32,7 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
 {
     char line[TW_LINE_MAX];
     tw_fileset_t *files = &w->calls.files;
-    size_t room = w->env.max_size - files->header_len;
+    uint64_t room = tw_fileset_room(&w->env, files); /* the longest line a file takes */
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
         unsigned keep = tw_schedule_keeps(&w->schedule, w->summary_only, r->step);

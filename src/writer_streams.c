@@ -266,7 +266,7 @@ int tw_writer_stream_put(tw_writer_stream_t *s, const tw_stream_row_t *row)
     const char *text = row->text;
     size_t len = row->len;
     size_t total = len > 0 && text[len - 1] == '\n' ? len : len + 1; /* one '\n' at the end */
-    if (len == 0 || total > TW_STREAM_ROW_MAX || total > s->w->env.max_size - s->base.files.header_len ||
+    if (len == 0 || total > TW_STREAM_ROW_MAX || total > tw_fileset_room(&s->w->env, &s->base.files) ||
         memchr(text, '\n', total - 1) != NULL) {
         atomic_fetch_add(&s->base.dropped_invalid, 1);
         return TW_EINVAL;

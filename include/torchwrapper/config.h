@@ -63,7 +63,9 @@ TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, cons
  *   "all"|"active"} (schedule.h; normalized to null or the complete object) | records "all" or
  *   "summary" (no record files: summary.json and the manifest only) | flops true|false (FLOPs per call
  *   of linear, matmul, conv, attention, ...) | peak_flops null or FLOP/s > 0 (for MFU) | memory
- *   true|false (bytes allocated, freed and the peak per call, from the allocators' reports)
+ *   true|false (bytes allocated, freed and the peak per call, from the allocators' reports) | compress
+ *   "none"|"gzip" (record files as gzip members, .csv.gz / .jsonl.gz, file_max_size counting their
+ *   compressed bytes)
  * A string given for a list key is a comma-separated list ("a" is ["a"]), from every source. With
  * from_strings, values may also be strings to convert (environment variables): numbers, booleans. On success *json_out (free() it) is the complete configuration with
  * every default filled in and sizes in bytes. On error returns TW_EINVAL and writes to err a message
@@ -126,6 +128,7 @@ typedef struct tw_config {
     int flops;                  /* FLOPs per call (config flops) */
     double peak_flops;          /* FLOP/s for MFU (config peak_flops); 0: not given */
     int memory;                 /* memory: bytes allocated, freed and the peak per call (allocator reports) */
+    tw_compress_t compress;     /* compress: record files as gzip members (.csv.gz, .jsonl.gz) */
 } tw_config_t;
 
 /* The built-in metrics of tensor_stats, space-separated, in the stats files' column order (the one

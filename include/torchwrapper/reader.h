@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The reader: streams the record files the writer wrote (CSV or JSON lines, call records or GPU
- * records) back, one row at a time, in constant memory.
+ * records) back, one row at a time, in constant memory. A gzip file (compress "gzip": *.csv.gz,
+ * *.jsonl.gz; told by its first bytes, not its name) is read as what it inflates to, member after
+ * member; a member cut short (a killed writer's last file) ends where its data ends, after the last
+ * flush's whole lines. Corrupt gzip data is an error naming the file.
  *
  * A file's kind and column order come from its header (CSV) or its first object's keys (JSON
  * lines), so files with columns this version does not know (written by a newer one) are read, the
@@ -91,7 +94,7 @@ typedef struct tw_read_stats {
     uint64_t rows;      /* delivered to the callback */
     uint64_t truncated; /* a last row without its newline */
     uint64_t malformed; /* rows whose fields did not parse */
-    uint64_t bytes;
+    uint64_t bytes;     /* read (of a gzip file, what it inflated to) */
 } tw_read_stats_t;
 
 /*
@@ -141,7 +144,7 @@ TW_API int tw_reader_next(tw_reader_t *reader, tw_row_fn fn, void *ctx, size_t m
  * inside one starts in the middle of that record; tw_reader_range tells the caller, who checks that
  * each range begins where the one before it ended. Its stats count the bytes from the first record's
  * start to the last one's end, once the range is read. Returns tw_reader_open's errors, and
- * TW_EINVAL when offset > 0 and the file has no header line.
+ * TW_EINVAL when offset > 0 and the file has no header line or is compressed (read whole).
  */
 TW_API int tw_reader_open_range(const char *path, uint64_t offset, uint64_t length, tw_read_stats_t *stats,
                                 tw_reader_t **reader, char *err, size_t err_size);

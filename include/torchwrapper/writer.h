@@ -4,7 +4,8 @@
  * rotating set of CSV or JSON-lines files, each at most file_max_size bytes and readable on its
  * own, keeps per-API totals, and writes a manifest and a summary. It never touches Python.
  *
- * Files (in out_dir): records named by file_name_spec (config.h) with ".csv" or ".jsonl";
+ * Files (in out_dir): records named by file_name_spec (config.h) with ".csv" or ".jsonl" (".csv.gz",
+ * ".jsonl.gz" with compress: each file one gzip member, file_max_size counting compressed bytes);
  * manifest.json (manifest-PID.json in a forked child, or with per_process_names) listing the config,
  * the files and the counts, rewritten atomically at every rotation and at close; summary.json
  * (summary-PID.json) with per-API totals and percentiles, rewritten atomically at each flush interval
@@ -45,6 +46,9 @@ extern "C" {
 
 typedef enum { TW_FORMAT_CSV = 0, TW_FORMAT_JSON = 1 } tw_format_t;
 
+/* How record files are written: as they are, or each one gzip member (".csv.gz", ".jsonl.gz"). */
+typedef enum { TW_COMPRESS_NONE = 0, TW_COMPRESS_GZIP = 1 } tw_compress_t;
+
 typedef struct tw_writer_config {
     const char *out_dir;          /* created if missing (one level) */
     tw_format_t format;
@@ -65,6 +69,9 @@ typedef struct tw_writer_config {
                                      sites.json (sites-PID.json like the manifest) at every new file and
                                      at close, and listed in the manifest; NULL: none. The caller's, and
                                      must outlive the writer */
+    tw_compress_t compress;       /* TW_COMPRESS_GZIP: each record file is one gzip member, whose
+                                     compressed size file_max_size bounds; every flush ends in a sync
+                                     point, so that a killed process's files read up to its last flush */
 } tw_writer_config_t;
 
 typedef struct tw_writer tw_writer_t;

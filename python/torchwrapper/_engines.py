@@ -9,7 +9,13 @@ import io
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import _schema
-from ._outdir import Source, csv_by_header, ends_whole, files_by_kind, summary_files, whole_lines
+from ._outdir import Source, csv_by_header, ends_whole, files_by_kind, readable, summary_files, whole_lines
+
+
+def readable_files(source: Source, kinds: Tuple[str, ...] = ("calls", "gpu")) -> Dict[Tuple[str, str], List[str]]:
+    """files_by_kind() with each path as the engines' readers can read it (_outdir.readable: a
+    compressed file cut short by a killed writer as a copy of its whole lines)."""
+    return {key: readable(paths) for key, paths in files_by_kind(source, kinds).items()}
 
 
 def _import(name: str) -> Any:
@@ -73,7 +79,8 @@ def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) ->
         # scan_ndjson stops at a torn last line (a killed process) even with ignore_errors: such a
         # file (one per killed process) is read up to its last whole line, the others are scanned.
         schema = _schema.polars_schema(kind)
-        whole = [p for p in files[kind, "json"] if ends_whole(p)]
+        # (a complete gzip file holds whole lines: the writer's, closed; readable() copied the others)
+        whole = [p for p in files[kind, "json"] if p.endswith(".gz") or ends_whole(p)]
         torn = [p for p in files[kind, "json"] if p not in whole]
         if whole:
             parts.append(pl.scan_ndjson(whole, schema=schema, ignore_errors=True).with_columns(*fill)
@@ -89,7 +96,7 @@ def _polars_kind(pl: Any, files: Dict[Tuple[str, str], List[str]], kind: str) ->
 def load_polars(source: Source) -> Any:
     """A Polars LazyFrame of every call record in source (see torchwrapper.load)."""
     pl = _import("polars")
-    files = files_by_kind(source)
+    files = readable_files(source)
     calls = _polars_kind(pl, files, "calls")
     if calls is None:
         return pl.LazyFrame(schema=_schema.polars_schema("calls"))
@@ -171,7 +178,7 @@ def load_duckdb(source: Source, connection: Any = None) -> Any:
     """A DuckDB relation of every call record in source (see torchwrapper.load)."""
     duckdb = _import("duckdb")
     connection = connection if connection is not None else duckdb.connect()
-    return connection.sql(_calls_sql(files_by_kind(source))[0])
+    return connection.sql(_calls_sql(readable_files(source))[0])
 
 
 def sql(source: Source, query: str, connection: Any = None) -> Any:
@@ -182,7 +189,7 @@ def sql(source: Source, query: str, connection: Any = None) -> Any:
     created in it, replacing views of those names); otherwise a new in-memory one is used."""
     duckdb = _import("duckdb")
     connection = connection if connection is not None else duckdb.connect()
-    files = files_by_kind(source, ("calls", "gpu", "stats", "updates"))
+    files = readable_files(source, ("calls", "gpu", "stats", "updates"))
     calls, gpu = _calls_sql(files)
     connection.execute(f"CREATE OR REPLACE TEMP VIEW calls AS {calls}")
     if gpu is not None:
@@ -199,4 +206,4 @@ def sql(source: Source, query: str, connection: Any = None) -> Any:
     return connection.sql(query)
 
 
-__all__ = ["load_duckdb", "load_polars", "sql"]
+__all__ = ["load_duckdb", "load_polars", "readable_files", "sql"]

@@ -255,15 +255,16 @@ def original_frame(frame):
 
 
 def iter_stream_rows(path: str) -> Iterator[dict]:
-    """The rows of a stream file (CSV with a header, or JSON lines) as dicts of text (CSV) or values."""
-    if path.endswith(".csv"):
-        with open(path, newline="", encoding="utf-8") as f:
+    """The rows of a stream file (CSV with a header, or JSON lines; gzip or not) as dicts of text
+    (CSV) or values."""
+    if _outdir.record_format(path) == "csv":
+        with _outdir.open_text(path) as f:
             for row in csv.DictReader(f):
                 if None in row or any(v is None for v in row.values()):
                     continue  # a torn line
                 yield row
     else:
-        with open(path, encoding="utf-8") as f:
+        with _outdir.open_text(path) as f:
             for line in f:
                 try:
                     yield json.loads(line)
@@ -299,7 +300,7 @@ def read_stream(out_dir: str, kind: str, columns: Sequence[str], pid: Optional[i
     # columns a file of an older version lacks: the schema's missing value (site: 0), else None
     absent = {c["name"]: c["missing"] for c in _schema.schema()["kinds"][kind]["columns"] if "missing" in c}
     for path in record_files(out_dir, pid, kind=kind):
-        csv_file = path.endswith(".csv")
+        csv_file = _outdir.record_format(path) == "csv"
         for row in iter_stream_rows(path):
             rows.append(tuple((_decode(row[c], c) if csv_file else row[c]) if c in row else absent.get(c)
                               for c in columns))
@@ -333,10 +334,10 @@ def _stream_engine(out_dir: str, pid: Optional[int], engine: str, kind: str) -> 
     if engine != "polars" or pid is not None:
         raise ValueError(f"engine={engine!r} (pid={pid!r}) is not accepted for {kind}: give engine 'pandas', or "
                          "'polars' for all processes (DuckDB: torchwrapper.sql's views)")
-    from ._engines import _import, _polars_kind
+    from ._engines import _import, _polars_kind, readable_files
 
     pl = _import("polars")
-    frame = _polars_kind(pl, _outdir.files_by_kind(out_dir, (kind,)), kind)
+    frame = _polars_kind(pl, readable_files(out_dir, (kind,)), kind)
     return frame if frame is not None else pl.LazyFrame(schema=_schema.polars_schema(kind))
 
 

@@ -152,8 +152,10 @@ class Profile:
 
     With ``out_dir``, records stream to files there (``format`` "csv" or "json", each file at most
     ``file_max_size``, named by ``file_name_spec``, ``max_files`` newest kept, on disk within
-    ``flush_interval`` seconds; ``buffer_size`` bounds memory, ``on_full`` "drop" or "wait"). Without
-    it, records stay in memory until read. ``rank`` (default: $RANK) goes into the manifest and
+    ``flush_interval`` seconds; ``buffer_size`` bounds memory, ``on_full`` "drop" or "wait";
+    ``compress`` "gzip" writes each file as one gzip member, ``*.csv.gz`` / ``*.jsonl.gz``, about a
+    fifth of the size, file_max_size counting its compressed bytes). Without it, records stay in
+    memory until read. ``rank`` (default: $RANK) goes into the manifest and
     the record file names; ``per_process_names`` (default: with a rank, or in a process started
     with $TORCHWRAPPER_AUTOSTART) names the manifest and summary after the pid.
 
@@ -206,13 +208,14 @@ class Profile:
                  metrics: Optional[Dict[str, Any]] = None, schedule: Optional[Dict[str, Any]] = None,
                  records: Optional[str] = None, on_demand: Any = None, sites: Optional[str] = None,
                  aten: Optional[str] = None, flops: Optional[bool] = None,
-                 peak_flops: Optional[float] = None, memory: Optional[bool] = None) -> None:
+                 peak_flops: Optional[float] = None, memory: Optional[bool] = None,
+                 compress: Optional[str] = None) -> None:
         given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
                  "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
                  "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
                  "gpu": gpu, "tensor_stats": tensor_stats, "track": track, "schedule": schedule, "records": records,
                  "on_demand": on_demand, "sites": sites, "aten": aten, "flops": flops, "peak_flops": peak_flops,
-                 "memory": memory}
+                 "memory": memory, "compress": compress}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
         c = json.loads(_core.normalize_config(json.dumps(given, default=_unjsonable), defaults="profile"))

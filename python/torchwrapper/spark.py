@@ -18,8 +18,8 @@ import os
 from typing import Any, Iterable, Union
 
 from . import _schema
-from ._engines import _absent, _filled_json, _sparse
-from ._outdir import csv_by_header, files_by_kind
+from ._engines import _absent, _filled_json, _sparse, readable_files
+from ._outdir import csv_by_header
 
 Source = Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]]
 
@@ -52,7 +52,10 @@ def read(spark: Any, source: Source, kind: str = "calls") -> Any:
         raise ImportError("torchwrapper.spark needs pyspark: pip install pyspark (and a Java runtime)") from error
     if kind not in ("calls", "gpu"):
         raise ValueError(f"kind={kind!r} is not accepted: give 'calls' or 'gpu'")
-    files = files_by_kind(source, (kind,))
+    # complete gzip files (compress "gzip") as they are, through Hadoop's codec; one cut short by a
+    # killed writer as a copy of its whole lines on the driver (local mode reads it; a cluster needs
+    # the directory it is in shared, as it needs the run's)
+    files = readable_files(source, (kind,))
     columns = _schema.columns(kind)
     types = {f.name: f.dataType for f in spark_schema(kind, csv=True).fields}
     parts = []

@@ -167,9 +167,9 @@ static int compare_names(const void *a, const void *b)
     return strverscmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Lists the record files of a directory (*.csv, *.jsonl) in name order, which is time order for
- * the writer's names, and reads its manifests. 0, or after a message on err: opendir's -errno,
- * TW_ENOMEM, or -ENOENT (no record files there). */
+/* Lists the record files of a directory (*.csv, *.jsonl, and compressed *.csv.gz, *.jsonl.gz) in
+ * name order, which is time order for the writer's names, and reads its manifests. 0, or after a
+ * message on err: opendir's -errno, TW_ENOMEM, or -ENOENT (no record files there). */
 static int add_directory(inputs_t *in, const char *dir, FILE *err)
 {
     DIR *d = opendir(dir);
@@ -184,7 +184,8 @@ static int add_directory(inputs_t *in, const char *dir, FILE *err)
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
         const char *name = e->d_name;
         int manifest = strncmp(name, "manifest", 8) == 0 && report_has_suffix(name, ".json");
-        if (!manifest && !report_has_suffix(name, ".csv") && !report_has_suffix(name, ".jsonl"))
+        if (!manifest && !report_has_suffix(name, ".csv") && !report_has_suffix(name, ".jsonl") &&
+            !report_has_suffix(name, ".csv.gz") && !report_has_suffix(name, ".jsonl.gz"))
             continue;
         /* the tracing streams beside the records (config tensor_stats, track) are not call records */
         if (strstr(name, ".stats.") != NULL || strstr(name, ".updates.") != NULL)
@@ -225,7 +226,8 @@ static int add_directory(inputs_t *in, const char *dir, FILE *err)
         return rc;
     }
     if (in->count == before) {
-        fprintf(err, "tw-report: %s holds no record files (*.csv or *.jsonl written by TorchWrapper)\n", dir);
+        fprintf(err, "tw-report: %s holds no record files (*.csv, *.jsonl, *.csv.gz or *.jsonl.gz written by "
+                     "TorchWrapper)\n", dir);
         return -ENOENT;
     }
     return 0;

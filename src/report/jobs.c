@@ -38,6 +38,7 @@
 #include "torchwrapper/common.h"
 
 #include "jobs.h"
+#include "util.h"
 
 typedef struct unit {
     size_t file;            /* in in->files */
@@ -95,7 +96,10 @@ static int make_units(const inputs_t *in, unit_t **units, size_t *count)
                 return -errno;
             }
             uint64_t bytes = st.st_size > 0 ? (uint64_t)st.st_size : 0;
-            uint64_t parts = bytes > size ? (bytes + size - 1) / size : 1;
+            /* a gzip file is read whole: its records' offsets are not its bytes' (a file so named
+             * that is not one is read whole too; one not so named fails its ranges: one thread) */
+            int whole = report_has_suffix(in->files[i].path, ".gz");
+            uint64_t parts = bytes > size && !whole ? (bytes + size - 1) / size : 1;
             for (uint64_t k = 0; k < parts; k++) {
                 if (n == capacity) {
                     capacity = capacity ? capacity * 2 : 64;

@@ -10,7 +10,7 @@ exits 1 at the end naming every one that failed. The last thing printed is the t
     python tests/bench/all.py [NAME ...]     (make bench sets PYTHONPATH, BENCH and top_builddir)
 
 NAME picks benches (writer, run, training, report, findings, ranks, trace, load, transformer, hf, gpu, sites,
-schedule, backward, trainer, flops, memory). BENCH=smoke also runs torch on one thread
+schedule, backward, trainer, flops, memory, compress). BENCH=smoke also runs torch on one thread
 (OMP_NUM_THREADS=1 unless set): on a small shared machine torch's default threads, one per core,
 contend with each other and with other work and make each step many times slower.
 """
@@ -51,6 +51,7 @@ BENCHES: List[Tuple[str, str, Tuple[str, ...]]] = [
     ("trainer", "bench_trainer.py", ()),
     ("flops", "bench_flops.py", ()),
     ("memory", "bench_memory.py", ()),
+    ("compress", "bench_compress.py", ()),
 ]
 WRITER_RECORDS = sized(200_000, 5_000_000, 20_000_000)
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Writer throughput (records per second written to files, one writer thread, CSV and JSON) and the
- * cost of appending one record on the calling thread (tw_call_begin + tw_call_end, no clock).
+ * Writer throughput (records per second written to files, one writer thread, CSV and JSON, plain and
+ * compressed: compress "gzip", with the bytes a record takes on disk) and the cost of appending one
+ * record on the calling thread (tw_call_begin + tw_call_end, no clock).
  * Output goes to a temporary directory that is removed afterwards.
  */
 #include "config.h"
@@ -65,7 +66,9 @@ static int copy_chunk(const tw_chunk_t *chunk, void *arg)
     return 0;
 }
 
-static double writer_throughput(tw_format_t format, uint64_t n, uint32_t *ids, int nids)
+/* Records per second through one writer thread; *per_record receives the bytes a record took on disk. */
+static double writer_throughput(tw_format_t format, tw_compress_t compress, uint64_t n, uint32_t *ids, int nids,
+                                double *per_record)
 {
     char dir[] = "/tmp/tw-bench-writer-XXXXXX";
     if (mkdtemp(dir) == NULL)
@@ -86,7 +89,8 @@ static double writer_throughput(tw_format_t format, uint64_t n, uint32_t *ids, i
     tw_clock_t clock;
     tw_clock_init_manual(&clock, TW_CLOCK_TSC, 0, 1700000000000000000LL, 2.3);
     tw_writer_config_t config = {.out_dir = dir, .format = format, .file_max_size = 256u << 20,
-                                 .file_name_spec = "serial", .buffer_bytes = 1ull << 40, .rank = -1};
+                                 .file_name_spec = "serial", .buffer_bytes = 1ull << 40, .rank = -1,
+                                 .compress = compress};
     tw_writer_t *w;
     char err[256];
     /* Records were made before the writer started: only handing them over and writing is timed. The
@@ -112,8 +116,10 @@ static double writer_throughput(tw_format_t format, uint64_t n, uint32_t *ids, i
     tw_recorder_destroy(rec);
     free(copies.chunks);
     rm_rf(dir);
-    printf("  %-5s %8.2f M records/s  %7.0f MB/s  (%llu records, %.0f MB, one writer thread)\n",
-           format == TW_FORMAT_CSV ? "CSV" : "JSON", n / elapsed / 1e6, mb / elapsed, (unsigned long long)n, mb);
+    *per_record = (double)ws.bytes_written / (double)n;
+    printf("  %-5s %-5s %8.2f M records/s  %7.0f MB/s  %6.1f bytes/record  (%llu records, %.0f MB, one writer "
+           "thread)\n", format == TW_FORMAT_CSV ? "CSV" : "JSON", compress == TW_COMPRESS_GZIP ? "gzip" : "plain",
+           n / elapsed / 1e6, mb / elapsed, *per_record, (unsigned long long)n, mb);
     return n / elapsed;
 }
 
@@ -151,10 +157,16 @@ int main(int argc, char **argv)
     for (int i = 0; i < 5; i++)
         tw_api_intern(names[i], &ids[i]);
     printf("writer throughput, %llu records (targets: 2 M/s CSV, 1 M/s JSON):\n", (unsigned long long)n);
-    double csv = writer_throughput(TW_FORMAT_CSV, n, ids, 5);
-    double json = writer_throughput(TW_FORMAT_JSON, n, ids, 5);
+    double csv_bytes, json_bytes, csv_gz_bytes, json_gz_bytes;
+    double csv = writer_throughput(TW_FORMAT_CSV, TW_COMPRESS_NONE, n, ids, 5, &csv_bytes);
+    double json = writer_throughput(TW_FORMAT_JSON, TW_COMPRESS_NONE, n, ids, 5, &json_bytes);
+    double csv_gz = writer_throughput(TW_FORMAT_CSV, TW_COMPRESS_GZIP, n, ids, 5, &csv_gz_bytes);
+    double json_gz = writer_throughput(TW_FORMAT_JSON, TW_COMPRESS_GZIP, n, ids, 5, &json_gz_bytes);
     double append = append_cost_ns();
     printf("appending one record on the calling thread: %.1f ns median (target: under 10 ns)\n", append);
-    printf("{\"csv_records_per_s\": %.0f, \"json_records_per_s\": %.0f, \"append_ns\": %.2f}\n", csv, json, append);
+    printf("{\"csv_records_per_s\": %.0f, \"json_records_per_s\": %.0f, \"csv_gzip_records_per_s\": %.0f, "
+           "\"json_gzip_records_per_s\": %.0f, \"csv_bytes_per_record\": %.1f, \"json_bytes_per_record\": %.1f, "
+           "\"csv_gzip_bytes_per_record\": %.1f, \"json_gzip_bytes_per_record\": %.1f, \"append_ns\": %.2f}\n",
+           csv, json, csv_gz, json_gz, csv_bytes, json_bytes, csv_gz_bytes, json_gz_bytes, append);
     return 0;
 }

@@ -31,7 +31,8 @@ def read_json(path: str) -> Dict[str, Any]:
 def writer(out: str) -> str:
     w = last_json(os.path.join(out, "bench-writer.txt"))
     return (f"writer thread CSV {w['csv_records_per_s'] / 1e6:.1f} / JSON {w['json_records_per_s'] / 1e6:.1f} "
-            f"M records/s; appending a record {w['append_ns']:.1f} ns")
+            f"M records/s (gzip {w['csv_gzip_records_per_s'] / 1e6:.1f} / {w['json_gzip_records_per_s'] / 1e6:.1f}); "
+            f"appending a record {w['append_ns']:.1f} ns")
 
 
 def run(out: str) -> str:
@@ -157,6 +158,19 @@ def memory(out: str) -> str:
             ", ".join(f"{short(name)} {r[name]['ratios']['memory on']:.3f}x" for name in models))
 
 
+def compress(out: str) -> str:
+    r = last_json(os.path.join(out, "bench-compress.txt"))
+    if r.get("skipped"):
+        return f"skipped: {r['skipped']}"
+    parts = []
+    for name, row in r["models"].items():
+        s = row["sizes"]
+        parts.append(f"{name} JSON {s['json, args summary, none']['bytes_per_record']:.0f} -> "
+                     f"{s['json, args summary, gzip']['bytes_per_record']:.0f} B/record, gzip / none "
+                     f"{row['cost']['gzip_over_none']:.3f}x")
+    return "; ".join(parts)
+
+
 def short(model: str) -> str:
     """BertForSequenceClassification -> Bert, gpt (tests/bench/transformers.py) -> gpt."""
     name = model.split()[0]
@@ -169,7 +183,7 @@ FIGURES: Dict[str, Callable[[str], str]] = {
     "writer": writer, "run": run, "training": training, "report": report, "findings": findings, "ranks": ranks,
     "trace": trace,
     "load": load, "transformer": transformer, "hf": hf, "gpu": gpu, "sites": sites, "schedule": schedule,
-    "backward": backward, "trainer": trainer, "flops": flops, "memory": memory,
+    "backward": backward, "trainer": trainer, "flops": flops, "memory": memory, "compress": compress,
 }
 
 

@@ -84,6 +84,7 @@ def main(directory):
     loading = load(directory, "bench-load.json")
     memory = load(directory, "bench-memory.txt")
     found = load(directory, "bench-findings.txt")
+    compressed = load(directory, "bench-compress.txt")
     rows = []
 
     def add(what, measured, target="—"):
@@ -161,6 +162,21 @@ def main(directory):
     if writer:
         add("writer thread, CSV / JSON", f"{writer['csv_records_per_s'] / 1e6:.1f} / "
             f"{writer['json_records_per_s'] / 1e6:.1f} M records/s", "2 / 1 M/s")
+        if "csv_gzip_records_per_s" in writer:
+            add("writer thread, compress gzip, CSV / JSON", f"{writer['csv_gzip_records_per_s'] / 1e6:.2f} / "
+                f"{writer['json_gzip_records_per_s'] / 1e6:.2f} M records/s")
+    if compressed and not compressed.get("skipped"):
+        titles = {"bert": "BERT", "gpt2": "GPT-2"}
+        for name, row in compressed["models"].items():
+            s = row["sizes"]
+            add(f"`transformers` {titles.get(name, name)} under `run`, bytes per call record, CSV / JSON "
+                "(args summary): plain → compress gzip",
+                f"{s['csv, args summary, none']['bytes_per_record']:.0f} → "
+                f"{s['csv, args summary, gzip']['bytes_per_record']:.0f} / "
+                f"{s['json, args summary, none']['bytes_per_record']:.0f} → "
+                f"{s['json, args summary, gzip']['bytes_per_record']:.0f}")
+            add(f"the same, loop time under `run` (defaults), compress none / gzip ({compressed['cpus']} cores)",
+                f"{row['cost']['compress none']['ratio']:.3f}x / {row['cost']['compress gzip']['ratio']:.3f}x")
         add("appending one record on the calling thread", f"{writer['append_ns']:.1f} ns", "< 10 ns")
     if report:
         add(f"tw-report on {report['input_mb']:.0f} MB of CSV", f"{report['tw_report_mb_s_wall']:.0f} MB/s "

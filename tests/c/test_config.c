@@ -169,6 +169,29 @@ static void memory_is_off_by_default_and_takes_booleans_only(void **state)
     tw_config_free(&c);
 }
 
+static void compress_is_none_by_default_and_gzip_for_the_writer(void **state)
+{
+    (void)state;
+    expect_config_error("{\"compress\": \"zip\"}", 0, "config key 'compress': \"zip\" is not accepted");
+    expect_config_error("{\"compress\": true}", 0, "config key 'compress': true is not accepted");
+    tw_config_t c;
+    tw_writer_config_t w;
+    char err[512] = "";
+    for (int d = 0; d < TW_CONFIG_DEFAULTS_COUNT; d++) {
+        assert_int_equal(tw_config_load((tw_config_defaults_t)d, "{}", 0, &c, NULL, err, sizeof err), 0);
+        assert_int_equal(c.compress, TW_COMPRESS_NONE); /* plain files for every entry point */
+        tw_config_free(&c);
+    }
+    assert_int_equal(tw_config_load(TW_CONFIG_DEFAULTS_PROFILE, "{\"compress\": \"gzip\"}", 1, &c, NULL, err,
+                                    sizeof err), 0);
+    assert_int_equal(c.compress, TW_COMPRESS_GZIP);
+    memset(&w, 0, sizeof w);
+    tw_config_writer(&c, &w);
+    assert_int_equal(w.compress, TW_COMPRESS_GZIP); /* the writer takes it */
+    tw_config_free(&c);
+    assert_string_equal(tw_config_default("compress", TW_CONFIG_DEFAULTS_TORCHWRAPPER), "\"none\"");
+}
+
 static void tensor_stats_and_track_are_validated_and_completed(void **state)
 {
     char *out = NULL, err[512] = "";
@@ -388,6 +411,7 @@ int main(void)
         cmocka_unit_test(tensor_stats_and_track_are_validated_and_completed),
         cmocka_unit_test(flops_and_peak_flops_are_validated_and_typed),
         cmocka_unit_test(memory_is_off_by_default_and_takes_booleans_only),
+        cmocka_unit_test(compress_is_none_by_default_and_gzip_for_the_writer),
         cmocka_unit_test(schedules_are_validated_and_completed),
         cmocka_unit_test(schedule_states_follow_torch_profiler_schedule),
         cmocka_unit_test(normalized_configs_read_back_unchanged),

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 /* Rows read back, flattened to text so that tests compare them whole. */
 typedef struct collected {
     char text[16][512];
@@ -433,6 +435,173 @@ static void the_tracing_streams_have_kinds_of_their_own(void **state)
     unlink(path);
 }
 
+/* ---- gzip files ---------------------------------------------------------------------------------- */
+
+/* data as gzip into a new temporary file: split into members (1 or more), a sync point every
+ * sync_every input bytes (0: none), the last member finished unless open (a killed writer's), then
+ * cut bytes cut off its end. Returns the path (static: one at a time) and the bytes written. */
+static char *write_gzip(const char *data, size_t len, int members, size_t sync_every, int open, size_t cut,
+                        size_t *written)
+{
+    static char path[64];
+    strcpy(path, "/tmp/tw-test-reader-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t cap = len + len / 8 + 4096 * (size_t)members, used = 0;
+    unsigned char *out = malloc(cap);
+    size_t per = len / (size_t)members + 1;
+    for (int m = 0; m < members; m++) {
+        size_t from = (size_t)m * per, to = from + per < len ? from + per : len;
+        z_stream z;
+        memset(&z, 0, sizeof z);
+        assert_int_equal(deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+        for (size_t at = from; at < to || at == from;) {
+            size_t step = sync_every && to - at > sync_every ? sync_every : to - at;
+            int last = at + step >= to;
+            z.next_in = (unsigned char *)data + at;
+            z.avail_in = (uInt)step;
+            z.next_out = out + used;
+            z.avail_out = (uInt)(cap - used);
+            int flush = last && !(open && m == members - 1) ? Z_FINISH : Z_SYNC_FLUSH;
+            int rc = deflate(&z, flush);
+            assert_true(rc == (flush == Z_FINISH ? Z_STREAM_END : Z_OK));
+            used = cap - z.avail_out;
+            at += step;
+            if (last)
+                break;
+        }
+        deflateEnd(&z);
+    }
+    assert_true(cut <= used);
+    used -= cut;
+    assert_int_equal(write(fd, out, used), (ssize_t)used);
+    close(fd);
+    free(out);
+    *written = used;
+    return path;
+}
+
+/* 3 MiB of rows: a plain file's header, rows and a torn last line. *len receives its length. */
+static char *many_rows(size_t *len, size_t *rows)
+{
+    size_t cap = 4 << 20, n = 0;
+    char *text = malloc(cap);
+    n += (size_t)snprintf(text, cap, "%s", HEADER);
+    for (*rows = 0; n < 3 << 20; ++*rows)
+        n += (size_t)snprintf(text + n, cap - n, "%zu,torch.add,%zu,%zu,1,0,7,8,0,0,0,\"f32[%zu]@cpu, %s\"\n",
+                              *rows + 1, *rows, *rows % 1000, *rows, *rows % 7 ? "x" : "a \"\"quoted\"\" arg");
+    n += (size_t)snprintf(text + n, cap - n, "99,torch.a");
+    *len = n;
+    return text;
+}
+
+static void gzip_files_read_as_what_they_inflate_to_member_after_member(void **state)
+{
+    size_t len, rows, written;
+    char *text = many_rows(&len, &rows);
+    char err[512];
+    char *plain = write_temp(text);
+    collected_t want, got;
+    tw_read_stats_t want_st = {0}, st;
+    memset(&want, 0, sizeof want);
+    assert_int_equal(tw_read_file(plain, collect, &want, &want_st, err, sizeof err), 0);
+    assert_int_equal(want.count, rows);
+    assert_int_equal(want_st.truncated, 1);
+    unlink(plain);
+    for (int members = 1; members <= 3; members++) {
+        char *path = write_gzip(text, len, members, members == 1 ? 0 : 100000, 0, 0, &written);
+        assert_true(written < len / 3);
+        memset(&got, 0, sizeof got);
+        memset(&st, 0, sizeof st);
+        assert_int_equal(tw_read_file(path, collect, &got, &st, err, sizeof err), 0);
+        assert_memory_equal(&st, &want_st, sizeof st); /* bytes: what they inflate to */
+        assert_memory_equal(got.text, want.text, sizeof got.text);
+        assert_int_equal(got.count, want.count);
+        tw_file_kind_t kind;
+        assert_int_equal(tw_read_kind(path, &kind, err, sizeof err), 0);
+        assert_int_equal(kind, TW_FILE_CALLS);
+        /* a compressed file is read whole, never by byte ranges */
+        tw_reader_t *reader;
+        assert_int_equal(tw_reader_open_range(path, 1000, 1000, NULL, &reader, err, sizeof err), TW_EINVAL);
+        assert_non_null(strstr(err, "compressed"));
+        unlink(path);
+    }
+    free(text);
+}
+
+/* A member cut short, as a killed writer leaves its last file (sync points at its flushes): read up to
+ * where its data ends, wherever the cut; whole lines only, a line cut in two a torn last record. */
+static void a_gzip_file_cut_short_reads_to_where_its_data_ends(void **state)
+{
+    size_t len, rows, written;
+    char *text = many_rows(&len, &rows);
+    char err[512];
+    size_t full;
+    char *whole = write_gzip(text, len, 1, 65536, 1, 0, &full);
+    unsigned char *bytes = malloc(full);
+    FILE *f = fopen(whole, "rb");
+    assert_int_equal(fread(bytes, 1, full, f), full);
+    fclose(f);
+    unlink(whole);
+    uint64_t last_rows = 0;
+    /* (one byte is not gzip's magic yet: from two on) */
+    for (size_t keep = full; keep > 1; keep = keep > 4096 ? keep - keep / 5 - 1 : keep > 64 ? keep - 37 : keep - 1) {
+        char path[] = "/tmp/tw-test-reader-XXXXXX";
+        int fd = mkstemp(path);
+        assert_int_equal(write(fd, bytes, keep), (ssize_t)keep);
+        close(fd);
+        tw_read_stats_t st = {0};
+        collected_t got;
+        memset(&got, 0, sizeof got);
+        int rc = tw_read_file(path, collect, &got, &st, err, sizeof err);
+        if (rc != 0)
+            fprintf(stderr, "keeping %zu of %zu bytes: %s\n", keep, full, err);
+        assert_int_equal(rc, 0);
+        assert_true(st.truncated <= 1);
+        assert_int_equal(st.malformed, 0);
+        assert_true(st.rows <= rows);
+        assert_true(last_rows == 0 || st.rows <= last_rows); /* less of the file, fewer rows */
+        last_rows = st.rows ? st.rows : 1;
+        unlink(path);
+    }
+    free(bytes);
+    /* at a sync point: every row before it, nothing torn */
+    char *path = write_gzip(text, 65536 * 3, 1, 65536, 1, 0, &written);
+    tw_read_stats_t st = {0};
+    collected_t got;
+    memset(&got, 0, sizeof got);
+    assert_int_equal(tw_read_file(path, collect, &got, &st, err, sizeof err), 0);
+    size_t lines = 0;
+    for (size_t i = 0; i < 65536 * 3; i++)
+        lines += text[i] == '\n';
+    assert_int_equal(st.rows, lines - 1); /* the header is no row */
+    assert_int_equal(st.truncated, text[65536 * 3 - 1] != '\n'); /* what follows the last line end */
+    unlink(path);
+    free(text);
+}
+
+static void corrupt_gzip_data_is_an_error_that_names_the_file(void **state)
+{
+    size_t len, rows, written;
+    char *text = many_rows(&len, &rows);
+    char *path = write_gzip(text, len, 1, 0, 0, 0, &written);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, (long)written / 2, SEEK_SET);
+    for (int i = 0; i < 64; i++)
+        fputc(0x55 ^ i, f);
+    fclose(f);
+    collected_t got;
+    memset(&got, 0, sizeof got);
+    tw_read_stats_t st = {0};
+    char err[512];
+    assert_int_equal(tw_read_file(path, collect, &got, &st, err, sizeof err), TW_EINVAL);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "gzip data is corrupt"));
+    unlink(path);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -450,6 +619,9 @@ int main(void)
         cmocka_unit_test(a_reader_pauses_every_n_rows_and_resumes_where_it_stopped),
         cmocka_unit_test(the_tracing_streams_have_kinds_of_their_own),
         cmocka_unit_test(ranges_of_a_file_read_each_record_once),
+        cmocka_unit_test(gzip_files_read_as_what_they_inflate_to_member_after_member),
+        cmocka_unit_test(a_gzip_file_cut_short_reads_to_where_its_data_ends),
+        cmocka_unit_test(corrupt_gzip_data_is_an_error_that_names_the_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 
 #include <cJSON.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <zlib.h>
 
 /* write() as the library sees it: the executable's definition interposes on libc's, so errors can
  * be injected into the writer thread's writes. */
@@ -96,6 +99,9 @@ typedef struct {
     uint64_t pid_rows;      /* rows whose pid column equals `pid` */
     long pid;
     char first[128];        /* first field of the current row */
+    uint64_t incomplete;    /* gzip files that are not one whole member */
+    char *data;             /* with keep_data: every file's data rows (after the CSV header), in name order */
+    size_t data_len;
 } readback_t;
 
 static void on_field(void *data, size_t len, void *arg)
@@ -151,7 +157,47 @@ static void read_json_line(readback_t *r, const char *line)
     cJSON_Delete(o);
 }
 
-static readback_t read_back(const char *dir, const char *ext, long pid)
+/* What gzip data inflates to (malloc'd, NUL-terminated, *out_len bytes); *complete: whether it is
+ * whole members and nothing else (a member cut short is read to where its data ends). */
+static char *inflate_all(const char *raw, size_t len, size_t *out_len, int *complete)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    assert_int_equal(inflateInit2(&z, 15 + 16), Z_OK);
+    size_t cap = 4 * len + 4096, used = 0;
+    char *out = malloc(cap);
+    z.next_in = (unsigned char *)raw;
+    z.avail_in = (uInt)len;
+    int rc = Z_OK;
+    *complete = 0;
+    while (z.avail_in > 0) {
+        if (cap - used < 65536) {
+            out = realloc(out, cap *= 2);
+            assert_non_null(out);
+        }
+        z.next_out = (unsigned char *)out + used;
+        z.avail_out = (uInt)(cap - used - 1);
+        rc = inflate(&z, Z_NO_FLUSH);
+        used = (size_t)((char *)z.next_out - out);
+        assert_true(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR);
+        if (rc == Z_STREAM_END && z.avail_in > 0)
+            inflateReset(&z); /* the next member */
+        else if (rc == Z_BUF_ERROR && z.avail_out > 0)
+            break; /* cut short */
+    }
+    *complete = rc == Z_STREAM_END;
+    inflateEnd(&z);
+    out[used] = '\0';
+    *out_len = used;
+    return out;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static readback_t read_back_data(const char *dir, const char *ext, long pid, int keep_data)
 {
     readback_t r;
     memset(&r, 0, sizeof r);
@@ -161,11 +207,22 @@ static readback_t read_back(const char *dir, const char *ext, long pid)
     assert_non_null(d);
     struct dirent *e;
     char path[512];
+    char *names[4096];
+    size_t count = 0;
     while ((e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
         if (n < strlen(ext) || strcmp(e->d_name + n - strlen(ext), ext) != 0)
             continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        assert_true(count < 4096);
+        names[count++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, count, sizeof names[0], compare_names);
+    int gz = strlen(ext) > 3 && strcmp(ext + strlen(ext) - 3, ".gz") == 0;
+    int csv = strncmp(ext, ".csv", 4) == 0;
+    for (size_t k = 0; k < count; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        free(names[k]);
         FILE *fp = fopen(path, "rb");
         assert_non_null(fp);
         fseek(fp, 0, SEEK_END);
@@ -178,7 +235,24 @@ static readback_t read_back(const char *dir, const char *ext, long pid)
         r.files++;
         if ((uint64_t)size > r.max_file_size)
             r.max_file_size = (uint64_t)size;
-        if (strcmp(ext, ".csv") == 0) {
+        if (gz) {
+            size_t inflated;
+            int complete;
+            char *plain = inflate_all(text, (size_t)size, &inflated, &complete);
+            r.incomplete += !complete;
+            free(text);
+            text = plain;
+            size = (long)inflated;
+        }
+        if (keep_data) {
+            const char *rows = csv ? strchr(text, '\n') + 1 : text;
+            size_t n = (size_t)(text + size - rows);
+            r.data = realloc(r.data, r.data_len + n + 1);
+            memcpy(r.data + r.data_len, rows, n);
+            r.data_len += n;
+            r.data[r.data_len] = '\0';
+        }
+        if (csv) {
             struct csv_parser p;
             assert_int_equal(csv_init(&p, CSV_STRICT | CSV_STRICT_FINI), 0);
             r.in_header = 1;
@@ -192,8 +266,12 @@ static readback_t read_back(const char *dir, const char *ext, long pid)
         }
         free(text);
     }
-    closedir(d);
     return r;
+}
+
+static readback_t read_back(const char *dir, const char *ext, long pid)
+{
+    return read_back_data(dir, ext, pid, 0);
 }
 
 static cJSON *read_json_file(const char *path)
@@ -1488,6 +1566,209 @@ static void a_forked_child_writes_its_own_stream_files(void **state)
     free_fixture(&f);
 }
 
+/* ---- compress "gzip" --------------------------------------------------------------------------- */
+
+/* The same records plain and compressed: every compressed file is at most the cap, one whole gzip
+ * member on its own (its CSV header first), and the data rows of all of them, in name order, are the
+ * plain files' byte for byte; the manifest says "gzip" and lists each file complete. */
+static void check_gzip(tw_format_t format, const char *ext, const char *gz_ext)
+{
+    enum { N = 20000, CAP = 8192 };
+    fixture_t plain, packed;
+    tw_writer_config_t config = {.format = format, .file_max_size = CAP, .file_name_spec = "serial", .rank = -1};
+    open_fixture(&plain, config);
+    record_calls(plain.rec, plain.ids, N);
+    close_fixture(&plain);
+    config.compress = TW_COMPRESS_GZIP;
+    open_fixture(&packed, config);
+    record_calls(packed.rec, packed.ids, N);
+    close_fixture(&packed);
+    readback_t p = read_back_data(plain.dir, ext, getpid(), 1);
+    readback_t z = read_back_data(packed.dir, gz_ext, getpid(), 1);
+    assert_int_equal(z.rows, N);
+    assert_true(z.header_ok);
+    assert_int_equal(z.unknown, 0);
+    assert_int_equal(z.incomplete, 0);
+    assert_true(z.max_file_size <= CAP);
+    assert_true(z.max_file_size > CAP * 3 / 4); /* filled, not rotated early */
+    assert_true(z.files * 3 < p.files);         /* these rows deflate to a third and less */
+    assert_int_equal(z.data_len, p.data_len);
+    assert_memory_equal(z.data, p.data, p.data_len);
+    assert_int_equal(read_back(packed.dir, ext, getpid()).files, 0); /* no plain file beside them */
+    tw_writer_stats_t ws;
+    tw_writer_stats(packed.writer, &ws);
+    assert_int_equal(ws.records_written, N);
+    assert_int_equal(ws.records_dropped, 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/manifest.json", packed.dir);
+    cJSON *m = read_json_file(path);
+    assert_non_null(m);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(m, "compress")), "gzip");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(m, "files")), z.files);
+    uint64_t bytes = 0;
+    cJSON *file;
+    cJSON_ArrayForEach(file, cJSON_GetObjectItem(m, "files"))
+    {
+        assert_true(cJSON_IsTrue(cJSON_GetObjectItem(file, "complete")));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(file, "name"));
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", packed.dir, name);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(file, "bytes")), (uint64_t)st.st_size);
+        bytes += (uint64_t)st.st_size;
+    }
+    assert_int_equal(ws.bytes_written, bytes); /* compressed bytes: what is on disk */
+    cJSON_Delete(m);
+    free(p.data);
+    free(z.data);
+    free_fixture(&plain);
+    free_fixture(&packed);
+}
+
+static void gzip_csv_files_stay_under_the_cap_and_each_inflates_alone_to_the_plain_rows(void **state)
+{
+    check_gzip(TW_FORMAT_CSV, ".csv", ".csv.gz");
+}
+
+static void gzip_json_files_stay_under_the_cap_and_each_inflates_alone_to_the_plain_rows(void **state)
+{
+    check_gzip(TW_FORMAT_JSON, ".jsonl", ".jsonl.gz");
+}
+
+/* Arguments of random text deflate to most of their size (stored blocks at worst): the cap holds at
+ * the smallest file size all the same, with every record whole. */
+static void gzip_of_incompressible_arguments_stays_under_the_cap(void **state)
+{
+    enum { N = 3000 };
+    for (int format = 0; format < 2; format++) {
+        fixture_t f;
+        tw_writer_config_t config = {.format = (tw_format_t)format, .file_max_size = TW_CONFIG_MIN_FILE_SIZE,
+                                     .file_name_spec = "serial", .rank = -1, .compress = TW_COMPRESS_GZIP};
+        open_fixture(&f, config);
+        tw_thread_t *t = tw_recorder_attach(f.rec);
+        unsigned seed = 7;
+        char args[TW_ARGS_MAX];
+        for (uint64_t i = 0; i < N; i++) {
+            uint32_t len = (uint32_t)(rand_r(&seed) % (i % 100 == 0 ? TW_ARGS_MAX : 400));
+            for (uint32_t k = 0; k < len; k++)
+                args[k] = (char)(' ' + rand_r(&seed) % 95); /* printable: a byte of text each */
+            tw_frame_t *frame = tw_call_begin(t);
+            tw_call_end_args(t, frame, f.ids[i % WEIRD_COUNT], 1000 * i, 1000 * i + 10, 0, args, len);
+        }
+        close_fixture(&f);
+        readback_t r = read_back(f.dir, format == TW_FORMAT_CSV ? ".csv.gz" : ".jsonl.gz", getpid());
+        assert_int_equal(r.rows, N);
+        assert_int_equal(r.incomplete, 0);
+        assert_true(r.max_file_size <= TW_CONFIG_MIN_FILE_SIZE);
+        assert_true(r.max_file_size > TW_CONFIG_MIN_FILE_SIZE * 3 / 4);
+        tw_writer_stats_t ws;
+        tw_writer_stats(f.writer, &ws);
+        assert_int_equal(ws.records_written, N);
+        assert_int_equal(ws.records_truncated, 0);
+        free_fixture(&f);
+    }
+}
+
+/* A write that fails leaves a hole in its member: the records of that flush are dropped and counted,
+ * that file ends there (read to its hole), and the next records go to a new, whole file. */
+static void a_failed_gzip_write_drops_its_flush_and_goes_on_in_a_new_file(void **state)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                 .rank = -1, .compress = TW_COMPRESS_GZIP, .flush_interval_ns = 5 * 1000 * 1000};
+    open_fixture(&f, config);
+    tw_writer_stats_t ws;
+    record_calls(f.rec, f.ids, 3000);
+    tw_recorder_collect(f.rec);
+    do { /* written: deflated, and on disk */
+        usleep(1000);
+        tw_writer_stats(f.writer, &ws);
+    } while (ws.records_written < 3000);
+    __atomic_store_n(&inject_errno, ENOSPC, __ATOMIC_RELAXED);
+    record_calls(f.rec, f.ids, 2000);
+    tw_recorder_collect(f.rec);
+    do {
+        usleep(1000);
+        tw_writer_stats(f.writer, &ws);
+    } while (ws.records_dropped < 2000);
+    __atomic_store_n(&inject_errno, 0, __ATOMIC_RELAXED);
+    record_calls(f.rec, f.ids, 1000);
+    tw_recorder_collect(f.rec);
+    assert_int_equal(tw_writer_close(f.writer), TW_EIO);
+    tw_writer_stats(f.writer, &ws);
+    assert_int_equal(ws.records_written, 4000);
+    assert_int_equal(ws.records_dropped, 2000);
+    readback_t r = read_back(f.dir, ".csv.gz", getpid());
+    assert_true(r.files >= 2);
+    assert_int_equal(r.incomplete, r.files - 1); /* each ends at its hole; the last one is whole */
+    assert_int_equal(r.rows, 4000);
+    free_fixture(&f);
+}
+
+static int count_row(void *ctx, const tw_row_t *row)
+{
+    (void)ctx;
+    (void)row;
+    return 0;
+}
+
+/* A process killed while writing (SIGKILL: no close, no member's end) leaves files that read, through
+ * the library's reader, to its last flush: every record written before the kill. */
+static void a_killed_gzip_writer_leaves_files_read_to_its_last_flush(void **state)
+{
+    if (getenv("TW_UNDER_TSAN") != NULL)
+        skip(); /* ThreadSanitizer cannot follow a fork of a threaded process */
+    enum { N = 30000 };
+    char dir[] = "/tmp/tw-test-killed-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        fixture_t f;
+        tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 64 * 1024, .file_name_spec = "serial",
+                                     .rank = -1, .compress = TW_COMPRESS_GZIP,
+                                     .flush_interval_ns = 5 * 1000 * 1000};
+        open_fixture(&f, config);
+        record_calls(f.rec, f.ids, N);
+        tw_recorder_collect(f.rec);
+        tw_writer_stats_t ws;
+        do {
+            usleep(1000);
+            tw_writer_stats(f.writer, &ws);
+        } while (ws.records_written < N);
+        char to[256];
+        snprintf(to, sizeof to, "%s/out", dir); /* where the parent finds them */
+        rename(f.dir, to);
+        raise(SIGKILL);
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    char out[256], path[512];
+    snprintf(out, sizeof out, "%s/out", dir);
+    readback_t r = read_back(out, ".csv.gz", child);
+    assert_int_equal(r.rows, N);
+    assert_int_equal(r.incomplete, 1); /* the last file: no member's end */
+    assert_true(r.files > 1);          /* the others rotated, complete */
+    /* The reader: every row, no torn line, no error. */
+    uint64_t rows = 0;
+    DIR *d = opendir(out);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strstr(e->d_name, ".csv.gz") == NULL)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", out, e->d_name);
+        tw_read_stats_t st = {0};
+        char err[512];
+        assert_int_equal(tw_read_file(path, count_row, NULL, &st, err, sizeof err), 0);
+        assert_int_equal(st.truncated + st.malformed, 0);
+        rows += st.rows;
+    }
+    closedir(d);
+    assert_int_equal(rows, N);
+    rm_rf(out);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1522,6 +1803,11 @@ int main(void)
         cmocka_unit_test(gpu_rows_add_to_the_per_api_gpu_totals),
         cmocka_unit_test(stream_rows_are_refused_and_counted_when_bad_or_late),
         cmocka_unit_test(a_forked_child_writes_its_own_stream_files),
+        cmocka_unit_test(gzip_csv_files_stay_under_the_cap_and_each_inflates_alone_to_the_plain_rows),
+        cmocka_unit_test(gzip_json_files_stay_under_the_cap_and_each_inflates_alone_to_the_plain_rows),
+        cmocka_unit_test(gzip_of_incompressible_arguments_stays_under_the_cap),
+        cmocka_unit_test(a_failed_gzip_write_drops_its_flush_and_goes_on_in_a_new_file),
+        cmocka_unit_test(a_killed_gzip_writer_leaves_files_read_to_its_last_flush),
         cmocka_unit_test(the_step_of_a_moment_is_the_step_in_progress_then),
     };
     return cmocka_run_group_tests_name("writer", tests, NULL, NULL);

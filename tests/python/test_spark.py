@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from test_compress import killed, runs  # noqa: F401  (fixtures: compressed runs, and a killed one)
 from test_engines import report_totals, run_dir  # noqa: F401  (the fixture: a real two-process run)
 
 pyspark = pytest.importorskip("pyspark")
@@ -56,3 +57,22 @@ def test_sparse_columns_read_as_their_missing_value_where_a_record_has_none(spar
     by_api = {r["api"]: tuple(r[c] for c in sparse) for r in tw_spark.read(spark, tmp_path).collect()}
     assert by_api["torch.Tensor.dim"] == (0,) * len(sparse)
     assert by_api["torch.nn.functional.linear"][sparse.index("flops")] == 2 * 2 * 8 * 4
+
+
+def test_spark_reads_compressed_files_as_the_uncompressed_run(spark, runs):  # noqa: F811
+    # complete gzip members through Hadoop's codec: the same rows as the plain run (times apart)
+    plain, packed, _ = runs
+    stable = ["api", "call_id", "depth", "parent_id", "error", "args", "module", "step"]
+    rows = sorted(tuple(r) for r in tw_spark.read(spark, packed).select(*stable).collect())
+    assert rows == sorted(tuple(r) for r in tw_spark.read(spark, plain).select(*stable).collect())
+    from pyspark.sql import functions as F
+    totals = tw_spark.read(spark, packed).groupBy("api").agg(F.count("*").alias("calls"), F.sum("cost_ns"),
+                                                              F.sum("self_ns")).collect()
+    assert {r[0]: (r[1], r[2], r[3]) for r in totals} == report_totals(packed)
+
+
+def test_spark_reads_a_killed_processs_compressed_files_to_their_last_flush(spark, killed):  # noqa: F811
+    # the last file, a member cut short, through a copy of its whole lines
+    from pyspark.sql import functions as F
+    totals = tw_spark.read(spark, killed).groupBy("api").agg(F.count("*"), F.sum("cost_ns"), F.sum("self_ns")).collect()
+    assert {r[0]: (r[1], r[2], r[3]) for r in totals} == report_totals(killed)
