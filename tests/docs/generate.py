@@ -48,6 +48,8 @@ KEYS = {
     "flops": "FLOPs per call from the operands' sizes (matmul family, convolutions, attention, RNNs).",
     "peak_flops": "The device's peak FLOP/s for MFU; null: the GPU's from its name, none on a CPU.",
     "memory": "Bytes the allocators reported per call (allocated, freed, peak).",
+    "compress": "Record files compressed as they are written (.csv.gz, .jsonl.gz; file_max_size counts "
+                "compressed bytes; readable to the last flush after a kill).",
 }
 ENTRY_POINTS = [("torchwrapper", "TorchWrapper, run"), ("profile", "profile()"), ("session", "Session")]
 
