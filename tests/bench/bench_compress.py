@@ -7,16 +7,17 @@ trained with AdamW as tests/bench/bench_hf.py's worker does, profiled through
   bytes per call record: the calls' bytes on disk over their count (the manifests'), for CSV and JSON
     lines, args "summary" (run's default) and "none", compress none and gzip; and what 100,000 steps
     of such a run would write;
-  the wall cost: blocks of steps under tw.profile (run's defaults: JSON lines, args summary) with
-    compress none and with gzip, each over a plain block beside it, the order rotating, median over
-    the repetitions; and the same for the process's CPU time (every thread's: the writer thread's
-    deflating is in it).
+  the cost: blocks of steps under tw.profile (run's defaults: JSON lines, args summary) with
+    compress none and with gzip, and plain blocks, the order rotating, median over the repetitions
+    (see cost()): the writer thread's CPU a step, gzip's extra as a share of a step's CPU, and the
+    wall time over plain.
 
 On a 2-core machine the writer thread's CPU is taken from the training's (torch runs a thread per
-core): the figure that decides compress's default. Prints a table, then one JSON line; `make bench`
-keeps it in build/bench-compress.txt. Without `transformers` it prints a SKIP line (and a JSON line
-saying so) and exits 0. BENCH=quick (the default), full (more repetitions, longer runs) or smoke (one
-model, a few steps: checks that it runs; its figures mean nothing).
+core): gzip's extra CPU a step is the figure that decides compress's default, measured as CPU time,
+which holds still on a shared machine where wall time moves by tens of percent. Prints a table,
+then one JSON line; `make bench` keeps it in build/bench-compress.txt. Without `transformers` it
+prints a SKIP line (and a JSON line saying so) and exits 0. BENCH=quick (the default), full (more
+repetitions) or smoke (one model, a few steps: checks that it runs; its figures mean nothing).
 """
 from __future__ import annotations
 
@@ -95,51 +96,70 @@ def sizes(model: str, tmp: str) -> dict:
 
 
 def cost(model: str, tmp: str) -> dict:
-    """The wall time and the process's CPU time (every thread's: the writer's deflating is in it) of
-    a block of steps under tw.profile (the run's defaults: JSON lines, args summary) with compress
-    none and gzip, each over a plain block beside it; the order of the three rotates, median over
-    the repetitions. In-process: more blocks than processes would give in the time, on a machine
-    whose other jobs make single figures noisy."""
+    """What compress costs the run: torch on one thread (so that the CPU time below is work, not
+    OpenMP threads spinning for a core another job holds), blocks of STEPS steps, the order of plain,
+    compress none and gzip rotating, medians over the repetitions of:
+      the profiled block's wall time over the plain block's (the second block of a session: the
+        first warms it up);
+      the CPU time of the session's other threads (the writer's formatting, writing and deflating;
+        every thread's CPU time less the training thread's, from start to stop: every record of
+        both blocks written) per step, and gzip's extra over none as a share of a plain step's CPU:
+        what a machine whose cores torch keeps busy gives up to deflating."""
     import bench_hf
+    import torch
+
     import torchwrapper as tw
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     step = bench_hf.make_step(bench_hf.import_transformers(), model)
     steps = COST["steps"]
     for _ in range(2):
         bench_hf.timed(step, steps)
     out = os.path.join(tmp, "cost")
 
-    def block(compress: Optional[str]) -> Tuple[int, float]:
-        if compress is None:
-            c0, t0 = time.process_time(), time.perf_counter_ns()
-            bench_hf.timed(step, steps)
-            return time.perf_counter_ns() - t0, time.process_time() - c0
+    def block(compress: Optional[str]) -> Tuple[int, float, float]:
+        """(wall ns of the timed block, CPU s of the training thread a step, of the others a step)."""
         shutil.rmtree(out, ignore_errors=True)
+        if compress is None:
+            c0, t0 = time.thread_time(), time.perf_counter_ns()
+            bench_hf.timed(step, steps)
+            return time.perf_counter_ns() - t0, (time.thread_time() - c0) / steps, 0.0
+        p0, c0 = time.process_time(), time.thread_time()
         with tw.profile(out_dir=out, format="json", args="summary", compress=compress):
             bench_hf.timed(step, steps)     # warm-up: first calls, first chunks
-            c0, t0 = time.process_time(), time.perf_counter_ns()
+            t0 = time.perf_counter_ns()
             bench_hf.timed(step, steps)
-            return time.perf_counter_ns() - t0, time.process_time() - c0
+            wall = time.perf_counter_ns() - t0
+        mine = time.thread_time() - c0
+        return wall, mine / (2 * steps), (time.process_time() - p0 - mine) / (2 * steps)
 
     modes = [None, "none", "gzip"]
     wall: Dict[str, List[float]] = {"none": [], "gzip": []}
-    cpu: Dict[str, List[float]] = {"none": [], "gzip": []}
+    writer: Dict[str, List[float]] = {"none": [], "gzip": []}
     plains: List[int] = []
-    for rep in range(COST["reps"]):
-        got = {m: block(m) for m in modes[rep % 3:] + modes[:rep % 3]}
-        plain_ns, plain_cpu = got[None]
-        plains.append(plain_ns)
-        for m in ("none", "gzip"):
-            wall[m].append(got[m][0] / plain_ns)
-            cpu[m].append(got[m][1] / plain_cpu)
+    plain_cpu: List[float] = []
+    extra: List[float] = []
+    try:
+        for rep in range(COST["reps"]):
+            got = {m: block(m) for m in modes[rep % 3:] + modes[:rep % 3]}
+            plains.append(got[None][0])
+            plain_cpu.append(got[None][1])
+            for m in ("none", "gzip"):
+                wall[m].append(got[m][0] / got[None][0])
+                writer[m].append(got[m][2])
+            extra.append((got["gzip"][2] - got["none"][2]) / got[None][1])
+    finally:
+        torch.set_num_threads(threads)
     shutil.rmtree(out, ignore_errors=True)
-    row: dict = {"plain_ms_per_step": round(statistics.median(plains) / steps / 1e6, 2), "steps": steps,
-                 "reps": COST["reps"]}
+    row: dict = {"plain_ms_per_step": round(statistics.median(plains) / steps / 1e6, 2),
+                 "plain_cpu_ms_per_step": round(statistics.median(plain_cpu) * 1e3, 2),
+                 "steps": steps, "reps": COST["reps"], "torch_threads": 1}
     for m in ("none", "gzip"):
         row[f"compress {m}"] = {"ratio": round(statistics.median(wall[m]), 4),
-                                "cpu_ratio": round(statistics.median(cpu[m]), 4)}
+                                "writer_cpu_ms_per_step": round(statistics.median(writer[m]) * 1e3, 3)}
     row["gzip_over_none"] = round(statistics.median(g / n for g, n in zip(wall["gzip"], wall["none"])), 4)
-    row["gzip_over_none_cpu"] = round(statistics.median(g / n for g, n in zip(cpu["gzip"], cpu["none"])), 4)
+    row["gzip_extra_cpu_share"] = round(statistics.median(extra), 4)
     return row
 
 
@@ -168,11 +188,13 @@ def main() -> None:
                           f"{RUN_STEPS:,} steps: {plain * per_step * RUN_STEPS / 1e9:.1f} -> "
                           f"{packed * per_step * RUN_STEPS / 1e9:.1f} GB")
             c = row["cost"]
-            print(f"    tw.profile (JSON, args summary), {c['steps']}-step blocks over plain ones "
-                  f"({c['plain_ms_per_step']:.1f} ms/step), wall / CPU: compress none "
-                  f"{c['compress none']['ratio']:.3f}x / {c['compress none']['cpu_ratio']:.3f}x, gzip "
-                  f"{c['compress gzip']['ratio']:.3f}x / {c['compress gzip']['cpu_ratio']:.3f}x (gzip / none "
-                  f"{c['gzip_over_none']:.3f}x / {c['gzip_over_none_cpu']:.3f}x)", flush=True)
+            none, gz = c["compress none"], c["compress gzip"]
+            print(f"    tw.profile (JSON, args summary), torch on 1 thread ({c['plain_cpu_ms_per_step']:.1f} ms of "
+                  f"CPU a step): the writer's CPU a step, compress none {none['writer_cpu_ms_per_step']:.2f} ms, "
+                  f"gzip {gz['writer_cpu_ms_per_step']:.2f} ms: gzip's extra "
+                  f"{100 * c['gzip_extra_cpu_share']:.1f}% of a step's CPU; wall over plain, none "
+                  f"{c['compress none']['ratio']:.3f}x, gzip {c['compress gzip']['ratio']:.3f}x (gzip / none "
+                  f"{c['gzip_over_none']:.3f}x)", flush=True)
     result["load_end"] = round(os.getloadavg()[0], 2)
     result["wall_s"] = round(time.time() - t0, 1)
     print(json.dumps(result))

@@ -166,8 +166,8 @@ def compress(out: str) -> str:
     for name, row in r["models"].items():
         s = row["sizes"]
         parts.append(f"{name} JSON {s['json, args summary, none']['bytes_per_record']:.0f} -> "
-                     f"{s['json, args summary, gzip']['bytes_per_record']:.0f} B/record, gzip / none "
-                     f"{row['cost']['gzip_over_none']:.3f}x")
+                     f"{s['json, args summary, gzip']['bytes_per_record']:.0f} B/record, gzip +"
+                     f"{100 * row['cost']['gzip_extra_cpu_share']:.1f}% CPU a step")
     return "; ".join(parts)
 
 

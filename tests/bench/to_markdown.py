@@ -175,8 +175,11 @@ def main(directory):
                 f"{s['csv, args summary, gzip']['bytes_per_record']:.0f} / "
                 f"{s['json, args summary, none']['bytes_per_record']:.0f} → "
                 f"{s['json, args summary, gzip']['bytes_per_record']:.0f}")
-            add(f"the same, loop time under `run` (defaults), compress none / gzip ({compressed['cpus']} cores)",
-                f"{row['cost']['compress none']['ratio']:.3f}x / {row['cost']['compress gzip']['ratio']:.3f}x")
+            c = row["cost"]
+            add(f"the same, tw.profile (JSON, args summary, torch on 1 thread): the writer's CPU a step, "
+                "compress none / gzip; gzip's extra as a share of a step's CPU",
+                f"{c['compress none']['writer_cpu_ms_per_step']:.2f} / "
+                f"{c['compress gzip']['writer_cpu_ms_per_step']:.2f} ms; +{100 * c['gzip_extra_cpu_share']:.1f}%")
         add("appending one record on the calling thread", f"{writer['append_ns']:.1f} ns", "< 10 ns")
     if report:
         add(f"tw-report on {report['input_mb']:.0f} MB of CSV", f"{report['tw_report_mb_s_wall']:.0f} MB/s "
