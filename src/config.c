@@ -78,7 +78,7 @@ static const struct config_key {
     /* off: the allocator's reports cost each allocation a locked table update (README, make bench) */
     {"memory", KEY_BOOL, {"false"}, NULL},
     /* none: gzip makes files 5x (CSV) to 10x (JSON) smaller, but deflating costs the writer thread
-     * ~0.8 us a record, 4-5% of a small BERT's step on these 2-core machines, taken from the training
+     * ~0.8 us a record, 4-6% of a small BERT's step on these 2-core machines, taken from the training
      * (NEWS, make bench: bench_compress.py) */
     {"compress", KEY_CHOICE, {"\"none\""}, "none gzip"},
 };
