@@ -256,8 +256,11 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
         size_t len = join_key(key, line, row->api.ptr, row->api.len < 60 ? row->api.len : 60);
         tally(f, &f->syncs, row, line->sync_g, key, len, 1, row->cost_ns, 0);
     }
-    if (is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__"))
+    if (is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__")) {
         tally_line(f, &f->loader_wait, row, line, LINE_LOADER, 1, row->cost_ns, 0);
+        if (f->steps != NULL && row->step >= 0 && (uint64_t)row->step <= f->max_step)
+            f->steps[row->step].loader_ns += row->cost_ns;
+    }
     if (is(row->api, "torch._dynamo (compilation)")) /* a range of _compile_watch.py's */
         tally_line(f, &f->compiles, row, line, LINE_COMPILES, 1, row->cost_ns, 0);
     if (line->dataset)

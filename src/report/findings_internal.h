@@ -66,6 +66,7 @@ typedef struct step_span {
     uint64_t start, end;
     int64_t net_bytes; /* config memory: allocated less freed by the step's outermost calls */
     uint64_t gap_ns;   /* the gaps before its outermost calls: Python between calls into torch */
+    uint64_t loader_ns; /* its waits for the DataLoader's next batch */
 } step_span_t;
 
 /* A rule's tally, keyed by a line's text (group_t: stats.calls a count, stats.total_ns time,

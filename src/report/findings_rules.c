@@ -217,14 +217,16 @@ static void memory_growth_rule(findings_t *f)
 }
 
 /* The medians over the steps after the first of their gaps and of their times; -1 under 3 steps. */
-static int typical_step_ns(const findings_t *f, double *gap_ns, double *step_ns)
+static int typical_step_ns(const findings_t *f, double *gap_ns, double *loader_ns, double *step_ns)
 {
     size_t n = 0;
     uint64_t *gaps = f->steps != NULL ? malloc((f->max_step + 1) * sizeof *gaps) : NULL;
+    uint64_t *loads = f->steps != NULL ? malloc((f->max_step + 1) * sizeof *loads) : NULL;
     uint64_t *spans = f->steps != NULL ? malloc((f->max_step + 1) * sizeof *spans) : NULL;
-    for (uint64_t s = 1; gaps != NULL && spans != NULL && s <= f->max_step; s++)
+    for (uint64_t s = 1; gaps != NULL && loads != NULL && spans != NULL && s <= f->max_step; s++)
         if (f->steps[s].end > f->steps[s].start) {
             gaps[n] = f->steps[s].gap_ns;
+            loads[n] = f->steps[s].loader_ns;
             /* (the gap before a step's first call lies before its span: counted in, which counts the
              * gaps inside twice, a share on the low side) */
             spans[n++] = f->steps[s].end - f->steps[s].start + f->steps[s].gap_ns;
@@ -232,9 +234,11 @@ static int typical_step_ns(const findings_t *f, double *gap_ns, double *step_ns)
     int rc = n >= 3 ? 0 : -1;
     if (rc == 0) {
         *gap_ns = median_of(gaps, n);
+        *loader_ns = median_of(loads, n);
         *step_ns = median_of(spans, n);
     }
     free(gaps);
+    free(loads);
     free(spans);
     return rc;
 }
@@ -286,7 +290,15 @@ int findings_settle(report_sink_t *sink)
 
     /* 1. input-bound: the wait for the DataLoader's next batch */
     if ((list = ranked_groups(f, &f->loader_wait, &n, &total, &count)) != NULL && run_ns > 0) {
-        double share = (double)total / (double)run_ns;
+        double share = (double)total / (double)run_ns, wait_ms = ms(total) / per_step;
+        /* A typical step's wait (the medians over the steps after the first): the first batch builds the
+         * iterator and its sampler, and a garbage collection landing in one collate is no property of the
+         * loader's */
+        double typical_gap, typical_wait, typical_step;
+        if (typical_step_ns(f, &typical_gap, &typical_wait, &typical_step) == 0 && typical_step > 0) {
+            share = typical_wait / typical_step;
+            wait_ms = typical_wait / 1e6;
+        }
         if (share >= 0.10) {
             finding_t *x = add_finding(f, "input_bound", share);
             if (x != NULL) {
@@ -299,13 +311,12 @@ int findings_settle(report_sink_t *sink)
                 add_where(x, lines, nd);
                 add_where(x, list, n);
                 free(lines);
-                evidence(x, "wait_ms_per_step", ms(total) / per_step);
+                evidence(x, "wait_ms_per_step", wait_ms);
                 evidence(x, "batches", (double)count);
                 evidence(x, "dataset_ms", ms(dataset_ns));
                 snprintf(x->message, sizeof x->message,
-                         "The training loop waits for its data: %.1f%% of the run (%.2f ms a step) is spent in the "
-                         "DataLoader's next(), building batches on the main process.", 100 * share,
-                         ms(total) / per_step);
+                         "The training loop waits for its data: %.1f%% of a step (%.2f ms) is spent in the "
+                         "DataLoader's next(), building batches on the main process.", 100 * share, wait_ms);
                 snprintf(x->fix, sizeof x->fix,
                          "Load in worker processes: DataLoader(..., num_workers=4, pin_memory=True, "
                          "persistent_workers=True), and make the Dataset's __getitem__ cheap (vectorised tensor "
@@ -353,8 +364,8 @@ int findings_settle(report_sink_t *sink)
         double share = (double)own / (double)run_ns, gap_ms = ms(own) / per_step;
         /* A typical step's (the medians over the steps after the first): a garbage collection or a
          * one-off pause in a few steps is not the program's Python of every step. */
-        double typical_gap, typical_step;
-        if (typical_step_ns(f, &typical_gap, &typical_step) == 0 && typical_step > 0) {
+        double typical_gap, typical_wait, typical_step;
+        if (typical_step_ns(f, &typical_gap, &typical_wait, &typical_step) == 0 && typical_step > 0) {
             share = typical_gap / typical_step;
             gap_ms = typical_gap / 1e6;
         }

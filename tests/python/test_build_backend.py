@@ -7,6 +7,7 @@ import base64
 import csv
 import hashlib
 import io
+import re
 import os
 import stat
 import sys
@@ -32,7 +33,11 @@ def test_metadata_names_no_torch_and_carries_the_readme():
     assert "Name: torchwrapper" in headers.splitlines()
     assert "Version: 0.1.0" in headers.splitlines()
     requires = [line for line in headers.splitlines() if line.startswith("Requires-Dist:")]
-    assert not [r for r in requires if "torch" in r.split(";")[0]]
+    # torch is the user's own choice (a CPU or a CUDA build): never a requirement, not even of an extra;
+    # an extra naming a framework built on it (pytorch-lightning) is asked for by name
+    names = [re.split(r"[\s;<>=!~\[(]", r.partition(":")[2].strip())[0].lower() for r in requires]
+    assert "torch" not in names and names, requires
+    assert not [r for r in requires if "extra" not in r.partition(";")[2]], "every requirement is an extra's"
     assert 'Requires-Dist: pandas ; extra == "pandas"' in requires
     assert body.startswith("# TorchWrapper")
 
