@@ -25,26 +25,15 @@
 
 /*
  * --by parent: a call's row is written when it returns, after the rows of the calls inside it, so
- * a child waits here, keyed by (pid, parent call id), until its parent's row names the parent's API.
- * Memory is what the calls still open at that point of the files have below them.
+ * a child waits in the pass's index (index.h), keyed by (pid, parent call id), until its parent's
+ * row names the parent's API. Memory is what the calls still open at that point of the files have
+ * below them.
  */
 typedef struct pending_child {
     group_t *api;   /* the child's own API (a group of the api table: its interned name) */
     uint64_t cost_ns, self_ns;
     int error;
 } pending_child_t;
-
-typedef struct pending {
-    int64_t pid;
-    uint64_t parent_id; /* 0: an empty slot */
-    pending_child_t *children;
-    size_t count, capacity;
-} pending_t;
-
-typedef struct pending_table {
-    pending_t *slots;
-    size_t capacity, count;
-} pending_table_t;
 
 typedef struct aggregate {
     report_sink_t sink;
@@ -54,7 +43,9 @@ typedef struct aggregate {
     int have_gpu_files;
     group_table_t groups;
     group_table_t api_names; /* --by parent: the child's API, interned */
-    pending_table_t pending;
+    report_index_t *index;   /* the pass's: --by parent's children wait there for their parent
+                              * (REPORT_WAIT_PARENT_CHILDREN; ptr: an array of pending_child_t, a:
+                              * how many, b: its capacity) */
     /* --by module, for records whose model's path is "" (the C API's TW_MODULE_ROOT, files written
      * before every model was named by its class): the model's label (its forward's API, see
      * report_module_label: the least such name seen) and what the backward nodes charged to it, or
@@ -66,67 +57,22 @@ typedef struct aggregate {
 
 /* ---- --by parent's children waiting for their parent --------------------------------------------- */
 
-static size_t pending_slot(const pending_table_t *t, int64_t pid, uint64_t parent_id)
+/* Adds child to those waiting for (pid, parent_id); 0, or TW_ENOMEM (out of memory, or the index's
+ * bound: the child is not counted). */
+static int pending_add(aggregate_t *a, int64_t pid, uint64_t parent_id, const pending_child_t *child)
 {
-    size_t j = report_pid_id_hash(pid, parent_id) & (t->capacity - 1);
-    while (t->slots[j].parent_id != 0 && !(t->slots[j].parent_id == parent_id && t->slots[j].pid == pid))
-        j = (j + 1) & (t->capacity - 1);
-    return j;
-}
-
-static pending_t *pending_find(pending_table_t *t, int64_t pid, uint64_t parent_id)
-{
-    if (t->capacity == 0)
-        return NULL;
-    pending_t *p = &t->slots[pending_slot(t, pid, parent_id)];
-    return p->parent_id ? p : NULL;
-}
-
-/* Removes p, keeping the linear probe chains intact (backward shift). */
-static void pending_remove(pending_table_t *t, pending_t *p)
-{
-    free(p->children);
-    size_t i = (size_t)(p - t->slots);
-    t->slots[i] = (pending_t){0};
-    t->count--;
-    for (size_t j = (i + 1) & (t->capacity - 1); t->slots[j].parent_id != 0; j = (j + 1) & (t->capacity - 1)) {
-        pending_t moved = t->slots[j];
-        t->slots[j] = (pending_t){0};
-        t->slots[pending_slot(t, moved.pid, moved.parent_id)] = moved;
-    }
-}
-
-/* 0 or TW_ENOMEM. */
-static int pending_add(pending_table_t *t, int64_t pid, uint64_t parent_id, const pending_child_t *child)
-{
-    if ((t->count + 1) * 2 > t->capacity) {
-        size_t capacity = t->capacity ? t->capacity * 2 : 1024;
-        pending_t *old = t->slots;
-        size_t old_capacity = t->capacity;
-        if ((t->slots = calloc(capacity, sizeof *t->slots)) == NULL) {
-            t->slots = old;
-            return TW_ENOMEM;
-        }
-        t->capacity = capacity;
-        for (size_t i = 0; i < old_capacity; i++)
-            if (old[i].parent_id != 0)
-                t->slots[pending_slot(t, old[i].pid, old[i].parent_id)] = old[i];
-        free(old);
-    }
-    pending_t *p = &t->slots[pending_slot(t, pid, parent_id)];
-    if (p->parent_id == 0) {
-        *p = (pending_t){.pid = pid, .parent_id = parent_id};
-        t->count++;
-    }
-    if (p->count == p->capacity) {
-        size_t capacity = p->capacity ? p->capacity * 2 : 8;
-        pending_child_t *children = realloc(p->children, capacity * sizeof *children);
+    report_wait_t *p = report_index_waiting(a->index, pid, parent_id, REPORT_WAIT_PARENT_CHILDREN);
+    if (p == NULL && (p = report_index_wait(a->index, pid, parent_id, REPORT_WAIT_PARENT_CHILDREN)) == NULL)
+        return TW_ENOMEM;
+    if (p->a == p->b) {
+        size_t capacity = p->b ? p->b * 2 : 8;
+        pending_child_t *children = realloc(p->ptr, capacity * sizeof *children);
         if (children == NULL)
             return TW_ENOMEM;
-        p->children = children;
-        p->capacity = capacity;
+        p->ptr = children;
+        p->b = capacity;
     }
-    p->children[p->count++] = *child;
+    ((pending_child_t *)p->ptr)[p->a++] = *child;
     return 0;
 }
 
@@ -366,20 +312,22 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         group_t *self_api = report_group_get(&a->api_names, api, (size_t)api_len);
         if (self_api == NULL)
             return TW_ENOMEM;
-        pending_t *p = pending_find(&a->pending, row->pid, row->call_id);
+        report_wait_t *p = report_index_waiting(a->index, row->pid, row->call_id, REPORT_WAIT_PARENT_CHILDREN);
         if (p != NULL) {
-            for (size_t i = 0; i < p->count; i++)
-                if (count_in(group_for(a, "%s > %s", self_api->key, p->children[i].api->key), p->children[i].cost_ns,
-                             p->children[i].self_ns, 0, p->children[i].error, 0) != 0)
+            const pending_child_t *children = p->ptr;
+            for (size_t i = 0; i < p->a; i++)
+                if (count_in(group_for(a, "%s > %s", self_api->key, children[i].api->key), children[i].cost_ns,
+                             children[i].self_ns, 0, children[i].error, 0) != 0)
                     rc = TW_ENOMEM;
-            pending_remove(&a->pending, p);
+            free(p->ptr);
+            report_index_remove(a->index, p);
         }
         if (row->parent_id == 0) {
             if (count_row(group_for(a, "%s", self_api->key), row, gpu, row->flops, 0) != 0)
                 rc = TW_ENOMEM;
         } else {
             pending_child_t child = {self_api, row->cost_ns, row->self_ns, row->error};
-            if (pending_add(&a->pending, row->pid, row->parent_id, &child) != 0)
+            if (pending_add(a, row->pid, row->parent_id, &child) != 0)
                 rc = TW_ENOMEM;
         }
         break;
@@ -394,18 +342,16 @@ static int aggregate_settle(report_sink_t *sink)
 {
     aggregate_t *a = (aggregate_t *)sink;
     int rc = 0;
-    for (size_t i = 0; i < a->pending.capacity; i++) {
-        pending_t *p = &a->pending.slots[i];
-        if (p->parent_id == 0)
-            continue;
-        for (size_t k = 0; k < p->count; k++)
-            if (count_in(group_for(a, "(not recorded) > %s", p->children[k].api->key), p->children[k].cost_ns,
-                         p->children[k].self_ns, 0, p->children[k].error, 0) != 0)
+    size_t at = 0;
+    for (report_wait_t *p; (p = report_index_next(a->index, REPORT_WAIT_PARENT_CHILDREN, &at)) != NULL;) {
+        const pending_child_t *children = p->ptr;
+        for (size_t k = 0; k < p->a; k++)
+            if (count_in(group_for(a, "(not recorded) > %s", children[k].api->key), children[k].cost_ns,
+                         children[k].self_ns, 0, children[k].error, 0) != 0)
                 rc = TW_ENOMEM;
-        free(p->children);
+        free(p->ptr);
+        report_index_remove(a->index, p);
     }
-    free(a->pending.slots);
-    memset(&a->pending, 0, sizeof a->pending);
     if (a->o->by == BY_SITE)
         site_keys_finish(a);
     if (a->o->by == BY_MODULE && a->root_label[0] != '\0') {
@@ -470,9 +416,11 @@ static void aggregate_free(report_sink_t *sink)
     aggregate_t *a = (aggregate_t *)sink;
     report_group_table_free(&a->groups);
     report_group_table_free(&a->api_names);
-    for (size_t i = 0; i < a->pending.capacity; i++)
-        free(a->pending.slots[i].children);
-    free(a->pending.slots);
+    size_t at = 0; /* children still waiting (the report stopped before settle) */
+    for (report_wait_t *p; (p = report_index_next(a->index, REPORT_WAIT_PARENT_CHILDREN, &at)) != NULL;) {
+        free(p->ptr);
+        report_index_remove(a->index, p);
+    }
     free(a);
 }
 
@@ -494,7 +442,7 @@ static const report_sink_ops_t aggregate_ordered_ops = {
     .free = aggregate_free,
 };
 
-int report_aggregate_new(const options_t *o, const report_sites_t *sites, int have_gpu_files,
+int report_aggregate_new(const options_t *o, const report_sites_t *sites, report_index_t *index, int have_gpu_files,
                          const report_sink_t *trace, report_sink_t **sink)
 {
     aggregate_t *a = calloc(1, sizeof *a);
@@ -505,6 +453,7 @@ int report_aggregate_new(const options_t *o, const report_sites_t *sites, int ha
     a->o = o;
     a->sites = sites;
     a->trace = trace;
+    a->index = index;
     a->have_gpu_files = have_gpu_files;
     *sink = &a->sink;
     return 0;

@@ -40,9 +40,6 @@
 
 #define TRACE_BUF (1u << 16)
 #define TRACE_OPEN 64          /* output files open at once; more are closed and appended to again */
-#define TRACE_RECENT (1u << 16)
-#define TRACE_PENDING (1u << 14)
-#define TRACE_PROBES 8
 
 /* ---- output files --------------------------------------------------------------------------------- */
 
@@ -358,17 +355,18 @@ static trace_thread_t *thread_of(trace_t *t, int64_t pid, uint64_t tid, size_t p
 
 /* ---- calls ------------------------------------------------------------------------------------------ */
 
-static struct recent_call *recent_slot(trace_t *t, int64_t pid, uint64_t call_id)
+/* A call the trace took among the calls read lately (the pass's index), or NULL. */
+static const report_call_t *recent_find(trace_t *t, int64_t pid, uint64_t call_id)
 {
-    if (t->recent == NULL && (t->recent = calloc(TRACE_RECENT, sizeof *t->recent)) == NULL)
-        return NULL; /* no arrows */
-    return &t->recent[report_pid_id_hash(pid, call_id) & (TRACE_RECENT - 1)];
+    return report_index_call_of(t->index, pid, call_id, REPORT_USE_TRACE);
 }
 
-static const struct recent_call *recent_find(trace_t *t, int64_t pid, uint64_t call_id)
+/* Notes call (pid, call_id)'s time on the trace, when the index still holds it. */
+static void recent_time(trace_t *t, int64_t pid, uint64_t call_id, int64_t ts)
 {
-    const struct recent_call *r = recent_slot(t, pid, call_id);
-    return r != NULL && r->call_id == call_id && r->pid == pid ? r : NULL;
+    report_call_t *c = report_index_call(t->index, pid, call_id);
+    if (c != NULL)
+        report_index_set(c, REPORT_USE_TRACE, (uint64_t)ts);
 }
 
 static char *reserve(trace_thread_t *th, size_t n)
@@ -411,7 +409,7 @@ int trace_format_call(trace_t *t, trace_thread_t *th, const tw_row_t *row, size_
     p = tw_format_u64(p, row->call_id);
     if (row->fwd_call_id != 0) { /* a backward node: its forward call, as torch.profiler links them */
         p = put_u64(p, "Sequence number", row->fwd_call_id);
-        const struct recent_call *fwd = recent_find(t, row->pid, row->fwd_call_id);
+        const report_call_t *fwd = recent_find(t, row->pid, row->fwd_call_id);
         if (fwd != NULL)
             p = put_u64(p, "Fwd thread id", fwd->tid);
     }
@@ -492,33 +490,26 @@ void trace_arrow(trace_t *t, size_t proc, const char *cat, int64_t from_pid, uin
  * else when it is written. */
 static void backward_arrow(trace_t *t, const trace_thread_t *th, const trace_node_t *n)
 {
-    const struct recent_call *fwd = recent_find(t, th->pid, n->fwd_call_id);
+    const report_call_t *fwd = recent_find(t, th->pid, n->fwd_call_id);
     if (fwd != NULL) {
-        trace_arrow(t, th->proc, "fwdbwd", th->pid, fwd->tid, fwd->ts, th->pid, th->tid, n->ts);
+        trace_arrow(t, th->proc, "fwdbwd", th->pid, fwd->tid, (int64_t)fwd->value[REPORT_USE_TRACE], th->pid, th->tid,
+                    n->ts);
         return;
     }
-    if (t->pending == NULL && (t->pending = calloc(TRACE_PENDING, sizeof *t->pending)) == NULL)
-        return;
-    size_t home = report_pid_id_hash(th->pid, n->fwd_call_id) & (TRACE_PENDING - 1), j = home;
-    for (int i = 0; i < TRACE_PROBES && t->pending[j].fwd_call_id != 0; i++)
-        j = (j + 1) & (TRACE_PENDING - 1);
-    if (t->pending[j].fwd_call_id != 0)
-        j = home; /* full around home: the oldest arrow there is not drawn */
-    t->pending[j] = (struct pending_node){th->pid, n->fwd_call_id, n->call_id, th->tid, n->ts};
+    report_wait_t *w = report_index_wait(t->index, th->pid, n->fwd_call_id, REPORT_WAIT_TRACE_FORWARD);
+    if (w == NULL)
+        return; /* the index's bound: that arrow is not drawn */
+    w->a = (uint64_t)n->ts;
+    w->b = th->tid;
 }
 
-/* The arrows to the nodes of call (pid, call_id) written before it. */
+/* The arrows to the nodes of call (pid, call_id) written before it, in the order they were. */
 static void pending_arrows(trace_t *t, const trace_thread_t *th, const trace_node_t *n)
 {
-    if (t->pending == NULL)
-        return;
-    size_t j = report_pid_id_hash(th->pid, n->call_id) & (TRACE_PENDING - 1);
-    for (int i = 0; i < TRACE_PROBES; i++, j = (j + 1) & (TRACE_PENDING - 1)) {
-        struct pending_node *p = &t->pending[j];
-        if (p->fwd_call_id == n->call_id && p->pid == th->pid) {
-            trace_arrow(t, th->proc, "fwdbwd", th->pid, th->tid, n->ts, p->pid, p->tid, p->ts);
-            p->fwd_call_id = 0;
-        }
+    report_wait_t *w;
+    while ((w = report_index_waiting(t->index, th->pid, n->call_id, REPORT_WAIT_TRACE_FORWARD)) != NULL) {
+        trace_arrow(t, th->proc, "fwdbwd", th->pid, th->tid, n->ts, w->pid, w->b, (int64_t)w->a);
+        report_index_remove(t->index, w);
     }
 }
 
@@ -549,9 +540,7 @@ void trace_write_node(trace_t *t, trace_thread_t *th, const trace_node_t *n)
     }
     if (n->fwd_call_id != 0)
         backward_arrow(t, th, n);
-    struct recent_call *slot = recent_slot(t, th->pid, n->call_id);
-    if (slot != NULL) /* at its final time, for the arrows of its nodes */
-        *slot = (struct recent_call){th->pid, n->call_id, th->tid, n->ts};
+    recent_time(t, th->pid, n->call_id, n->ts); /* its final time, for the arrows of its nodes */
     pending_arrows(t, th, n);
 }
 
@@ -576,9 +565,7 @@ static int trace_row(report_sink_t *sink, const tw_row_t *row, int kept)
     trace_thread_t *th = thread_of(t, row->pid, row->tid, proc);
     if (th == NULL)
         return TW_ENOMEM;
-    struct recent_call *slot = recent_slot(t, row->pid, row->call_id);
-    if (slot != NULL) /* seen: a node made by it names its thread */
-        *slot = (struct recent_call){row->pid, row->call_id, row->tid, ts};
+    recent_time(t, row->pid, row->call_id, ts); /* taken: a node made by it names its thread */
     return trace_nest_call(t, th, row, ts);
 }
 
@@ -626,8 +613,6 @@ static void trace_free(report_sink_t *sink)
     free(t->thread_slots);
     free(t->launchers);
     free(t->launches);
-    free(t->recent);
-    free(t->pending);
     free(t);
 }
 
@@ -638,8 +623,8 @@ static const report_sink_ops_t trace_ops = {
     .free = trace_free,
 };
 
-int report_chrome_trace_open(const options_t *o, const inputs_t *in, const report_sites_t *sites, int64_t origin_ns,
-                             report_sink_t **sink, FILE *err)
+int report_chrome_trace_open(const options_t *o, const inputs_t *in, const report_sites_t *sites,
+                             report_index_t *index, int64_t origin_ns, report_sink_t **sink, FILE *err)
 {
     const char *path = o->trace;
     trace_t *t = calloc(1, sizeof *t);
@@ -653,6 +638,8 @@ int report_chrome_trace_open(const options_t *o, const inputs_t *in, const repor
     t->path = path;
     t->limit = o->limit;
     t->origin_ns = origin_ns;
+    t->index = index;
+    index->recent_wanted = 1;
     snprintf(t->launch_names[0], sizeof t->launch_names[0], "cuda_runtime");
     t->nlaunch_names = 1;
     /* The ranks: how many (a manifest's world_size, else the ranks seen), and whether any. */

@@ -18,6 +18,7 @@
 
 #include "torchwrapper/reader.h"
 
+#include "index.h"
 #include "inputs.h"
 #include "site_texts.h"
 #include "sink.h"
@@ -122,11 +123,11 @@ typedef struct trace {
     uint32_t nlaunches, launch_capacity;
     char launch_names[64][48];
     size_t nlaunch_names;
-    /* The last calls seen, by (pid, call id), direct-mapped: a backward node's forward call, for its
-     * Fwd thread id and its arrow. NULL until a call is seen. */
-    struct recent_call { int64_t pid; uint64_t call_id, tid; int64_t ts; } *recent;
-    /* Nodes written before their forward call: their arrows are drawn when it is. */
-    struct pending_node { int64_t pid; uint64_t fwd_call_id, call_id, tid; int64_t ts; } *pending;
+    /* The pass's: the calls read lately, each with its time on the trace (our value: the row's, then
+     * once written its final one) for a backward node's Fwd thread id and arrow; and the nodes
+     * written before their forward call (REPORT_WAIT_TRACE_FORWARD, a: the node's time, b: its
+     * thread), whose arrows are drawn when it is. */
+    report_index_t *index;
     uint64_t flows;    /* arrows drawn: the next one's id */
 } trace_t;
 

@@ -15,9 +15,9 @@
  * Backward nodes (rows with a forward call) are charged by default: a node's frame goes under the
  * frame of the forward call that created it (nn.Linear.forward;torch.nn.functional.linear;
  * AddmmBackward0), so that a module's frame holds its forward and its backward. The forward call
- * returned before its nodes ran, so its stack is known by then: every row's parent and frame are
- * kept for the last CHARGE_RECENT calls read (a hash table, the oldest leaving first), and a node's
- * stack is rebuilt from there, top-down, merged by name into the frames already built; a node read
+ * returned before its nodes ran, so its stack is known by then: the pass's index (index.h) keeps
+ * the last calls read with their parent, and each one's frame, and a node's stack is rebuilt from
+ * there, top-down, merged by name into the frames already built; a node read
  * before its forward call waits for it. With --backward timeline a node stays where it ran, under
  * the backward call. The output (folded stacks, the SVG) is flame_output.c's.
  */
@@ -187,63 +187,36 @@ static void merge(flame_t *f, flame_node_t *into, flame_node_t *from)
     node_free(f, from);
 }
 
-/* ---- calls waiting for their parent's row ---------------------------------------------------- */
+/* ---- nodes waiting for a row (the pass's index) ---------------------------------------------- */
 
-static size_t waiting_slot(const flame_t *f, int64_t pid, uint64_t call_id)
+/* The node waiting under (pid, id, tag) (REPORT_WAIT_FLAME_CHILDREN: a parent's children, _FORWARD:
+ * a forward call's nodes), taken out of the index; NULL when none waits. */
+static flame_node_t *waiting_take(flame_t *f, int64_t pid, uint64_t id, uint32_t tag)
 {
-    size_t j = report_pid_id_hash(pid, call_id) & (f->waiting_capacity - 1);
-    while (f->waiting[j].call_id != 0 && !(f->waiting[j].call_id == call_id && f->waiting[j].pid == pid))
-        j = (j + 1) & (f->waiting_capacity - 1);
-    return j;
-}
-
-/* The node the children of (pid, call_id) wait in, taken out of the table; NULL when none came. */
-static flame_node_t *waiting_take(flame_t *f, int64_t pid, uint64_t call_id)
-{
-    if (f->waiting_count == 0)
+    report_wait_t *w = report_index_waiting(f->index, pid, id, tag);
+    if (w == NULL)
         return NULL;
-    size_t i = waiting_slot(f, pid, call_id);
-    flame_node_t *node = f->waiting[i].node;
-    if (f->waiting[i].call_id == 0)
-        return NULL;
-    /* Backward shift keeps the linear probe chains intact. */
-    f->waiting[i] = (waiting_t){0};
-    f->waiting_count--;
-    for (size_t j = (i + 1) & (f->waiting_capacity - 1); f->waiting[j].call_id != 0;
-         j = (j + 1) & (f->waiting_capacity - 1)) {
-        waiting_t moved = f->waiting[j];
-        f->waiting[j] = (waiting_t){0};
-        f->waiting[waiting_slot(f, moved.pid, moved.call_id)] = moved;
-    }
+    flame_node_t *node = w->ptr;
+    report_index_remove(f->index, w);
     return node;
 }
 
-/* The node (pid, call_id)'s children wait in, created on the first; NULL without memory. */
-static flame_node_t *waiting_get(flame_t *f, int64_t pid, uint64_t call_id)
+/* The node waiting under (pid, id, tag), created on the first; NULL without memory or at the index's
+ * bound (then the caller counts the call as an outermost one, and says so: out of memory). */
+static flame_node_t *waiting_get(flame_t *f, int64_t pid, uint64_t id, uint32_t tag)
 {
-    if ((f->waiting_count + 1) * 2 > f->waiting_capacity) {
-        size_t capacity = f->waiting_capacity ? f->waiting_capacity * 2 : 1024;
-        waiting_t *old = f->waiting;
-        size_t old_capacity = f->waiting_capacity;
-        if ((f->waiting = calloc(capacity, sizeof *f->waiting)) == NULL) {
-            f->waiting = old;
-            return NULL;
-        }
-        f->waiting_capacity = capacity;
-        for (size_t i = 0; i < old_capacity; i++)
-            if (old[i].call_id != 0)
-                f->waiting[waiting_slot(f, old[i].pid, old[i].call_id)] = old[i];
-        free(old);
+    report_wait_t *w = report_index_waiting(f->index, pid, id, tag);
+    if (w != NULL)
+        return w->ptr;
+    flame_node_t *node = node_new(f);
+    if (node == NULL)
+        return NULL;
+    if ((w = report_index_wait(f->index, pid, id, tag)) == NULL) {
+        node_free(f, node);
+        return NULL;
     }
-    waiting_t *w = &f->waiting[waiting_slot(f, pid, call_id)];
-    if (w->call_id == 0) {
-        flame_node_t *node = node_new(f);
-        if (node == NULL)
-            return NULL;
-        *w = (waiting_t){pid, call_id, node};
-        f->waiting_count++;
-    }
-    return w->node;
+    w->ptr = node;
+    return node;
 }
 
 /* ---- the pass ---------------------------------------------------------------------------------- */
@@ -303,57 +276,16 @@ static void fold_inherited_sites(flame_t *f, flame_node_t *node, int64_t pid, ui
     }
 }
 
-/* The slot of (pid, call_id) in the recent table: its own, or the empty one where it would go. */
-static size_t recent_slot(const flame_t *f, int64_t pid, uint64_t call_id)
+/* A call read lately, as the charged view sees it: its parent, its site, and its frame (the value
+ * this sink set on it; NULL: none of its own). NULL: not among the calls the index holds. */
+static const report_call_t *recent_find(const flame_t *f, int64_t pid, uint64_t call_id)
 {
-    size_t j = report_pid_id_hash(pid, call_id) & (2 * CHARGE_RECENT - 1);
-    while (f->recent[j].call_id != 0 && !(f->recent[j].call_id == call_id && f->recent[j].pid == pid))
-        j = (j + 1) & (2 * CHARGE_RECENT - 1);
-    return j;
+    return report_index_call_of(f->index, pid, call_id, REPORT_USE_FLAME);
 }
 
-static const recent_frame_t *recent_find(const flame_t *f, int64_t pid, uint64_t call_id)
+static const frame_name_t *recent_name(const report_call_t *c)
 {
-    if (f->recent == NULL)
-        return NULL;
-    const recent_frame_t *e = &f->recent[recent_slot(f, pid, call_id)];
-    return e->call_id != 0 ? e : NULL;
-}
-
-/* Keeps e among the last CHARGE_RECENT calls read: an open-addressing table at most half full, the
- * oldest call leaving it (in the order of a ring of their keys) when a new one comes. */
-static void recent_put(flame_t *f, recent_frame_t e)
-{
-    if (f->recent == NULL) {
-        f->recent = calloc(2 * CHARGE_RECENT, sizeof *f->recent);
-        f->recent_order = calloc(CHARGE_RECENT, sizeof *f->recent_order);
-        if (f->recent == NULL || f->recent_order == NULL) {
-            free(f->recent);
-            free(f->recent_order);
-            f->recent = NULL;
-            f->recent_order = NULL;
-            return; /* nodes stay where they ran */
-        }
-    }
-    struct recent_key *oldest = &f->recent_order[f->recent_next];
-    if (oldest->call_id != 0) { /* full: the oldest leaves, backward shift keeping probe chains whole */
-        size_t i = recent_slot(f, oldest->pid, oldest->call_id);
-        f->recent[i].call_id = 0;
-        for (size_t j = (i + 1) & (2 * CHARGE_RECENT - 1); f->recent[j].call_id != 0;
-             j = (j + 1) & (2 * CHARGE_RECENT - 1)) {
-            recent_frame_t moved = f->recent[j];
-            f->recent[j].call_id = 0;
-            f->recent[recent_slot(f, moved.pid, moved.call_id)] = moved;
-        }
-    }
-    size_t at = recent_slot(f, e.pid, e.call_id);
-    if (f->recent[at].call_id != 0) { /* read twice (files given twice): the older key stays in the ring */
-        f->recent[at] = e;
-        return;
-    }
-    f->recent[at] = e;
-    *oldest = (struct recent_key){e.pid, e.call_id};
-    f->recent_next = (f->recent_next + 1) % CHARGE_RECENT;
+    return (const frame_name_t *)(uintptr_t)c->value[REPORT_USE_FLAME];
 }
 
 /*
@@ -365,15 +297,15 @@ static void recent_put(flame_t *f, recent_frame_t e)
  */
 static flame_node_t *charged_parent(flame_t *f, int64_t pid, uint64_t fwd_call_id)
 {
-    const recent_frame_t *chain[TW_MAX_DEPTH];
+    const report_call_t *chain[TW_MAX_DEPTH];
     size_t n = 0;
-    const recent_frame_t *e = recent_find(f, pid, fwd_call_id);
+    const report_call_t *e = recent_find(f, pid, fwd_call_id);
     if (e == NULL)
         return NULL;
     for (; e != NULL && n < TW_MAX_DEPTH; e = e->parent_id != 0 ? recent_find(f, pid, e->parent_id) : NULL)
         chain[n++] = e;
-    const recent_frame_t *top = chain[n - 1];
-    flame_node_t *at = top->parent_id == 0 ? &f->root : waiting_get(f, pid, top->parent_id);
+    const report_call_t *top = chain[n - 1];
+    flame_node_t *at = top->parent_id == 0 ? &f->root : waiting_get(f, pid, top->parent_id, REPORT_WAIT_FLAME_CHILDREN);
     if (at == NULL) {
         f->oom = 1;
         return NULL;
@@ -381,16 +313,11 @@ static flame_node_t *charged_parent(flame_t *f, int64_t pid, uint64_t fwd_call_i
     for (uint32_t above = 0; n-- > 0; above = chain[n]->site) {
         if (chain[n]->site != above) /* an inherited site is the frame above already */
             at = site_parent(f, at, pid, chain[n]->site);
-        if (chain[n]->name != NULL)
-            at = child_named(f, at, chain[n]->name);
+        if (recent_name(chain[n]) != NULL)
+            at = child_named(f, at, recent_name(chain[n]));
     }
     return at;
 }
-
-/* Nodes read before their forward call (another thread's records can reach the files first) wait
- * for it in the waiting table, under the forward call's id with this bit set: call ids never have
- * it. Those whose forward call never comes end below "(not recorded)", as orphans do. */
-#define CHARGE_PENDING (UINT64_C(1) << 63)
 
 /*
  * The module a row is the forward of: its path (the model's own forward: its class, as every path
@@ -431,9 +358,10 @@ static void flame_row(flame_t *f, const tw_row_t *row, int counted)
             return;
         }
     }
-    if (!f->timeline && row->call_id != 0) /* kept for the nodes that come later */
-        recent_put(f, (recent_frame_t){row->pid, row->call_id, row->parent_id, name, row->site});
-    flame_node_t *node = waiting_take(f, row->pid, row->call_id);
+    report_call_t *seen = f->timeline ? NULL : report_index_call(f->index, row->pid, row->call_id);
+    if (seen != NULL) /* the pass noted it: its frame, for the nodes that come later */
+        report_index_set(seen, REPORT_USE_FLAME, (uint64_t)(uintptr_t)name);
+    flame_node_t *node = waiting_take(f, row->pid, row->call_id, REPORT_WAIT_FLAME_CHILDREN);
     if (node == NULL && (node = node_new(f)) == NULL) {
         f->oom = 1;
         return;
@@ -449,10 +377,10 @@ static void flame_row(flame_t *f, const tw_row_t *row, int counted)
     }
     flame_node_t *parent = NULL;
     if (charged && (parent = charged_parent(f, row->pid, row->fwd_call_id)) == NULL &&
-        (parent = waiting_get(f, row->pid, row->fwd_call_id | CHARGE_PENDING)) == NULL)
+        (parent = waiting_get(f, row->pid, row->fwd_call_id, REPORT_WAIT_FLAME_FORWARD)) == NULL)
         f->oom = 1;
     if (parent == NULL) {
-        parent = outermost ? &f->root : waiting_get(f, row->pid, row->parent_id);
+        parent = outermost ? &f->root : waiting_get(f, row->pid, row->parent_id, REPORT_WAIT_FLAME_CHILDREN);
         if (parent == NULL) {
             f->oom = 1;
             parent = &f->root; /* its time still counts, as an outermost call */
@@ -466,7 +394,7 @@ static void flame_row(flame_t *f, const tw_row_t *row, int counted)
         node->calls = 0;
         merge(f, parent, node);
     }
-    flame_node_t *pending = f->timeline ? NULL : waiting_take(f, row->pid, row->call_id | CHARGE_PENDING);
+    flame_node_t *pending = f->timeline ? NULL : waiting_take(f, row->pid, row->call_id, REPORT_WAIT_FLAME_FORWARD);
     if (pending != NULL) { /* nodes that came before this, their forward call */
         flame_node_t *at = charged_parent(f, row->pid, row->call_id);
         merge(f, at != NULL ? at : &f->root, pending);
@@ -516,21 +444,21 @@ static int finish(flame_node_t *n, uint64_t *depth_out, uint64_t depth)
 static void flame_settle(flame_t *f)
 {
     const frame_name_t *orphans = NULL;
-    for (size_t i = 0; i < f->waiting_capacity; i++) {
-        waiting_t *w = &f->waiting[i];
-        if (w->call_id == 0)
-            continue;
-        if (orphans == NULL && (orphans = intern(f, "(not recorded)", 14, 0)) == NULL) {
-            f->oom = 1;
-            break;
+    static const uint32_t tags[] = {REPORT_WAIT_FLAME_CHILDREN, REPORT_WAIT_FLAME_FORWARD};
+    int no_name = 0;
+    for (size_t t = 0; t < 2 && !no_name; t++) {
+        size_t at = 0;
+        for (report_wait_t *w; (w = report_index_next(f->index, tags[t], &at)) != NULL;) {
+            if (orphans == NULL && (orphans = intern(f, "(not recorded)", 14, 0)) == NULL) {
+                f->oom = no_name = 1;
+                break;
+            }
+            flame_node_t *node = w->ptr;
+            report_index_remove(f->index, w);
+            node->name = orphans;
+            add_child(f, &f->root, node);
         }
-        w->node->name = orphans;
-        add_child(f, &f->root, w->node);
-        *w = (waiting_t){0};
     }
-    free(f->waiting);
-    f->waiting = NULL;
-    f->waiting_capacity = f->waiting_count = 0;
     uint64_t depth = 0;
     if (finish(&f->root, &depth, 0) != 0)
         f->oom = 1;
@@ -576,9 +504,6 @@ static void flame_sink_free(report_sink_t *sink)
         }
     }
     free(f->names);
-    free(f->waiting);
-    free(f->recent);
-    free(f->recent_order);
     for (size_t i = 0; i < f->nchunks; i++)
         free(f->chunks[i]);
     free(f->chunks);
@@ -593,7 +518,7 @@ static const report_sink_ops_t flame_ops = {
     .free = flame_sink_free,
 };
 
-int report_flame_open(const options_t *o, const report_sites_t *sites, report_sink_t **sink)
+int report_flame_open(const options_t *o, const report_sites_t *sites, report_index_t *index, report_sink_t **sink)
 {
     flame_t *f = calloc(1, sizeof *f);
     if (f == NULL)
@@ -606,6 +531,9 @@ int report_flame_open(const options_t *o, const report_sites_t *sites, report_si
     f->by_module = o->frames_by_module;
     f->sites = o->frames_by_module ? NULL : sites; /* module paths are frames of their own, without sites */
     f->timeline = o->backward_timeline;
+    f->index = index;
+    if (!f->timeline) /* charged: a node's forward call's stack, from the calls read lately */
+        index->recent_wanted = 1;
     *sink = &f->sink;
     return 0;
 }

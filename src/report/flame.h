@@ -14,6 +14,7 @@
 
 #include "site_texts.h"
 #include "cli.h"
+#include "index.h"
 #include "sink.h"
 
 typedef struct flame flame_t;
@@ -24,7 +25,7 @@ typedef struct flame flame_t;
  * backward call that ran them (else under the forward call that created them, the charged view). Its
  * write writes --folded and --flamegraph when given. Returns 0 or TW_ENOMEM.
  */
-int report_flame_open(const options_t *o, const report_sites_t *sites, report_sink_t **sink);
+int report_flame_open(const options_t *o, const report_sites_t *sites, report_index_t *index, report_sink_t **sink);
 
 /* The stacks of a flame sink (settled after the sink's settle). */
 const flame_t *report_flame_of(const report_sink_t *sink);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "flame.h"
+#include "index.h"
 
 /* A frame's name, interned: nodes compare names by pointer. */
 typedef struct frame_name {
@@ -23,34 +24,13 @@ typedef struct flame_node {
     struct flame_node *child, *next; /* first child, next sibling */
 } flame_node_t;
 
-typedef struct waiting {
-    int64_t pid;
-    uint64_t call_id; /* 0: an empty slot */
-    flame_node_t *node;
-} waiting_t;
-
-/* A call read lately: its parent and frame (NULL: none of its own), for the charged view. */
-typedef struct recent_frame {
-    int64_t pid;
-    uint64_t call_id; /* 0: an empty slot */
-    uint64_t parent_id;
-    const struct frame_name *name;
-    uint32_t site;
-} recent_frame_t;
-
-enum { CHARGE_RECENT = 1 << 16 };
-
 struct flame {
     report_sink_t sink;
     const char *folded, *flamegraph; /* the files written (NULL: not that one; --html embeds the SVG) */
     int by_module;
     int timeline;                /* backward nodes under the backward call that ran them */
-    recent_frame_t *recent;      /* 2 * CHARGE_RECENT slots, made on the first row */
-    struct recent_key {
-        int64_t pid;
-        uint64_t call_id;
-    } *recent_order;             /* the keys in recent, a ring, oldest at recent_next */
-    size_t recent_next;
+    report_index_t *index;       /* the pass's: calls read lately (their frame is our value), and
+                                  * the nodes waiting for their parent or their forward call */
     const report_sites_t *sites; /* call sites as frames (NULL, or no sites files: none) */
     int oom;
     uint64_t self_ns; /* all the self time counted: what the stacks sum to */
@@ -59,9 +39,6 @@ struct flame {
     /* interned names, open addressing */
     frame_name_t **names;
     size_t name_capacity, name_count;
-    /* calls whose children arrived before them, keyed by (pid, call id) */
-    waiting_t *waiting;
-    size_t waiting_capacity, waiting_count;
     /* nodes come from chunks; freed ones are reused through a free list */
     flame_node_t **chunks;
     size_t nchunks, chunk_used;

@@ -202,6 +202,7 @@ static int open_workers(const pass_t *p, const inputs_t *in, const report_sites_
         w->queue = q;
         w->pass = *p;
         w->pass.nsinks = 0;
+        memset(&w->pass.index, 0, sizeof w->pass.index); /* its own */
         w->pass.out.kept = w->pass.out.filtered = 0;
         w->pass.out.oom = 0;
         w->pass.out.stats = &w->stats;
@@ -217,6 +218,8 @@ static void free_workers(worker_t *workers, size_t nworkers)
     for (size_t t = 0; t < nworkers; t++)
         for (size_t s = 0; s < workers[t].pass.nsinks; s++)
             workers[t].pass.sinks[s]->ops->free(workers[t].pass.sinks[s]);
+    for (size_t t = 0; t < nworkers; t++)
+        report_index_free(&workers[t].pass.index);
     free(workers);
 }
 

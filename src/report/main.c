@@ -44,6 +44,8 @@ int report_pass_row(void *ctx, const tw_row_t *row)
         p->min_start_ns = (int64_t)row->start_ns;
     if (p->prepass)
         return 0;
+    if (p->index.recent_wanted && row->kind == TW_FILE_CALLS) /* every call, kept or not: a stack's */
+        report_index_note(&p->index, row);
     int keep = !p->filtering || report_filter_keep(&p->filter, row);
     unsigned wanted = keep ? SINK_ROWS_KEPT : SINK_ROWS_LEFT_OUT;
     if (keep)
@@ -110,7 +112,7 @@ int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const r
     report_sink_t *trace = NULL, *flame = NULL, *html = NULL, *tree = NULL, *aggregate = NULL, *ranks = NULL,
                   *findings = NULL;
     int rc = 0;
-    if (o->trace != NULL && (rc = report_chrome_trace_open(o, in, sites, in->origin_ns, &trace, err)) != 0)
+    if (o->trace != NULL && (rc = report_chrome_trace_open(o, in, sites, &p->index, in->origin_ns, &trace, err)) != 0)
         return rc; /* it said what failed */
     if (trace != NULL && o->tree_step >= 0)
         trace->rows = 0; /* --tree reads one thread's calls for itself: the trace stays empty */
@@ -126,9 +128,9 @@ int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const r
         if (o->ranks)
             rc = report_ranks_new(o, in, &ranks);
         if (rc == 0 && (!o->ranks || o->html)) /* --ranks prints instead of the table; --html shows both */
-            rc = report_aggregate_new(o, sites, p->out.have_gpu_files, trace, &aggregate);
+            rc = report_aggregate_new(o, sites, &p->index, p->out.have_gpu_files, trace, &aggregate);
         if (rc == 0 && (o->folded || o->flamegraph || o->html))
-            rc = report_flame_open(o, sites, &flame);
+            rc = report_flame_open(o, sites, &p->index, &flame);
         if (rc == 0 && o->html) /* the page opens with the findings */
             rc = report_findings_new(o, sites, p->out.have_gpu_files, &findings);
         if (rc == 0 && o->html && ranks != NULL)
@@ -200,6 +202,7 @@ static int report_run(const options_t *o, FILE *out, FILE *err)
         rc = finish_sinks(&p, &t0, out, err);
     for (size_t i = 0; i < p.nsinks; i++)
         p.sinks[i]->ops->free(p.sinks[i]);
+    report_index_free(&p.index);
     report_sites_free(&sites);
     report_free_inputs(&in);
     return rc;

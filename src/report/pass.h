@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "filter.h"
+#include "index.h"
 #include "inputs.h"
 #include "site_texts.h"
 #include "sink.h"
@@ -29,13 +30,15 @@ typedef struct pass {
     int64_t min_start_ns; /* for the origin when no manifest gave one */
     int gpu_pass;         /* reading GPU files (first) */
     int prepass;          /* only finding the run's first call */
+    report_index_t index; /* the calls read lately and what waits for a row, for every sink (index.h) */
 } pass_t;
 
 /* The reader's callback: the filters' verdict on row, and the row to the sinks that asked for it. */
 int report_pass_row(void *ctx, const tw_row_t *row);
 
 /*
- * The sinks the options ask for, into p (main.c). 0, or a negative errno after a message on err; the
+ * The sinks the options ask for, into p (main.c), given p's index (p must not move while they live:
+ * free them, then report_index_free). 0, or a negative errno after a message on err; the
  * sinks opened are in p either way.
  */
 int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const report_sites_t *sites, FILE *err);
