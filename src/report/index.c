@@ -32,6 +32,8 @@ report_call_t *report_index_call(report_index_t *x, int64_t pid, uint64_t call_i
 {
     if (x->recent == NULL || call_id == 0)
         return NULL;
+    if (x->last != NULL && x->last->call_id == call_id && x->last->pid == pid)
+        return x->last;
     report_call_t *c = &x->recent[recent_slot(x, pid, call_id)];
     return c->call_id != 0 ? c : NULL;
 }
@@ -40,6 +42,7 @@ report_call_t *report_index_call(report_index_t *x, int64_t pid, uint64_t call_i
 static void recent_remove(report_index_t *x, size_t i)
 {
     x->recent[i].call_id = 0;
+    x->last = NULL; /* entries move */
     for (size_t j = (i + 1) & (RECENT_SLOTS - 1); x->recent[j].call_id != 0; j = (j + 1) & (RECENT_SLOTS - 1)) {
         report_call_t moved = x->recent[j];
         x->recent[j].call_id = 0;
@@ -67,6 +70,7 @@ void report_index_note(report_index_t *x, const tw_row_t *row)
     size_t at = recent_slot(x, row->pid, row->call_id);
     if (x->recent[at].call_id != 0) { /* read again (files given twice): it keeps its place in the ring */
         x->recent[at] = c;
+        x->last = &x->recent[at];
         return;
     }
     struct report_call_key *oldest = &x->order[x->next];
@@ -75,6 +79,7 @@ void report_index_note(report_index_t *x, const tw_row_t *row)
         at = recent_slot(x, row->pid, row->call_id);
     }
     x->recent[at] = c;
+    x->last = &x->recent[at];
     *oldest = (struct report_call_key){row->pid, row->call_id};
     x->next = (x->next + 1) % REPORT_INDEX_RECENT;
 }

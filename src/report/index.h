@@ -65,6 +65,7 @@ typedef struct report_index {
     report_call_t *recent;         /* 2 * REPORT_INDEX_RECENT slots, open addressing */
     struct report_call_key { int64_t pid; uint64_t call_id; } *order; /* a ring, oldest at next */
     size_t next;
+    report_call_t *last;           /* the call noted last: the sinks ask for it right after */
     int recent_failed;             /* no memory for recent: nothing is found */
     report_wait_t *waiting;        /* open addressing, at most half full */
     size_t waiting_capacity, nwaiting;
