@@ -105,64 +105,74 @@ def manifest_peak(record_paths) -> Optional[float]:
     return None
 
 
-def enclosing_modules(path: str) -> List[str]:
-    """The module paths a backward node charged to path counts for: path and every module around it,
-    from the model (the path's first component, its class) in. "" comes first: files written before
-    every model was named by its class name their first model "" and its modules plainly."""
-    parts = path.split(".") if path else []
-    return [""] + [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+def _table_source(source):
+    """(source as tw-report reads it, the peak its manifest names or a DataFrame's attrs hold)."""
+    import pandas
+
+    if isinstance(source, pandas.DataFrame):
+        return source, source.attrs.get("peak_flops")
+    from ._tw_report import _path_list
+
+    return source, manifest_peak(_outdir_records(_path_list(source)))
+
+
+def _outdir_records(paths):
+    from . import _outdir
+
+    return [path for path in _outdir.paths(paths) if _outdir.kind(path) in ("calls", "gpu")] or paths
+
+
+def report_groups(source, by: str, caller: str):
+    """tw-report --by BY --format json's rows for source (a load() frame, an out_dir, a record file or
+    a list of them), keyed by group: a step's key as an int (-1: calls without a step)."""
+    from ._tw_report import record_paths, report_json
+
+    if by not in ("api", "module", "step"):
+        raise ValueError(f"by={by!r} is not accepted: give 'api', 'module' or 'step'")
+    with record_paths(source) as paths:
+        if paths is None:
+            return {}
+        rows = report_json([caller, "--by", by, "--format", "json", "--sort", "name", "--", *paths])["rows"]
+    if by == "step":
+        return {(-1 if row["key"] == "(no step)" else int(row["key"])): row for row in rows}
+    return {row["key"]: row for row in rows}
 
 
 def flops_table(frame, by: str = "api", peak_flops: Optional[float] = None):
     """FLOPs per API, module or step of a load() frame (or an out_dir), with the achieved FLOP/s and
-    MFU, as tw-report shows them.
+    MFU: tw-report's groups (``tw-report --by BY``; tw-report counts, this reads its JSON).
 
     by="api": each API's calls' own FLOPs (``flops``), the backward nodes' charged to them
-    (``bwd_flops``), ``total_flops``, ``time_ns`` (the calls' and those nodes' time: GPU time when the
-    run has some, else CPU time), ``flop_s`` and ``mfu`` (against ``peak_flops``, else the manifest's;
+    (``bwd_flops``), ``total_flops``, ``time_ns`` (the calls' and those nodes' time; the calls' GPU
+    time when the run has some), ``flop_s`` and ``mfu`` (against ``peak_flops``, else the manifest's;
     NaN without a peak). by="module": each module path's forward calls' flops_total and the backward
     nodes of it and of the modules inside it (the model's row, its class, holds every node charged in
     the model), keyed as FlopCounterMode's get_flop_counts() keys modules (``GPT2LMHeadModel``,
-    ``GPT2LMHeadModel.transformer.h.0.attn``); time is its forward calls'. by="step": every record's own FLOPs in the step over the time of its
-    outermost calls. Sorted by total_flops, largest first."""
+    ``GPT2LMHeadModel.transformer.h.0.attn``); time is its forward calls'. by="step": the step's
+    records' own FLOPs, the autograd nodes' as bwd_flops, over the step's time (its calls' self
+    times, which add up to its outermost calls'). flop_s is total_flops over time_ns. Sorted by
+    total_flops, largest first."""
     import pandas
 
-    if not isinstance(frame, pandas.DataFrame):
-        from ._files import load
-
-        frame = load(frame)
-    if by not in ("api", "module", "step"):
-        raise ValueError(f"by={by!r} is not accepted: give 'api', 'module' or 'step'")
-    peak = peak_flops if peak_flops is not None else frame.attrs.get("peak_flops")
+    source, peak = _table_source(frame)
+    peak = peak_flops if peak_flops is not None else peak
     if peak is not None and not peak > 0:
         raise ValueError(f"peak_flops={peak!r} is not accepted: give FLOP/s, a number more than 0")
-    node = frame["fwd_call_id"] != 0
-    time = frame["gpu_ns"] if frame["gpu_ns"].sum() > 0 else frame["cost_ns"]
-    if by == "api":
-        fwd = pandas.DataFrame({"flops": frame["flops"][~node].groupby(frame["api"][~node].astype(str)).sum(),
-                                "time_ns": time[~node].groupby(frame["api"][~node].astype(str)).sum()})
-        bwd = pandas.DataFrame({"bwd_flops": frame["flops"][node].groupby(frame["fwd_api"][node]).sum(),
-                                "bwd_time_ns": time[node].groupby(frame["fwd_api"][node]).sum()})
-        out = fwd.join(bwd, how="outer").fillna(0)
-        out["time_ns"] = out["time_ns"] + out.pop("bwd_time_ns")
-    elif by == "module":
-        forward = ~node & frame["module"].notna() & frame["api"].astype(str).str.endswith(".forward")
-        out = pandas.DataFrame({"flops": frame["flops_total"][forward].groupby(frame["module"][forward]).sum(),
-                                "time_ns": time[forward].groupby(frame["module"][forward]).sum()})
-        out["bwd_flops"] = 0
-        charged = frame[node & frame["module"].notna() & (frame["flops"] != 0)]
-        for module, flops in charged.groupby("module")["flops"].sum().items():
-            for prefix in enclosing_modules(module):
-                if prefix in out.index:
-                    out.loc[prefix, "bwd_flops"] += flops
-    else:
-        outer = frame["depth"] == 0
-        out = pandas.DataFrame({"flops": frame["flops"].groupby(frame["step"]).sum(),
-                                "time_ns": time[outer].groupby(frame["step"][outer]).sum()}).fillna(0)
-        out["bwd_flops"] = frame["flops"][node].groupby(frame["step"][node]).sum()
-        out["bwd_flops"] = out["bwd_flops"].fillna(0)
-        out["flops"] = out["flops"] - out["bwd_flops"]
-    out = out.astype({"flops": "int64", "bwd_flops": "int64", "time_ns": "int64"})
+    groups = report_groups(source, by, "torchwrapper.flops_table")
+    gpu = any(row["gpu_ns"] for row in groups.values())
+    table = {}
+    for key, row in groups.items():
+        flops, bwd = row.get("flops") or 0, row.get("bwd_flops") or 0   # null: no formula for the API
+        node = row.get("node_flops") or 0
+        if by == "api":     # a node's own FLOPs count for its forward API (bwd_flops), not its own row
+            flops, time = flops - node, row["gpu_ns"] if gpu else row["total_ns"] + row.get("bwd_ns", 0)
+        elif by == "module":
+            time = row["gpu_ns"] if gpu else row["total_ns"]
+        else:
+            flops, bwd, time = flops - node, node, row["gpu_ns"] if gpu else row["self_ns"]
+        table[key] = (flops, bwd, time)
+    out = pandas.DataFrame.from_dict(table, orient="index", columns=["flops", "bwd_flops", "time_ns"],
+                                     dtype="int64").sort_index()
     out["total_flops"] = out["flops"] + out["bwd_flops"]
     out["flop_s"] = out["total_flops"] / (out["time_ns"].where(out["time_ns"] > 0) / 1e9)
     out["mfu"] = out["flop_s"] / peak if peak else float("nan")

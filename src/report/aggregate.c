@@ -161,6 +161,8 @@ static int count_row(group_t *g, const tw_row_t *row, uint64_t gpu, uint64_t flo
 {
     if (count_in(g, row->cost_ns, row->self_ns, gpu, row->error, flops) != 0)
         return TW_ENOMEM;
+    if (row->fwd_call_id != 0)
+        g->node_flops += flops;
     if (!whole_trees || row->parent_id == 0) {
         g->mem_alloc += row->mem_alloc;
         g->mem_self += row->mem_self;
@@ -388,6 +390,7 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
         g->bwd_ns += f->bwd_ns;
         g->flops += f->flops;
         g->bwd_flops += f->bwd_flops;
+        g->node_flops += f->node_flops;
         g->mem_alloc += f->mem_alloc;
         g->mem_self += f->mem_self;
         g->mem_freed += f->mem_freed;

@@ -38,9 +38,11 @@
     "                    compresses; FILE a directory (or ending in /): a file per rank in it,\n"                  \
     "                    rankR.pt.trace.json.gz, as HTA's TraceAnalysis(trace_dir=...) reads them\n"              \
     "  --limit N         at most N calls in the trace (default 1000000; 0 for no limit)\n"                         \
-    "  --tree STEP       instead of the table, the call tree of step STEP (0 is the first) of one thread\n"        \
-    "                    (--tid, or the first call's): the calls' step column where the files have it,\n"        \
-    "                    else (or with --boundary) steps that end with an outermost --boundary call\n"            \
+    "  --tree STEP       instead of the table, the call tree of step STEP (0 is the first; all: every call) of\n" \
+    "                    one thread (--tid, or the first call's): the calls' step column where the files have\n" \
+    "                    it, else (or with --boundary) steps that end with an outermost --boundary call;\n"      \
+    "                    --format json: the calls in the order shown, each with its level, api, module,\n"       \
+    "                    backward, site, cost_ns and self_ns\n"                                                  \
     "  --boundary GLOB   the call that ends a step (default 'torch.optim.*.step')\n"                               \
     "  --max-depth N     --tree: N levels at most\n"                                                               \
     "  --folded FILE     also write folded stacks (flamegraph.pl, speedscope): self ns per stack of API names,\n"  \
@@ -310,8 +312,11 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
                 return usage_error(err, "--format '%s' is not accepted: give table, csv, json or markdown", value);
             o->format = (out_format_t)k;
         } else if (IS("--top") || IS("--limit") || IS("--tree") || IS("--max-depth")) {
-            if (parse_count(value, &n) != 0 || (IS("--tree") && n > INT64_MAX))
-                return usage_error(err, "%.*s '%s' is not a count (a whole number >= 0)", (int)name_len, a, value);
+            if (IS("--tree") && strcmp(value, "all") == 0)
+                n = (uint64_t)REPORT_TREE_ALL;
+            else if (parse_count(value, &n) != 0 || (IS("--tree") && n >= (uint64_t)REPORT_TREE_ALL))
+                return usage_error(err, "%.*s '%s' is not a count (a whole number >= 0)%s", (int)name_len, a, value,
+                                   IS("--tree") ? " nor all" : "");
             if (IS("--top"))
                 o->top = (size_t)n;
             else if (IS("--limit"))

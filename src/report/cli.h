@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #define MAX_FILTERS 32
+#define REPORT_TREE_ALL INT64_MAX /* --tree all: every call of the thread, not one step's */
 
 /* BY_MODULE: the table's --by module (module forwards and the nodes charged to them; with --folded,
  * --flamegraph or --html, --by module sets frames_by_module instead) */
@@ -37,7 +38,7 @@ typedef struct options {
     int64_t steps_from, steps_to;  /* --steps: calls of steps from..to (inclusive); to < 0: open */
     const char *trace;
     uint64_t limit;
-    int64_t tree_step; /* -1: no tree */
+    int64_t tree_step; /* -1: no tree; REPORT_TREE_ALL: --tree all */
     const char *boundary;
     int boundary_given; /* --boundary: steps counted by its calls even where rows carry their step */
     uint64_t max_depth; /* 0: all levels */

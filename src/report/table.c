@@ -309,11 +309,11 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
             if (any_bwd)
                 fprintf(out, ",\"bwd_ns\":%" PRIu64, v.bwd);
             if (any_flops && v.flops_unknown)
-                fputs(peak > 0 ? ",\"flops\":null,\"bwd_flops\":null,\"flop_s\":null,\"mfu\":null"
-                               : ",\"flops\":null,\"bwd_flops\":null,\"flop_s\":null", out);
-            else if (any_flops)
-                fprintf(out, ",\"flops\":%" PRIu64 ",\"bwd_flops\":%" PRIu64 ",\"flop_s\":%.6g", v.flops, v.bwd_flops,
-                        v.flop_s);
+                fputs(peak > 0 ? ",\"flops\":null,\"bwd_flops\":null,\"flop_s\":null,\"node_flops\":null,\"mfu\":null"
+                               : ",\"flops\":null,\"bwd_flops\":null,\"flop_s\":null,\"node_flops\":null", out);
+            else if (any_flops) /* node_flops: of flops, the autograd nodes' own (a step's backward) */
+                fprintf(out, ",\"flops\":%" PRIu64 ",\"bwd_flops\":%" PRIu64 ",\"flop_s\":%.6g,\"node_flops\":%" PRIu64,
+                        v.flops, v.bwd_flops, v.flop_s, order[i]->node_flops);
             if (any_flops && peak > 0 && !v.flops_unknown)
                 fprintf(out, ",\"mfu\":%.6g", v.mfu / 100.0);
             if (k->mem)

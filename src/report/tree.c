@@ -15,6 +15,7 @@
 #include "torchwrapper/common.h"
 
 #include "tree.h"
+#include "util.h"
 
 typedef struct tree_call {
     uint64_t call_id, start_ns, cost_ns, self_ns, depth, site, parent_id, fwd_call_id;
@@ -150,6 +151,75 @@ static size_t *link_tree(tree_calls_t *c, int timeline)
     return stack;
 }
 
+/* Where the program made the call (config sites), or NULL: a call torch's code made carries the
+ * site of the call around it, shown there already. */
+static const char *shown_site(const tree_t *t, const tree_call_t *call)
+{
+    const char *site = t->sites != NULL ? report_site_text(t->sites, t->pid, call->site) : NULL;
+    return site != NULL && call->site != call->parent_site ? site : NULL;
+}
+
+/* The calls in the order shown (order: n indexes of the step's calls), indented by level. */
+static void tree_print_text(const tree_t *t, const size_t *order, size_t n, size_t shown, uint64_t total, FILE *out)
+{
+    const options_t *o = t->o;
+    if (o->tree_step == REPORT_TREE_ALL)
+        fprintf(out, "all calls (pid %" PRId64 ", thread %" PRIu64 "): %zu calls shown, %.3f ms\n", t->pid, t->tid,
+                shown, (double)total / 1e6);
+    else
+        fprintf(out, "step %" PRId64 " (pid %" PRId64 ", thread %" PRIu64 "): %zu calls shown, %.3f ms\n",
+                o->tree_step, t->pid, t->tid, shown, (double)total / 1e6);
+    for (size_t i = 0; i < n; i++) {
+        const tree_call_t *call = &t->selected.items[order[i]];
+        if (o->max_depth != 0 && call->depth >= o->max_depth)
+            continue;
+        fprintf(out, "%*s%s", (int)(2 * (call->depth + 1)), "", call->api);
+        if (call->module[0] != '\0')
+            fprintf(out, " [%s]", call->module);
+        if (call->fwd_call_id != 0 && !o->backward_timeline)
+            fprintf(out, "  (backward)");
+        const char *site = shown_site(t, call);
+        if (site != NULL)
+            fprintf(out, "  @ %s", site);
+        fprintf(out, "  %.3f ms  (self %.3f ms)\n", (double)call->cost_ns / 1e6, (double)call->self_ns / 1e6);
+    }
+}
+
+/* The same as JSON, for programs (torchwrapper.call_tree formats its text from it): the calls in
+ * the order shown, each with its level (0: a root) and the nanoseconds the text rounds. */
+static void tree_print_json(const tree_t *t, const size_t *order, size_t n, size_t shown, uint64_t total, FILE *out)
+{
+    const options_t *o = t->o;
+    if (o->tree_step == REPORT_TREE_ALL)
+        fputs("{\"step\":null", out);
+    else
+        fprintf(out, "{\"step\":%" PRId64, o->tree_step);
+    fprintf(out, ",\"pid\":%" PRId64 ",\"tid\":%" PRIu64 ",\"shown\":%zu,\"total_ns\":%" PRIu64 ",\"calls\":[", t->pid,
+            t->tid, shown, total);
+    size_t written = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tree_call_t *call = &t->selected.items[order[i]];
+        if (o->max_depth != 0 && call->depth >= o->max_depth)
+            continue;
+        fprintf(out, "%s{\"level\":%" PRIu64 ",\"call_id\":%" PRIu64 ",\"api\":", written++ ? ",\n" : "\n",
+                call->depth, call->call_id);
+        report_json_text(out, call->api);
+        fputs(",\"module\":", out);
+        if (call->module[0] != '\0')
+            report_json_text(out, call->module);
+        else
+            fputs("null", out);
+        fprintf(out, ",\"backward\":%s,\"site\":", call->fwd_call_id != 0 && !o->backward_timeline ? "true" : "false");
+        const char *site = shown_site(t, call);
+        if (site != NULL)
+            report_json_text(out, site);
+        else
+            fputs("null", out);
+        fprintf(out, ",\"cost_ns\":%" PRIu64 ",\"self_ns\":%" PRIu64 "}", call->cost_ns, call->self_ns);
+    }
+    fputs("\n]}\n", out);
+}
+
 /* The step's calls as a tree: 0, or after a message on err -ENOENT (the step is not in the records) or
  * TW_ENOMEM. */
 static int tree_print(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err)
@@ -163,6 +233,11 @@ static int tree_print(report_sink_t *sink, const report_pass_t *pass, FILE *out,
                 o->tree_step, t->column_steps - 1, t->tid, t->pid,
                 o->npids || o->ntids ? "" : "; the tree is of the first thread read: give --pid N (a rank's) or --tid N "
                                             "for another");
+        return -ENOENT;
+    }
+    if (c->count == 0 && o->tree_step == REPORT_TREE_ALL) {
+        fprintf(err, "tw-report: no calls in the records%s\n",
+                o->npids || o->ntids ? " of the --pid, --tid given" : "");
         return -ENOENT;
     }
     if (!t->have_tid || c->count == 0) {
@@ -209,24 +284,10 @@ static int tree_print(report_sink_t *sink, const report_pass_t *pass, FILE *out,
     size_t shown = 0;
     for (size_t i = 0; i < n_order; i++)
         shown += o->max_depth == 0 || c->items[order[i]].depth < o->max_depth;
-    fprintf(out, "step %" PRId64 " (pid %" PRId64 ", thread %" PRIu64 "): %zu calls shown, %.3f ms\n", o->tree_step,
-            t->pid, t->tid, shown, (double)total / 1e6);
-    for (size_t i = 0; i < n_order; i++) {
-        const tree_call_t *call = &c->items[order[i]];
-        if (o->max_depth != 0 && call->depth >= o->max_depth)
-            continue;
-        fprintf(out, "%*s%s", (int)(2 * (call->depth + 1)), "", call->api);
-        if (call->module[0] != '\0')
-            fprintf(out, " [%s]", call->module);
-        if (call->fwd_call_id != 0 && !o->backward_timeline)
-            fprintf(out, "  (backward)");
-        const char *site = t->sites != NULL ? report_site_text(t->sites, t->pid, call->site) : NULL;
-        /* where the program made the call (config sites); a call torch's code made carries the
-         * site of the call around it, shown there already */
-        if (site != NULL && call->site != call->parent_site)
-            fprintf(out, "  @ %s", site);
-        fprintf(out, "  %.3f ms  (self %.3f ms)\n", (double)call->cost_ns / 1e6, (double)call->self_ns / 1e6);
-    }
+    if (o->format == OUT_JSON)
+        tree_print_json(t, order, n_order, shown, total, out);
+    else
+        tree_print_text(t, order, n_order, shown, total, out);
     free(order);
     free(stack);
     return 0;
@@ -253,6 +314,8 @@ static int tree_row(report_sink_t *sink, const tw_row_t *row, int kept)
     }
     if (row->tid != t->tid || row->pid != t->pid)
         return 0;
+    if (o->tree_step == REPORT_TREE_ALL) /* --tree all: every call of the thread */
+        return tree_calls_add(&t->selected, row);
     if (tree_calls_add(&t->pending, row) != 0)
         return TW_ENOMEM;
     if (row->depth != 0)

@@ -338,28 +338,40 @@ def planted_run(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("by", ["api", "module", "step"])
-def test_tw_report_and_memory_table_agree(planted_run, by):
-    """tw-report's memory columns (C, from the files) and memory_table (pandas, from load()) are
-    the same bytes per API, module and step."""
-    rows = report_rows("--by", by, planted_run)
-    table = tw.memory_table(str(planted_run), by=by)
-    ours = {}
-    for row in rows:
-        if any(int(row[c]) for c in ("mem_alloc", "mem_freed", "bwd_mem")):
-            key = row[by]   # a module: the same path in both (the model named by its class)
-            ours[key if by != "step" else int(key)] = [int(row[c]) for c in MEMORY_COLUMNS]
-    theirs = {key: [int(v) for v in values] for key, values in table[MEMORY_COLUMNS].iterrows()}
-    assert ours == theirs
-    if by == "module":   # the planted buffers: allocated in scratch, freed by the model's forward
-        assert ours["Planted.scratch"][:3] == [3 * MIB4, 0, 0]
-        # the Linear layers' nodes allocated their gradients (charged to the innermost module)
-        assert ours["Planted"][2] >= 3 * MIB4 and ours["Planted.mlp.0"][4] > 0 and ours["Planted.mlp.2"][4] > 0
-    if by == "api":
-        scratch = [key for key in ours if key.endswith("Scratch.forward")]
-        assert len(scratch) == 1 and ours[scratch[0]][:3] == [3 * MIB4, 0, 0]
-    if by == "step":
-        assert sorted(ours) == [0, 1, 2]
+@pytest.mark.parametrize("source", ["out_dir", "frame"])
+def test_memory_table_shows_the_planted_bytes_per_api_module_and_step(planted_run, source):
+    """memory_table: the bytes the planted buffers took, where the program allocated and freed them,
+    from the out_dir or from load()'s frame; the same rows tw-report --by prints."""
+    given = str(planted_run) if source == "out_dir" else tw.load(str(planted_run))
+    modules = tw.memory_table(given, by="module")
+    # allocated in scratch, freed by the model's forward; the model's row holds what is inside it
+    assert list(modules.loc["Planted.scratch", MEMORY_COLUMNS[:3]]) == [3 * MIB4, 0, 0]
+    assert modules.loc["Planted", "mem_freed"] >= 3 * MIB4 and modules.loc["Planted", "mem_alloc"] >= 3 * MIB4
+    # the Linear layers' nodes allocated their gradients (charged to the innermost module)
+    assert modules.loc["Planted.mlp.0", "bwd_mem"] > 0 and modules.loc["Planted.mlp.2", "bwd_mem"] > 0
+    assert modules.loc["Planted.scratch", "calls"] == 3
+    apis = tw.memory_table(given)
+    scratch = [key for key in apis.index if key.endswith("Scratch.forward")]
+    assert len(scratch) == 1 and list(apis.loc[scratch[0], MEMORY_COLUMNS[:3]]) == [3 * MIB4, 0, 0]
+    steps = tw.memory_table(given, by="step")
+    assert sorted(steps.index) == [0, 1, 2] and (steps["mem_peak"] >= MIB4).all()
+    for table in (modules, apis, steps):   # largest first; no row without memory
+        allocated = list(table["mem_alloc"] + table["bwd_mem"])
+        assert allocated == sorted(allocated, reverse=True)
+        assert ((table["mem_alloc"] | table["mem_freed"] | table["bwd_mem"]) != 0).all()
+    rows = report_rows("--by", "module", planted_run)
+    shown = {row["module"] for row in rows if any(int(row[c]) for c in ("mem_alloc", "mem_freed", "bwd_mem"))}
+    assert set(modules.index) == shown
+
+
+def test_memory_table_of_a_filtered_frame_counts_its_rows_only(planted_run):
+    """A frame the program filtered (the last two steps) gives those steps' bytes, not the run's."""
+    frame = tw.load(str(planted_run))
+    late = tw.memory_table(frame[frame["step"] >= 1], by="module")
+    assert late.loc["Planted.scratch", "mem_alloc"] == 2 * MIB4 and late.loc["Planted.scratch", "calls"] == 2
+    assert sorted(tw.memory_table(frame[frame["step"] >= 1], by="step").index) == [1, 2]
+    with pytest.raises(ValueError, match="by='thread' is not accepted"):
+        tw.memory_table(frame, by="thread")
 
 
 def test_tw_report_sorts_by_memory_and_the_html_report_shows_it(planted_run, tmp_path):

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import torchwrapper as tw
+from torchwrapper._files import read_rows
+from torchwrapper._outdir import record_files
 
 from models import MLP
 
@@ -386,18 +388,12 @@ def test_table_and_markdown_are_aligned(run_dir):
     assert len(markdown) == 5
 
 
-def test_tree_prints_one_step_like_call_tree(run_dir):
-    """tw-report --tree STEP: the calls of one training step, nested, with module paths; the same
-    lines as torchwrapper.call_tree on the same files."""
-    done = report("--tree", "2", run_dir)
-    # tw-report names each call's site ("  @ file:line function"); call_tree does not
-    lines = [re.sub(r"  @ .*?(?=  [\d.]+ ms  \(self)", "", line) for line in done.stdout.splitlines()]
-    assert any("  @ " in line for line in done.stdout.splitlines())
+def test_tree_prints_one_step_nested_with_sites(run_dir):
+    """tw-report --tree STEP: the calls of one training step, nested, with module paths and where the
+    program made them; --max-depth keeps the outer levels; a missing step says which there are."""
+    lines = report("--tree", "2", run_dir).stdout.splitlines()
     assert lines[0].startswith("step 2 (pid ")
-    expected = tw.call_tree(tw.load(run_dir, original_names=True), step=2).splitlines()
-    # both show a call's module path when there is one, the model's own too (its class)
-    assert lines[1:] == expected[1:]
-    assert lines[0].split(": ", 1)[1] == expected[0].split(": ", 1)[1]  # "N calls shown, T ms"
+    assert any("  @ " in line for line in lines)   # the site of a call the program made
     assert any(line.startswith("  torch.optim.SGD.step") for line in lines)
     assert any("[MLP.fc1]" in line for line in lines)
     depth_one = report("--tree", "2", "--max-depth", "1", run_dir).stdout.splitlines()
@@ -405,6 +401,66 @@ def test_tree_prints_one_step_like_call_tree(run_dir):
     assert len(depth_one) < len(lines)
     missing = report("--tree", "999", run_dir, check=False)
     assert missing.returncode == 1 and "step 999 is not in the records: steps 0 to 14" in missing.stderr
+
+
+def test_tree_json_holds_the_calls_of_the_step_as_the_text_shows_them(run_dir):
+    """--tree STEP --format json: the calls in the order the text shows them, each with its level
+    (the text's indent), and the step's calls are the records' of that step and thread; --tree all:
+    every call of the thread."""
+    frame = tw.load(run_dir)
+    text = report("--tree", "2", run_dir).stdout.splitlines()
+    tree = json.loads(report("--tree", "2", "--format", "json", run_dir).stdout)
+    assert tree["step"] == 2 and tree["shown"] == len(tree["calls"]) == len(text) - 1
+    calls = frame[(frame["step"] == 2) & (frame["tid"] == tree["tid"]) & (frame["pid"] == tree["pid"])]
+    assert sorted(c["call_id"] for c in tree["calls"]) == sorted(calls["call_id"])
+    assert tree["total_ns"] == calls["cost_ns"][calls["depth"] == 0].sum()
+    for line, call in zip(text[1:], tree["calls"]):
+        assert line == " " * (2 * call["level"] + 2) + call["api"] + line.lstrip(" ")[len(call["api"]):]
+        assert f"  {call['cost_ns'] / 1e6:.3f} ms  (self {call['self_ns'] / 1e6:.3f} ms)" in line
+        assert (call["site"] is not None) == ("  @ " in line)
+    levels = [c["level"] for c in tree["calls"]]   # a call is one level below the call before it at most
+    assert levels[0] == 0 and all(b <= a + 1 for a, b in zip(levels, levels[1:]))
+    whole = json.loads(report("--tree", "all", "--format", "json", run_dir).stdout)
+    assert whole["step"] is None
+    assert len(whole["calls"]) == len(frame[(frame["tid"] == whole["tid"]) & (frame["pid"] == whole["pid"])])
+    assert report("--tree", "all", run_dir).stdout.startswith("all calls (pid ")
+    bad = report("--tree", "every", run_dir, check=False)
+    assert bad.returncode == 2 and "--tree 'every' is not a count (a whole number >= 0) nor all" in bad.stderr
+
+
+def test_call_tree_prints_the_step_from_files_records_and_frames_alike(run_dir):
+    """torchwrapper.call_tree: the step's calls as tw-report finds them, without sites; the same text
+    from the files, their records and both DataFrames; max_depth levels at most."""
+    frame = tw.load(run_dir)
+    text = tw.call_tree(run_dir, step=2)
+    lines = text.splitlines()
+    tree = json.loads(report("--tree", "2", "--format", "json", run_dir).stdout)
+    calls = frame[(frame["step"] == 2) & (frame["tid"] == tree["tid"])]
+    roots = calls[calls["depth"] == 0]
+    assert lines[0] == f"step 2: {len(calls)} calls shown, {roots['cost_ns'].sum() / 1e6:.3f} ms"
+    assert len(lines) == len(calls) + 1 and not any("  @ " in line for line in lines)
+    assert any(line.startswith("  torch.optim.SGD.step") for line in lines)
+    assert any(line.startswith("    torch.nn.Linear.forward [MLP.fc1]  ") for line in lines)
+    # in memory, in start order (as Profile.records() gives them), not as the files hold them
+    records = sorted(read_rows(record_files(str(run_dir))), key=lambda r: (r.start_ns, r.call_id))
+    assert tw.call_tree(records, step=2) == text
+    assert tw.call_tree(frame, step=2) == text
+    assert tw.call_tree(tw.load(run_dir, original_names=True), step=2) == text
+    two = tw.call_tree(run_dir, step=2, max_depth=2).splitlines()
+    assert len(two) < len(lines) and all(not line.startswith("      ") for line in two[1:])
+    assert any(line.startswith("    ") for line in two[1:])
+    with pytest.raises(IndexError, match="step 99 is not in the records: steps 0 to 14"):
+        tw.call_tree(run_dir, step=99)
+
+
+def test_call_tree_names_tw_report_when_it_cannot_read_the_files(tmp_path):
+    notes = tmp_path / "notes.csv"
+    notes.write_text("hello,world\n")
+    with pytest.raises(RuntimeError, match=r"torchwrapper.call_tree: tw-report failed \(exit status 1\): .*notes.csv "
+                                           "is not a TorchWrapper record file"):
+        tw.call_tree(str(notes), step=0)
+    with pytest.raises(ValueError, match="max_depth=0 is not accepted"):
+        tw.call_tree(str(notes), max_depth=0)
 
 
 def test_steps_filter_and_by_step_match_load(run_dir):
