@@ -41,6 +41,12 @@ typedef struct aggregate {
     const report_sites_t *sites;  /* --by site */
     const report_sink_t *trace;   /* for the footer's count of its calls; NULL: no --trace */
     int have_gpu_files;
+    /* With GPU files, the GPU time each call launched (groups.h), for the groups its GPU records
+     * cannot name (every --by but api's own time, pid and parent); gpu_of is where calls look it up:
+     * this table, or with -j the first thread's, which then holds every thread's (aggregate_gpu_read). */
+    int join_gpu;
+    call_gpu_table_t call_gpu;
+    const call_gpu_table_t *gpu_of;
     group_table_t groups;
     group_table_t api_names; /* --by parent: the child's API, interned */
     report_index_t *index;   /* the pass's: --by parent's children wait there for their parent
@@ -52,7 +58,7 @@ typedef struct aggregate {
      * to any module in it, add to it; added to its group once the rows are all in (settle). A model
      * named by its class needs none of this: its path is the first part of its modules'. */
     char root_label[256];
-    uint64_t root_bwd_flops, root_bwd_mem, root_node_bwd_ns;
+    uint64_t root_bwd_flops, root_bwd_mem, root_node_bwd_ns, root_node_bwd_gpu_ns;
 } aggregate_t;
 
 /* ---- --by parent's children waiting for their parent --------------------------------------------- */
@@ -173,46 +179,88 @@ static int count_row(group_t *g, const tw_row_t *row, uint64_t gpu, uint64_t flo
     return 0;
 }
 
+/* The GPU time call row launched itself: from the GPU files (read first), else its gpu_ns (a file
+ * written from records in memory, torchwrapper's load(), carries it there). */
+static uint64_t own_gpu(const aggregate_t *a, const tw_row_t *row)
+{
+    return a->have_gpu_files ? report_call_gpu_of(a->gpu_of, row->pid, row->call_id) : row->gpu_ns;
+}
+
 /* An autograd node's cost charged to g, the group of its forward call (NULL: out of memory). */
-static int charge_node(group_t *g, const tw_row_t *row)
+static int charge_node(group_t *g, const tw_row_t *row, uint64_t gpu)
 {
     if (g == NULL)
         return TW_ENOMEM;
     g->bwd_ns += row->cost_ns;
+    g->bwd_gpu_ns += gpu;
     g->bwd_flops += row->flops;
     g->bwd_mem += row->mem_alloc;
     return 0;
 }
 
 /*
- * --by module: a module's forward calls count in its group (their flops_total and bytes: those of
- * the calls inside, the modules inside included), and each backward node charged to a module adds
- * its time to that module's bwd, and its FLOPs and bytes to that module's and to every module around
- * it (the path's prefixes: GPT2LMHeadModel.transformer.h.0 counts for GPT2LMHeadModel.transformer
- * and for the model, GPT2LMHeadModel), so that forward and backward count the same calls.
+ * --by module's GPU time of a call and the calls inside it, as its cost counts theirs: its own plus
+ * what its children left waiting for it (they end first, so their rows come first), which it leaves
+ * in turn for its parent. Only calls with some GPU work below them wait: at most the calls still
+ * open, never the run's length. 0 in *gpu, or TW_ENOMEM (the index's bound: not counted).
  */
-static int module_row(aggregate_t *a, const tw_row_t *row, uint64_t gpu)
+static int inclusive_gpu(aggregate_t *a, const tw_row_t *row, uint64_t *gpu)
+{
+    int rc = 0;
+    *gpu = own_gpu(a, row);
+    report_wait_t *w = report_index_waiting(a->index, row->pid, row->call_id, REPORT_WAIT_MODULE_GPU);
+    if (w != NULL) {
+        *gpu += w->a;
+        report_index_remove(a->index, w);
+    }
+    if (*gpu != 0 && row->parent_id != 0) {
+        w = report_index_waiting(a->index, row->pid, row->parent_id, REPORT_WAIT_MODULE_GPU);
+        if (w == NULL)
+            w = report_index_wait(a->index, row->pid, row->parent_id, REPORT_WAIT_MODULE_GPU);
+        if (w != NULL)
+            w->a += *gpu;
+        else
+            rc = TW_ENOMEM;
+    }
+    return rc;
+}
+
+/*
+ * --by module: a module's forward calls count in its group (their flops_total, bytes and GPU time:
+ * those of the calls inside, the modules inside included), and each backward node charged to a
+ * module adds its time and GPU time to that module's bwd, and its FLOPs and bytes to that module's
+ * and to every module around it (the path's prefixes: GPT2LMHeadModel.transformer.h.0 counts for
+ * GPT2LMHeadModel.transformer and for the model, GPT2LMHeadModel), so that forward and backward
+ * count the same calls.
+ */
+static int module_row(aggregate_t *a, const tw_row_t *row)
 {
     const char *label;
     size_t len = report_module_label(row, &label);
+    uint64_t gpu;
+    int rc = inclusive_gpu(a, row, &gpu);
     if (row->fwd_call_id == 0) {
         if (len == 0) /* not a module's forward */
-            return 0;
+            return rc;
         if (row->module.len == 0 && row->has_module == 1) { /* a model whose path is "" */
             char name[sizeof a->root_label];
             snprintf(name, sizeof name, "%.*s", (int)len, label);
             if (a->root_label[0] == '\0' || strcmp(name, a->root_label) < 0)
                 memcpy(a->root_label, name, sizeof name);
         }
-        return count_row(report_group_get(&a->groups, label, len), row, gpu, row->flops_total, 0);
+        if (count_row(report_group_get(&a->groups, label, len), row, gpu, row->flops_total, 0) != 0)
+            rc = TW_ENOMEM;
+        return rc;
     }
     if (row->has_module != 1)
-        return 0;
+        return rc;
+    uint64_t node_gpu = own_gpu(a, row);
     a->root_bwd_flops += row->flops; /* counted only where a model's path is "" (settle) */
     a->root_bwd_mem += row->mem_alloc;
     if (row->module.len == 0) { /* that model's own */
         a->root_node_bwd_ns += row->cost_ns;
-        return 0;
+        a->root_node_bwd_gpu_ns += node_gpu;
+        return rc;
     }
     for (size_t end = 0; end < row->module.len; end++) {
         if (end + 1 != row->module.len && row->module.ptr[end + 1] != '.')
@@ -222,10 +270,12 @@ static int module_row(aggregate_t *a, const tw_row_t *row, uint64_t gpu)
             return TW_ENOMEM;
         g->bwd_flops += row->flops;
         g->bwd_mem += row->mem_alloc;
-        if (end + 1 == row->module.len)
+        if (end + 1 == row->module.len) {
             g->bwd_ns += row->cost_ns;
+            g->bwd_gpu_ns += node_gpu;
+        }
     }
-    return 0;
+    return rc;
 }
 
 static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
@@ -245,10 +295,14 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
             g = group_for(a, "%" PRId64, row->pid);
         if (g != NULL)
             g->stats.gpu_ns += row->cost_ns;
+        if (a->join_gpu && report_call_gpu_add(&a->call_gpu, row->pid, row->call_id, row->cost_ns) != 0)
+            return TW_ENOMEM;
         return 0;
     }
-    /* The gpu_ns column of call records counts only when no GPU files give the same time. */
-    uint64_t gpu = a->have_gpu_files ? 0 : row->gpu_ns;
+    /* A call's own GPU time; for --by api, pid and parent only from its gpu_ns column, when no GPU
+     * files give the same time (their records counted it above). */
+    uint64_t gpu = by == BY_API || by == BY_PID || by == BY_PARENT ? (a->have_gpu_files ? 0 : row->gpu_ns)
+                                                                   : own_gpu(a, row);
     char key[48], *k = key;
     int rc = 0;
     switch (by) {
@@ -256,7 +310,7 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         rc = count_row(report_group_get(&a->groups, api, (size_t)api_len), row, gpu, row->flops, 0);
         if (row->fwd_call_id != 0 && row->fwd_api.len > 0 && /* an autograd node: its cost is its forward API's bwd */
             charge_node(report_group_get(&a->groups, row->fwd_api.ptr, row->fwd_api.len < 1000 ? row->fwd_api.len : 1000),
-                        row) != 0)
+                        row, own_gpu(a, row)) != 0)
             rc = TW_ENOMEM;
         break;
     case BY_THREAD:
@@ -299,7 +353,7 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         int n = site_key(a, row, site, sizeof site);
         group_t *g = report_group_get(&a->groups, site, n < (int)sizeof site ? (size_t)n : sizeof site - 1);
         if (row->fwd_call_id != 0) { /* an autograd node charged to the site of its forward call: its bwd */
-            rc = charge_node(g, row);
+            rc = charge_node(g, row, gpu);
             break;
         }
         rc = count_row(g, row, gpu, row->flops, 0);
@@ -308,7 +362,7 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
         break;
     }
     case BY_MODULE:
-        rc = module_row(a, row, gpu);
+        rc = module_row(a, row);
         break;
     case BY_PARENT: {
         group_t *self_api = report_group_get(&a->api_names, api, (size_t)api_len);
@@ -354,6 +408,9 @@ static int aggregate_settle(report_sink_t *sink)
         free(p->ptr);
         report_index_remove(a->index, p);
     }
+    at = 0; /* GPU time of calls whose parent never came */
+    for (report_wait_t *p; (p = report_index_next(a->index, REPORT_WAIT_MODULE_GPU, &at)) != NULL;)
+        report_index_remove(a->index, p);
     if (a->o->by == BY_SITE)
         site_keys_finish(a);
     if (a->o->by == BY_MODULE && a->root_label[0] != '\0') {
@@ -361,9 +418,10 @@ static int aggregate_settle(report_sink_t *sink)
         if (root == NULL)
             return TW_ENOMEM;
         root->bwd_ns += a->root_node_bwd_ns;
+        root->bwd_gpu_ns += a->root_node_bwd_gpu_ns;
         root->bwd_flops += a->root_bwd_flops;
         root->bwd_mem += a->root_bwd_mem;
-        a->root_node_bwd_ns = a->root_bwd_flops = a->root_bwd_mem = 0;
+        a->root_node_bwd_ns = a->root_node_bwd_gpu_ns = a->root_bwd_flops = a->root_bwd_mem = 0;
     }
     return rc;
 }
@@ -388,6 +446,7 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
             continue;
         }
         g->bwd_ns += f->bwd_ns;
+        g->bwd_gpu_ns += f->bwd_gpu_ns;
         g->flops += f->flops;
         g->bwd_flops += f->bwd_flops;
         g->node_flops += f->node_flops;
@@ -401,8 +460,28 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
     if (from->root_label[0] != '\0' && (into->root_label[0] == '\0' || strcmp(from->root_label, into->root_label) < 0))
         memcpy(into->root_label, from->root_label, sizeof into->root_label); /* the least: as one pass */
     into->root_node_bwd_ns += from->root_node_bwd_ns;
+    into->root_node_bwd_gpu_ns += from->root_node_bwd_gpu_ns;
     into->root_bwd_flops += from->root_bwd_flops;
     into->root_bwd_mem += from->root_bwd_mem;
+    return rc;
+}
+
+/* -j: the threads' GPU time per call, gathered into the first thread's table for every thread's
+ * call rows to look up, as the one pass's call rows find it all (the GPU files come first). The
+ * driver's sink is left as it is: if the threads' reading fails, it reads everything itself. 0, or
+ * TW_ENOMEM. */
+static int aggregate_gpu_read(report_sink_t *sink, report_sink_t *const *threads, size_t count)
+{
+    (void)sink;
+    aggregate_t *first = (aggregate_t *)threads[0];
+    int rc = 0;
+    for (size_t i = 1; i < count; i++) {
+        aggregate_t *t = (aggregate_t *)threads[i];
+        if (report_call_gpu_merge(&first->call_gpu, &t->call_gpu) != 0)
+            rc = TW_ENOMEM;
+        report_call_gpu_free(&t->call_gpu);
+        t->gpu_of = &first->call_gpu;
+    }
     return rc;
 }
 
@@ -419,11 +498,15 @@ static void aggregate_free(report_sink_t *sink)
     aggregate_t *a = (aggregate_t *)sink;
     report_group_table_free(&a->groups);
     report_group_table_free(&a->api_names);
+    report_call_gpu_free(&a->call_gpu);
     size_t at = 0; /* children still waiting (the report stopped before settle) */
     for (report_wait_t *p; (p = report_index_next(a->index, REPORT_WAIT_PARENT_CHILDREN, &at)) != NULL;) {
         free(p->ptr);
         report_index_remove(a->index, p);
     }
+    at = 0;
+    for (report_wait_t *p; (p = report_index_next(a->index, REPORT_WAIT_MODULE_GPU, &at)) != NULL;)
+        report_index_remove(a->index, p);
     free(a);
 }
 
@@ -432,11 +515,13 @@ static const report_sink_ops_t aggregate_ops = {
     .row = aggregate_row,
     .settle = aggregate_settle,
     .merge = aggregate_merge,
+    .gpu_read = aggregate_gpu_read,
     .print = aggregate_print,
     .free = aggregate_free,
 };
 
-/* --by parent and --by site: read in file order, on one thread (see aggregate_merge). */
+/* --by parent and --by site, and --by module (a call's GPU time waits for its parent's row, which
+ * another thread may read): read in file order, on one thread (see aggregate_merge). */
 static const report_sink_ops_t aggregate_ordered_ops = {
     .name = "aggregate",
     .row = aggregate_row,
@@ -451,13 +536,15 @@ int report_aggregate_new(const options_t *o, const report_sites_t *sites, report
     aggregate_t *a = calloc(1, sizeof *a);
     if (a == NULL)
         return TW_ENOMEM;
-    int ordered = o->by == BY_PARENT || o->by == BY_SITE;
+    int ordered = o->by == BY_PARENT || o->by == BY_SITE || o->by == BY_MODULE;
     a->sink = (report_sink_t){ordered ? &aggregate_ordered_ops : &aggregate_ops, SINK_ROWS_KEPT};
     a->o = o;
     a->sites = sites;
     a->trace = trace;
     a->index = index;
     a->have_gpu_files = have_gpu_files;
+    a->join_gpu = have_gpu_files && o->by != BY_PID && o->by != BY_PARENT;
+    a->gpu_of = &a->call_gpu;
     *sink = &a->sink;
     return 0;
 }

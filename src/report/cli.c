@@ -22,11 +22,13 @@
     "  --sort KEY        total (default), self, gpu, calls, mean, min, max, p50, p95, p99, name, flops, mem\n"     \
     "  --top N           the first N rows only\n"                                                                  \
     "  --by GROUP        api (default), thread, pid, parent (caller > callee), step, site (where the program\n"    \
-    "                    made the calls, with the APIs called there: config sites); no GPU time by step, site,\n"\
-    "                    shape; shape (an API and its input shapes, from the argument summaries: torch.profiler's\n"\
-    "                    group_by_input_shape); module: a row per module path (its forward calls, the backward\n" \
-    "                    nodes charged to it, FLOPs and bytes with those of the modules inside), or with\n"     \
-    "                    --folded, --flamegraph and --html their frames are module paths\n"                     \
+    "                    made the calls, with the APIs called there: config sites); shape (an API and its\n"    \
+    "                    input shapes, from the argument summaries: torch.profiler's group_by_input_shape);\n"  \
+    "                    module: a row per module path (its forward calls, the backward nodes charged to it,\n" \
+    "                    FLOPs, bytes and GPU time with those of the modules inside), or with --folded,\n"      \
+    "                    --flamegraph and --html their frames are module paths. GPU time goes to each group\n"  \
+    "                    through the call that launched the work (--by api: bwd_gpu_ns in CSV and JSON, that\n" \
+    "                    of the autograd nodes charged to the API; --by parent's caller > callee rows: none)\n" \
     "  --api GLOB        only APIs matching the glob (repeatable)\n"                                               \
     "  --pid N           only process N (repeatable)\n"                                                            \
     "  --tid N           only thread N (repeatable)\n"                                                             \

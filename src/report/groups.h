@@ -19,6 +19,7 @@ typedef struct group {
     uint64_t hash;
     tw_api_stats_t stats;
     uint64_t bwd_ns;     /* the autograd nodes charged to this group's calls (--by api, site; modules) */
+    uint64_t bwd_gpu_ns; /* their GPU time (the work each node launched: call_gpu_table_t) */
     uint64_t flops;      /* its records' own FLOPs (config flops); modules: their forwards' flops_total */
     uint64_t bwd_flops;  /* those of the autograd nodes charged to its calls (as bwd_ns) */
     uint64_t node_flops; /* of flops, the autograd nodes' among its own records (--by api, step, ...) */
@@ -34,6 +35,25 @@ typedef struct group_table {
     size_t capacity; /* a power of two */
     size_t count;
 } group_table_t;
+
+/*
+ * GPU time per call, (pid, call id) -> ns: what the GPU records charge to each call (the work it
+ * launched itself, not that of the calls inside it). The GPU files are read first, so a call's row
+ * finds its GPU time here and takes it to the groups a GPU record cannot name (aggregate.c: the
+ * call's step or thread, the modules around it, the forward API its autograd node is charged to).
+ * One entry per call that launched GPU work: the memory of this join grows with the run.
+ */
+typedef struct call_gpu {
+    int64_t pid;
+    uint64_t call_id; /* 0: an empty slot */
+    uint64_t ns;
+} call_gpu_t;
+
+typedef struct call_gpu_table {
+    call_gpu_t *slots;
+    size_t capacity; /* a power of two */
+    size_t count;
+} call_gpu_table_t;
 
 /* A hash of len bytes of s (seed: to keep apart names of different kinds). Inline, as the next: each
  * row is hashed a few times, by every sink that keeps a table. */
@@ -65,6 +85,18 @@ group_t *report_group_get(group_table_t *t, const char *key, size_t len);
 
 /* The groups of t in a new array (NULL when out of memory), in no order; *count their number. */
 group_t **report_group_list(const group_table_t *t, size_t *count);
+
+/* Adds ns to call (pid, call_id)'s GPU time (call_id 0: none, the work no call launched); 0 or
+ * TW_ENOMEM. */
+int report_call_gpu_add(call_gpu_table_t *t, int64_t pid, uint64_t call_id, uint64_t ns);
+
+/* The GPU time of call (pid, call_id): 0 when it launched none, or t is NULL. */
+uint64_t report_call_gpu_of(const call_gpu_table_t *t, int64_t pid, uint64_t call_id);
+
+/* Adds from's times to into's; 0 or TW_ENOMEM (some not added). */
+int report_call_gpu_merge(call_gpu_table_t *into, const call_gpu_table_t *from);
+
+void report_call_gpu_free(call_gpu_table_t *t);
 
 /* Frees the groups and the table's slots; t is left empty and can be used again. */
 void report_group_table_free(group_table_t *t);

@@ -50,6 +50,7 @@ enum {
     REPORT_WAIT_FLAME_CHILDREN,    /* the flame graph: the node a parent's children wait in */
     REPORT_WAIT_FLAME_FORWARD,     /* the flame graph: nodes waiting for their forward call */
     REPORT_WAIT_TRACE_FORWARD,     /* --trace: a node written before its forward call */
+    REPORT_WAIT_MODULE_GPU,        /* --by module: the GPU time of a call's calls inside (aggregate.c) */
 };
 
 typedef struct report_wait {

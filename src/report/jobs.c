@@ -56,6 +56,7 @@ typedef struct queue {
     unit_t *units;
     size_t count;
     size_t next;            /* the next unit to take: under lock */
+    size_t end;             /* this round's units end here (see report_read_jobs) */
     int failed;             /* a unit failed: the rest need not be read. Under lock */
 } queue_t;
 
@@ -147,9 +148,9 @@ static void *work(void *arg)
     queue_t *q = w->queue;
     for (;;) {
         pthread_mutex_lock(&q->lock);
-        size_t i = q->failed || q->next >= q->count ? q->count : q->next++;
+        size_t i = q->failed || q->next >= q->end ? q->end : q->next++;
         pthread_mutex_unlock(&q->lock);
-        if (i == q->count)
+        if (i == q->end)
             return NULL;
         if ((q->units[i].rc = read_unit(w, &q->units[i])) != 0) {
             pthread_mutex_lock(&q->lock);
@@ -223,6 +224,43 @@ static void free_workers(worker_t *workers, size_t nworkers)
     free(workers);
 }
 
+/* Reads units up to q->end on the workers' threads; 0, or 1 when some unit failed or a thread did
+ * not start (the rest stopped). */
+static int run_round(worker_t *workers, size_t nworkers, queue_t *q)
+{
+    size_t started = 0;
+    for (; started < nworkers; started++)
+        if (pthread_create(&workers[started].thread, NULL, work, &workers[started]) != 0)
+            break;
+    if (started < nworkers) { /* no thread for the rest: stop the others, read on one */
+        pthread_mutex_lock(&q->lock);
+        q->failed = 1;
+        pthread_mutex_unlock(&q->lock);
+    }
+    for (size_t t = 0; t < started; t++)
+        pthread_join(workers[t].thread, NULL);
+    return q->failed;
+}
+
+/* Between the GPU files and the others: the driver's sinks that have a gpu_read see the threads'
+ * (sink.h); 0, or 1 when one is out of memory (then read on one thread, which says so). */
+static int gpu_read(pass_t *p, worker_t *workers, size_t nworkers)
+{
+    report_sink_t **threads = calloc(nworkers, sizeof *threads);
+    if (threads == NULL)
+        return 1;
+    int rc = 0;
+    for (size_t s = 0; rc == 0 && s < p->nsinks; s++) {
+        if (p->sinks[s]->ops->gpu_read == NULL)
+            continue;
+        for (size_t t = 0; t < nworkers; t++)
+            threads[t] = workers[t].pass.sinks[s];
+        rc = p->sinks[s]->ops->gpu_read(p->sinks[s], threads, nworkers) != 0;
+    }
+    free(threads);
+    return rc;
+}
+
 int report_read_jobs(pass_t *p, const inputs_t *in, const report_sites_t *sites, tw_read_stats_t *stats,
                      FILE *err)
 {
@@ -247,17 +285,24 @@ int report_read_jobs(pass_t *p, const inputs_t *in, const report_sites_t *sites,
         return 1;
     }
     rc = open_workers(p, in, sites, workers, nworkers, &q);
-    size_t started = 0;
-    for (; rc == 0 && started < nworkers; started++)
-        if (pthread_create(&workers[started].thread, NULL, work, &workers[started]) != 0)
-            break;
-    if (rc == 0 && started < nworkers) { /* no thread for the rest: stop the others, read on one */
-        pthread_mutex_lock(&q.lock);
-        q.failed = 1;
-        pthread_mutex_unlock(&q.lock);
+    /* Two rounds when a sink reads something of the GPU files in the others (the units come GPU
+     * files first): every thread's GPU units are read before any call unit, as in one pass. */
+    size_t gpu_units = 0;
+    while (gpu_units < q.count && q.units[gpu_units].gpu)
+        gpu_units++;
+    int two_rounds = 0;
+    for (size_t s = 0; s < p->nsinks; s++)
+        two_rounds |= p->sinks[s]->ops->gpu_read != NULL;
+    two_rounds &= gpu_units > 0 && gpu_units < q.count;
+    q.end = two_rounds ? gpu_units : q.count;
+    if (rc == 0)
+        rc = run_round(workers, nworkers, &q);
+    if (rc == 0 && two_rounds) {
+        rc = gpu_read(p, workers, nworkers);
+        q.end = q.count;
+        if (rc == 0)
+            rc = run_round(workers, nworkers, &q);
     }
-    for (size_t t = 0; t < started; t++)
-        pthread_join(workers[t].thread, NULL);
     pthread_mutex_destroy(&q.lock);
     int read = rc == 0 && !q.failed && ranges_chain(q.units, q.count);
     if (read)

@@ -13,6 +13,10 @@
  *           order of the parts (sums, counts, min, max, histograms); NULL where the sink needs the
  *           rows in file order (the trace, the flame graph, the tree, --by parent and site): then
  *           the whole report is read on one thread;
+ *   gpu_read  with -j, once the threads have read the GPU files and before they read the others
+ *           (the GPU files come first, as in one pass): called on the driver's sink (which it
+ *           leaves as it is), given the threads' own, for what every thread must see of the GPU
+ *           files to read the call files (the aggregate's GPU time per call). NULL: nothing;
  *   write   the sink's files (--trace, --folded, --flamegraph, --html), every sink's in turn;
  *   print   what goes to the standard output (the table, the tree), after every file is written;
  *   free    its memory (and files still open, unfinished).
@@ -24,6 +28,7 @@
 #ifndef TW_REPORT_SINK_H
 #define TW_REPORT_SINK_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -50,6 +55,7 @@ typedef struct report_sink_ops {
     int (*row)(report_sink_t *sink, const tw_row_t *row, int kept);
     int (*settle)(report_sink_t *sink);
     int (*merge)(report_sink_t *into, report_sink_t *from);
+    int (*gpu_read)(report_sink_t *sink, report_sink_t *const *threads, size_t count);
     int (*write)(report_sink_t *sink, const report_pass_t *pass, FILE *err);
     int (*print)(report_sink_t *sink, const report_pass_t *pass, FILE *out, FILE *err);
     void (*free)(report_sink_t *sink);

@@ -107,11 +107,14 @@ int report_flops_unknown(const group_t *g, group_by_t by)
  * (autograd nodes are groups of their own there); else its FLOPs with those of the nodes charged to
  * it over its calls' time and the nodes' (--by api, site), or over its self time for groups of
  * whole call trees (step, pid, thread: their total counts nested calls more than once). A module:
- * its forward calls' FLOPs over their time (its backward's are spread over nodes of many modules).
+ * its forward calls' FLOPs over their time, their GPU time on a GPU (its backward's are spread over
+ * nodes of many modules).
  */
 double report_flop_rate(const group_t *g, group_by_t by)
 {
     const tw_api_stats_t *s = &g->stats;
+    if (by == BY_MODULE && s->gpu_ns > 0)
+        return (double)g->flops * 1e9 / (double)s->gpu_ns;
     if (by == BY_MODULE)
         return s->total_ns ? (double)g->flops * 1e9 / (double)s->total_ns : 0.0;
     if (s->gpu_ns > 0)
@@ -269,9 +272,11 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
     int any_bwd = k->bwd, any_flops = k->flops;
     double peak = k->peak;
     if (o->format == OUT_CSV) {
-        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share%s%s%s%s\n",
+        /* bwd_gpu_ns last: the columns before it stay where they were */
+        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share%s%s%s%s%s\n",
                 group_title(o->by), any_bwd ? ",bwd_ns" : "", any_flops ? ",flops,bwd_flops,flop_s" : "",
-                any_flops && peak > 0 ? ",mfu" : "", k->mem ? ",mem_alloc,mem_self,mem_freed,mem_peak,bwd_mem" : "");
+                any_flops && peak > 0 ? ",mfu" : "", k->mem ? ",mem_alloc,mem_self,mem_freed,mem_peak,bwd_mem" : "",
+                any_bwd && k->gpu ? ",bwd_gpu_ns" : "");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self, o->by, peak);
             report_csv_text(out, v.key);
@@ -289,15 +294,20 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
             if (k->mem)
                 fprintf(out, ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, v.mem_alloc, v.mem_self,
                         v.mem_freed, v.mem_peak, v.bwd_mem);
+            if (any_bwd && k->gpu)
+                fprintf(out, ",%" PRIu64, order[i]->bwd_gpu_ns);
             fputc('\n', out);
         }
         return;
     }
     if (o->format == OUT_JSON) {
-        fprintf(out, "{\"group_by\":\"%s\",\"rows\":[", o->by == BY_API ? "api" : o->by == BY_THREAD ? "thread"
+        /* gpu: the run has GPU time (GPU files, or records that carry it), which gpu_ns and
+         * bwd_gpu_ns give per group: what a program computes rates over instead of CPU time */
+        fprintf(out, "{\"group_by\":\"%s\",\"gpu\":%s,\"rows\":[", o->by == BY_API ? "api" : o->by == BY_THREAD ? "thread"
                                                        : o->by == BY_PID ? "pid" : o->by == BY_STEP ? "step"
                                                        : o->by == BY_SITE ? "site" : o->by == BY_SHAPE ? "shape"
-                                                       : o->by == BY_MODULE ? "module" : "parent");
+                                                       : o->by == BY_MODULE ? "module" : "parent",
+                k->gpu ? "true" : "false");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self, o->by, peak);
             fputs(i ? ",\n{\"key\":" : "\n{\"key\":", out);
@@ -308,6 +318,8 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                     v.calls, v.errors, v.total, v.self, v.gpu, v.mean, v.min, v.p50, v.p95, v.p99, v.max, v.share);
             if (any_bwd)
                 fprintf(out, ",\"bwd_ns\":%" PRIu64, v.bwd);
+            if (any_bwd && k->gpu) /* the GPU time of the nodes charged (bwd_ns's nodes) */
+                fprintf(out, ",\"bwd_gpu_ns\":%" PRIu64, order[i]->bwd_gpu_ns);
             if (any_flops && v.flops_unknown)
                 fputs(peak > 0 ? ",\"flops\":null,\"bwd_flops\":null,\"flop_s\":null,\"node_flops\":null,\"mfu\":null"
                                : ",\"flops\":null,\"bwd_flops\":null,\"flop_s\":null,\"node_flops\":null", out);
@@ -415,7 +427,7 @@ int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const 
     for (size_t i = 0; i < n; i++) {
         const group_t *g = order[i];
         all_self += g->stats.self_ns;
-        k.gpu |= g->stats.gpu_ns != 0;
+        k.gpu |= (g->stats.gpu_ns | g->bwd_gpu_ns) != 0;
         k.bwd |= g->bwd_ns != 0;
         k.flops |= (g->flops | g->bwd_flops) != 0;
         k.mem |= (g->mem_alloc | g->mem_freed | g->bwd_mem) != 0;
