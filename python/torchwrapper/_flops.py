@@ -125,17 +125,23 @@ def _outdir_records(paths):
 def report_groups(source, by: str, caller: str):
     """tw-report --by BY --format json's rows for source (a load() frame, an out_dir, a record file or
     a list of them), keyed by group: a step's key as an int (-1: calls without a step)."""
+    return _report_groups(source, by, caller)[1]
+
+
+def _report_groups(source, by: str, caller: str):
+    """(whether the run has GPU time, report_groups' rows)."""
     from ._tw_report import record_paths, report_json
 
     if by not in ("api", "module", "step"):
         raise ValueError(f"by={by!r} is not accepted: give 'api', 'module' or 'step'")
     with record_paths(source) as paths:
         if paths is None:
-            return {}
-        rows = report_json([caller, "--by", by, "--format", "json", "--sort", "name", "--", *paths])["rows"]
+            return False, {}
+        report = report_json([caller, "--by", by, "--format", "json", "--sort", "name", "--", *paths])
+    rows = report["rows"]
     if by == "step":
-        return {(-1 if row["key"] == "(no step)" else int(row["key"])): row for row in rows}
-    return {row["key"]: row for row in rows}
+        return report["gpu"], {(-1 if row["key"] == "(no step)" else int(row["key"])): row for row in rows}
+    return report["gpu"], {row["key"]: row for row in rows}
 
 
 def flops_table(frame, by: str = "api", peak_flops: Optional[float] = None):
@@ -143,29 +149,32 @@ def flops_table(frame, by: str = "api", peak_flops: Optional[float] = None):
     MFU: tw-report's groups (``tw-report --by BY``; tw-report counts, this reads its JSON).
 
     by="api": each API's calls' own FLOPs (``flops``), the backward nodes' charged to them
-    (``bwd_flops``), ``total_flops``, ``time_ns`` (the calls' and those nodes' time; the calls' GPU
-    time when the run has some), ``flop_s`` and ``mfu`` (against ``peak_flops``, else the manifest's;
-    NaN without a peak). by="module": each module path's forward calls' flops_total and the backward
-    nodes of it and of the modules inside it (the model's row, its class, holds every node charged in
-    the model), keyed as FlopCounterMode's get_flop_counts() keys modules (``GPT2LMHeadModel``,
-    ``GPT2LMHeadModel.transformer.h.0.attn``); time is its forward calls'. by="step": the step's
-    records' own FLOPs, the autograd nodes' as bwd_flops, over the step's time (its calls' self
-    times, which add up to its outermost calls'). flop_s is total_flops over time_ns. Sorted by
-    total_flops, largest first."""
+    (``bwd_flops``), ``total_flops``, ``time_ns`` (the calls' and those nodes' time), ``flop_s`` and
+    ``mfu`` (against ``peak_flops``, else the manifest's; NaN without a peak). by="module": each
+    module path's forward calls' flops_total and the backward nodes of it and of the modules inside
+    it (the model's row, its class, holds every node charged in the model), keyed as
+    FlopCounterMode's get_flop_counts() keys modules (``GPT2LMHeadModel``,
+    ``GPT2LMHeadModel.transformer.h.0.attn``); time is its forward calls' (the calls inside
+    included). by="step": the step's records' own FLOPs, the autograd nodes' as bwd_flops, over the
+    step's time (its calls' self times, which add up to its outermost calls'). On a run with GPU time
+    every time is GPU time: the work each call or node launched itself (by="api": the API's calls'
+    and the nodes charged to them; by="module": that of the forward calls and of every call inside
+    them; by="step": that of every call and node of the step). flop_s is total_flops over time_ns.
+    Sorted by total_flops, largest first."""
     import pandas
 
     source, peak = _table_source(frame)
     peak = peak_flops if peak_flops is not None else peak
     if peak is not None and not peak > 0:
         raise ValueError(f"peak_flops={peak!r} is not accepted: give FLOP/s, a number more than 0")
-    groups = report_groups(source, by, "torchwrapper.flops_table")
-    gpu = any(row["gpu_ns"] for row in groups.values())
+    gpu, groups = _report_groups(source, by, "torchwrapper.flops_table")
     table = {}
     for key, row in groups.items():
         flops, bwd = row.get("flops") or 0, row.get("bwd_flops") or 0   # null: no formula for the API
         node = row.get("node_flops") or 0
         if by == "api":     # a node's own FLOPs count for its forward API (bwd_flops), not its own row
-            flops, time = flops - node, row["gpu_ns"] if gpu else row["total_ns"] + row.get("bwd_ns", 0)
+            time = row["gpu_ns"] + row.get("bwd_gpu_ns", 0) if gpu else row["total_ns"] + row.get("bwd_ns", 0)
+            flops -= node
         elif by == "module":
             time = row["gpu_ns"] if gpu else row["total_ns"]
         else:

@@ -13,6 +13,7 @@ import threading
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchwrapper as tw
 
@@ -336,3 +337,95 @@ def test_kernel_names_are_demangled_as_torch_profiler_shows_them(fake, tmp_path)
     seen = [r["name"] for r in read_csv(tmp_path, "gpu")]
     assert seen == ["void at::native::elementwise_kernel<128, 2>(int)", "void scal_kernel<float>(float*)",
                     "plain_kernel", "_Znot_a_valid_name"] * 3
+
+
+class _Kernels(TorchDispatchMode):
+    """A GPU's kernels on the CPU: each aten operator launches one fake kernel (its length from the
+    operator's name), from inside the profiled call or the autograd node that runs it, as CUDA's
+    operators launch theirs."""
+
+    def __init__(self, fake):
+        super().__init__()
+        self.fake = fake
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        t, name = self.fake.fake_cupti_now(), str(func)
+        self.fake.fake_cupti_launch(0, name.encode(), 0, t, t + 100 + 7 * len(name), 0, 7)
+        return func(*args, **(kwargs or {}))
+
+
+def _subtree_gpu(frame):
+    """Each call's GPU time with that of the calls inside it, from load()'s records (their own)."""
+    children = {}
+    for pid, call, parent in zip(frame["pid"], frame["call_id"], frame["parent_id"]):
+        children.setdefault((pid, parent), []).append(call)
+    own = dict(zip(zip(frame["pid"], frame["call_id"]), frame["gpu_ns"]))
+
+    def total(pid, call):
+        return own[(pid, call)] + sum(total(pid, child) for child in children.get((pid, call), ()))
+    return {key: total(*key) for key in own}
+
+
+@cpu_only
+@needs_fake
+def test_flops_table_times_are_gpu_time_per_api_module_and_step(fake, tmp_path, monkeypatch):
+    """On a GPU, flops_table's time is the GPU time of what each group ran: an API's calls and the
+    autograd nodes charged to them, a module's forward calls with the calls inside them, every call
+    and node of a step (tw-report joins each GPU record to its call). Each is computed here again
+    from load()'s records, whose gpu_ns is the work each call launched itself."""
+    import torchwrapper._profile as profile_module
+
+    if profile_module._torch_layer()[0] is None:
+        pytest.skip("the libtorch layer was not built")
+    monkeypatch.setattr(profile_module, "_cuda_available", lambda: True)   # as if torch had found a GPU
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8), torch.randn(32, 4)
+    out = str(tmp_path / "run")
+    with tw.profile(out_dir=out, format="csv", gpu="on", aten="backward", peak_flops=1e12) as prof:
+        with _Kernels(fake):
+            for _ in range(3):
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+    stats = prof.stats()
+    assert stats["gpu"] == "on" and stats["backward"] == "on" and stats["gpu_unattributed"] == 0
+    frame = tw.load(out)
+    api = frame["api"].astype(str)
+    node = frame["fwd_call_id"] != 0
+    assert frame["gpu_ns"][node].sum() > 0 and frame["gpu_ns"][~node].sum() > 0
+    # by API: the forward calls' GPU time and that of the nodes charged to them
+    expected_api = frame["gpu_ns"][~node].groupby(api[~node]).sum().add(
+        frame["gpu_ns"][node].groupby(frame["fwd_api"][node]).sum(), fill_value=0)
+    # by module: each forward call's GPU time with the calls' inside it
+    inside = _subtree_gpu(frame)
+    forward = ~node & frame["module"].notna() & api.str.endswith(".forward")
+    expected_module = pandas_series({module: 0 for module in frame["module"][forward]})
+    for module, pid, call in zip(frame["module"][forward], frame["pid"][forward], frame["call_id"][forward]):
+        expected_module[module] += inside[(pid, call)]
+    # by step: every call's and node's
+    expected_step = frame["gpu_ns"].groupby(frame["step"]).sum()
+    for source in (frame, out):   # a frame goes to tw-report as a record file with gpu_ns; the out_dir as it is
+        for by, expected in (("api", expected_api), ("module", expected_module), ("step", expected_step)):
+            table = tw.flops_table(source, by=by)
+            assert len(table) > 0 and (table["time_ns"] > 0).all(), (by, table)
+            assert {key: int(table.loc[key, "time_ns"]) for key in table.index} == \
+                {key: int(expected[key]) for key in table.index}, by
+            assert (table["mfu"] == table["total_flops"] / (table["time_ns"] / 1e9) / 1e12).all()
+    assert set(tw.flops_table(out, by="module").index) == {"Sequential", "Sequential.0", "Sequential.2"}
+    assert list(tw.flops_table(out, by="step").index) == [0, 1, 2]
+    # tw-report on several threads reads the GPU files before the others, as on one
+    report = os.path.join(HERE, "..", "..", "tw-report")
+    if os.path.exists(report):
+        for by in ("api", "step", "thread", "shape"):
+            runs = [subprocess.run([report, "-j", jobs, "--by", by, "--format", "json", out], capture_output=True,
+                                   text=True, check=True, env=dict(os.environ, TW_REPORT_RANGE_BYTES="512")).stdout
+                    for jobs in ("1", "3")]
+            assert runs[0] == runs[1], by
+
+
+def pandas_series(values):
+    import pandas
+
+    return pandas.Series(values, dtype="int64")
