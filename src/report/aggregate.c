@@ -543,7 +543,11 @@ int report_aggregate_new(const options_t *o, const report_sites_t *sites, report
     a->trace = trace;
     a->index = index;
     a->have_gpu_files = have_gpu_files;
-    a->join_gpu = have_gpu_files && o->by != BY_PID && o->by != BY_PARENT;
+    /* The table holds an entry a launching call (it grows with the run): only where a group needs it.
+     * --by api's own GPU time comes from the GPU records' API, and the table's text has no column
+     * for the nodes' (bwd_gpu_ns, in CSV and JSON): the default report stays flat on GPU runs. */
+    a->join_gpu = have_gpu_files && o->by != BY_PID && o->by != BY_PARENT &&
+                  (o->by != BY_API || o->format == OUT_CSV || o->format == OUT_JSON);
     a->gpu_of = &a->call_gpu;
     *sink = &a->sink;
     return 0;
