@@ -9,6 +9,7 @@
 #include "atfork.h"
 #include "backward.h"
 #include "flops.h"
+#include "layer.h"
 #include "memory.h"
 
 #include <pthread.h>
@@ -389,15 +390,15 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
     self->flops_on = 0;
     self->flops_reason[0] = '\0';
     if (self->settings.flops) { /* the layer reads the shapes; backward nodes carry their FLOPs when on */
-        if (tw_backward_load(self->torch_layer, self->torch_version, self->flops_reason,
-                                  sizeof self->flops_reason) == 0)
+        if (tw_layer_need(TW_LAYER_FLOPS, self->torch_layer, self->torch_version, self->flops_reason,
+                          sizeof self->flops_reason) == 0)
             self->flops_on = 1;
         tw_active_set_flops(self->flops_on);
     }
     if (!self->backward_on && self->args_mode == TW_ARGS_SUMMARY) {
         /* the layer reads tensors' summaries (args.c); without it (not built: NULL paths), Python does */
         char why[512];
-        (void)tw_backward_load(self->torch_layer, self->torch_version, why, sizeof why);
+        (void)tw_layer_need(TW_LAYER_SUMMARY, self->torch_layer, self->torch_version, why, sizeof why);
     }
     /* Last, the session recording: a warning made an error leaves it active for the caller to stop. */
     if (self->memory_asked && !self->memory_on &&
