@@ -7,6 +7,14 @@
 #ifndef TW_PY_ACTIVE_H
 #define TW_PY_ACTIVE_H
 
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "torchwrapper/torchwrapper.h"
+
+#include "hooks.h"
+
 /*
  * The profiling session that wrappers record into. Process-wide on purpose: the wrappers are
  * installed into torch, which is one per process, and a wrapper's hot path must not look anything up
