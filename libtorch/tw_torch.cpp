@@ -227,6 +227,11 @@ extern "C" int tw_torch_tensor_summary(PyObject *tensor, char *out, size_t size)
     }
 }
 
+extern "C" unsigned tw_torch_layer_version(void)
+{
+    return TW_TORCH_LAYER_VERSION;
+}
+
 extern "C" const char *tw_torch_built_with(void)
 {
     return TW_TORCH_VERSION;

@@ -98,6 +98,11 @@ TW_TORCH_API uint64_t tw_torch_flops(int kind, struct _object *const *args, size
                                      struct _object *result, uint64_t seq_begin, uint64_t seq_end,
                                      const tw_torch_flops_node_t **nodes, unsigned *n_nodes);
 
+/* The version of the table of entry points below (their names and signatures): the extension loads
+ * a layer only when it is the one it was built with (python/core/layer.c). Raised at each change. */
+#define TW_TORCH_LAYER_VERSION 1u
+TW_TORCH_API unsigned tw_torch_layer_version(void);
+
 /* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
 TW_TORCH_API const char *tw_torch_built_with(void);
 

@@ -57,15 +57,10 @@ void tw_active_set_flops(int on)
         tw_active.hooks.kinds &= ~(uint32_t)TW_KIND_FLOPS;
 }
 
-void tw_active_quiesce(void)
+PyObject *tw_active_end(void)
 {
     tw_active.gen = 0;
     tw_active.seq_peek = NULL;
-}
-
-PyObject *tw_active_end(void)
-{
-    tw_active_quiesce();
     tw_active.idle = 0;
     tw_active.recorder = NULL;
     tw_active.writer = NULL;

@@ -7,6 +7,14 @@
 #ifndef TW_PY_ACTIVE_H
 #define TW_PY_ACTIVE_H
 
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "torchwrapper/torchwrapper.h"
+
+#include "hooks.h"
+
 /*
  * The profiling session that wrappers record into. Process-wide on purpose: the wrappers are
  * installed into torch, which is one per process, and a wrapper's hot path must not look anything up
@@ -71,11 +79,8 @@ void tw_active_set_seq_peek(uint64_t (*seq_peek)(void));
 /* Config flops: the wrappers of APIs with a FLOP formula measure their calls (flops.h). */
 void tw_active_set_flops(int on);
 
-/* Wrappers stop recording (gen 0): the first thing stop does. */
-void tw_active_quiesce(void);
-
-/* Forgets the session's recorder, writer, hooks and GPU hooks; returns the session's reference
- * (the caller drops it once the session is stopped). */
+/* Wrappers stop recording (gen 0); forgets the session's recorder, writer, hooks and GPU hooks;
+ * returns the session's reference (the caller drops it). */
 PyObject *tw_active_end(void);
 
 /* Call sites (call_sites.c): the table and mode recorded into, or none. */

@@ -14,7 +14,7 @@
  */
 #include "module.h"
 
-#include "backward.h"
+#include "layer.h"
 #include "wrapper.h"
 
 #include <stdio.h>
@@ -261,14 +261,14 @@ static inline int put_layer(text_t *t, PyObject *obj)
     if (t->full)
         return 1; /* nothing more is written */
     size_t room = (size_t)(t->end - t->p);
-    int n = tw_layer_tensor_summary(obj, t->p, room < LAYER_TEXT_MAX ? room : LAYER_TEXT_MAX);
+    int n = tw_layer.tensor_summary(obj, t->p, room < LAYER_TEXT_MAX ? room : LAYER_TEXT_MAX);
     if (TW_LIKELY(n >= 0)) {
         t->p += n;
         return 1;
     }
     if (n == -2 && room < LAYER_TEXT_MAX) {
         char text[LAYER_TEXT_MAX];
-        n = tw_layer_tensor_summary(obj, text, sizeof text);
+        n = tw_layer.tensor_summary(obj, text, sizeof text);
         if (n >= 0) {
             put(t, text, (size_t)n);
             return 1;
@@ -314,7 +314,7 @@ static void put_tensor_python(text_t *t, PyObject *obj)
 static void put_tensor(text_t *t, PyObject *obj)
 {
     refresh_descriptors();
-    if (tw_layer_tensor_summary != NULL && reads_tensor_base(Py_TYPE(obj)) && put_layer(t, obj))
+    if (tw_layer.tensor_summary != NULL && reads_tensor_base(Py_TYPE(obj)) && put_layer(t, obj))
         return;
     put_tensor_python(t, obj);
 }

@@ -12,7 +12,7 @@
  * indexed by sequence number: bounded, no lock. No per-operator callback is needed (one would make
  * torch build a RecordFunction for every operator: about 1 us per node, measured).
  *
- * The libtorch layer (libtorch/tw_torch.h, loaded with dlopen from the package's _torch.so) calls
+ * The libtorch layer (libtorch/tw_torch.h, loaded by layer.c from the package's _torch.so) calls
  * node_begin(name, seq, forward_thread) / node_end() on whatever thread runs a node, with or
  * without the GIL: the node is recorded like a profiled call on this thread's recorder state (so
  * that on the CPU, where backward runs on the calling thread, nodes nest under
@@ -30,7 +30,6 @@
  */
 #include "module.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -39,75 +38,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../libtorch/tw_torch.h"
 #include "atfork.h"
 #include "backward.h"
-#include "flops.h"
+#include "layer.h"
 #include "memory.h"
-
-/* ---- the layer ---------------------------------------------------------------------------------- */
-
-static void *layer;                    /* dlopen handle of _torch.so, kept for the process */
-static const char *(*layer_built_with)(void);
-static uint64_t (*layer_peek)(void);
-static uint64_t (*layer_thread_id)(void);
-static int (*layer_start)(const tw_torch_hooks_t *, int);
-static void (*layer_stop)(void);
-int (*tw_layer_tensor_summary)(PyObject *, char *, size_t);
-
-int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size)
-{
-    if (path == NULL || torch_version == NULL) {
-        snprintf(why, why_size, "the libtorch layer was not built (configure found no torch for its Python, or no C++20 "
-                                "compiler)");
-        return -1;
-    }
-    if (layer != NULL) {
-        if (strcmp(layer_built_with(), torch_version) == 0)
-            return 0;
-        snprintf(why, why_size, "the libtorch layer was built against torch %s and this is torch %s",
-                 layer_built_with(), torch_version);
-        return -1;
-    }
-    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (handle == NULL) {
-        snprintf(why, why_size, "the libtorch layer %s cannot be loaded: %s", path, dlerror());
-        return -1;
-    }
-    const char *(*built_with)(void) = (const char *(*)(void))dlsym(handle, "tw_torch_built_with");
-    int (*start)(const tw_torch_hooks_t *, int) =
-        (int (*)(const tw_torch_hooks_t *, int))dlsym(handle, "tw_torch_start");
-    void (*stop)(void) = (void (*)(void))dlsym(handle, "tw_torch_stop");
-    uint64_t (*peek)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_sequence_peek");
-    uint64_t (*thread_id)(void) = (uint64_t(*)(void))dlsym(handle, "tw_torch_thread_id");
-    int (*tensor_summary)(PyObject *, char *, size_t) =
-        (int (*)(PyObject *, char *, size_t))dlsym(handle, "tw_torch_tensor_summary");
-    void *flops = dlsym(handle, "tw_torch_flops");
-    if (built_with == NULL || start == NULL || stop == NULL || peek == NULL || thread_id == NULL ||
-        tensor_summary == NULL || flops == NULL) {
-        snprintf(why, why_size, "the libtorch layer %s lacks its entry points", path);
-        dlclose(handle);
-        return -1;
-    }
-    if (strcmp(built_with(), torch_version) != 0) {
-        snprintf(why, why_size,
-                 "the libtorch layer was built against torch %s and this is torch %s: backward nodes are off "
-                 "(reinstall torchwrapper with this torch to have them)",
-                 built_with(), torch_version);
-        dlclose(handle);
-        return -1;
-    }
-    layer = handle;
-    layer_built_with = built_with;
-    layer_start = start;
-    layer_stop = stop;
-    layer_peek = peek;
-    layer_thread_id = thread_id;
-    tw_layer_tensor_summary = tensor_summary;
-    /* dlsym's object pointer to a function pointer: through memcpy, as POSIX allows */
-    memcpy(&tw_layer_flops, &flops, sizeof flops);
-    return 0;
-}
 
 /* ---- forward links: (forward thread, sequence number) -> the call that created the node ---------- */
 
@@ -238,7 +172,7 @@ static void hook_leave(node_thread_t *st)
 
 uint64_t (*tw_backward_peek_function(void))(void)
 {
-    return layer_peek;
+    return tw_layer.sequence_peek;
 }
 
 /* The external correlation ids this thread pushed for its open nodes, by nesting level: kept apart
@@ -273,11 +207,11 @@ static _Thread_local uint64_t torch_thread_plus1;
 void tw_backward_link_call(const tw_thread_t *t, const tw_frame_t *frame, const tw_torch_flops_node_t *flops,
                            unsigned n_flops)
 {
-    uint64_t end = layer_peek(), begin = frame->seq_begin;
+    uint64_t end = tw_layer.sequence_peek(), begin = frame->seq_begin;
     if (end == begin || atomic_load_explicit(&hooks_idle, memory_order_relaxed))
         return;
     if (torch_thread_plus1 == 0)
-        torch_thread_plus1 = layer_thread_id() + 1;
+        torch_thread_plus1 = tw_layer.thread_id() + 1;
     uint64_t thread = torch_thread_plus1 - 1;
     link_slot_t *ring = atomic_load_explicit(&rings[thread % LINK_RINGS], memory_order_acquire);
     if (ring == NULL) {
@@ -522,34 +456,24 @@ static void after_fork_in_child(void)
     }
 }
 
-int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen,
-                      int operators, char *why, size_t why_size)
+int tw_backward_session_start(const char *layer_path, const char *torch_version, tw_recorder_t *recorder,
+                              tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, int operators,
+                              char *why, size_t why_size)
 {
     tw_atfork_register(TW_ATFORK_BACKWARD, NULL, NULL, after_fork_in_child);
-    if (layer == NULL) {
-        snprintf(why, why_size, "the libtorch layer is not loaded");
+    if (tw_layer_need(TW_LAYER_BACKWARD, layer_path, torch_version, why, why_size) != 0)
         return -1;
-    }
     recording_recorder = recorder;
     recording_clock = clock;
     recording_gpu = gpu; /* published with recording_gen below */
     atomic_store(&recording_gen, gen);
-    int rc = layer_start(&hooks, operators);
+    int rc = tw_layer.start(&hooks, operators);
     if (rc != 0) {
         atomic_store(&recording_gen, 0);
         snprintf(why, why_size, "the libtorch layer cannot register its callbacks: %s", tw_strerror(rc));
         return -1;
     }
     return 0;
-}
-
-int tw_backward_session_start(const char *layer_path, const char *torch_version, tw_recorder_t *recorder,
-                              tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, int operators,
-                              char *why, size_t why_size)
-{
-    if (tw_backward_load(layer_path, torch_version, why, why_size) != 0)
-        return -1;
-    return tw_backward_start(recorder, clock, gpu, gen, operators, why, why_size);
 }
 
 uint64_t tw_backward_stop(void)
@@ -565,7 +489,7 @@ uint64_t tw_backward_stop(void)
         while (st != NULL && atomic_load(&st->busy))
             sched_yield(); /* a hook finishing its record: one append at most */
     }
-    layer_stop();
+    tw_layer.stop();
     /* No hook touches a ring now (busy marks are clear and recording has ended): free them, so that
      * a next session starts with no link from this one. */
     for (unsigned i = 0; i < LINK_RINGS; i++)

@@ -14,21 +14,10 @@
 
 #include "../../libtorch/tw_torch.h"
 
-/* Loads the libtorch layer at path (once per process) if it was built against torch_version
- * (torch.__version__); path or torch_version NULL: the layer was not built. 0, or -1 with the
- * reason in why (one line for the user). */
-int tw_backward_load(const char *path, const char *torch_version, char *why, size_t why_size);
-
-/* The layer's tensor summary (tw_torch_tensor_summary), once a load succeeded; else NULL. */
-extern int (*tw_layer_tensor_summary)(PyObject *, char *, size_t);
-
-/* Backward nodes go to recorder from now on (gen: the session's generation, not 0), and with operators
- * nonzero every operator too (config aten "all"); with gpu (CUPTI's hooks while GPU timing is on, else
- * NULL), the kernels a node launches are attributed to its record. 0, or -1 with the reason in why. */
-int tw_backward_start(tw_recorder_t *recorder, tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen,
-                      int operators, char *why, size_t why_size);
-
-/* Loads the layer (layer_path NULL: not built) and starts; 0, or -1 with the reason in why. */
+/* Loads the libtorch layer (layer.h; layer_path NULL: not built) and starts: backward nodes go to
+ * recorder from now on (gen: the session's generation, not 0), and with operators nonzero every
+ * operator too (config aten "all"); with gpu (CUPTI's hooks while GPU timing is on, else NULL), the
+ * kernels a node launches are attributed to its record. 0, or -1 with the reason in why. */
 int tw_backward_session_start(const char *layer_path, const char *torch_version, tw_recorder_t *recorder,
                               tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, int operators,
                               char *why, size_t why_size);

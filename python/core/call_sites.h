@@ -3,6 +3,12 @@
 #ifndef TW_PY_CALL_SITES_H
 #define TW_PY_CALL_SITES_H
 
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "torchwrapper/torchwrapper.h"
+
 /* ---- call sites (call_sites.c) ---- */
 
 extern int tw_site_frames_fast; /* the frame mirror (frame_mirror.h) is used (checked by tw_sites_begin) */

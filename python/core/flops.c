@@ -4,8 +4,7 @@
 
 #include <string.h>
 
-uint64_t (*tw_layer_flops)(int, PyObject *const *, size_t, PyObject *, PyObject *, uint64_t, uint64_t,
-                           const tw_torch_flops_node_t **, unsigned *);
+#include "layer.h"
 
 /* The APIs with a formula, by the names discovery gives them (F.conv2d is torch.conv2d, F.linear is
  * torch.nn.functional.linear); nn.Linear, nn.Conv2d, nn.MultiheadAttention count through these, and
@@ -60,7 +59,7 @@ uint32_t tw_flops_kind_of(const char *api_name)
 unsigned tw_flops_measure(uint32_t kind, tw_frame_t *frame, PyObject *const *args, size_t nargsf, PyObject *kwnames,
                           PyObject *result, const tw_torch_flops_node_t **nodes)
 {
-    if (frame->child_flops != 0 || tw_layer_flops == NULL)
+    if (frame->child_flops != 0 || tw_layer.flops == NULL)
         return 0;
     uint64_t begin = 0, end = 0;
     if (tw_active.seq_peek != NULL) { /* backward nodes recorded: they can carry FLOPs */
@@ -68,7 +67,7 @@ unsigned tw_flops_measure(uint32_t kind, tw_frame_t *frame, PyObject *const *arg
         end = tw_active.seq_peek();
     }
     unsigned n = 0;
-    frame->flops = tw_layer_flops((int)kind, args, (size_t)PyVectorcall_NARGS(nargsf), kwnames, result, begin, end,
+    frame->flops = tw_layer.flops((int)kind, args, (size_t)PyVectorcall_NARGS(nargsf), kwnames, result, begin, end,
                                   nodes, &n);
     return n;
 }

@@ -14,10 +14,6 @@
 /* The formula of the API named api_name (tw_flops_kind_t; TW_FLOPS_NONE: none). */
 uint32_t tw_flops_kind_of(const char *api_name);
 
-/* The layer's tw_torch_flops, once loaded (backward.c); else NULL. */
-extern uint64_t (*tw_layer_flops)(int, PyObject *const *, size_t, PyObject *, PyObject *, uint64_t, uint64_t,
-                                  const tw_torch_flops_node_t **, unsigned *);
-
 /*
  * A call of a wrapper with formula kind returned result (not NULL): its own FLOPs into frame->flops,
  * and the backward FLOPs of the compute nodes it created (when backward nodes are recorded): *nodes

@@ -20,22 +20,12 @@
  */
 #include "memory.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../../libtorch/tw_torch.h"
-#include "backward.h"
-
-static struct {
-    int (*owner)(void);
-    int (*start)(tw_torch_memory_report_t);
-    int (*step_aside)(void);
-    int (*resume)(void);
-    int (*stop)(int);
-} layer;
+#include "layer.h"
 
 /* 1 while a session measures: threads attached meanwhile get counters (written with the GIL, read
  * also by libtorch's threads when they attach) */
@@ -81,37 +71,11 @@ static void on_report(int64_t bytes, uint64_t total, int device_type, int device
         m->peak = sum;
 }
 
-static int load_layer(const char *layer_path, const char *torch_version, char *why, size_t why_size)
-{
-    if (layer.start != NULL)
-        return 0;
-    if (tw_backward_load(layer_path, torch_version, why, why_size) != 0)
-        return -1;
-    void *handle = dlopen(layer_path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD); /* loaded just above */
-    if (handle == NULL) {
-        snprintf(why, why_size, "the libtorch layer %s cannot be found again: %s", layer_path, dlerror());
-        return -1;
-    }
-    layer.owner = (int (*)(void))dlsym(handle, "tw_torch_memory_owner");
-    layer.step_aside = (int (*)(void))dlsym(handle, "tw_torch_memory_step_aside");
-    layer.resume = (int (*)(void))dlsym(handle, "tw_torch_memory_resume");
-    layer.stop = (int (*)(int))dlsym(handle, "tw_torch_memory_stop");
-    int (*start)(tw_torch_memory_report_t) = (int (*)(tw_torch_memory_report_t))dlsym(handle, "tw_torch_memory_start");
-    dlclose(handle); /* the reference taken by RTLD_NOLOAD; backward.c keeps its own for the process */
-    if (layer.owner == NULL || layer.step_aside == NULL || layer.resume == NULL || layer.stop == NULL ||
-        start == NULL) {
-        snprintf(why, why_size, "the libtorch layer %s lacks its memory entry points (an older build)", layer_path);
-        return -1;
-    }
-    layer.start = start;
-    return 0;
-}
-
 int tw_memory_start(const char *layer_path, const char *torch_version, char *why, size_t why_size)
 {
-    if (load_layer(layer_path, torch_version, why, why_size) != 0)
+    if (tw_layer_need(TW_LAYER_MEMORY, layer_path, torch_version, why, why_size) != 0)
         return -1;
-    int rc = layer.start(on_report);
+    int rc = tw_layer.memory_start(on_report);
     if (rc == -EBUSY) {
         snprintf(why, why_size, "another profiler holds the allocator's reports on this thread (torch.profiler is "
                                 "running): memory is not measured; stop it first to measure memory");
@@ -133,7 +97,7 @@ int tw_memory_stop(char *note, size_t note_size)
     measuring = 0;
     int pushed_here = !stepped_aside; /* stepped aside: another profiler still runs here, ours is off */
     stepped_aside = 0;
-    if (layer.stop(pushed_here) == 0)
+    if (tw_layer.memory_stop(pushed_here) == 0)
         return 0;
     snprintf(note, note_size, "the allocator reporter could not be taken off the thread that started the session "
                               "(stopped on another thread, or another profiler still runs above it there): it stays "
@@ -156,7 +120,7 @@ void tw_memory_attach(tw_thread_t *t)
  * top here, goes off until memory_resume(). */
 static PyObject *core_memory_step_aside(PyObject *module, PyObject *unused)
 {
-    if (!measuring || stepped_aside || layer.step_aside() != 0)
+    if (!measuring || stepped_aside || tw_layer.memory_step_aside() != 0)
         Py_RETURN_FALSE;
     stepped_aside = 1;
     Py_RETURN_TRUE;
@@ -167,7 +131,7 @@ static PyObject *core_memory_resume(PyObject *module, PyObject *unused)
 {
     if (!stepped_aside)
         Py_RETURN_FALSE;
-    if (!measuring || layer.resume() != 0)
+    if (!measuring || tw_layer.memory_resume() != 0)
         Py_RETURN_FALSE; /* still stepped aside: another profiler holds the slot */
     stepped_aside = 0;
     Py_RETURN_TRUE;
@@ -178,9 +142,9 @@ static PyObject *core_memory_resume(PyObject *module, PyObject *unused)
 static PyObject *core_memory_owner(PyObject *module, PyObject *unused)
 {
     static const char *const names[] = {"free", "ours", "inert", "other"};
-    if (layer.owner == NULL)
+    if (tw_layer.memory_owner == NULL)
         Py_RETURN_NONE;
-    int owner = layer.owner();
+    int owner = tw_layer.memory_owner();
     return PyUnicode_FromString(owner >= 0 && owner <= 3 ? names[owner] : "other");
 }
 

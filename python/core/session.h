@@ -10,6 +10,21 @@
 
 typedef enum { SESSION_NEW, SESSION_ACTIVE, SESSION_STOPPED } session_state_t;
 
+/* What a session starts, in the order it starts them (session.c's table). */
+typedef enum {
+    TW_SESSION_TRACER,    /* the tracer's hooks taken */
+    TW_SESSION_WRITER,    /* file output (out_dir) */
+    TW_SESSION_GPU,       /* GPU timing (CUPTI) */
+    TW_SESSION_SITES,     /* call sites looked up */
+    TW_SESSION_ONDEMAND,  /* on-demand capture's control */
+    TW_SESSION_MEMORY,    /* the allocators' reports (config memory) */
+    TW_SESSION_RECORDING, /* the wrappers record into this session (tw_active) */
+    TW_SESSION_BACKWARD,  /* backward nodes (config aten) */
+    TW_SESSION_FLOPS,     /* FLOPs per call (config flops) */
+    TW_SESSION_SUMMARY,   /* tensor summaries by the libtorch layer (config args "summary") */
+    TW_SESSION_FEATURES
+} tw_session_feature_t;
+
 typedef struct {
     PyObject_HEAD
     tw_recorder_t *recorder;
@@ -41,7 +56,6 @@ typedef struct {
     int gpu_device;        /* the caller found a CUDA device */
     char **cupti_paths;    /* NULL-terminated, PyMem_Raw; candidates for the CUPTI library */
     tw_gpu_t *gpu;         /* while GPU timing runs, and after stop for its counters */
-    char gpu_reason[1024]; /* why GPU timing is off, "" when on or not asked for */
     tw_sites_mode_t sites_mode;
     tw_sites_t *sites;     /* call sites (sites.h), NULL with sites "off"; the writer writes it */
     /* backward nodes (config aten "backward", backward.h) */
@@ -49,17 +63,16 @@ typedef struct {
     int aten_operators;      /* aten "all": every operator a record too */
     char *torch_layer;       /* the libtorch layer's path, NULL when it was not built */
     char *torch_version;     /* torch.__version__ of the running torch */
-    int backward_on;         /* recording them */
-    char backward_reason[512]; /* why not, "" when on or not asked for */
     uint64_t backward_unlinked; /* nodes whose forward call was not found */
-    /* FLOPs per call (config flops, flops.h) */
-    int flops_on;
-    char flops_reason[512]; /* why not, "" when on or not asked for */
+    uint64_t gen;            /* the generation tw_active_begin gave this session */
     /* memory per call (config memory, memory.h) */
     int memory_asked;
-    int memory_on;            /* measuring (or did, in a stopped session) */
-    char memory_reason[512];  /* why not, "" when on or not asked for */
     char memory_note[512];    /* what stop could not undo, "" when all was */
+    /* What start started, in session.c's order (tw_session_feature_t); stop stops them in reverse. */
+    struct {
+        int on;               /* started (and, in a stopped session, was): stop undoes it */
+        char reason[1024];    /* why it is off, "" when on or not asked for */
+    } features[TW_SESSION_FEATURES];
 } tw_session_object;
 
 /* session_output.c: the methods of the same names. */

@@ -112,6 +112,12 @@ PyObject *tw_session_records(PyObject *op, PyObject *unused)
     return ctx.list;
 }
 
+/* Why feature is off, or NULL (None) when it is on or was not asked for. */
+static const char *reason_of(const tw_session_object *self, tw_session_feature_t feature)
+{
+    return self->features[feature].reason[0] ? self->features[feature].reason : NULL;
+}
+
 /* stats()["gpu"]: "on" or "off"; "gpu_unavailable": why not, or None; and the GPU counters. */
 static int add_gpu_stats(tw_session_object *self, PyObject *out)
 {
@@ -127,7 +133,7 @@ static int add_gpu_stats(tw_session_object *self, PyObject *out)
                               "cupti_version", (unsigned int)g.cupti_version);
     } else {
         extra = Py_BuildValue("{ssss}", "gpu", "off", "gpu_unavailable",
-                              self->gpu_reason[0] ? self->gpu_reason : NULL);
+                              reason_of(self, TW_SESSION_GPU));
     }
     if (extra == NULL)
         return -1;
@@ -141,13 +147,13 @@ static int add_gpu_stats(tw_session_object *self, PyObject *out)
  * call was not found. */
 static int add_backward_stats(tw_session_object *self, PyObject *out)
 {
-    int on = self->aten_backward && self->backward_reason[0] == '\0' && self->state != SESSION_NEW;
+    int on = self->features[TW_SESSION_BACKWARD].on;
     /* "flops": "on" while FLOPs are counted (config flops), "flops_unavailable": why not when asked */
     PyObject *extra = Py_BuildValue("{sssssKssss}", "backward", on ? "on" : "off", "backward_unavailable",
-                                    self->backward_reason[0] ? self->backward_reason : NULL, "backward_unlinked",
+                                    reason_of(self, TW_SESSION_BACKWARD), "backward_unlinked",
                                     (unsigned long long)self->backward_unlinked, "flops",
-                                    self->flops_on ? "on" : "off", "flops_unavailable",
-                                    self->flops_reason[0] ? self->flops_reason : NULL);
+                                    self->features[TW_SESSION_FLOPS].on ? "on" : "off", "flops_unavailable",
+                                    reason_of(self, TW_SESSION_FLOPS));
     if (extra == NULL)
         return -1;
     int rc = PyDict_Update(out, extra);
@@ -159,8 +165,8 @@ static int add_backward_stats(tw_session_object *self, PyObject *out)
  * "memory_unavailable": why not when asked for; "memory_note": what stop could not undo. */
 static int add_memory_stats(tw_session_object *self, PyObject *out)
 {
-    PyObject *extra = Py_BuildValue("{ssssss}", "memory", self->memory_on ? "on" : "off", "memory_unavailable",
-                                    self->memory_reason[0] ? self->memory_reason : NULL, "memory_note",
+    PyObject *extra = Py_BuildValue("{ssssss}", "memory", self->features[TW_SESSION_MEMORY].on ? "on" : "off",
+                                    "memory_unavailable", reason_of(self, TW_SESSION_MEMORY), "memory_note",
                                     self->memory_note[0] ? self->memory_note : NULL);
     if (extra == NULL)
         return -1;

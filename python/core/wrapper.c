@@ -179,166 +179,170 @@ static inline uint32_t call_site(const tw_wrapper_object *self, const tw_thread_
     return site == TW_SITE_NONE && !outermost ? frame[-1].site : site;
 }
 
-/* noinline: the common path stays small; flatten: its own copy of tw_call_end_args (see record_call_gpu) */
-static __attribute__((noinline, flatten)) PyObject *
-traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-                  PyObject *kwnames, uint32_t kind)
+/* ---- tracing around a recorded call (record_call with traced != 0) -------------------------------- */
+
+/* What tracing holds for one call, from before it begins to after it ended. */
+typedef struct {
+    PyObject *subject;     /* args[0], the instance or tensor the call is about, or NULL */
+    int module_call;       /* an nn.Module call whose instance has a path: module_depth counts it */
+    int sampled;           /* tensor statistics taken around it (module_pre, module_exit) */
+    PyObject *token;       /* boundary_enter's answer, for boundary_exit; NULL: none */
+    PyObject *id_object, *call_object; /* the module id and call id for the statistics hooks */
+    uint64_t call_id, outer_id;
+    uint32_t outer_site;   /* where the program made the outermost call in progress (updates carry it) */
+} trace_t;
+
+static void trace_clear(trace_t *tr)
 {
-    const tw_gpu_hooks_t *gpu = tw_active.gpu;
+    Py_CLEAR(tr->id_object);
+    Py_CLEAR(tr->call_object);
+    Py_CLEAR(tr->token);
+}
+
+/*
+ * Before the call begins: the instance's path (one probe; a miss, the first call of an instance, asks
+ * the tracer) into *module_id, whether this step's tensor statistics are sampled (decided when an
+ * outermost module call begins; calls inside it follow), the boundary's token. 0, or -1 when a hook
+ * ended the session (nothing held then).
+ */
+static __attribute__((noinline)) int trace_enter(const tw_wrapper_object *self, tw_thread_t *t, uint64_t gen,
+                                                 uint32_t kind, PyObject *const *args, size_t nargsf, trace_t *tr,
+                                                 uint32_t *module_id)
+{
     tw_clock_source_t source = tw_active.clock_source;
     const tw_hooks_t *hooks = &tw_active.hooks;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *subject = nargs > 0 ? args[0] : NULL;
-
-    /* The instance's path: one probe; a miss (first call of an instance) asks the tracer. */
-    uint32_t module_id = TW_MODULE_NONE;
-    if ((kind & (TW_KIND_MODULE_FORWARD | TW_KIND_MODULE_CALL)) && subject != NULL) {
-        tw_ptr_slot_t *slot = tw_ptr_find(&tw_modules, subject);
+    *tr = (trace_t){.subject = PyVectorcall_NARGS(nargsf) > 0 ? args[0] : NULL};
+    if ((kind & (TW_KIND_MODULE_FORWARD | TW_KIND_MODULE_CALL)) && tr->subject != NULL) {
+        tw_ptr_slot_t *slot = tw_ptr_find(&tw_modules, tr->subject);
         if (slot == NULL && hooks->resolve != NULL) {
-            Py_XDECREF(run_hook(t, source, hooks->resolve, &subject, 1));
+            Py_XDECREF(run_hook(t, source, hooks->resolve, &tr->subject, 1));
             if (TW_UNLIKELY(tw_active.gen != gen))
-                return call_original(self, args, nargsf, kwnames);
-            slot = tw_ptr_find(&tw_modules, subject);
+                return -1;
+            slot = tw_ptr_find(&tw_modules, tr->subject);
         }
         if (slot != NULL) {
-            module_id = slot->value;
+            *module_id = slot->value;
             if (self->kind & TW_KIND_MODULE_FORWARD)
                 slot->count++;
         }
     }
-    /* Tensor statistics: whether this step is sampled is decided when an outermost module call
-     * begins; calls inside it follow. */
-    int module_call = 0, sampled = 0;
-    if ((kind & TW_KIND_MODULE_CALL) && module_id != TW_MODULE_NONE && hooks->module_enter != NULL) {
+    if ((kind & TW_KIND_MODULE_CALL) && *module_id != TW_MODULE_NONE && hooks->module_enter != NULL) {
         if (thread_cache.module_depth == 0) {
-            PyObject *answer = run_hook(t, source, hooks->module_enter, &subject, 1);
+            PyObject *answer = run_hook(t, source, hooks->module_enter, &tr->subject, 1);
             /* outside the steps the schedule (or a capture) records, no statistics are taken */
             thread_cache.sampling = answer == Py_True && tw_active.step_recorded;
             Py_XDECREF(answer);
             if (TW_UNLIKELY(tw_active.gen != gen))
-                return call_original(self, args, nargsf, kwnames);
+                return -1;
         }
-        sampled = thread_cache.sampling;
-        module_call = 1;
+        tr->sampled = thread_cache.sampling;
+        tr->module_call = 1;
     }
-    PyObject *token = NULL;
     if ((kind & TW_KIND_BOUNDARY) && hooks->boundary_enter != NULL) {
         PyObject *api = PyLong_FromUnsignedLong(self->api_id);
         if (api != NULL) {
-            PyObject *hook_args[2] = {subject != NULL ? subject : Py_None, api};
-            token = run_hook(t, source, hooks->boundary_enter, hook_args, 2);
+            PyObject *hook_args[2] = {tr->subject != NULL ? tr->subject : Py_None, api};
+            tr->token = run_hook(t, source, hooks->boundary_enter, hook_args, 2);
             Py_DECREF(api);
         } else {
             PyErr_Clear();
         }
         if (TW_UNLIKELY(tw_active.gen != gen)) {
-            Py_XDECREF(token);
-            return call_original(self, args, nargsf, kwnames);
+            trace_clear(tr);
+            return -1;
         }
     }
+    return 0;
+}
 
-    uint32_t args_len = 0;
-    char args_text[TW_ARGS_MAX];
-    if (tw_active.args_mode != TW_ARGS_NONE) {
-        t->paused++;
-        args_len = tw_summarize_args(args_text, sizeof args_text, args, nargsf, kwnames, tw_active.args_mode);
-        t->paused--;
-    }
-    tw_frame_t *frame = tw_call_begin(t);
-    uint64_t call_id = 0, outer_id = 0;
-    uint32_t outer_site = 0; /* where the program made the outermost call in progress (updates carry it) */
+/*
+ * Once the call's frame began (frame NULL: too deep), before its clock starts: the ids the hooks
+ * carry, and the inputs' statistics when sampled (before the call: an in-place module,
+ * ReLU(inplace=True), changes them). 0, or -1 when a hook ended the session (nothing held then).
+ */
+static __attribute__((noinline)) int trace_begun(tw_thread_t *t, uint64_t gen, PyObject *const *args,
+                                                 size_t nargsf, PyObject *kwnames, tw_frame_t *frame,
+                                                 uint32_t module_id, trace_t *tr)
+{
     if (frame != NULL) {
-        frame->module_id = module_id;
-        frame->api_id = self->api_id;
-        if (TW_UNLIKELY(tw_active.seq_peek != NULL))
-            frame->seq_begin = tw_active.seq_peek();
-        if (tw_active.sites_mode != TW_SITES_OFF)
-            frame->site = call_site(self, t, frame);
-        call_id = frame->call_id;
-        outer_id = t->stack[0].call_id;
-        outer_site = t->stack[0].site;
+        tr->call_id = frame->call_id;
+        tr->outer_id = t->stack[0].call_id;
+        tr->outer_site = t->stack[0].site;
     }
-    PyObject *id_object = NULL, *call_object = NULL;
-    if (sampled) {
-        id_object = PyLong_FromUnsignedLong(module_id);
-        call_object = PyLong_FromUnsignedLongLong(call_id);
-        if (id_object == NULL || call_object == NULL) {
+    if (tr->sampled) {
+        tr->id_object = PyLong_FromUnsignedLong(module_id);
+        tr->call_object = PyLong_FromUnsignedLongLong(tr->call_id);
+        if (tr->id_object == NULL || tr->call_object == NULL) {
             PyErr_Clear();
-            Py_CLEAR(id_object);
-            Py_CLEAR(call_object);
-            sampled = 0;
+            Py_CLEAR(tr->id_object);
+            Py_CLEAR(tr->call_object);
+            tr->sampled = 0;
         }
     }
-    if (sampled && hooks->module_pre != NULL) {
-        /* Inputs are looked at before the call: an in-place module (ReLU(inplace=True)) changes them. */
+    const tw_hooks_t *hooks = &tw_active.hooks;
+    if (tr->sampled && hooks->module_pre != NULL) {
         PyObject *call_args, *call_kwargs;
-        if (call_arguments(args, nargs, kwnames, &call_args, &call_kwargs) == 0) {
-            PyObject *hook_args[5] = {subject, id_object, call_object, call_args, call_kwargs};
-            Py_XDECREF(run_hook(t, source, hooks->module_pre, hook_args, 5));
+        if (call_arguments(args, PyVectorcall_NARGS(nargsf), kwnames, &call_args, &call_kwargs) == 0) {
+            PyObject *hook_args[5] = {tr->subject, tr->id_object, tr->call_object, call_args, call_kwargs};
+            Py_XDECREF(run_hook(t, tw_active.clock_source, hooks->module_pre, hook_args, 5));
             Py_DECREF(call_args);
             Py_DECREF(call_kwargs);
         }
         if (frame != NULL) /* the hook ran inside this call's frame, before its clock started */
             frame->excluded_at_begin = t->excluded_ticks;
         if (TW_UNLIKELY(tw_active.gen != gen)) {
-            Py_XDECREF(id_object);
-            Py_XDECREF(call_object);
-            Py_XDECREF(token);
-            return call_original(self, args, nargsf, kwnames);
+            trace_clear(tr);
+            return -1;
         }
     }
-    if (module_call)
+    if (tr->module_call)
         thread_cache.module_depth++;
-    int pushed = gpu != NULL && gpu->push(gpu->kind, tw_gpu_external_id(call_id, self->api_id)) == 0;
-    uint64_t start = tw_clock_ticks(source);
-    PyObject *result = call_original(self, args, nargsf, kwnames);
-    uint64_t end = tw_clock_ticks(source);
-    if (pushed)
-        gpu->pop(gpu->kind, NULL);
-    if (gpu != NULL && tw_backward_gpu_ended != NULL) /* a backward node ran on this thread inside */
-        tw_backward_gpu_settle();
-    if (module_call)
-        thread_cache.module_depth--;
-    if (TW_UNLIKELY(tw_active.gen != gen)) {
-        Py_XDECREF(id_object);
-        Py_XDECREF(call_object);
-        Py_XDECREF(token);
-        return result;
-    }
-    const tw_torch_flops_node_t *nodes = NULL;
-    unsigned n_nodes = 0;
-    if ((kind & TW_KIND_FLOPS) && frame != NULL && result != NULL)
-        n_nodes = tw_flops_measure(self->flops_kind, frame, args, nargsf, kwnames, result, &nodes);
-    if (TW_UNLIKELY(tw_active.seq_peek != NULL) && frame != NULL)
-        tw_backward_link_call(t, frame, nodes, n_nodes); /* the autograd nodes this call created are its own */
-    tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text, args_len);
+    return 0;
+}
 
-    if (sampled && result != NULL && hooks->module_exit != NULL) {
-        PyObject *hook_args[4] = {subject, id_object, call_object, result};
-        Py_XDECREF(run_hook(t, source, hooks->module_exit, hook_args, 4));
+/* Once the call returned result (NULL: it raised), its record made when recorded (the session still
+ * the one it began in): the outputs' statistics, an in-place update of a tracked tensor, the
+ * boundary's exit. Drops what tracing held. */
+static __attribute__((noinline)) void trace_exit(const tw_wrapper_object *self, tw_thread_t *t, uint64_t gen,
+                                                 uint32_t kind, PyObject *result, int recorded, trace_t *tr)
+{
+    if (tr->module_call)
+        thread_cache.module_depth--;
+    if (recorded) {
+        tw_clock_source_t source = tw_active.clock_source;
+        const tw_hooks_t *hooks = &tw_active.hooks;
+        if (tr->sampled && result != NULL && hooks->module_exit != NULL) {
+            PyObject *hook_args[4] = {tr->subject, tr->id_object, tr->call_object, result};
+            Py_XDECREF(run_hook(t, source, hooks->module_exit, hook_args, 4));
+        }
+        Py_CLEAR(tr->id_object);
+        Py_CLEAR(tr->call_object);
+        if ((kind & TW_KIND_INPLACE) && tr->subject != NULL && hooks->update != NULL && tw_tracked.used > 0 &&
+            touches_tracked(tr->subject))
+            run_hook_ids(t, source, hooks->update, tr->subject, self->api_id, tr->call_id, tr->outer_id,
+                         tr->outer_site);
+        if (tr->token != NULL && tr->token != Py_None && hooks->boundary_exit != NULL && tw_active.gen == gen)
+            run_hook_ids(t, source, hooks->boundary_exit, tr->token, self->api_id, tr->call_id, tr->outer_id,
+                         tr->outer_site);
     }
-    Py_XDECREF(id_object);
-    Py_XDECREF(call_object);
-    if ((kind & TW_KIND_INPLACE) && subject != NULL && hooks->update != NULL && tw_tracked.used > 0 &&
-        touches_tracked(subject))
-        run_hook_ids(t, source, hooks->update, subject, self->api_id, call_id, outer_id, outer_site);
-    if (token != NULL) {
-        if (token != Py_None && hooks->boundary_exit != NULL && tw_active.gen == gen)
-            run_hook_ids(t, source, hooks->boundary_exit, token, self->api_id, call_id, outer_id, outer_site);
-        Py_DECREF(token);
-    }
-    return result;
+    trace_clear(tr);
 }
 
 /*
- * The recorded call. Always inlined, and called with gpu a constant NULL on the common path, so that
- * path carries no GPU code at all: with GPU timing off, the GPU costs the hot path one load and one
- * predictable branch (in tw_wrapper_vectorcall).
+ * The recorded call. Always inlined, and called with constants for what the common path does not do
+ * (gpu NULL, module_id TW_MODULE_NONE, flops 0, traced 0), so that path carries no GPU, FLOP or
+ * tracing code at all: with GPU timing off, the GPU costs the hot path one load and one predictable
+ * branch (in tw_wrapper_vectorcall). traced: the tracing kinds this call has (self->kind & the
+ * session's hooks' kinds, TW_KIND_*), each with its hooks around the call (trace_enter, trace_begun,
+ * trace_exit).
  */
 static inline __attribute__((always_inline)) PyObject *
 record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-            PyObject *kwnames, const tw_gpu_hooks_t *gpu, uint32_t module_id, int flops)
+            PyObject *kwnames, const tw_gpu_hooks_t *gpu, uint32_t module_id, int flops, uint32_t traced)
 {
+    trace_t tr;
+    if (traced != 0 && trace_enter(self, t, gen, traced, args, nargsf, &tr, &module_id) != 0)
+        return call_original(self, args, nargsf, kwnames);
     tw_clock_source_t source = tw_active.clock_source;
     uint32_t args_len = 0;
     char args_text[TW_ARGS_MAX]; /* filled before the call: the arguments as they were passed */
@@ -357,6 +361,8 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         frame->module_id = module_id;
     if (tw_active.sites_mode != TW_SITES_OFF && frame != NULL)
         frame->site = call_site(self, t, frame);
+    if (traced != 0 && trace_begun(t, gen, args, nargsf, kwnames, frame, module_id, &tr) != 0)
+        return call_original(self, args, nargsf, kwnames);
     int pushed = 0;
     if (gpu != NULL) {
         /* Kernels launched inside are attributed to this call (gpu.h). Past TW_MAX_DEPTH there is
@@ -374,7 +380,8 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         tw_backward_gpu_settle();
     /* The call may have ended the session (stop() from inside a profiled call, or from another
      * thread while this one waited for the GIL): then t belongs to a dead session. */
-    if (TW_LIKELY(tw_active.gen == gen)) {
+    int recorded = TW_LIKELY(tw_active.gen == gen);
+    if (recorded) {
         const tw_torch_flops_node_t *nodes = NULL;
         unsigned n_nodes = 0;
         if (flops && frame != NULL && result != NULL) /* a constant 0 on the common path */
@@ -384,7 +391,19 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text,
                          args_len);
     }
+    if (traced != 0)
+        trace_exit(self, t, gen, traced, result, recorded, &tr);
     return result;
+}
+
+/* A call with tracing's hooks around it: noinline, so that the common path stays small; flatten: its
+ * own copy of tw_call_end_args (see record_call_gpu). FLOPs measured when the kinds say so. */
+static __attribute__((noinline, flatten)) PyObject *
+traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
+                  PyObject *kwnames, uint32_t kind)
+{
+    return record_call(self, t, gen, args, nargsf, kwnames, tw_active.gpu, TW_MODULE_NONE,
+                       (kind & TW_KIND_FLOPS) != 0, kind);
 }
 
 /* flatten: this copy inlines its own tw_call_end_args early, which leaves the GPU-off path the only
@@ -394,7 +413,7 @@ static __attribute__((noinline, flatten)) PyObject *
 record_call_gpu(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
                 PyObject *kwnames, const tw_gpu_hooks_t *gpu)
 {
-    return record_call(self, t, gen, args, nargsf, kwnames, gpu, TW_MODULE_NONE, 0);
+    return record_call(self, t, gen, args, nargsf, kwnames, gpu, TW_MODULE_NONE, 0, 0);
 }
 
 /* A call of an API with a FLOP formula while the session counts FLOPs (flops.h): its own copy of the
@@ -403,7 +422,7 @@ static __attribute__((noinline, flatten)) PyObject *
 record_flops_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
                   PyObject *kwnames)
 {
-    return record_call(self, t, gen, args, nargsf, kwnames, tw_active.gpu, TW_MODULE_NONE, 1);
+    return record_call(self, t, gen, args, nargsf, kwnames, tw_active.gpu, TW_MODULE_NONE, 1, 0);
 }
 
 /*
@@ -431,8 +450,8 @@ record_module_forward(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyO
     }
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     if (TW_UNLIKELY(gpu != NULL))
-        return record_call(self, t, gen, args, nargsf, kwnames, gpu, module_id, 0);
-    return record_call(self, t, gen, args, nargsf, kwnames, NULL, module_id, 0);
+        return record_call(self, t, gen, args, nargsf, kwnames, gpu, module_id, 0, 0);
+    return record_call(self, t, gen, args, nargsf, kwnames, NULL, module_id, 0, 0);
 }
 
 /* Optimizer steps in progress on this thread (recorded or not): the outermost one ends a step. */
@@ -493,5 +512,5 @@ PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     if (TW_UNLIKELY(gpu != NULL))
         return record_call_gpu(self, t, gen, args, nargsf, kwnames, gpu);
-    return record_call(self, t, gen, args, nargsf, kwnames, NULL, TW_MODULE_NONE, 0);
+    return record_call(self, t, gen, args, nargsf, kwnames, NULL, TW_MODULE_NONE, 0, 0);
 }

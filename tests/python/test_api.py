@@ -126,6 +126,22 @@ API_NAMES = [
 ]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs GPU timing to be unavailable")
+def test_a_session_whose_start_fails_is_rolled_back_to_new(tmp_path):
+    session = tw.Session(out_dir=str(tmp_path), format="csv", gpu="on")
+    for _ in range(2):   # what the first start began (tracer, writer) was undone: the second fails alike
+        with pytest.raises(RuntimeError, match='gpu="on": GPU timing is unavailable: no CUDA device'):
+            session.start()
+        assert tw._core.active_session() is None and not session.active
+    with pytest.raises(RuntimeError, match="this session was never started"):
+        session.stop()
+    assert session.stats()["gpu"] == "off"
+    other = tw.Session(args="none")   # the next session starts and stops as usual
+    other.start()
+    other.stop()
+    assert not other.active
+
+
 @pytest.mark.parametrize("obj, name", API_NAMES, ids=[n for _, n in API_NAMES])
 def test_getAPIName_gives_the_shortest_public_name(obj, name):
     import torch  # noqa: F401  (for eval)

@@ -309,6 +309,26 @@ def test_a_layer_built_for_another_torch_is_refused_with_one_line():
     assert "\n" not in stats["backward_unavailable"]
 
 
+def test_each_feature_refused_by_another_torch_says_what_is_off_and_the_rest_records(monkeypatch):
+    from torchwrapper import _profile
+    monkeypatch.setattr(_profile, "_torch_layer", lambda: (LAYER, "0.0.1"))
+    x = torch.ones(2, 2, requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="config memory: the libtorch layer was built against torch .* and this "
+                                            "is torch 0.0.1: memory is not measured"):
+        with tw.profile(aten="backward", flops=True, memory=True, args="none") as prof:
+            torch.mm(x, x).sum().backward()
+    stats = prof.stats()
+    built = f"the libtorch layer was built against torch {torch.__version__} and this is torch 0.0.1"
+    assert stats["backward"] == "off" and stats["backward_unavailable"] == (
+        f"{built}: backward nodes are off (reinstall torchwrapper with this torch to have them)")
+    assert stats["flops"] == "off" and stats["flops_unavailable"] == (
+        f"{built}: FLOPs are not counted (reinstall torchwrapper with this torch to have them)")
+    assert stats["memory"] == "off" and stats["memory_unavailable"] == (
+        f"{built}: memory is not measured (reinstall torchwrapper with this torch to have it)")
+    mm = [r for r in prof.records() if r.api == "torch.mm"]   # the calls themselves are recorded
+    assert len(mm) == 1 and mm[0].flops == 0
+
+
 def test_tw_report_charges_each_apis_nodes_to_its_bwd_column(tmp_path):
     import csv
     import subprocess

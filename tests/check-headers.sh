@@ -1,0 +1,85 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# make check-headers: (1) every header of src/ and python/core/ compiles alone (after config.h, as
+# every .c file starts), so that it says what it needs instead of relying on what its includer
+# included before; (2) no include circle between files: when a.c includes b.h (b.c's header), b.c
+# does not include a.h, and no header includes itself through others. The CUPTI headers are checked
+# only in a build with CUPTI headers.
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${top_builddir:-$src}
+cc=${CC:-cc}
+python_cppflags=${PYTHON_CPPFLAGS:-}
+cupti_cppflags=${CUPTI_CPPFLAGS:-}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+status=0
+
+for h in "$src"/src/*.h "$src"/python/core/*.h; do
+    case $h in
+    */cupti_*.h)
+        grep -q '^#define TW_HAVE_CUPTI' "$build/config.h" || continue ;;
+    esac
+    printf '#include "config.h"\n#include "%s"\n' "$h" > "$tmp/alone.c"
+    if ! $cc -std=c11 -fsyntax-only -Wall -I"$build" -I"$src/include" -I"$src/src" $python_cppflags $cupti_cppflags \
+        "$tmp/alone.c" > "$tmp/err" 2>&1; then
+        echo "check-headers: ${h#$src/} does not compile alone:"
+        head -n 5 "$tmp/err"
+        status=1
+    fi
+done
+
+# The local headers a file includes, as written ("x.h", "torchwrapper/x.h", "../../libtorch/x.h").
+includes() {
+    sed -n 's/^#include "\([^"]*\)".*/\1/p' "$1"
+}
+
+# The .c file in dir whose header the include $1 names (dir/x.h, or the library's include/torchwrapper/x.h
+# for src/x.c), or nothing (config.h, the configure's, is nobody's).
+owner() {
+    case $1 in
+    torchwrapper/*) x=${1#torchwrapper/} ;;
+    */*) return 0 ;;
+    *) [ -f "$dir/$1" ] || return 0; x=$1 ;;
+    esac
+    [ -f "$dir/${x%.h}.c" ] && echo "${x%.h}"
+    return 0
+}
+
+for dir in "$src/src" "$src/python/core"; do
+    for c in "$dir"/*.c; do
+        base=$(basename "$c" .c)
+        for h in $(includes "$c"); do
+            other=$(owner "$h")
+            [ -n "$other" ] && [ "$other" != "$base" ] || continue
+            for back in $(includes "$dir/$other.c"); do
+                if [ "$(owner "$back")" = "$base" ]; then
+                    echo "check-headers: include circle: ${c#$src/} includes $h and $other.c includes $back"
+                    status=1
+                fi
+            done
+        done
+    done
+    # headers: depth-first from each one, through the headers of the same directory
+    for h in "$dir"/*.h; do
+        name=$(basename "$h")
+        seen=" "
+        todo=$(includes "$h")
+        while [ -n "$todo" ]; do
+            next=""
+            for x in $todo; do
+                [ -f "$dir/$x" ] || continue
+                case $seen in *" $x "*) continue ;; esac
+                seen="$seen$x "
+                if [ "$x" = "$name" ]; then
+                    echo "check-headers: include circle: ${h#$src/} includes itself through other headers"
+                    status=1
+                fi
+                next="$next $(includes "$dir/$x")"
+            done
+            todo=$(echo $next)
+        done
+    done
+done
+[ $status -eq 0 ] && echo "check-headers: every header compiles alone, no include circle"
+exit $status
