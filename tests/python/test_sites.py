@@ -295,10 +295,17 @@ def test_records_in_memory_carry_sites(tmp_path):
 
 
 def test_interning_is_bounded_and_the_overflow_counted(tmp_path):
-    lines = 100_000
-    code = compile("\n".join("torch.neg(x)" for _ in range(lines)), "generated.py", "exec")
+    # 100 functions of 1,000 calls: CPython finds a line by scanning its code object's line table, so
+    # one code object of 100,000 lines would make the test quadratic (minutes), the profiler's or not
+    functions, per_function = 100, 1000
+    lines = functions * per_function
+    source = "".join(f"def f{i}(x):\n" + "    torch.neg(x)\n" * per_function for i in range(functions))
+    namespace = {"torch": torch}
+    exec(compile(source, "generated.py", "exec"), namespace)
+    call_lines = [i * (per_function + 1) + 2 + j for i in range(functions) for j in range(per_function)]
     with tw.profile(out_dir=str(tmp_path), format="csv", on_full="wait") as prof:
-        exec(code, {"torch": torch, "x": torch.ones(1)})
+        for i in range(functions):
+            namespace[f"f{i}"](torch.ones(1))
     stats = prof.stats()
     sites = tw.load_sites(str(tmp_path))
     assert stats["sites"] == stats["sites_cap"] == 65535 == len(sites)
@@ -312,7 +319,7 @@ def test_interning_is_bounded_and_the_overflow_counted(tmp_path):
     with open(tmp_path / "manifest.json") as f:
         assert json.load(f)["sites"]["overflow"] == past_cap
     named = sorted(s["line"] for (pid, _), s in sites.items() if s["file"] == "generated.py")
-    assert named == list(range(1, len(named) + 1))  # the first lines got the ids; the rest share the overflow
+    assert named == call_lines[:len(named)]  # the first lines got the ids; the rest share the overflow
 
 
 def test_files_without_the_site_column_still_load(tmp_path):
