@@ -305,7 +305,7 @@ static void fork_child(void *arg)
 }
 
 static const tw_queue_consumer_t consumer_ops = {ring_from_queue, ensure_thread, fork_prepare, fork_parent,
-                                                 fork_child};
+                                                 fork_child, NULL};
 
 /* ---- public API ---------------------------------------------------------------------------------- */
 
