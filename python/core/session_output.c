@@ -238,12 +238,13 @@ PyObject *tw_session_stats(PyObject *op, PyObject *unused)
         return out;
     tw_writer_stats_t ws;
     tw_writer_stats(self->writer, &ws);
-    PyObject *extra = Py_BuildValue("{sKsKsKsKsssz}", "records_written", (unsigned long long)ws.records_written,
+    PyObject *extra = Py_BuildValue("{sKsKsKsKssszsK}", "records_written", (unsigned long long)ws.records_written,
                                     "writer_dropped", (unsigned long long)ws.records_dropped, "bytes_written",
                                     (unsigned long long)ws.bytes_written, "records_truncated",
                                     (unsigned long long)ws.records_truncated, "manifest",
                                     tw_writer_manifest_path(self->writer), "write_error",
-                                    ws.write_errno ? strerror(ws.write_errno) : NULL);
+                                    ws.write_errno ? strerror(ws.write_errno) : NULL, "writer_helped",
+                                    (unsigned long long)ws.helped);
     if (extra == NULL || PyDict_Update(out, extra) < 0) {
         Py_XDECREF(extra);
         Py_DECREF(out);
