@@ -76,7 +76,9 @@ static void stream_write(tw_writer_t *w, writer_source_t *source, int all)
         if (keep & TW_KEEP_RECORD)
             tw_writer_append(w, &source->files, text, h.len);
         if (h.api_id != TW_API_ID_NONE) {
-            if (keep & TW_KEEP_SUMMARY) {
+            /* GPU time is measured in the steps recorded only (CUPTI is off in the others, gpu.h:
+             * tw_gpu_set_recording): summary.json counts those, whatever its "summary" says */
+            if ((keep & TW_KEEP_SUMMARY) && tw_schedule_state(&w->schedule, h.step) == TW_STEP_ACTIVE) {
                 tw_stats_add_gpu(&w->stats, h.api_id, h.gpu_ns);
                 w->summary_changes++;
             }

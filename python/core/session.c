@@ -378,7 +378,7 @@ static PyObject *session_start(PyObject *op, PyObject *unused)
                                           sizeof self->memory_reason) == 0;
     tw_active_config_t active = {self->recorder, self->clock.source, self->args_mode,
                                  (PyTypeObject *)self->tensor_type, &self->hooks, self->writer, self->ondemand,
-                                 &self->schedule, tw_gpu_hooks(self->gpu), op};
+                                 &self->schedule, tw_gpu_hooks(self->gpu), self->gpu, op};
     uint64_t gen = tw_active_begin(&active);
     self->state = SESSION_ACTIVE;
     if (self->aten_backward)

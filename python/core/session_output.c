@@ -119,12 +119,13 @@ static int add_gpu_stats(tw_session_object *self, PyObject *out)
     if (self->gpu != NULL) {
         tw_gpu_stats_t g;
         tw_gpu_stats(self->gpu, &g);
-        extra = Py_BuildValue("{sssOsKsKsKsKsKsKsssI}", "gpu", "on", "gpu_unavailable", Py_None, "gpu_kernels",
+        extra = Py_BuildValue("{sssOsKsKsKsKsKsKsssIsK}", "gpu", "on", "gpu_unavailable", Py_None, "gpu_kernels",
                               (unsigned long long)g.kernels, "gpu_memcpys", (unsigned long long)g.memcpys,
                               "gpu_memsets", (unsigned long long)g.memsets, "gpu_unattributed",
                               (unsigned long long)g.unattributed, "gpu_incomplete", (unsigned long long)g.incomplete,
                               "gpu_dropped", (unsigned long long)g.dropped, "cupti_library", tw_gpu_library_path(),
-                              "cupti_version", (unsigned int)g.cupti_version);
+                              "cupti_version", (unsigned int)g.cupti_version, "gpu_pauses",
+                              (unsigned long long)g.pauses);
     } else {
         extra = Py_BuildValue("{ssss}", "gpu", "off", "gpu_unavailable",
                               self->gpu_reason[0] ? self->gpu_reason : NULL);
