@@ -579,6 +579,9 @@ int tw_writer_close(tw_writer_t *w)
     pthread_mutex_unlock(&w->lock);
     final_writing(w);
     if (running) {
+        /* It has only to see stopping and leave, but at the lowest priority on busy cores (torch's
+         * threads spinning, another process) that could wait a long time: raised where we may. */
+        writer_thread_raise(w);
         pthread_join(w->thread, NULL);
         pthread_mutex_lock(&w->lock);
         w->thread_running = 0;
