@@ -63,6 +63,11 @@ void tw_gpu_stop(tw_gpu_t *gpu)
 {
 }
 
+int tw_gpu_set_recording(tw_gpu_t *gpu, int on)
+{
+    return TW_EINVAL;
+}
+
 void tw_gpu_destroy(tw_gpu_t *gpu)
 {
 }
@@ -127,7 +132,9 @@ struct tw_gpu {
     pid_t pid;
     int stopped;
     CUpti_SubscriberHandle subscriber;
-    unsigned enabled;    /* bit i: kinds[i] enabled */
+    unsigned enabled;    /* bit i: kinds[i] enabled (under kinds_lock once started) */
+    unsigned paused;     /* the kinds disabled by tw_gpu_set_recording(0), to enable again */
+    pthread_mutex_t kinds_lock;
     /* guarded by deliver_lock */
     ring_entry_t *ring;
     pending_t *pending;  /* a FIFO ring of PENDING_MAX: oldest at pending_head */
@@ -559,6 +566,7 @@ static void free_session(tw_gpu_t *g)
     /* In a forked child the parent's flush thread may have been waiting on thread_cond: glibc's
      * pthread_cond_destroy would wait for that waiter, which does not exist here, forever. */
     if (g->pid == 0 || g->pid == getpid()) {
+        pthread_mutex_destroy(&g->kinds_lock);
         pthread_mutex_destroy(&g->thread_lock);
         pthread_cond_destroy(&g->thread_cond);
     }
@@ -568,10 +576,13 @@ static void free_session(tw_gpu_t *g)
 /* Undoes what start did with CUPTI, in reverse. */
 static void cupti_undo(tw_gpu_t *g)
 {
+    pthread_mutex_lock(&g->kinds_lock);
     for (size_t i = KIND_COUNT; i-- > 0;)
         if (g->enabled & (1u << i))
             tw_cupti.disable(kinds[i]);
     g->enabled = 0;
+    g->paused = 0;
+    pthread_mutex_unlock(&g->kinds_lock);
     if (g->subscriber != NULL)
         tw_cupti.unsubscribe(g->subscriber);
     g->subscriber = NULL;
@@ -614,6 +625,7 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
             g->ring = calloc(RING_SIZE, sizeof *g->ring);
             g->pending = malloc(PENDING_MAX * sizeof *g->pending);
             pthread_mutex_init(&g->thread_lock, NULL);
+            pthread_mutex_init(&g->kinds_lock, NULL);
             tw_cond_init_monotonic(&g->thread_cond);
         }
         if (g == NULL || g->ring == NULL || g->pending == NULL || tw_cupti_pool_fill() != 0) {
@@ -744,6 +756,41 @@ void tw_gpu_stop(tw_gpu_t *g)
     pthread_mutex_lock(&load_lock);
     owner = NULL;
     pthread_mutex_unlock(&load_lock);
+}
+
+int tw_gpu_set_recording(tw_gpu_t *g, int on)
+{
+    if (g == NULL || g->stopped || g->pid != getpid())
+        return 0;
+    int rc = 0, paused = 0;
+    pthread_mutex_lock(&g->kinds_lock);
+    if (on && g->paused != 0) {
+        /* in start's order: the external correlations before the API records they belong to */
+        for (size_t i = 0; i < KIND_COUNT; i++) {
+            if (!(g->paused & (1u << i)))
+                continue;
+            if (tw_cupti.enable(kinds[i]) == CUPTI_SUCCESS) {
+                g->enabled |= 1u << i;
+                g->paused &= ~(1u << i);
+            } else {
+                rc = TW_EIO;
+            }
+        }
+    } else if (!on && g->enabled != 0) {
+        for (size_t i = KIND_COUNT; i-- > 0;)
+            if (g->enabled & (1u << i))
+                tw_cupti.disable(kinds[i]);
+        g->paused |= g->enabled;
+        g->enabled = 0;
+        paused = 1;
+    }
+    pthread_mutex_unlock(&g->kinds_lock);
+    if (paused) {
+        pthread_mutex_lock(&deliver_lock); /* the stats' lock */
+        g->stats.pauses++;
+        pthread_mutex_unlock(&deliver_lock);
+    }
+    return rc;
 }
 
 void tw_gpu_destroy(tw_gpu_t *g)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The chunk queue between the recorder and the writer: chunk pool, FIFO, the memory budget (lock-free
- * charges and refunds; producers wait for room on a condition variable), flush epoch, drop counter,
- * fork handling. See queue.h.
+ * charges and refunds; producers past its high-water mark help the consumer, and with no room left
+ * wait for room on a condition variable), flush epoch, drop counter, fork handling. See queue.h.
  */
 #include "config.h"
 
@@ -16,7 +16,7 @@
 
 struct tw_queue {
     pthread_mutex_t lock;
-    pthread_cond_t room;   /* producers wait on it for room (block_when_full) */
+    pthread_cond_t room;   /* producers wait on it for room (block_when_full), detach for the helpers */
     tw_chunk_t *head;      /* the FIFO, guarded by lock */
     tw_chunk_t *tail;
     uint64_t chunks;       /* pushed so far */
@@ -30,6 +30,7 @@ struct tw_queue {
     int block_when_full;
     int running;           /* the consumer's thread runs: producers may wait for room */
     int stopping;
+    unsigned helpers;      /* producers inside the consumer's help() */
     const tw_queue_consumer_t *ops; /* NULL: no consumer */
     void *ops_arg;
     uint32_t flush_epoch;  /* bumped (atomically) to ask producers for their partial chunks */
@@ -162,6 +163,7 @@ static void fork_child(void)
         q->chunks = q->records = 0;
         q->running = 0;
         q->stopping = 0;
+        q->helpers = 0;
         atomic_store(&q->peak, atomic_load(&q->used));
         atomic_store(&q->dropped, 0);
     }
@@ -244,10 +246,12 @@ void tw_queue_push(tw_queue_t *q, tw_chunk_t *chunk)
     pthread_mutex_unlock(&q->lock);
 }
 
-/* Charges bytes: 1 charged, 0 no room, -1 unbounded (nothing charged); *epoch: the budget's epoch. */
-static int charge(tw_queue_t *q, uint64_t bytes, uint32_t *epoch)
+/* Charges bytes: 1 charged, 0 no room, -1 unbounded (nothing charged); *epoch: the budget's epoch;
+ * *high: 1 when the bytes charged now are past the high-water mark. */
+static int charge(tw_queue_t *q, uint64_t bytes, uint32_t *epoch, int *high)
 {
     *epoch = atomic_load_explicit(&q->epoch, memory_order_acquire);
+    *high = 0;
     uint64_t limit = atomic_load_explicit(&q->limit, memory_order_acquire);
     if (limit == 0)
         return -1;
@@ -259,18 +263,45 @@ static int charge(tw_queue_t *q, uint64_t bytes, uint32_t *epoch)
     uint64_t now = used + bytes, peak = atomic_load_explicit(&q->peak, memory_order_relaxed);
     while (now > peak && !atomic_compare_exchange_weak(&q->peak, &peak, now))
         ;
+    *high = now > TW_QUEUE_HIGH_WATER(limit);
+    return 1;
+}
+
+/* A producer does a share of the consumer's work (tw_queue_consumer_t's help): 1 when the consumer
+ * was asked (it has a help, its thread runs and it is not stopping). No lock held. */
+static int help_consumer(tw_queue_t *q, int must)
+{
+    pthread_mutex_lock(&q->lock);
+    const tw_queue_consumer_t *ops = q->ops;
+    void *arg = q->ops_arg;
+    int asked = ops != NULL && ops->help != NULL && q->running && !q->stopping;
+    if (asked)
+        q->helpers++; /* detach waits for it: ops and arg stay valid until it leaves */
+    pthread_mutex_unlock(&q->lock);
+    if (!asked)
+        return 0;
+    ops->help(arg, must);
+    pthread_mutex_lock(&q->lock);
+    if (--q->helpers == 0)
+        pthread_cond_broadcast(&q->room);
+    pthread_mutex_unlock(&q->lock);
     return 1;
 }
 
 tw_chunk_t *tw_queue_chunk(tw_queue_t *q, uint64_t tid)
 {
     uint32_t epoch;
-    int charged = charge(q, TW_CHUNK_BYTES, &epoch);
+    int high;
+    int charged = charge(q, TW_CHUNK_BYTES, &epoch, &high);
+    if (charged == 0 && help_consumer(q, 1)) /* no room: write for the consumer, then try again */
+        charged = charge(q, TW_CHUNK_BYTES, &epoch, &high);
+    else if (charged > 0 && high) /* past the high-water mark: write for it, if it is free now */
+        help_consumer(q, 0);
     if (charged == 0) {
-        /* No room: wait for it when asked to and the consumer runs, else refuse. */
+        /* Still no room: wait for it when asked to and the consumer runs, else refuse. */
         pthread_mutex_lock(&q->lock);
         if (q->block_when_full && q->running) {
-            while ((charged = charge(q, TW_CHUNK_BYTES, &epoch)) == 0 && !q->stopping && q->ops != NULL)
+            while ((charged = charge(q, TW_CHUNK_BYTES, &epoch, &high)) == 0 && !q->stopping && q->ops != NULL)
                 pthread_cond_wait(&q->room, &q->lock);
         }
         pthread_mutex_unlock(&q->lock);
@@ -290,7 +321,13 @@ tw_chunk_t *tw_queue_chunk(tw_queue_t *q, uint64_t tid)
 int tw_queue_charge(tw_queue_t *q, uint64_t bytes)
 {
     uint32_t epoch;
-    return charge(q, bytes, &epoch) != 0;
+    int high;
+    return charge(q, bytes, &epoch, &high) != 0;
+}
+
+int tw_queue_help(tw_queue_t *q)
+{
+    return help_consumer(q, 1);
 }
 
 void tw_queue_refund(tw_queue_t *q, uint64_t bytes)
@@ -381,6 +418,9 @@ int tw_queue_attach(tw_queue_t *q, uint64_t budget_bytes, int block_when_full, c
 void tw_queue_detach(tw_queue_t *q)
 {
     pthread_mutex_lock(&q->lock);
+    q->stopping = 1; /* no new helper */
+    while (q->helpers > 0)
+        pthread_cond_wait(&q->room, &q->lock);
     q->ops = NULL;
     q->ops_arg = NULL;
     q->running = 0;
@@ -407,6 +447,20 @@ tw_chunk_t *tw_queue_take(tw_queue_t *q)
     q->head = q->tail = NULL;
     pthread_mutex_unlock(&q->lock);
     return list;
+}
+
+tw_chunk_t *tw_queue_pop(tw_queue_t *q)
+{
+    pthread_mutex_lock(&q->lock);
+    tw_chunk_t *chunk = q->head;
+    if (chunk != NULL) {
+        q->head = chunk->next;
+        if (q->head == NULL)
+            q->tail = NULL;
+        chunk->next = NULL;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return chunk;
 }
 
 void tw_queue_stop(tw_queue_t *q)

@@ -70,25 +70,48 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
     }
 }
 
-/* Takes the chunks queued and writes them; each chunk's memory goes back (to the pool, and to the
- * budget) as soon as it is written. */
+/* Writes the oldest chunk queued and gives its memory back (to the pool, and to the budget): 0 when
+ * none was queued. The pen held. */
+static int write_next(tw_writer_t *w)
+{
+    tw_chunk_t *chunk = tw_queue_pop(w->queue);
+    if (chunk == NULL)
+        return 0;
+    pthread_mutex_lock(&w->lock); /* one step for fork(): the child gives it back */
+    w->batch = chunk;
+    tw_captures_refresh_view(w); /* after the pop: a capture asked before a chunk came is seen */
+    pthread_mutex_unlock(&w->lock);
+    write_chunk(w, chunk);
+    pthread_mutex_lock(&w->lock);
+    w->batch = NULL;
+    tw_chunk_release(chunk);
+    pthread_mutex_unlock(&w->lock);
+    return 1;
+}
+
+/* The writer thread: every chunk queued, the pen taken for each, so that a producer that needs it (no
+ * room left) waits for one chunk at most; once one waits, the rest is its to write. */
 static void calls_drain(tw_writer_t *w, writer_source_t *s)
 {
     (void)s;
-    tw_chunk_t *list = tw_queue_take(w->queue);
-    pthread_mutex_lock(&w->lock);
-    w->batch = list;
-    tw_captures_refresh_view(w); /* after the take: a capture asked before a chunk came is seen */
-    pthread_mutex_unlock(&w->lock);
-    while (list != NULL) {
-        tw_chunk_t *next = list->next;
-        write_chunk(w, list);
-        pthread_mutex_lock(&w->lock); /* one step for fork(): released, and no longer in batch */
-        w->batch = next;
-        tw_chunk_release(list);
-        pthread_mutex_unlock(&w->lock);
-        list = next;
+    for (int more = 1; more && atomic_load_explicit(&w->pen_waiting, memory_order_relaxed) == 0;) {
+        pthread_mutex_lock(&w->pen);
+        more = !w->pen_closed && write_next(w);
+        pthread_mutex_unlock(&w->pen);
     }
+}
+
+/* The pen held: every chunk queued (all), or, for a producer helping, chunks until the budget is down
+ * to a quarter. */
+static void calls_write(tw_writer_t *w, writer_source_t *s, int all)
+{
+    (void)s;
+    uint64_t used, peak, limit;
+    do {
+        if (!write_next(w))
+            break;
+        tw_queue_memory(w->queue, &used, &peak, &limit);
+    } while (all || used > limit / 4);
 }
 
 /* The queue refuses nothing itself once the writer closes (it holds what comes, as without a
@@ -98,4 +121,5 @@ static void calls_nothing(writer_source_t *s)
     (void)s;
 }
 
-const writer_source_ops_t tw_writer_calls_ops = {calls_drain, NULL, NULL, NULL, calls_nothing, calls_nothing};
+const writer_source_ops_t tw_writer_calls_ops = {calls_drain, calls_write, NULL, NULL, NULL, calls_nothing,
+                                                 calls_nothing};

@@ -9,8 +9,18 @@
  * Memory: every byte waiting for the writer (chunks of call records with their argument text, rows
  * queued on streams) is charged to one budget, the chunk queue's (queue.h), bounded by buffer_size.
  *
- * Lock order: recorder registry -> queue -> writer (lock) -> a stream's lock -> the step timeline's
- * lock -> chunk pool. The writer never calls the queue with its own lock held.
+ * Who writes: the writer thread runs at the lowest priority (SCHED_IDLE where there is one), so that
+ * it uses only CPU time nobody else wants and never takes a core from the program's threads (one of
+ * torch's intra-op workers held up makes the whole parallel region wait). A thread starved of CPU
+ * would let the budget fill up: past its high-water mark the producers help (queue.h), writing on
+ * their own thread. Whoever writes holds the pen, the writer thread one chunk or one stream's rows
+ * at a time, so that a producer waiting for it waits for at most that; what the pen guards is the
+ * state marked "pen" below, and the source list's files.
+ *
+ * Lock order: the pen -> recorder registry -> queue -> writer (lock) -> a stream's lock -> the step
+ * timeline's lock -> chunk pool. The writer never calls the queue with its own lock held. fork() does
+ * not take the pen (the queue's handler, which takes the queue's lock first, calls the writer's): a
+ * forked child makes it anew, as it makes its writer thread.
  */
 #ifndef TW_WRITER_INTERNAL_H
 #define TW_WRITER_INTERNAL_H
@@ -18,6 +28,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include "torchwrapper/queue.h"
 #include "torchwrapper/stats.h"
@@ -34,8 +45,12 @@ typedef struct writer_source writer_source_t;
  * thread), the fork handlers (the forking thread, with the writer's lock held) and free. */
 typedef struct writer_source_ops {
     /* Writes what the source holds: to its files in the steps the schedule records, to a capture's
-     * files in a capture's steps. */
+     * files in a capture's steps. The writer thread, without the pen: it takes the pen for each
+     * piece (a chunk, a stream's rows), and leaves the rest to a producer waiting for the pen. */
     void (*drain)(tw_writer_t *w, writer_source_t *s);
+    /* The same with the pen held: everything queued (all: the closing thread), or a bounded share (a
+     * producer helping). */
+    void (*write)(tw_writer_t *w, writer_source_t *s, int all);
     /* Producers are refused from now on (tw_writer_close began). */
     void (*close)(writer_source_t *s);
     void (*fork_prepare)(writer_source_t *s);
@@ -52,7 +67,7 @@ struct writer_source {
                                     * so that the writer thread walks the list without the lock */
     unsigned index;            /* 0: the calls; a capture's files of this kind are its files[index] */
     char kind[TW_STREAM_KIND_MAX + 1];
-    tw_fileset_t files;        /* out_dir's files of this kind (writer thread) */
+    tw_fileset_t files;        /* out_dir's files of this kind (pen) */
     _Atomic uint64_t dropped_full;     /* no room in the memory budget, or no memory */
     _Atomic uint64_t dropped_invalid;  /* too long for a file, or not one line */
     _Atomic uint64_t dropped_closed;   /* came once the writer was closing */
@@ -66,14 +81,14 @@ typedef struct capture {
     uint32_t id;
     uint64_t from, to;       /* steps [from, to); to is cut to the steps recorded when the program ends first */
     uint64_t asked;          /* steps asked for */
-    uint64_t last_step;      /* the largest step of its records so far (writer thread) */
+    uint64_t last_step;      /* the largest step of its records so far (pen) */
     char *dir;
     char *manifest_extra;    /* the writer's, with "capture" */
     char manifest_path[PATH_MAX];
     char summary_path[PATH_MAX];
     tw_fileset_env_t env;    /* the writer's, in dir; its lock is the writer's */
     tw_fileset_t files[WRITER_SOURCES_MAX]; /* by source index; a kind's buffer made at its first row */
-    tw_stats_t stats;        /* writer thread */
+    tw_stats_t stats;        /* pen */
     int64_t start_ns, end_ns;
     capture_state_t state;   /* under the writer's lock; only the writer thread moves it */
     _Atomic uint64_t late;   /* records of its steps that came after it was done */
@@ -99,6 +114,14 @@ struct tw_writer {
     uint32_t sites_written; /* sites in the file written last */
     int sites_file_written; /* sites.json exists (even with no site in it) */
 
+    /* held by whoever writes: the writer thread, a producer helping it, the closing thread (see the top) */
+    pthread_mutex_t pen;
+    int pen_closed;              /* closed: nobody writes any more, the files are closed (pen) */
+    _Atomic unsigned pen_waiting; /* producers with no room waiting for the pen: the thread leaves them the work */
+    _Atomic uint64_t helped;     /* times a producer wrote for the writer thread */
+    _Atomic int boosted;         /* the thread was raised to normal priority: it goes back to the lowest */
+    _Atomic pid_t tid;           /* the writer thread's, once it runs (Linux) */
+
     /* guarded by lock */
     pthread_mutex_t lock;
     pthread_cond_t bell;   /* the doorbell: the thread waits on it (CLOCK_MONOTONIC deadlines) */
@@ -112,10 +135,10 @@ struct tw_writer {
     writer_source_t calls;       /* the first source; the streams follow it */
     unsigned source_count;
     capture_t **captures;        /* appended under lock, oldest first; freed by tw_writer_destroy */
-    tw_chunk_t *batch;           /* the chunks the thread took and has not released yet: a forked
-                                  * child, where the thread is gone, gives them back to the pool */
+    tw_chunk_t *batch;           /* the chunk being written (popped, not released yet): a forked
+                                  * child, where its writer is gone, gives it back to the pool */
     size_t capture_count, capture_capacity;
-    int manifest_due;            /* a capture began: the writer thread rewrites the manifest */
+    int manifest_due;            /* a capture began: the writer thread rewrites the manifest (with the pen) */
     _Atomic uint64_t step;       /* the program's step (tw_writer_set_step) */
     uint64_t truncated;          /* call records cut to fit a file */
     _Atomic uint64_t stream_bytes; /* of the budget, the streams' part: at most half of it, so that a
@@ -131,10 +154,10 @@ struct tw_writer {
     } timeline[WRITER_TIMELINE];
     unsigned timeline_next, timeline_count;
 
-    /* writer thread only */
+    /* pen */
     tw_stats_t stats;
     uint64_t summary_changes; /* calls and GPU rows added to stats since summary.json was written */
-    /* The captures as this thread sees them: a copy of the list, taken when it grew, so that a
+    /* The captures as the pen's holder sees them: a copy of the list, taken when it grew, so that a
      * record finds its capture (however many there are) without the lock. */
     capture_t **capture_view;
     size_t capture_view_count, capture_view_capacity;
@@ -147,7 +170,7 @@ struct tw_writer {
 writer_source_t *tw_writer_sources(tw_writer_t *w);
 /* Rings the writer's doorbell: the thread drains its sources now rather than at the next interval. */
 void tw_writer_ring(tw_writer_t *w);
-/* The manifest as it stands (writer thread, or the closing thread once it ended). */
+/* The manifest as it stands (the pen held, or the closing thread once the writer thread ended). */
 void tw_writer_write_manifest(tw_writer_t *w);
 /* Appends a line to fs of out_dir; a new file brings a new manifest. */
 void tw_writer_append(tw_writer_t *w, tw_fileset_t *fs, const char *line, size_t len);
@@ -167,12 +190,12 @@ extern const writer_source_ops_t tw_writer_stream_ops;
 
 /* ---- writer_captures.c ---- */
 
-/* The capture whose steps hold step, or NULL (writer thread). A done capture counts the record as
- * late and gives NULL. */
+/* The capture whose steps hold step, or NULL (pen). A done capture counts the record as late and
+ * gives NULL. */
 capture_t *tw_capture_of(tw_writer_t *w, uint64_t step);
 /* Appends a line of source index and step to capture c's files; a new file brings new manifests. */
 void tw_capture_append(tw_writer_t *w, capture_t *c, unsigned index, uint64_t step, const char *line, size_t len);
-/* Takes a new copy of the capture list when it grew (writer thread; the writer's lock held). */
+/* Takes a new copy of the capture list when it grew (the pen and the writer's lock held). */
 void tw_captures_refresh_view(tw_writer_t *w);
 /* At each flush interval: flushes open captures, finishes those whose steps are over; closing:
  * finishes every one. */

@@ -46,9 +46,11 @@ struct tw_writer_stream {
 /* ---- the writer's side ---------------------------------------------------------------------------- */
 
 /* Takes the rows queued (swapping the queue with the spare one, so that producers wait only for the
- * swap) and writes each where its step says. */
-static void stream_drain(tw_writer_t *w, writer_source_t *source)
+ * swap) and writes each where its step says. The pen held; a stream holds at most half of the budget,
+ * so all or not, it writes them all. */
+static void stream_write(tw_writer_t *w, writer_source_t *source, int all)
 {
+    (void)all;
     tw_writer_stream_t *s = (tw_writer_stream_t *)source;
     pthread_mutex_lock(&s->lock);
     char *rows = s->queue;
@@ -74,7 +76,9 @@ static void stream_drain(tw_writer_t *w, writer_source_t *source)
         if (keep & TW_KEEP_RECORD)
             tw_writer_append(w, &source->files, text, h.len);
         if (h.api_id != TW_API_ID_NONE) {
-            if (keep & TW_KEEP_SUMMARY) {
+            /* GPU time is measured in the steps recorded only (CUPTI is off in the others, gpu.h:
+             * tw_gpu_set_recording): summary.json counts those, whatever its "summary" says */
+            if ((keep & TW_KEEP_SUMMARY) && tw_schedule_state(&w->schedule, h.step) == TW_STEP_ACTIVE) {
                 tw_stats_add_gpu(&w->stats, h.api_id, h.gpu_ns);
                 w->summary_changes++;
             }
@@ -94,6 +98,17 @@ static void stream_drain(tw_writer_t *w, writer_source_t *source)
         s->spare_capacity = 0;
     }
     pthread_mutex_unlock(&s->lock);
+}
+
+/* The writer thread: the rows queued, with the pen, unless a producer waits for it. */
+static void stream_drain(tw_writer_t *w, writer_source_t *source)
+{
+    if (atomic_load_explicit(&w->pen_waiting, memory_order_relaxed) != 0)
+        return;
+    pthread_mutex_lock(&w->pen);
+    if (!w->pen_closed)
+        stream_write(w, source, 0);
+    pthread_mutex_unlock(&w->pen);
 }
 
 static void stream_close(writer_source_t *source)
@@ -136,7 +151,7 @@ static void stream_free(writer_source_t *source)
     free(s);
 }
 
-const writer_source_ops_t tw_writer_stream_ops = {stream_drain, stream_close, stream_fork_prepare,
+const writer_source_ops_t tw_writer_stream_ops = {stream_drain, stream_write, stream_close, stream_fork_prepare,
                                                   stream_fork_parent, stream_fork_child, stream_free};
 
 /* ---- public API ------------------------------------------------------------------------------------ */
@@ -276,6 +291,15 @@ int tw_writer_stream_put(tw_writer_stream_t *s, const tw_stream_row_t *row)
     int ring = 0, rc;
     pthread_mutex_lock(&s->lock);
     rc = s->closed ? TW_ECLOSED : grow(s, need);
+    if (rc == TW_EFULL) {
+        /* No room: the writer thread is behind (it gets only idle CPU time); write for it, then try
+         * again, as a producer of call records does. */
+        pthread_mutex_unlock(&s->lock);
+        int helped = tw_queue_help(s->w->queue);
+        pthread_mutex_lock(&s->lock);
+        if (helped)
+            rc = s->closed ? TW_ECLOSED : grow(s, need);
+    }
     if (rc == 0) {
         queued_row_t h = {(uint32_t)total, row->api_id, row->gpu_ns, step};
         char *at = s->queue + s->queue_len;

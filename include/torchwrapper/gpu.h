@@ -88,6 +88,7 @@ typedef struct tw_gpu_stats {
     uint64_t incomplete;     /* rows with end_ns 0 (still running at a forced flush) */
     uint64_t dropped;        /* records CUPTI dropped (no buffer space), and rows the stream refused */
     uint64_t buffers;        /* activity buffers processed */
+    uint64_t pauses;         /* times recording was turned off (tw_gpu_set_recording) */
     uint32_t cupti_version;  /* cuptiGetVersion() of the library loaded */
 } tw_gpu_stats_t;
 
@@ -122,6 +123,16 @@ TW_API int tw_gpu_flush(tw_gpu_t *gpu, int forced);
  * makes no CUPTI call (CUDA and CUPTI do not survive fork) and only frees memory. Idempotent.
  */
 TW_API void tw_gpu_stop(tw_gpu_t *gpu);
+
+/*
+ * GPU timing only where it is recorded: on (1) enables the activity kinds start enabled again, off
+ * (0) disables them all, so that CUPTI makes no record (and costs no time per launch) in the steps a
+ * schedule does not record, as Kineto does for torch.profiler's schedule. The session calls it at step
+ * boundaries (on in warm-up and active steps). Records already in CUPTI's buffers are delivered as
+ * usual. Idempotent; not concurrently with tw_gpu_stop(); nothing in a forked child or once stopped.
+ * Returns 0, or TW_EIO when CUPTI refused to enable a kind (those it did are on).
+ */
+TW_API int tw_gpu_set_recording(tw_gpu_t *gpu, int on);
 
 /* Frees a stopped session (stops it first if needed). */
 TW_API void tw_gpu_destroy(tw_gpu_t *gpu);

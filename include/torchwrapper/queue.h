@@ -88,6 +88,12 @@ TW_API const uint32_t *tw_queue_flush_epoch(tw_queue_t *q);
  * unbounded queue (no consumer) charges nothing and returns 1. */
 TW_API int tw_queue_charge(tw_queue_t *q, uint64_t bytes);
 
+/* Whoever charges the budget for buffers of the consumer's own and finds no room (the writer's row
+ * streams): does a share of the consumer's work first, as a producer of chunks does (help(arg, 1)
+ * of tw_queue_consumer_t). Returns 1 when the consumer was asked, 0 when it has no help or is
+ * stopping. No lock of the consumer's may be held. */
+TW_API int tw_queue_help(tw_queue_t *q);
+
 /* Gives back bytes charged by tw_queue_charge(). */
 TW_API void tw_queue_refund(tw_queue_t *q, uint64_t bytes);
 
@@ -101,10 +107,20 @@ TW_API void tw_queue_memory(tw_queue_t *q, uint64_t *used, uint64_t *peak, uint6
 
 /*
  * What a queue asks of its consumer, each called with the queue's lock held: ring its doorbell (a
- * chunk was pushed: the consumer then takes the queued chunks with tw_queue_take()), start its thread
- * (at the first push after a fork; 0 or an errno value), and the consumer's part of fork handling
- * (take its locks before fork, release them in the parent, start afresh in the child). Any may be
- * NULL.
+ * chunk was pushed: the consumer then takes the queued chunks with tw_queue_pop() or
+ * tw_queue_take()), start its thread (at the first push after a fork; 0 or an errno value), and the
+ * consumer's part of fork handling (take its locks before fork, release them in the parent, start
+ * afresh in the child).
+ *
+ * And help, the one called without the queue's lock, by a producer on its own thread: a consumer
+ * whose thread gets too little CPU (it runs at the lowest priority, so as never to take a core from
+ * the program) would otherwise let the budget fill up and the producers drop records. When a
+ * producer's chunk takes the budget past half (TW_QUEUE_HIGH_WATER), help(arg, 0) asks the consumer
+ * to do a bounded share of its work on the producer's thread now if it can without waiting; when
+ * there is no room at all, help(arg, 1) waits for its turn and does it. The queue counts the helpers
+ * in, and tw_queue_detach() waits for them to leave.
+ *
+ * Any may be NULL.
  */
 typedef struct tw_queue_consumer {
     void (*ring)(void *arg);
@@ -112,7 +128,11 @@ typedef struct tw_queue_consumer {
     void (*fork_prepare)(void *arg);
     void (*fork_parent)(void *arg);
     void (*fork_child)(void *arg);
+    void (*help)(void *arg, int must);
 } tw_queue_consumer_t;
+
+/* The part of the budget past which producers help the consumer (help(arg, 0)): a half. */
+#define TW_QUEUE_HIGH_WATER(limit) ((limit) / 2)
 
 /* The least budget a consumer may set: two chunks (one being filled, one being written). */
 #define TW_QUEUE_MIN_BUDGET (2 * TW_CHUNK_BYTES)
@@ -132,6 +152,10 @@ TW_API int tw_queue_attached(tw_queue_t *q);
 /* The consumer: takes the chunks queued (a list linked by next, oldest first; the consumer owns
  * them, and releases each once written), or NULL. Never waits. */
 TW_API tw_chunk_t *tw_queue_take(tw_queue_t *q);
+
+/* The consumer: takes the oldest chunk queued (the consumer owns it, and releases it once written),
+ * or NULL. Never waits. */
+TW_API tw_chunk_t *tw_queue_pop(tw_queue_t *q);
 
 /* Asks the producers for their partial chunks (their next call hands the chunk over). */
 TW_API void tw_queue_request_flush(tw_queue_t *q);

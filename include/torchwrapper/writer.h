@@ -87,6 +87,8 @@ typedef struct tw_writer_stats {
     uint64_t symlinks_refused;   /* of which symbolic links (never followed) */
     uint64_t memory_budget;      /* the bound on bytes waiting for the writer, as applied */
     uint64_t memory_peak;        /* the most bytes waiting at once, measured */
+    uint64_t helped;             /* times a recording thread wrote for the writer thread, which runs at the
+                                    lowest priority: the budget had passed half (or was full) */
 } tw_writer_stats_t;
 
 /*

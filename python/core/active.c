@@ -36,6 +36,8 @@ uint64_t tw_active_begin(const tw_active_config_t *c)
     tw_active.hooks.kinds |= TW_KIND_STEP; /* optimizer steps end steps */
     tw_recorder_set_step(c->recorder, 0);
     tw_active.writer = c->writer; /* before the steps' state, which depends on it */
+    tw_active.gpu_session = c->gpu_session;
+    tw_active.gpu_recording = 1; /* tw_gpu_start enabled the activities */
     tw_steps_start(c->schedule, c->args_mode);
     tw_active.ondemand = c->ondemand;
     tw_active.session = Py_NewRef(c->session);
@@ -68,6 +70,7 @@ PyObject *tw_active_end(void)
     tw_active.capture_from = tw_active.capture_to = 0;
     memset(&tw_active.hooks, 0, sizeof tw_active.hooks);
     tw_active.gpu = NULL;
+    tw_active.gpu_session = NULL;
     PyObject *session = tw_active.session;
     tw_active.session = NULL;
     return session;
@@ -83,6 +86,7 @@ void tw_active_set_sites(tw_sites_mode_t mode, tw_sites_t *sites)
 void tw_active_forget_gpu(void)
 {
     tw_active.gpu = NULL;
+    tw_active.gpu_session = NULL;
 }
 
 /* ---- steps ------------------------------------------------------------------------------------------ */
@@ -94,6 +98,14 @@ static void apply_state(void)
                    tw_active.step < tw_active.capture_to;
     tw_step_state_t state = captured ? TW_STEP_ACTIVE : tw_schedule_state(&tw_active.schedule, tw_active.step);
     tw_active.args_mode = state == TW_STEP_IDLE ? TW_ARGS_NONE : tw_active.args_configured;
+    /* GPU timing in warm-up and active steps, as Kineto's: CUPTI's records (and its cost per launch)
+     * only where they are written. And in the step after an active one, where the GPU still runs what
+     * the CPU launched at the end of it (the CPU runs ahead): those records keep the step of their
+     * launch, and are written. */
+    int gpu_on = state != TW_STEP_IDLE || tw_active.step_recorded;
+    if (tw_active.gpu_session != NULL && gpu_on != tw_active.gpu_recording &&
+        tw_gpu_set_recording(tw_active.gpu_session, gpu_on) == 0) /* refused: the next boundary tries again */
+        tw_active.gpu_recording = gpu_on;
     tw_active.step_recorded = state == TW_STEP_ACTIVE;
     /* A session that keeps its records in memory has no summary.json to count idle steps' calls for:
      * they are not recorded at all, so that memory holds the recorded steps only. */
@@ -105,6 +117,7 @@ void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode)
 {
     tw_active.schedule = *schedule;
     tw_active.args_configured = args_mode;
+    tw_active.step_recorded = 0;
     tw_active.step = 0;
     tw_active.manual_steps = 0;
     tw_active.capture_from = tw_active.capture_to = 0;

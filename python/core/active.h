@@ -44,6 +44,10 @@ typedef struct {
     PyObject *session;             /* strong reference to the active Session object */
     tw_hooks_t hooks;              /* tracing; kinds == 0 when the session has no tracer */
     const tw_gpu_hooks_t *gpu;     /* CUPTI's push/pop while GPU timing is on; else NULL */
+    /* GPU timing's session, whose CUPTI activities are on in the steps recorded (warm-up, active,
+     * a capture's) and the one after each, off in the others; NULL when GPU timing is off */
+    tw_gpu_t *gpu_session;
+    int gpu_recording;
     tw_sites_mode_t sites_mode;    /* call sites recorded (call_sites.c) */
     tw_sites_t *sites;             /* the session's table of them, while sites_mode != OFF */
     uint32_t sites_overflow_id;    /* its id of the sites past its cap */
@@ -67,6 +71,7 @@ typedef struct {
     tw_ondemand_t *ondemand;
     const tw_schedule_t *schedule;
     const tw_gpu_hooks_t *gpu;
+    tw_gpu_t *gpu_session;
     PyObject *session;             /* a new reference is taken */
 } tw_active_config_t;
 

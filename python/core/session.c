@@ -445,7 +445,7 @@ static int recording_start(tw_session_object *self)
         self->tensor_type = find_tensor_type();
     tw_active_config_t active = {self->recorder, self->clock.source, self->args_mode,
                                  (PyTypeObject *)self->tensor_type, &self->hooks, self->writer, self->ondemand,
-                                 &self->schedule, tw_gpu_hooks(self->gpu), (PyObject *)self};
+                                 &self->schedule, tw_gpu_hooks(self->gpu), self->gpu, (PyObject *)self};
     self->gen = tw_active_begin(&active);
     self->state = SESSION_ACTIVE;
     return 1;

@@ -125,12 +125,13 @@ static int add_gpu_stats(tw_session_object *self, PyObject *out)
     if (self->gpu != NULL) {
         tw_gpu_stats_t g;
         tw_gpu_stats(self->gpu, &g);
-        extra = Py_BuildValue("{sssOsKsKsKsKsKsKsssI}", "gpu", "on", "gpu_unavailable", Py_None, "gpu_kernels",
+        extra = Py_BuildValue("{sssOsKsKsKsKsKsKsssIsK}", "gpu", "on", "gpu_unavailable", Py_None, "gpu_kernels",
                               (unsigned long long)g.kernels, "gpu_memcpys", (unsigned long long)g.memcpys,
                               "gpu_memsets", (unsigned long long)g.memsets, "gpu_unattributed",
                               (unsigned long long)g.unattributed, "gpu_incomplete", (unsigned long long)g.incomplete,
                               "gpu_dropped", (unsigned long long)g.dropped, "cupti_library", tw_gpu_library_path(),
-                              "cupti_version", (unsigned int)g.cupti_version);
+                              "cupti_version", (unsigned int)g.cupti_version, "gpu_pauses",
+                              (unsigned long long)g.pauses);
     } else {
         extra = Py_BuildValue("{ssss}", "gpu", "off", "gpu_unavailable",
                               reason_of(self, TW_SESSION_GPU));
@@ -244,12 +245,13 @@ PyObject *tw_session_stats(PyObject *op, PyObject *unused)
         return out;
     tw_writer_stats_t ws;
     tw_writer_stats(self->writer, &ws);
-    PyObject *extra = Py_BuildValue("{sKsKsKsKsssz}", "records_written", (unsigned long long)ws.records_written,
+    PyObject *extra = Py_BuildValue("{sKsKsKsKssszsK}", "records_written", (unsigned long long)ws.records_written,
                                     "writer_dropped", (unsigned long long)ws.records_dropped, "bytes_written",
                                     (unsigned long long)ws.bytes_written, "records_truncated",
                                     (unsigned long long)ws.records_truncated, "manifest",
                                     tw_writer_manifest_path(self->writer), "write_error",
-                                    ws.write_errno ? strerror(ws.write_errno) : NULL);
+                                    ws.write_errno ? strerror(ws.write_errno) : NULL, "writer_helped",
+                                    (unsigned long long)ws.helped);
     if (extra == NULL || PyDict_Update(out, extra) < 0) {
         Py_XDECREF(extra);
         Py_DECREF(out);

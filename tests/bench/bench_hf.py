@@ -12,8 +12,18 @@ here calls torch.set_num_threads). Measured:
     rotating; the median over REPS of profiled / plain.
   through `python -m torchwrapper run`, with its defaults and with `--set args=none`: this file
     run as a program (`bench_hf.py --worker MODEL STEPS BLOCKS`, which prints each block's loop
-    time), plain and profiled processes alternating; the ratio of the loop time of blocks 1.. (block
-    0 warms up), median over the process repetitions.
+    time and the process's CPU time, every thread's: the writer's too), plain and profiled processes
+    interleaved (the order rotating); of blocks 1.. (block 0 warms up), each profiled process's loop
+    time over the plain one's of the same repetition, median and min, and its CPU time likewise
+    (median). Beside them, instructions per step (callgrind, one process each, blocks of a few
+    steps, instrumentation on from the first block: callgrind_control): the profiler's work, which
+    the machine's load does not move, where the wall ratio shows what it costs where it runs. The
+    callgrind processes run with OMP_WAIT_POLICY=passive, so that the count has no spin-waiting of
+    torch's idle intra-op threads in it, and with flush_interval=3600, so that it has no work that
+    comes once a second of wall time (under callgrind, every step). BENCH_HF_AGAINST=DIR adds the same two
+    `run` modes with another build's package on PYTHONPATH (DIR: e.g. the main branch's build/python),
+    in the same rotation, for a before/after. Each profiled process's records dropped (its manifests)
+    are summed beside its ratios: a bench whose profiler dropped records measured less than its work.
   a long run: BERT and GPT-2 under `run --set args=none` for LONG_BLOCKS blocks of 200 steps after
     a warm-up block, next to the same plain program; per process, the last block's time per step
     over the first's, the median of the last three over that of the first three, and the slope of a
@@ -32,7 +42,11 @@ BENCH=quick (the default: about 14,000 training steps and 31 processes, a few mi
 machine), full (more repetitions, a longer long run, the soak) or smoke (a few steps of each, the
 soak's too, and one model through `run` and in the long run: checks that the script runs; its
 figures mean nothing).
-BENCH_HF_MODELS=bert,gpt2 picks models; BENCH_REPS overrides the in-process repetitions.
+BENCH_HF_MODELS=bert,gpt2 picks models; BENCH_REPS overrides the in-process repetitions,
+BENCH_HF_PROC_REPS those of the processes through `run`;
+BENCH_HF_PARTS=run measures only that part (of in_process, run, long, soak), BENCH_HF_RUN_MODES=defaults
+only that mode through `run` (of defaults, args none); BENCH_HF_CALLGRIND=0
+or 1 leaves out or counts the instructions (BENCH=smoke leaves them out: minutes of CPU).
 """
 from __future__ import annotations
 
@@ -59,18 +73,27 @@ from modes import MODE, sized  # noqa: E402  (this folder's: BENCH; imports noth
 SIZES = {
     #        in-process       processes through `run`           long run                     soak
     "smoke": dict(reps=2, steps=3, proc_reps=1, proc_steps=3, proc_blocks=3, long_block=5, long_blocks=3,
-                  long_reps=1, soak_steps=40, soak_block=10),
-    "quick": dict(reps=7, steps=20, proc_reps=3, proc_steps=20, proc_blocks=4, long_block=200, long_blocks=10,
-                  long_reps=1, soak_steps=20000, soak_block=1000),
-    "full": dict(reps=15, steps=20, proc_reps=5, proc_steps=20, proc_blocks=6, long_block=200, long_blocks=15,
-                 long_reps=3, soak_steps=20000, soak_block=1000),
+                  long_reps=1, soak_steps=40, soak_block=10, cg_steps=1, cg_blocks=2),
+    "quick": dict(reps=7, steps=20, proc_reps=7, proc_steps=20, proc_blocks=4, long_block=200, long_blocks=10,
+                  long_reps=1, soak_steps=20000, soak_block=1000, cg_steps=3, cg_blocks=3),
+    "full": dict(reps=15, steps=20, proc_reps=11, proc_steps=20, proc_blocks=6, long_block=200, long_blocks=15,
+                 long_reps=3, soak_steps=20000, soak_block=1000, cg_steps=5, cg_blocks=4),
 }[MODE]
 REPS = int(os.environ.get("BENCH_REPS", 0)) or SIZES["reps"]
+SIZES["proc_reps"] = int(os.environ.get("BENCH_HF_PROC_REPS", 0)) or SIZES["proc_reps"]
 SOAK = MODE in ("full", "smoke") or os.environ.get("BENCH_SOAK") == "1"
 MODELS = os.environ.get("BENCH_HF_MODELS", "bert,gpt2,llama").split(",")
 # in separate processes through `run` (each one imports torch and transformers): smoke, the first only
 RUN_MODELS = MODELS[:sized(1, len(MODELS), len(MODELS))]
 LONG_MODELS = [m for m in ("bert", "gpt2") if m in RUN_MODELS]
+# instructions per step under callgrind: BENCH=smoke counts them only when asked (each process takes
+# a minute or two of CPU even so)
+CALLGRIND = os.environ.get("BENCH_HF_CALLGRIND", sized("0", "1", "1")) == "1" and shutil.which("valgrind") is not None
+AGAINST = os.environ.get("BENCH_HF_AGAINST")   # another build's build/python: its `run` modes beside ours
+# BENCH_HF_PARTS=run (e.g.): the parts measured, of in_process, run, long and soak (all by default)
+PARTS = os.environ.get("BENCH_HF_PARTS", "in_process,run,long,soak").split(",")
+# BENCH_HF_RUN_MODES=defaults (e.g.): the `run` modes measured, of defaults and "args none" (both by default)
+RUN_MODES = os.environ.get("BENCH_HF_RUN_MODES", "defaults,args none").split(",")
 VOCAB, HIDDEN, HEADS, LAYERS, INTERMEDIATE, POSITIONS, SEQ, BATCH = 1000, 128, 4, 2, 256, 64, 32, 4
 
 
@@ -181,9 +204,21 @@ def worker(name: str, steps: int, blocks: int) -> None:
     if hf is None and name != "mlp":
         raise SystemExit("bench_hf.py --worker: the transformers package is not importable")
     step = make_step(hf, name)
+    # Under callgrind (started with --instr-atstart=no --dump-before=os_getppid*): instrumentation
+    # goes on before the first block, and os.getppid() marks each block's start and the last one's
+    # end, so that each dump holds one block's instructions, every thread's (the writer's too).
+    mark = lambda: 0  # noqa: E731
+    if os.environ.get("BENCH_HF_CALLGRIND_WORKER"):
+        subprocess.run(["callgrind_control", "--instr=on", str(os.getpid())], check=True,
+                       stdout=subprocess.DEVNULL, env=child_env())
+        mark = os.getppid
     for block in range(blocks):
+        mark()
+        cpu0 = time.process_time_ns()   # every thread of the process: the writer's too
         ns = timed(step, steps)
-        print(json.dumps({"block": block, "ns": ns, "rss_kb": rss_kb()}), flush=True)
+        cpu = time.process_time_ns() - cpu0
+        print(json.dumps({"block": block, "ns": ns, "cpu_ns": cpu, "rss_kb": rss_kb()}), flush=True)
+    mark()
 
 
 def profiled_block(tw: ModuleType, step: Callable[[], None], steps: int, out_dir: str, args: str) -> Tuple[int, float]:
@@ -236,41 +271,138 @@ def child_env() -> Dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("TORCHWRAPPER_")}
 
 
+def split_env(cmd: List[str]) -> Tuple[List[str], Dict[str, str]]:
+    """A command of commands() and its environment: child_env(), with the PYTHONPATH of a leading
+    "PYTHONPATH=DIR" (another build's, BENCH_HF_AGAINST)."""
+    env = child_env()
+    if cmd and cmd[0].startswith("PYTHONPATH="):
+        env["PYTHONPATH"] = cmd[0].split("=", 1)[1]
+        cmd = cmd[1:]
+    return cmd, env
+
+
+def dropped(out_dir: str) -> Tuple[int, int]:
+    """Records the profiler dropped, every kind's, by the manifests in out_dir (0 where none), and
+    the most bytes that waited for the writer (past half of buffer_size, the program's threads write
+    for it)."""
+    total = peak = 0
+    for file in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
+        if file.startswith("manifest") and file.endswith(".json"):
+            with open(os.path.join(out_dir, file)) as f:
+                manifest = json.load(f)
+            total += sum(kind.get("dropped", 0) for kind in manifest.get("records", {}).values())
+            peak = max(peak, manifest.get("memory", {}).get("peak_bytes", 0))
+    return total, peak
+
+
 def run_worker(cmd: List[str]) -> List[dict]:
     """Runs one worker process; its blocks ({"block", "ns", "rss_kb"})."""
-    result = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=3600)
+    cmd, env = split_env(cmd)
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({result.returncode}): {result.stderr[-2000:]}")
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
-def commands(name: str, steps: int, blocks: int, out_dir: str) -> Dict[str, List[str]]:
+def commands(name: str, steps: int, blocks: int, out_dir: str, pythonpath: Optional[str] = None,
+             options: Tuple[str, ...] = ()) -> Dict[str, List[str]]:
     """The worker plain, under `run` with its defaults and under `run --set args=none`. --no-report:
-    the report is printed after the program has ended, outside the loop time measured."""
+    the report is printed after the program has ended, outside the loop time measured. pythonpath:
+    another build's package (split_env reads it)."""
+    python = sys.executable
     program = [os.path.abspath(__file__), "--worker", name, str(steps), str(blocks)]
-    run = [sys.executable, "-m", "torchwrapper", "run", "--no-report", "-o", out_dir]
-    return {"plain": [sys.executable, *program],
+    env = [f"PYTHONPATH={pythonpath}"] if pythonpath else []
+    run = [*env, python, "-m", "torchwrapper", "run", "--no-report", "-o", out_dir, *options]
+    return {"plain": [*env, python, *program],
             "run, defaults": [*run, "--", *program],
             "run, args none": [*run, "--set", "args=none", "--", *program]}
 
 
+def run_modes(cmds: Dict[str, List[str]]) -> Dict[str, List[str]]:
+    """The commands of the `run` modes BENCH_HF_RUN_MODES asks for, and the plain one."""
+    return {key: cmd for key, cmd in cmds.items() if key == "plain" or key[len("run, "):] in RUN_MODES}
+
+
+def instructions_per_block(cmd: List[str], tmp: str) -> float:
+    """Instructions per block of the worker cmd under callgrind: the mean of its blocks 1.. (each block
+    a dump, every thread's instructions in it)."""
+    out = os.path.join(tmp, "callgrind")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    cmd, env = split_env(cmd)
+    env.update(BENCH_HF_CALLGRIND_WORKER="1", OMP_WAIT_POLICY="passive", PYTHONHASHSEED="0")
+    result = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-before=os_getppid*",
+                             f"--callgrind-out-file={out}/cg.%p", *cmd], capture_output=True, text=True, env=env,
+                            timeout=7200)
+    if result.returncode != 0:
+        raise RuntimeError(f"callgrind: {' '.join(cmd)} failed ({result.returncode}): {result.stderr[-2000:]}")
+    blocks = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    totals = {}
+    for file in os.listdir(out):   # cg.PID.N: the Nth dump (1: before the first mark)
+        parts = file.split(".")
+        if len(parts) == 3:
+            with open(os.path.join(out, file)) as f:
+                totals[int(parts[2])] = next(int(line.split()[1]) for line in f if line.startswith("totals:"))
+    shutil.rmtree(out, ignore_errors=True)
+    # dump 1 is the time before the first mark; dump k + 2 is block k
+    per_block = [totals[k + 2] for k in range(1, len(blocks)) if k + 2 in totals]
+    if not per_block:
+        raise RuntimeError(f"callgrind: no block dumps for {' '.join(cmd)} ({sorted(totals)})")
+    return statistics.mean(per_block)
+
+
 def through_run(name: str, tmp: str) -> dict:
-    """Loop time of blocks 1.. of the worker under `run` over the plain worker's, processes
-    interleaved (the order rotating), median over the repetitions."""
+    """Blocks 1.. of the worker under `run` against the plain worker, processes interleaved (the order
+    rotating): loop time over the plain one's of the same repetition (median, min), CPU time likewise
+    (median); and instructions per step under callgrind, one process each."""
     out_dir = os.path.join(tmp, "run")
     steps = SIZES["proc_steps"]
-    cmds = commands(name, steps, SIZES["proc_blocks"], out_dir)
-    loops: Dict[str, List[int]] = {key: [] for key in cmds}
+    cmds = run_modes(commands(name, steps, SIZES["proc_blocks"], out_dir))
+    if AGAINST:
+        against = run_modes(commands(name, steps, SIZES["proc_blocks"], out_dir, AGAINST))
+        cmds.update({f"against: {key}": cmd for key, cmd in against.items() if key != "plain"})
+    loops: Dict[str, List[Tuple[int, int]]] = {key: [] for key in cmds}
+    drops = {key: 0 for key in cmds}
+    peaks = {key: 0 for key in cmds}
+    load = [os.getloadavg()[0]]   # the machine's (shared: other jobs' too), at the start and end
     for rep in range(SIZES["proc_reps"]):
         keys = list(cmds)
         for key in keys[rep % len(keys):] + keys[:rep % len(keys)]:
             shutil.rmtree(out_dir, ignore_errors=True)
-            loops[key].append(sum(b["ns"] for b in run_worker(cmds[key])[1:]))
+            blocks = run_worker(cmds[key])[1:]
+            loops[key].append((sum(b["ns"] for b in blocks), sum(b["cpu_ns"] for b in blocks)))
+            lost, peak = dropped(out_dir)
+            drops[key] += lost
+            peaks[key] = max(peaks[key], peak)
+    load.append(os.getloadavg()[0])
     plain = loops.pop("plain")
     steady_steps = steps * (SIZES["proc_blocks"] - 1)
-    row = {"plain_ms_per_step": round(statistics.median(plain) / steady_steps / 1e6, 3)}
+    row = {"plain_ms_per_step": round(statistics.median(p[0] for p in plain) / steady_steps / 1e6, 3),
+           "plain_cpu_ms_per_step": round(statistics.median(p[1] for p in plain) / steady_steps / 1e6, 3)}
     for key, values in loops.items():
-        row[key] = round(statistics.median(v / p for v, p in zip(values, plain)), 4)
+        wall = [v[0] / p[0] for v, p in zip(values, plain)]
+        cpu = [v[1] / p[1] for v, p in zip(values, plain)]
+        row[key] = {"wall": round(statistics.median(wall), 4), "wall_min": round(min(wall), 4),
+                    "cpu": round(statistics.median(cpu), 4), "dropped": drops[key],
+                    "memory_peak_mib": round(peaks[key] / 2**20, 2)}
+    row["load_average"] = [round(v, 2) for v in load]
+    if CALLGRIND:
+        # The work of a flush interval (summary.json rewritten: ~7 M instructions for these models,
+        # 0.1% of a second's steps) comes once a second of wall time: under callgrind, 50 times
+        # slower, in every step. Left out: the count is per step, whatever the machine's speed.
+        options = ("--set", "flush_interval=3600")
+        cg = run_modes(commands(name, SIZES["cg_steps"], SIZES["cg_blocks"], out_dir, options=options))
+        if AGAINST:
+            against = run_modes(commands(name, SIZES["cg_steps"], SIZES["cg_blocks"], out_dir, AGAINST, options))
+            cg.update({f"against: {key}": cmd for key, cmd in against.items() if key != "plain"})
+        counts = {}
+        for key, cmd in cg.items():
+            shutil.rmtree(out_dir, ignore_errors=True)
+            counts[key] = instructions_per_block(cmd, tmp) / SIZES["cg_steps"]
+        row["plain_instructions_per_step"] = round(counts.pop("plain"))
+        for key, n in counts.items():
+            row[key]["instructions_per_step"] = round(n)
+            row[key]["instructions"] = round(n / row["plain_instructions_per_step"], 4)
     return row
 
 
@@ -372,14 +504,23 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
-def print_model(name: str, inproc: dict, run: Optional[dict]) -> None:
-    print(f"  {TITLES[name]}: plain {inproc['plain_ms_per_step']:.2f} ms/step in-process" +
-          (f", {run['plain_ms_per_step']:.2f} ms/step as its own process" if run else ""), flush=True)
-    for mode in ("args none", "args summary"):
+def print_model(name: str, inproc: Optional[dict], run: Optional[dict]) -> None:
+    print(f"  {TITLES[name]}: plain" +
+          (f" {inproc['plain_ms_per_step']:.2f} ms/step in-process," if inproc else "") +
+          (f" {run['plain_ms_per_step']:.2f} ms/step ({run['plain_cpu_ms_per_step']:.2f} ms of CPU) as its own process"
+           if run else "") +
+          (f", {run['plain_instructions_per_step'] / 1e6:.1f} M instructions/step" if run and CALLGRIND else "") +
+          (f"; load average {run['load_average'][0]:.1f} -> {run['load_average'][1]:.1f}" if run else ""),
+          flush=True)
+    for mode in ("args none", "args summary") if inproc else ():
         v = inproc[mode]
         print(f"    tw.profile, CSV, {mode:13} {v['ratio']:.3f}x  ({v['records_per_step']:.0f} records/step)")
-    for key in ("run, defaults", "run, args none") if run else ():
-        print(f"    python -m torchwrapper {key:15} {run[key]:.3f}x  (loop time, separate processes)", flush=True)
+    for key, v in (run or {}).items():
+        if isinstance(v, dict):   # loop time and CPU time (separate processes), instructions
+            print(f"    python -m torchwrapper {key:24} wall {v['wall']:.3f}x (min {v['wall_min']:.3f}x), "
+                  f"CPU {v['cpu']:.3f}x" + (f", instructions {v['instructions']:.3f}x" if "instructions" in v else "") +
+                  f", {v['dropped']} records dropped (peak {v['memory_peak_mib']:.1f} MiB waiting)",
+                  flush=True)
 
 
 def print_long(name: str, row: dict) -> None:
@@ -411,19 +552,23 @@ def main() -> None:
                "process_reps": SIZES["proc_reps"], "machine": machine(hf),
                "in_process": {}, "run": {}, "long": {}, "soak": None}
     print(f"transformers models, random init, {torch.get_num_threads()} torch threads (BENCH={MODE}; in-process: "
-          f"median of {REPS} interleaved repetitions of {SIZES['steps']} steps; `run`: median of "
-          f"{SIZES['proc_reps']} process repetitions; profiled / plain):", flush=True)
+          f"median of {REPS} interleaved repetitions of {SIZES['steps']} steps; `run`: median (and min) of "
+          f"{SIZES['proc_reps']} process repetitions, instructions per step "
+          f"{'by callgrind' if CALLGRIND else 'not counted (BENCH_HF_CALLGRIND=1, valgrind)'}; profiled / plain):",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="tw-bench-hf-") as tmp:
         for name in MODELS:
-            results["in_process"][name] = in_process(tw, hf, name, tmp)
-            if name in RUN_MODELS:
+            if "in_process" in PARTS:
+                results["in_process"][name] = in_process(tw, hf, name, tmp)
+            if name in RUN_MODELS and "run" in PARTS:
                 results["run"][name] = through_run(name, tmp)
-            print_model(name, results["in_process"][name], results["run"].get(name))
-        print("long run (a per-step cost that grows shows as a profiled last/first above the plain one):")
-        for name in LONG_MODELS:
+            print_model(name, results["in_process"].get(name), results["run"].get(name))
+        if "long" in PARTS:
+            print("long run (a per-step cost that grows shows as a profiled last/first above the plain one):")
+        for name in LONG_MODELS if "long" in PARTS else ():
             results["long"][name] = long_run(name, tmp)
             print_long(name, results["long"][name])
-        if SOAK:
+        if SOAK and "soak" in PARTS:
             print("soak:")
             results["soak"] = {}
             for name in ["mlp"] + [m for m in ("bert",) if m in MODELS]:

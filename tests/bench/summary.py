@@ -98,9 +98,20 @@ def hf(out: str) -> str:
     r = last_json(os.path.join(out, "bench-hf.txt"))
     if r.get("skipped"):
         return f"skipped: {r['skipped']}"
-    return "args none / summary: " + ", ".join(
+    text = "args none / summary: " + ", ".join(
         f"{name} {row['args none']['ratio']:.3f}x / {row['args summary']['ratio']:.3f}x"
         for name, row in r["in_process"].items())
+    def figure(row, key, name):   # "—": a mode or figure not measured (BENCH_HF_RUN_MODES, callgrind)
+        return f"{row[key][name]:.3f}x" if name in row.get(key, {}) else "—"
+    if r.get("run"):   # the loop time through `run` (median), the instructions where counted, drops
+        text += "; run, args none / defaults: " + ", ".join(
+            f"{name} {figure(row, 'run, args none', 'wall')} / {figure(row, 'run, defaults', 'wall')}"
+            + (f" (instructions {figure(row, 'run, args none', 'instructions')} / "
+               f"{figure(row, 'run, defaults', 'instructions')})" if "instructions" in row.get("run, defaults", {}) else "")
+            for name, row in r["run"].items())
+        lost = sum(v.get("dropped", 0) for row in r["run"].values() for v in row.values() if isinstance(v, dict))
+        text += f"; {lost} records dropped"
+    return text
 
 
 def gpu(out: str) -> str:

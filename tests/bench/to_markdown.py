@@ -35,8 +35,8 @@ def add_hf(add, hf):
     """The rows of bench_hf.py (transformers package models): in-process, through `run`, long run, soak."""
     titles = {"bert": "BERT", "gpt2": "GPT-2", "llama": "Llama"}
     threads = hf["machine"]["torch_threads"]
-    def ratio(run, key):   # "—": that model was not run through `run` (BENCH=smoke runs the first only)
-        return f"{run[key]:.3f}x" if key in run else "—"
+    def ratio(run, key, figure="wall"):   # "—": not measured (BENCH=smoke runs the first model only)
+        return f"{run[key][figure]:.3f}x" if figure in run.get(key, {}) else "—"
 
     for name, row in hf["in_process"].items():
         run = hf["run"].get(name, {})
@@ -46,6 +46,11 @@ def add_hf(add, hf):
             f"{row['args none']['ratio']:.3f}x / {row['args summary']['ratio']:.3f}x; "
             f"{ratio(run, 'run, args none')} / {ratio(run, 'run, defaults')}",
             "1.03x / 1.10x; 1.03x / 1.10x")
+    for name, run in hf["run"].items():
+        add(f"`transformers` {titles.get(name, name)} through `run`, args none / defaults (separate processes, "
+            f"interleaved): wall median, min; CPU time; instructions per step (callgrind)",
+            "; ".join(f"{ratio(run, 'run, args none', figure)} / {ratio(run, 'run, defaults', figure)}"
+                      for figure in ("wall", "wall_min", "cpu", "instructions")), "1.03x")
     for name, row in hf["long"].items():
         add(f"`transformers` {titles.get(name, name)} under `run` args none, {row['steps']:,} steps: "
             "last block / first (last 3 / first 3), plain / profiled",

@@ -778,6 +778,43 @@ static void stop_flushes_everything_and_leaves_cupti_as_it_was(void **state)
     free_fixture(&f);
 }
 
+static void recording_turns_off_and_on_again_and_says_when_cupti_refuses(void **state)
+{
+    fixture_t f;
+    open_fixture(&f, TW_FORMAT_JSON);
+    uint64_t started = fake.enabled();
+    assert_true(started & (UINT64_C(1) << CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    assert_int_equal(tw_gpu_set_recording(f.gpu, 0), 0);
+    assert_int_equal(fake.enabled(), 0); /* every kind: no record, no cost per launch */
+    assert_int_equal(tw_gpu_set_recording(f.gpu, 0), 0); /* idempotent */
+    uint64_t t0 = fake.now();
+    call_t c = enter(&f, f.api[0]);
+    assert_int_equal(fake.launch(KERNEL, "unrecorded", 0, t0, t0 + 5, 0, 1), 0);
+    leave(&f, &c);
+    fake.set_enable_error(CUPTI_ERROR_NOT_INITIALIZED);
+    assert_int_equal(tw_gpu_set_recording(f.gpu, 1), TW_EIO);
+    assert_int_equal(fake.enabled(), 0);
+    fake.set_enable_error(CUPTI_SUCCESS);
+    assert_int_equal(tw_gpu_set_recording(f.gpu, 1), 0); /* asked again: the kinds it paused */
+    assert_int_equal(fake.enabled(), started);
+    c = enter(&f, f.api[1]);
+    assert_true(fake.launch(KERNEL, "recorded", 0, t0 + 10, t0 + 15, 0, 1) != 0);
+    leave(&f, &c);
+    assert_int_equal(tw_gpu_set_recording(f.gpu, 0), 0);
+    tw_gpu_stats_t stats;
+    tw_gpu_stats(f.gpu, &stats);
+    assert_int_equal(stats.pauses, 2);
+    close_fixture(&f); /* stopped while off: nothing left enabled */
+    assert_int_equal(fake.enabled(), 0);
+    assert_int_equal(fake.subscribed(), 0);
+    assert_int_equal(tw_gpu_set_recording(f.gpu, 1), 0); /* stopped: nothing */
+    assert_int_equal(fake.enabled(), 0);
+    gpu_rows_t *r = read_gpu_rows(f.dir);
+    assert_int_equal(r->count, 1);
+    free(r);
+    free_fixture(&f);
+}
+
 #define THREADS 4
 #define PER_THREAD 300
 
@@ -922,6 +959,7 @@ int main(void)
         cmocka_unit_test(dropped_records_are_counted_in_the_manifest),
         cmocka_unit_test(a_kernel_still_running_at_a_forced_flush_has_end_0),
         cmocka_unit_test(stop_flushes_everything_and_leaves_cupti_as_it_was),
+        cmocka_unit_test(recording_turns_off_and_on_again_and_says_when_cupti_refuses),
         cmocka_unit_test(threads_attribute_work_to_their_own_calls),
         cmocka_unit_test(the_flush_thread_writes_without_being_asked),
         cmocka_unit_test(a_forked_child_makes_no_cupti_call),

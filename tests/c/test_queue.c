@@ -44,7 +44,7 @@ static void an_attached_consumer_bounds_the_bytes_waiting_and_is_rung_at_each_ch
 {
     tw_queue_t *q;
     assert_int_equal(tw_queue_create(&q), 0);
-    static const tw_queue_consumer_t consumer = {count_ring, NULL, NULL, NULL, NULL};
+    static const tw_queue_consumer_t consumer = {count_ring, NULL, NULL, NULL, NULL, NULL};
     /* Asked for less than two chunks: two chunks, with their text, is the least. */
     assert_int_equal(tw_queue_attach(q, 1, 0, &consumer, NULL, 1), 0);
     assert_int_equal(tw_queue_attach(q, 1, 0, &consumer, NULL, 1), TW_EBUSY);
@@ -92,6 +92,56 @@ static void an_attached_consumer_bounds_the_bytes_waiting_and_is_rung_at_each_ch
     tw_queue_destroy(q);
 }
 
+/* A consumer that, made to (must), writes (releases) one of the chunks it was handed. */
+typedef struct {
+    tw_chunk_t *held[4];
+    int count;
+    int asked[2]; /* help(arg, 0), help(arg, 1) */
+} helped_t;
+
+static void help_by_releasing(void *arg, int must)
+{
+    helped_t *h = arg;
+    h->asked[must != 0]++;
+    if (must && h->count > 0)
+        tw_chunk_release(h->held[--h->count]);
+}
+
+static void producers_help_the_consumer_past_half_of_the_budget_and_when_it_is_full(void **state)
+{
+    tw_queue_t *q;
+    assert_int_equal(tw_queue_create(&q), 0);
+    static const tw_queue_consumer_t consumer = {NULL, NULL, NULL, NULL, NULL, help_by_releasing};
+    helped_t h = {0};
+    assert_int_equal(tw_queue_attach(q, 4 * TW_CHUNK_BYTES, 0, &consumer, &h, 1), 0);
+    tw_chunk_t *a = tw_queue_chunk(q, 1), *b = tw_queue_chunk(q, 1); /* half: not past it */
+    assert_int_equal(h.asked[0] + h.asked[1], 0);
+    h.held[h.count++] = tw_queue_chunk(q, 1); /* past half: asked, if it is free now */
+    assert_int_equal(h.asked[0], 1);
+    h.held[h.count++] = tw_queue_chunk(q, 1); /* full */
+    assert_int_equal(h.asked[0], 2);
+    assert_int_equal(h.asked[1], 0);
+    /* no room: the consumer is made to write, and then there is */
+    tw_chunk_t *c = tw_queue_chunk(q, 1);
+    assert_non_null(c);
+    assert_int_equal(h.asked[1], 1);
+    assert_int_equal(h.count, 1);
+    /* a consumer stopping is not asked: past half, or full (the chunk is refused, as on_full "drop") */
+    tw_queue_stop(q);
+    tw_chunk_release(c);
+    c = tw_queue_chunk(q, 1);
+    assert_non_null(c);
+    assert_null(tw_queue_chunk(q, 1));
+    assert_int_equal(h.asked[0], 2);
+    assert_int_equal(h.asked[1], 1);
+    tw_chunk_release(c);
+    tw_chunk_release(a);
+    tw_chunk_release(b);
+    tw_chunk_release(h.held[0]);
+    tw_queue_detach(q);
+    tw_queue_destroy(q);
+}
+
 static void drops_are_counted_and_the_flush_epoch_moves(void **state)
 {
     tw_queue_t *q;
@@ -127,6 +177,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_queue_nobody_drains_holds_every_chunk_in_order),
         cmocka_unit_test(an_attached_consumer_bounds_the_bytes_waiting_and_is_rung_at_each_chunk),
+        cmocka_unit_test(producers_help_the_consumer_past_half_of_the_budget_and_when_it_is_full),
         cmocka_unit_test(drops_are_counted_and_the_flush_epoch_moves),
         cmocka_unit_test(a_recorder_pushes_to_its_queue_only),
     };

@@ -429,3 +429,51 @@ def pandas_series(values):
     import pandas
 
     return pandas.Series(values, dtype="int64")
+
+
+@cpu_only
+@needs_fake
+def test_cupti_records_only_in_the_steps_a_schedule_records(fake, tmp_path):
+    """GPU timing only when recorded (as Kineto does for torch.profiler's schedule): CUPTI's activities
+    are enabled in warm-up and active steps, and in the step after the last active one (the GPU still
+    runs what its end launched), disabled in the others; the kernels of active steps are written."""
+    kernel_bit = 1 << 10   # CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+
+    def launch(step):
+        enabled = bool(fake.fake_cupti_enabled() & kernel_bit)
+        t = fake.fake_cupti_now()
+        fake.fake_cupti_launch(0, f"kernel_{step}".encode(), 0, t, t + 10, 0, 0)
+        return enabled
+
+    launch_w = tw.wrap(launch, "my.launch")
+    fake.fake_cupti_enabled.restype = ctypes.c_uint64
+    # steps 0-1 skipped, 2-3 waiting, 4 warm-up, 5-6 active; again 7-8 waiting, 9 warm-up, 10-11 active; then none
+    session = gpu_session(tmp_path, schedule={"skip_first": 2, "wait": 2, "warmup": 1, "active": 2, "repeat": 2})
+    session.start()
+    enabled = []
+    for step in range(15):
+        enabled.append(launch_w(step))
+        session.step()
+    session.stop()
+    assert enabled == [False, False, False, False, True, True, True, True, False, True, True, True, True,
+                       False, False]
+    assert fake.fake_cupti_enabled() == 0   # and all off once stopped
+    stats = session.stats()
+    assert stats["gpu_pauses"] == 3   # at start (step 0), after step 7 and after step 12
+    kernels = sorted(r["name"] for r in read_csv(tmp_path, "gpu"))
+    assert kernels == ["kernel_10", "kernel_11", "kernel_5", "kernel_6"]   # the active steps'
+    assert sorted(int(r["step"]) for r in read_csv(tmp_path, "calls")) == [5, 6, 10, 11]
+
+
+@cpu_only
+@needs_fake
+def test_cupti_records_every_step_without_a_schedule(fake, tmp_path):
+    launch_w = tw.wrap(lambda: bool(fake.fake_cupti_enabled() & (1 << 10)), "my.enabled")
+    session = gpu_session(tmp_path)
+    session.start()
+    enabled = []
+    for _ in range(4):
+        enabled.append(launch_w())
+        session.step()
+    session.stop()
+    assert enabled == [True] * 4 and session.stats()["gpu_pauses"] == 0
