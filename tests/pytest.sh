@@ -16,4 +16,13 @@ if "$PYTHON" -c "import pytest_randomly" 2>/dev/null; then
     echo "pytest order: --randomly-seed=$seed (TW_TEST_SEED=$seed replays it)"
     order="-p randomly --randomly-seed=$seed"
 fi
-PYTHONPATH="$PY_STAGE${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m pytest -q -p no:cacheprovider $order tests/python
+# With pytest-xdist (./quickstart installs it) the files run on one worker process per CPU
+# (TW_TEST_JOBS=N for N, 0 for none), each file on one worker so that its fixtures run once: most
+# tests wait on a child interpreter or on one core's work, and every test must pass under load
+# anyway. The 25 slowest are listed at the end.
+jobs=""
+if "$PYTHON" -c "import xdist" 2>/dev/null && [ "${TW_TEST_JOBS:-}" != 0 ]; then
+    jobs="-n ${TW_TEST_JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)} --dist loadfile"
+fi
+PYTHONPATH="$PY_STAGE${PYTHONPATH:+:$PYTHONPATH}" exec "$PYTHON" -m pytest -q -p no:cacheprovider $order $jobs \
+    --durations=25 tests/python
