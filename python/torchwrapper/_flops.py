@@ -5,7 +5,7 @@
 its dense bf16/fp16 tensor-core peak (the vendor's datasheet, without sparsity); else none (on a CPU
 MFU needs ``peak_flops``)."""
 import sys
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from . import _outdir
 

@@ -314,5 +314,6 @@ def manifest_peak(record_paths: Iterable[str]) -> Optional[float]:
 
 
 __all__ = ["csv_by_header", "directories", "ends_whole", "files_by_kind", "GZIP_MAGIC", "gzip_complete", "is_gzip",
-           "kind", "manifest_peak", "MODULES_FILE", "open_records", "open_text", "paths", "readable", "RECORD_EXTENSIONS",
-           "record_files", "record_format", "sites_files", "SITES_FILE_RE", "summary_files", "whole_lines"]
+           "kind", "manifest_peak", "MODULES_FILE", "open_records", "open_text", "paths", "readable",
+           "RECORD_EXTENSIONS", "record_files", "record_format", "sites_files", "SITES_FILE_RE", "summary_files",
+           "whole_lines"]

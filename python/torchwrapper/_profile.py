@@ -237,7 +237,7 @@ class Profile:
             # Processes that share out_dir with others (the ranks of a job, the children of a
             # program under `python -m torchwrapper run`) write manifest-PID.json and
             # summary-PID.json; manifest.json stays the first process's.
-            per_process_names = rank is not None or bool(os.environ.get("TORCHWRAPPER_AUTOSTART"))
+            per_process_names = rank is not None or bool(os.environ.get(_config.AUTOSTART_ENV))
         # The session takes the normalized values (the validator passes them through unchanged).
         output: Dict[str, Any] = {key: c[key] for key in _SESSION_KEYS}
         # the peak MFU is computed against (reports read it from the manifest)
