@@ -13,7 +13,8 @@ from typing import Iterable, Iterator, List
 
 from . import _core
 from ._core import MethodWrapper, Session, Wrapper, wrap
-from ._api import TorchWrapper, getAPIName, getAttributes, load_config
+from ._api import TorchWrapper, getAPIName, getAttributes
+from ._config import load_config
 from ._flops import flops_table
 from ._memory_table import memory_table
 from ._files import STATS_COLUMNS, UPDATES_COLUMNS, Record, load, load_modules, load_sites, load_stats, load_updates

@@ -63,31 +63,6 @@ def _parse_run(argv: List[str]) -> argparse.Namespace:
     return options
 
 
-def _config(options: argparse.Namespace) -> Dict[str, Any]:
-    config: Dict[str, Any] = {}
-    if options.config:
-        with open(options.config) as f:
-            config.update(json.load(f))
-    for item in options.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"torchwrapper: --set {item!r}: expected KEY=VALUE")
-        try:
-            parsed = json.loads(value)        # numbers, lists, null, objects
-        except ValueError:
-            parsed = value                    # plain text: "csv", "10MB"
-        key, dot, sub = key.partition(".")
-        if dot:                               # a key of an object value: --set schedule.active=5
-            if not isinstance(config.get(key), dict):
-                config[key] = {}
-            config[key][sub] = parsed
-        else:
-            config[key] = parsed
-    if options.out_dir:
-        config["out_dir"] = options.out_dir
-    return config
-
-
 def _run_summaries(wrapper: Any) -> List[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
     """(manifest, summary APIs) of the processes of this run that wrote to out_dir: this one, and
     those that started after it (older runs in the same out_dir are left out); a rank (started by
@@ -187,9 +162,10 @@ def _print_findings(out_dir: str) -> None:
 def run(argv: List[str]) -> None:
     options = _parse_run(argv)
     from ._api import TorchWrapper  # after argument errors, so that usage errors stay cheap
+    from ._config import command_line, for_children
 
     try:
-        wrapper = TorchWrapper(_config(options))
+        wrapper = TorchWrapper(command_line(options.config, options.set, options.out_dir))
     except (ValueError, OSError) as error:
         raise SystemExit(f"torchwrapper: {error}")
     if options.module is not None:
@@ -214,7 +190,7 @@ def run(argv: List[str]) -> None:
     # The program's child processes (multiprocessing spawn and forkserver, DataLoader workers,
     # torchrun workers) start profiling through the auto-start hook, into the same out_dir; forked
     # children need no variable: they keep this session.
-    os.environ[_autostart.ENV] = json.dumps(dict(wrapper.config, out_dir=os.path.abspath(wrapper.config["out_dir"])))
+    os.environ[_autostart.ENV] = for_children(wrapper.config)
     try:
         if options.module is not None:
             runpy.run_module(options.module, run_name="__main__", alter_sys=True)

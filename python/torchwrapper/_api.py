@@ -8,72 +8,17 @@ import json
 import os
 import sys
 import types
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
-from . import _core
+from ._config import Given, given, load_config
 from ._files import ORIGINAL_COLUMNS, Record, load, read_rows
 from ._patch import WRAPPER_TYPES
 from ._patch import generation as _patch_generation
 from ._patch import installed_originals as _installed_originals
-from ._profile import Profile, _unjsonable
-
-ENV_PREFIX = "TORCHWRAPPER_"
-CONFIG_FILE_ENV = "TORCHWRAPPER_CONFIG"
-AUTOSTART_ENV = "TORCHWRAPPER_AUTOSTART"  # not a config key: see _autostart.py
-# Not config keys either: where on-demand capture keeps its control files, and the `run` process
-# of a job (so that one capture command reaches every rank); and, for tests, an offset planted in this
-# process's clock (src/clock.c), which the alignment of ranks' clocks must measure back.
-NOT_CONFIG_ENV = (CONFIG_FILE_ENV, AUTOSTART_ENV, "TORCHWRAPPER_CONTROL_DIR", "TORCHWRAPPER_RUN_PID",
-                  "TORCHWRAPPER_DEBUG_CLOCK_OFFSET_NS")
+from ._profile import Profile
 
 # DataFrame columns: the original tool's first, then ours.
 COLUMNS = ORIGINAL_COLUMNS
-
-
-def load_config(config: Union[None, Mapping[str, Any], str, os.PathLike] = None,
-                environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-    """The complete configuration from, in increasing priority: the defaults, the JSON file named
-    by $TORCHWRAPPER_CONFIG, $TORCHWRAPPER_<KEY> variables, and ``config`` (a dict, or the path of
-    a JSON file). Every source goes through the same validator (in C); errors name the key, the
-    value and what is accepted."""
-    environ = os.environ if environ is None else environ
-    merged: Dict[str, Any] = {}
-    sources = []
-    if environ.get(CONFIG_FILE_ENV):
-        sources.append((_read_config_file(environ[CONFIG_FILE_ENV], f"${CONFIG_FILE_ENV}"), False))
-    env_values = {key[len(ENV_PREFIX):].lower(): value for key, value in environ.items()
-                  if key.startswith(ENV_PREFIX) and key not in NOT_CONFIG_ENV}
-    if env_values:
-        sources.append((env_values, True))
-    if isinstance(config, (str, os.PathLike)):
-        sources.append((_read_config_file(os.fspath(config), "config"), False))
-    elif config is not None:
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config must be a dict or the path of a JSON file, not {type(config).__name__!r}")
-        sources.append((dict(config), False))
-    for values, from_strings in sources:
-        try:
-            checked = json.loads(_core.normalize_config(json.dumps(values, default=_unjsonable), from_strings))
-        except ValueError as error:
-            where = " (from $TORCHWRAPPER_* environment variables)" if from_strings else ""
-            raise ValueError(f"{error}{where}") from None
-        merged.update({key: checked[key] for key in values})
-    return json.loads(_core.normalize_config(json.dumps(merged)))
-
-
-
-
-def _read_config_file(path: str, what: str) -> Dict[str, Any]:
-    try:
-        with open(path) as f:
-            values = json.load(f)
-    except OSError as error:
-        raise ValueError(f"{what}: cannot read the config file {path!r}: {error.strerror}") from None
-    except ValueError as error:
-        raise ValueError(f"{what}: the config file {path!r} is not valid JSON: {error}") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"{what}: the config file {path!r} must hold a JSON object, not {type(values).__name__}")
-    return values
 
 
 class TorchWrapper:
@@ -87,14 +32,9 @@ class TorchWrapper:
     ``@TorchWrapper(config)`` on a function. Each run writes its own files in out_dir.
     """
 
-    def __init__(self, config: Union[None, Mapping[str, Any], str, os.PathLike] = None, **overrides: Any) -> None:
-        if overrides:
-            base = dict(config) if isinstance(config, Mapping) else {}
-            if isinstance(config, (str, os.PathLike)):
-                base = _read_config_file(os.fspath(config), "config")
-            base.update(overrides)
-            config = base
-        self.config: Dict[str, Any] = load_config(config)
+    def __init__(self, config: Given = None, **overrides: Any) -> None:
+        # config and overrides are one source (the program's): see _config.py for the others
+        self.config: Dict[str, Any] = load_config(given(config, overrides))
         self._profile: Optional[Profile] = None
         self._call_records: Optional[dict] = None
         self._metrics: Dict[str, Callable[[Any], Dict[str, Any]]] = {}
@@ -422,4 +362,4 @@ def getAttributes(obj: Any) -> List[str]:
     return sorted(names)
 
 
-__all__ = ["COLUMNS", "TorchWrapper", "getAPIName", "getAttributes", "load_config"]
+__all__ = ["COLUMNS", "TorchWrapper", "getAPIName", "getAttributes"]

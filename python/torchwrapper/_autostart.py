@@ -21,33 +21,15 @@ multiprocessing ends with os._exit (fork and forkserver), from multiprocessing's
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
-ENV = "TORCHWRAPPER_AUTOSTART"
+from ._config import AUTOSTART_ENV as ENV
+from ._config import from_autostart
 
 _watcher: Optional["_TorchWatcher"] = None
 _wrapper: Any = None  # the TorchWrapper this hook started, kept until the process ends
-
-
-def config_from(value: str) -> Dict[str, Any]:
-    """The configuration a value of $TORCHWRAPPER_AUTOSTART stands for (errors name the value)."""
-    text = value.strip()
-    if text.startswith("{"):
-        try:
-            config = json.loads(text)
-        except ValueError as error:
-            raise ValueError(f"${ENV} is not valid JSON ({error}): {value!r}") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"${ENV} must hold a JSON object, a config file path or 1, not {value!r}")
-        return config
-    if text == "1":
-        return {}
-    from ._api import _read_config_file
-
-    return _read_config_file(text, f"${ENV}")
 
 
 def start() -> None:
@@ -62,7 +44,7 @@ def start() -> None:
 
         if _core.active_session() is not None:  # the program profiles itself: leave it alone
             return
-        wrapper = TorchWrapper(config_from(os.environ[ENV]))
+        wrapper = TorchWrapper(from_autostart(os.environ[ENV]))
         wrapper.start()
         _wrapper = wrapper
     except Exception as error:  # the program must run even when the profiler cannot

@@ -14,7 +14,7 @@ import os
 import warnings
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _core, _flops, _outdir, _schema
+from . import _core, _outdir, _schema
 from ._outdir import MODULES_FILE, RECORD_EXTENSIONS, SITES_FILE_RE, record_files
 
 # Columns and types of every kind, from the one schema (_schema.py; torchwrapper.schema()): the
@@ -216,7 +216,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     if original_names:
         return original_frame(frame)
     # the peak MFU is measured against (config peak_flops, or the GPU's): torchwrapper.flops_table()
-    frame.attrs["peak_flops"] = _flops.manifest_peak(records)
+    frame.attrs["peak_flops"] = _outdir.manifest_peak(records)
     return frame
 
 

@@ -5,7 +5,9 @@
 its dense bf16/fp16 tensor-core peak (the vendor's datasheet, without sparsity); else none (on a CPU
 MFU needs ``peak_flops``)."""
 import sys
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
+
+from . import _outdir
 
 __all__ = ["GPU_PEAK_FLOPS", "peak_flops"]
 
@@ -87,24 +89,6 @@ def peak_flops(given: Optional[float]) -> Tuple[Optional[float], str]:
     return peak, f"table: {name}"
 
 
-def manifest_peak(record_paths) -> Optional[float]:
-    """The peak_flops of the first manifest beside the record files that names one, or None."""
-    import json
-    import os
-
-    for folder in dict.fromkeys(os.path.dirname(os.path.abspath(p)) for p in record_paths):
-        for name in sorted(os.listdir(folder)):
-            if name.startswith("manifest") and name.endswith(".json"):
-                try:
-                    with open(os.path.join(folder, name)) as f:
-                        peak = json.load(f).get("peak_flops")
-                except (OSError, ValueError):
-                    continue
-                if isinstance(peak, (int, float)) and peak > 0:
-                    return float(peak)
-    return None
-
-
 def _table_source(source):
     """(source as tw-report reads it, the peak its manifest names or a DataFrame's attrs hold)."""
     import pandas
@@ -113,12 +97,10 @@ def _table_source(source):
         return source, source.attrs.get("peak_flops")
     from ._tw_report import _path_list
 
-    return source, manifest_peak(_outdir_records(_path_list(source)))
+    return source, _outdir.manifest_peak(_outdir_records(_path_list(source)))
 
 
 def _outdir_records(paths):
-    from . import _outdir
-
     return [path for path in _outdir.paths(paths) if _outdir.kind(path) in ("calls", "gpu")] or paths
 
 

@@ -20,7 +20,7 @@ import shlex
 import tempfile
 from typing import Any, Optional
 
-from . import _core
+from . import _config, _core
 from ._profile import profile, report_text
 
 TOP = 15
@@ -67,8 +67,6 @@ def _parser(line_magic: bool) -> argparse.ArgumentParser:
 
 
 def _options(line: str, line_magic: bool) -> argparse.Namespace:
-    from .__main__ import _config
-
     try:
         options = _parser(line_magic).parse_args(shlex.split(line))
     except (argparse.ArgumentError, SystemExit) as error:
@@ -76,7 +74,7 @@ def _options(line: str, line_magic: bool) -> argparse.Namespace:
                          f"--set KEY=VALUE, --config FILE, --top N") from None
     if options.top < 1:
         raise ValueError(f"--top {options.top} is not accepted: give a whole number >= 1")
-    options.config_values = _config(options)
+    options.config_values = _config.command_line(options.config, options.set, options.out_dir)
     return options
 
 

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Which files of an output directory are what: the record files of a source (a directory, a file,
 or a list of them) by kind (calls, gpu, stats, updates) and format, a process's files from its
-manifest, the sites and summary files beside them. The one place every reader finds its files:
+manifest, the sites and summary files beside them, and what a manifest says of the run that readers
+need (the peak_flops MFU is measured against). The one place every reader finds its files:
 load()'s pandas path (_files.py), Polars and DuckDB (_engines.py) and Spark (spark.py) import it,
 and it imports none of them. A file's kind comes from the C reader (_core.record_kind), as
 tw-report decides it. (Not to be confused with _discover.py, which finds torch's APIs.)
@@ -297,6 +298,22 @@ def summary_files(source: Source) -> List[str]:
     return found
 
 
+def manifest_peak(record_paths: Iterable[str]) -> Optional[float]:
+    """The peak_flops of the first manifest beside the record files that names one, or None."""
+    for folder in dict.fromkeys(os.path.dirname(os.path.abspath(p)) for p in record_paths):
+        for name in sorted(os.listdir(folder)):
+            if name.startswith("manifest") and name.endswith(".json"):
+                try:
+                    with open(os.path.join(folder, name)) as f:
+                        peak = json.load(f).get("peak_flops")
+                except (OSError, ValueError):
+                    continue
+                if isinstance(peak, (int, float)) and peak > 0:
+                    return float(peak)
+    return None
+
+
 __all__ = ["csv_by_header", "directories", "ends_whole", "files_by_kind", "GZIP_MAGIC", "gzip_complete", "is_gzip",
-           "kind", "MODULES_FILE", "open_records", "open_text", "paths", "readable", "RECORD_EXTENSIONS",
-           "record_files", "record_format", "sites_files", "SITES_FILE_RE", "summary_files", "whole_lines"]
+           "kind", "manifest_peak", "MODULES_FILE", "open_records", "open_text", "paths", "readable",
+           "RECORD_EXTENSIONS", "record_files", "record_format", "sites_files", "SITES_FILE_RE", "summary_files",
+           "whole_lines"]

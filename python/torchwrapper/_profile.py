@@ -16,7 +16,7 @@ import types
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import _core
+from . import _config, _core
 from ._clocks import ClockSync
 from ._discover import Plan, _Globs, discover, optimizer_steps, resolve_exclude
 from ._files import read_rows, read_stream, record_files
@@ -218,7 +218,7 @@ class Profile:
                  "memory": memory, "compress": compress}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
-        c = json.loads(_core.normalize_config(json.dumps(given, default=_unjsonable), defaults="profile"))
+        c = _config.normalize(given, defaults="profile")
         self.config: Dict[str, Any] = c
         stats = StatsOptions(c["tensor_stats"], metrics) if c["tensor_stats"] is not None else None
         if metrics and stats is None:
@@ -237,7 +237,7 @@ class Profile:
             # Processes that share out_dir with others (the ranks of a job, the children of a
             # program under `python -m torchwrapper run`) write manifest-PID.json and
             # summary-PID.json; manifest.json stays the first process's.
-            per_process_names = rank is not None or bool(os.environ.get("TORCHWRAPPER_AUTOSTART"))
+            per_process_names = rank is not None or bool(os.environ.get(_config.AUTOSTART_ENV))
         # The session takes the normalized values (the validator passes them through unchanged).
         output: Dict[str, Any] = {key: c[key] for key in _SESSION_KEYS}
         # the peak MFU is computed against (reports read it from the manifest)
@@ -537,12 +537,6 @@ def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[
 
 # Config keys the Session takes (the others are Profile's: modules, include, exclude, tensor_stats, track).
 _SESSION_KEYS = _core.SESSION_CONFIG_KEYS
-
-
-def _unjsonable(value: Any) -> str:
-    """json.dumps' default= for config values: the one message for a value that is not JSON."""
-    raise ValueError(f"config value {value!r} of type {type(value).__name__!r} is not accepted: give strings, "
-                     f"numbers, lists or null")
 
 
 def _cuda_available() -> bool:

@@ -79,7 +79,12 @@ def configuration() -> str:
              "Every entry point takes the same keys, checked by one validator in C: `TorchWrapper({...})`, "
              "`torchwrapper.profile(**keys)`, `python -m torchwrapper run --set KEY=VALUE` or `--config FILE`, "
              "and the environment (`TORCHWRAPPER_<KEY>`). A bad key or value is an error that names it and what "
-             "is accepted. Defaults differ by entry point only where said.", ""]
+             "is accepted. Defaults differ by entry point only where said.", "",
+             "Where sources disagree (python/torchwrapper/_config.py reads them all), the later in this list wins, "
+             "key by key: the defaults, the JSON file named by `$TORCHWRAPPER_CONFIG`, `TORCHWRAPPER_<KEY>` "
+             "variables, then the program's own: `TorchWrapper`'s dict or file (its keyword arguments over it), "
+             "or `run`'s `--config FILE`, then each `--set` in order, then `-o`. `profile()` and the notebook "
+             "magics (`--config`, `--set`, `-o` as `run`'s) read their arguments only.", ""]
     for key in keys:
         lines.append(f"## `{key}`")
         lines.append("")
