@@ -30,10 +30,6 @@ typedef struct tw_queue tw_queue_t;
 /* Bytes one chunk takes in memory: its header, its records and their argument text. */
 #define TW_CHUNK_BYTES (sizeof(tw_chunk_t) + TW_CHUNK_RECORDS * sizeof(tw_record_t) + TW_CHUNK_TEXT)
 
-/* An empty chunk for thread tid, recycled when one is free; NULL when out of memory. Not charged to
- * any queue's memory budget (tw_queue_chunk is). */
-TW_API tw_chunk_t *tw_chunk_alloc(uint64_t tid);
-
 /* Gives chunk back to the pool (or to malloc when the pool is full), and its bytes back to the
  * budget it was charged to. NULL is ignored. */
 TW_API void tw_chunk_release(tw_chunk_t *chunk);
@@ -88,12 +84,6 @@ TW_API const uint32_t *tw_queue_flush_epoch(tw_queue_t *q);
  * unbounded queue (no consumer) charges nothing and returns 1. */
 TW_API int tw_queue_charge(tw_queue_t *q, uint64_t bytes);
 
-/* Gives back bytes charged by tw_queue_charge(). */
-TW_API void tw_queue_refund(tw_queue_t *q, uint64_t bytes);
-
-/* Wakes producers waiting for room (block_when_full), after the consumer freed some. */
-TW_API void tw_queue_room(tw_queue_t *q);
-
 /* The budget: bytes charged now, the peak since attach, and the limit (0: unbounded). */
 TW_API void tw_queue_memory(tw_queue_t *q, uint64_t *used, uint64_t *peak, uint64_t *limit);
 
@@ -137,13 +127,8 @@ TW_API tw_chunk_t *tw_queue_take(tw_queue_t *q);
 TW_API void tw_queue_request_flush(tw_queue_t *q);
 
 /* Producers waiting for room stop waiting (the consumer is closing: what they make now is dropped
- * or kept, as without a consumer); running: whether the consumer's thread runs (0 once joined). */
+ * or kept, as without a consumer). */
 TW_API void tw_queue_stop(tw_queue_t *q);
-TW_API void tw_queue_set_running(tw_queue_t *q, int running);
-
-/* pthread_cond_init for waits with CLOCK_MONOTONIC deadlines (the default, CLOCK_REALTIME, makes
- * every such wait return at once: the waiting thread spins). */
-TW_API void tw_cond_init_monotonic(pthread_cond_t *cond);
 
 #ifdef __cplusplus
 }
