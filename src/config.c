@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "config_tree.h"
+#include "config_internal.h"
 #include "schedule.h"
 #include "torchwrapper/config.h"
 

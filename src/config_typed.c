@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "torchwrapper/config.h"
+#include "config_internal.h"
 #include "config_tree.h"
 
 typedef struct {

@@ -32,6 +32,8 @@
 #include "torchwrapper/gpu.h"
 #include "format.h"
 #include "torchwrapper/queue.h"
+#include "queue_internal.h"
+#include "writer_producer.h"
 #include "cupti_layout.h"
 #include "cupti_lib.h"
 #include "demangle.h"

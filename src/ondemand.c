@@ -327,8 +327,3 @@ void tw_ondemand_stop(tw_ondemand_t *od)
     free(od->out_dir);
     free(od);
 }
-
-const char *tw_ondemand_control_path(const tw_ondemand_t *od)
-{
-    return od->control_path;
-}

@@ -13,6 +13,7 @@
 
 #include "atfork.h"
 #include "torchwrapper/queue.h"
+#include "queue_internal.h"
 
 struct tw_queue {
     pthread_mutex_t lock;
@@ -51,7 +52,9 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static tw_chunk_t *pool_head;
 static unsigned pool_count;
 
-tw_chunk_t *tw_chunk_alloc(uint64_t tid)
+/* An empty chunk for thread tid, recycled when one is free; NULL when out of memory. Not charged to
+ * any queue's memory budget (tw_queue_chunk is). */
+static tw_chunk_t *chunk_alloc(uint64_t tid)
 {
     pthread_mutex_lock(&pool_lock);
     tw_chunk_t *chunk = pool_head;
@@ -308,7 +311,7 @@ tw_chunk_t *tw_queue_chunk(tw_queue_t *q, uint64_t tid)
         if (charged == 0)
             return NULL;
     }
-    tw_chunk_t *chunk = tw_chunk_alloc(tid);
+    tw_chunk_t *chunk = chunk_alloc(tid);
     if (chunk != NULL && charged > 0) {
         chunk->charged = q;
         chunk->charge_epoch = epoch;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "torchwrapper/stats.h"
+#include "stats_internal.h"
 
 #define SUB_BITS 6                     /* 64 buckets per power of two: width <= 1/64 of the value */
 #define SUB (1u << SUB_BITS)

@@ -29,6 +29,8 @@
 #include "torchwrapper/config.h"
 #include "format.h"
 #include "writer_internal.h"
+#include "config_internal.h"
+#include "queue_internal.h"
 
 static uint64_t monotonic_ns(void)
 {

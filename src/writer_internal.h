@@ -35,6 +35,7 @@
 #include "torchwrapper/writer.h"
 #include "fileset.h"
 #include "manifest.h"
+#include "writer_producer.h"
 
 #define WRITER_SOURCES_MAX 8   /* the calls and up to 7 streams */
 #define WRITER_TIMELINE 256     /* step boundaries remembered, to find the step of a moment */

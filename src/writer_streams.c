@@ -15,6 +15,8 @@
 
 #include "torchwrapper/api.h"
 #include "writer_internal.h"
+#include "queue_internal.h"
+#include "stats_internal.h"
 
 #define STREAM_FIRST_CAPACITY (64 * 1024) /* bytes of a stream's first queue buffer */
 #define STREAM_SPARE_KEEP (64 * 1024)     /* a drained buffer up to this size is kept for the next batch */

@@ -3,8 +3,9 @@
 # make check-headers: (1) every header of src/ and python/core/ compiles alone (after config.h, as
 # every .c file starts), so that it says what it needs instead of relying on what its includer
 # included before; (2) no include circle between files: when a.c includes b.h (b.c's header), b.c
-# does not include a.h, and no header includes itself through others. The CUPTI headers are checked
-# only in a build with CUPTI headers.
+# does not include a.h, and no header includes itself through others; (3) each .c file of python/core/
+# with a header of its own includes it first (the header, not its includer, says what it needs). The
+# CUPTI headers are checked only in a build with CUPTI headers.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${top_builddir:-$src}
@@ -81,5 +82,14 @@ for dir in "$src/src" "$src/python/core"; do
         done
     done
 done
-[ $status -eq 0 ] && echo "check-headers: every header compiles alone, no include circle"
+for c in "$src"/python/core/*.c; do
+    own=$(basename "$c" .c).h
+    [ -f "$src/python/core/$own" ] || continue
+    first=$(includes "$c" | head -n 1)
+    if [ "$first" != "$own" ]; then
+        echo "check-headers: ${c#$src/} includes $first first, not its own header $own"
+        status=1
+    fi
+done
+[ $status -eq 0 ] && echo "check-headers: every header compiles alone, no include circle, python/core's files include their own header first"
 exit $status

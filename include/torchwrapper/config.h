@@ -148,16 +148,9 @@ TW_API int tw_config_load(tw_config_defaults_t defaults, const char *json_in, in
 /* Frees what tw_config_load() allocated in config (not config itself). */
 TW_API void tw_config_free(tw_config_t *config);
 
-/* An entry point's defaults, typed (static; every call gives the same values), or NULL when there
- * was no memory to make them at the first call. */
-TW_API const tw_config_t *tw_config_defaults(tw_config_defaults_t defaults);
-
 /* The writer's part of config into out (its strings point into config). rank, manifest_json,
  * per_process_names and sites are the caller's to set. */
 TW_API void tw_config_writer(const tw_config_t *config, tw_writer_config_t *out);
-
-/* Checks file_max_size: 0, or TW_EINVAL with the message in err (the validator's and the writer's). */
-TW_API int tw_config_check_file_max_size(uint64_t bytes, const char *given, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

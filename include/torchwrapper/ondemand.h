@@ -59,9 +59,6 @@ TW_API int tw_ondemand_asked(void);
 /* Puts the program's SIGUSR2 handler back, removes the control file and frees od. NULL is ignored. */
 TW_API void tw_ondemand_stop(tw_ondemand_t *od);
 
-/* The control file's path (PID.json). */
-TW_API const char *tw_ondemand_control_path(const tw_ondemand_t *od);
-
 #ifdef __cplusplus
 }
 #endif

@@ -30,10 +30,6 @@ typedef struct tw_queue tw_queue_t;
 /* Bytes one chunk takes in memory: its header, its records and their argument text. */
 #define TW_CHUNK_BYTES (sizeof(tw_chunk_t) + TW_CHUNK_RECORDS * sizeof(tw_record_t) + TW_CHUNK_TEXT)
 
-/* An empty chunk for thread tid, recycled when one is free; NULL when out of memory. Not charged to
- * any queue's memory budget (tw_queue_chunk is). */
-TW_API tw_chunk_t *tw_chunk_alloc(uint64_t tid);
-
 /* Gives chunk back to the pool (or to malloc when the pool is full), and its bytes back to the
  * budget it was charged to. NULL is ignored. */
 TW_API void tw_chunk_release(tw_chunk_t *chunk);
@@ -87,18 +83,6 @@ TW_API const uint32_t *tw_queue_flush_epoch(tw_queue_t *q);
 /* Charges bytes to the budget: 1 when they fit, 0 when not (nothing charged). Lock-free. An
  * unbounded queue (no consumer) charges nothing and returns 1. */
 TW_API int tw_queue_charge(tw_queue_t *q, uint64_t bytes);
-
-/* Whoever charges the budget for buffers of the consumer's own and finds no room (the writer's row
- * streams): does a share of the consumer's work first, as a producer of chunks does (help(arg, 1)
- * of tw_queue_consumer_t). Returns 1 when the consumer was asked, 0 when it has no help or is
- * stopping. No lock of the consumer's may be held. */
-TW_API int tw_queue_help(tw_queue_t *q);
-
-/* Gives back bytes charged by tw_queue_charge(). */
-TW_API void tw_queue_refund(tw_queue_t *q, uint64_t bytes);
-
-/* Wakes producers waiting for room (block_when_full), after the consumer freed some. */
-TW_API void tw_queue_room(tw_queue_t *q);
 
 /* The budget: bytes charged now, the peak since attach, and the limit (0: unbounded). */
 TW_API void tw_queue_memory(tw_queue_t *q, uint64_t *used, uint64_t *peak, uint64_t *limit);
@@ -161,13 +145,8 @@ TW_API tw_chunk_t *tw_queue_pop(tw_queue_t *q);
 TW_API void tw_queue_request_flush(tw_queue_t *q);
 
 /* Producers waiting for room stop waiting (the consumer is closing: what they make now is dropped
- * or kept, as without a consumer); running: whether the consumer's thread runs (0 once joined). */
+ * or kept, as without a consumer). */
 TW_API void tw_queue_stop(tw_queue_t *q);
-TW_API void tw_queue_set_running(tw_queue_t *q, int running);
-
-/* pthread_cond_init for waits with CLOCK_MONOTONIC deadlines (the default, CLOCK_REALTIME, makes
- * every such wait return at once: the waiting thread spins). */
-TW_API void tw_cond_init_monotonic(pthread_cond_t *cond);
 
 #ifdef __cplusplus
 }

@@ -38,18 +38,6 @@ TW_API void tw_stats_free(tw_stats_t *stats);
 TW_API void tw_stats_add(tw_stats_t *stats, uint32_t api_id, uint64_t cost_ns, uint64_t self_ns, uint64_t gpu_ns,
                          int error);
 
-/* Adds GPU time to an API's total without counting a call: GPU records arrive on their own, after
- * the call's record (see gpu.h). Never fails, like tw_stats_add(). */
-TW_API void tw_stats_add_gpu(tw_stats_t *stats, uint32_t api_id, uint64_t gpu_ns);
-
-/* Counts one call in a: 0, or TW_ENOMEM when its histogram cannot be allocated (nothing counted). */
-TW_API int tw_api_stats_add(tw_api_stats_t *a, uint64_t cost_ns, uint64_t self_ns, uint64_t gpu_ns, int error);
-
-/* Adds from's calls to into's (counts, sums, min, max, histogram: exactly what counting them in
- * into would give, percentiles included): 0, or TW_ENOMEM when into's histogram cannot be allocated
- * (nothing added). from is left as it was. */
-TW_API int tw_api_stats_merge(tw_api_stats_t *into, const tw_api_stats_t *from);
-
 /* The cost below which a fraction q (0..1) of the API's calls fall, within 1%; 0 without calls. */
 TW_API uint64_t tw_stats_percentile(const tw_api_stats_t *api, double q);
 

@@ -124,9 +124,6 @@ TW_API int tw_writer_set_manifest_key(tw_writer_t *writer, const char *key, cons
 /* The path of the manifest this writer writes. */
 TW_API const char *tw_writer_manifest_path(tw_writer_t *writer);
 
-/* The format rows must be written in (the stream functions below take rows already formatted). */
-TW_API tw_format_t tw_writer_format(const tw_writer_t *writer);
-
 /* ---- extra record streams -------------------------------------------------------------------- */
 
 #define TW_STREAM_KIND_MAX 16          /* bytes of a stream's kind: [a-z0-9_], not "calls" */
@@ -184,9 +181,6 @@ TW_API int tw_writer_stream_write(tw_writer_stream_t *stream, const char *row, s
  * TW_API_ID_NONE adds nothing). */
 TW_API int tw_writer_stream_write_gpu(tw_writer_stream_t *stream, const char *row, size_t len, uint32_t api_id,
                                       uint64_t gpu_ns);
-
-/* The writer a stream belongs to. */
-TW_API tw_writer_t *tw_writer_stream_writer(const tw_writer_stream_t *stream);
 
 /* Counts rows lost before they reached the stream (e.g. CUPTI's dropped activity records); they
  * appear in the manifest's "streams" section. Thread-safe. */

@@ -14,11 +14,12 @@
  * The steps of an on-demand capture (ondemand.h) are active whatever the schedule.
  * All of it runs with the GIL held.
  */
-#include "module.h"
+#include "active.h"
 
 #include <string.h>
 
 #include "backward.h"
+
 
 tw_active_t tw_active;
 

@@ -12,13 +12,16 @@
  * "repr": repr() of each argument, bounded; it may write data values into the files.
  * The text reads like the original TorchWrapper's str((args, kwargs)): ((f32[1,3]@cpu, 2), {'dim': 0}).
  */
-#include "module.h"
+#include "args.h"
 
-#include "layer.h"
-#include "wrapper.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include "active.h"
+#include "exc.h"
+#include "layer.h"
+#include "wrap.h"
 
 typedef struct {
     char *p;
@@ -337,6 +340,7 @@ static const char *utf8_of(text_t *t, PyObject *str, Py_ssize_t *n)
 
 static void put_value(text_t *t, PyObject *obj, int depth)
 {
+    PyObject *original;
     if (TW_LIKELY(layer_reads(Py_TYPE(obj)))) {
         if (!put_layer(t, obj))
             put_tensor_python(t, obj);
@@ -381,10 +385,10 @@ static void put_value(text_t *t, PyObject *obj, int depth)
         puts_(t, tuple ? ")" : "]");
     } else if (strcmp(Py_TYPE(obj)->tp_name, "torch.dtype") == 0) {
         puts_(t, dtype_name(t, obj));
-    } else if (PyVectorcall_Function(obj) == tw_wrapper_vectorcall) {
+    } else if ((original = tw_wrapper_original(obj)) != NULL) {
         /* one of the profiler's wrappers (an optimizer's hook gets the step it wraps): named as what
          * it stands for, so that a summary reads the same as without the profiler */
-        puts_(t, Py_TYPE(((tw_wrapper_object *)obj)->wrapped)->tp_name);
+        puts_(t, Py_TYPE(original)->tp_name);
     } else {
         puts_(t, Py_TYPE(obj)->tp_name); /* never a user __repr__ */
     }

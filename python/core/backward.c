@@ -28,7 +28,7 @@
  * ring, after stop() has collected and freed them (Dekker's handshake). Checked under
  * ThreadSanitizer (make check-tsan).
  */
-#include "module.h"
+#include "backward.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -38,10 +38,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "torchwrapper/api.h"
+
 #include "atfork.h"
-#include "backward.h"
 #include "layer.h"
 #include "memory.h"
+
 
 /* ---- forward links: (forward thread, sequence number) -> the call that created the node ---------- */
 

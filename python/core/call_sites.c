@@ -11,11 +11,15 @@
  * the writer thread never touches a Python object; and the walk out of torch's frames for an
  * outermost call that torch's code made (a DataLoader's collate, say).
  */
-#include "module.h"
+#include "call_sites.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "active.h"
+#include "exc.h"
+#include "imported.h"
 
 tw_site_cache_t tw_site_cache;
 int tw_site_frames_fast;

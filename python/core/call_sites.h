@@ -9,6 +9,9 @@
 
 #include "torchwrapper/torchwrapper.h"
 
+#include "active.h"
+#include "frame_mirror.h"
+
 /* ---- call sites (call_sites.c) ---- */
 
 extern int tw_site_frames_fast; /* the frame mirror (frame_mirror.h) is used (checked by tw_sites_begin) */
@@ -51,15 +54,6 @@ uint32_t tw_site_outside_torch(PyFrameObject *frame);
 int tw_sites_begin(tw_sites_mode_t mode, tw_sites_t *sites);
 void tw_sites_end(void);
 
-
-int tw_args_init(void);
-
-/* Writes a summary of a call's arguments (summary or repr mode) into buf; returns its length. */
-uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t nargsf, PyObject *kwnames,
-                           tw_args_mode_t mode);
-
-
- /* the mirror above is used (checked by tw_sites_begin) */
 
 /* The cached value of (code, lasti), or the slow path's. */
 static inline uint32_t tw_site_value(PyCodeObject *code, int lasti)

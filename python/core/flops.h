@@ -7,7 +7,11 @@
 #ifndef TW_CORE_FLOPS_H
 #define TW_CORE_FLOPS_H
 
-#include "module.h"
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "torchwrapper/recorder.h"
 
 #include "../../libtorch/tw_torch.h"
 

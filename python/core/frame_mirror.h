@@ -3,6 +3,10 @@
 #ifndef TW_PY_FRAME_MIRROR_H
 #define TW_PY_FRAME_MIRROR_H
 
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
 /*
  * The caller's frame without a frame object. PyEval_GetFrame() makes a PyFrameObject for the
  * calling frame (an allocation per Python frame: ~50 ns, paid again by each new call of a small

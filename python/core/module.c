@@ -1,11 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /* torchwrapper._core: module definition (multi-phase init, module state). */
 #include "module.h"
-#include "flops.h"
-#include "memory.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "active.h"
+#include "args.h"
+#include "flops.h"
+#include "memory.h"
+#include "module_state.h"
+#include "patch.h"
+#include "ranges.h"
+#include "record_reader.h"
+#include "scan.h"
+#include "session.h"
+#include "trace.h"
+#include "wrap.h"
 
 
 static PyObject *core_clock_source(PyObject *module, PyObject *unused)
@@ -152,18 +163,6 @@ done:
     return result;
 }
 
-PyObject *tw_imported_attribute(const char *module, const char *attribute)
-{
-    PyObject *name = PyUnicode_FromString(module);
-    PyObject *imported = name != NULL ? PyImport_GetModule(name) : NULL;
-    Py_XDECREF(name);
-    PyObject *value = imported != NULL ? PyObject_GetAttrString(imported, attribute) : NULL;
-    Py_XDECREF(imported);
-    if (value == NULL)
-        PyErr_Clear();
-    return value;
-}
-
 /* Whether the current step's calls are recorded (the schedule's active steps, a capture's steps):
  * the tracing streams write rows of those steps only. */
 static PyObject *core_step_recorded(PyObject *module, PyObject *unused)
@@ -294,7 +293,6 @@ static struct PyModuleDef core_module = {
     .m_free = core_free,
 };
 
-PyMODINIT_FUNC PyInit__core(void);
 PyMODINIT_FUNC PyInit__core(void)
 {
     return PyModuleDef_Init(&core_module);

@@ -4,7 +4,7 @@
  * loops do the thousands of dictionary reads and setattr calls of a start or a stop without the
  * interpreter's per-iteration overhead (measured: 11 ms in Python for ~5,000 places).
  */
-#include "module.h"
+#include "patch.h"
 
 /* owner.__dict__ (borrowed), for modules and classes; NULL with an exception otherwise. */
 static PyObject *namespace_of(PyObject *owner)

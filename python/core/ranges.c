@@ -8,7 +8,10 @@
  * function, as a with block does): a range ended inside a call begun after it is not recorded.
  * Called with the GIL held, from Python (not the hot path).
  */
-#include "module.h"
+#include "ranges.h"
+
+#include "active.h"
+#include "call_sites.h"
 #include "memory.h"
 
 #define RANGE_DEPTH 64 /* ranges open at once on one thread; deeper ones are not recorded */

@@ -11,7 +11,7 @@
  * cache by content, which also makes pandas' categorical of the API cheap (equal strings are one
  * object).
  */
-#include "module.h"
+#include "record_reader.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "torchwrapper/reader.h"
+#include "torchwrapper/sites.h"
 
 #define BATCH_ROWS_DEFAULT 16384 /* 16 bytes a field: 4.5 MB of arrays a reader */
 #define CACHE_SLOTS 4096 /* strings remembered per reader (direct-mapped by content hash) */

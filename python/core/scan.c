@@ -4,7 +4,7 @@
  * every module under the roots (~29,000 of them for torch), which the interpreter took ~20 ms to
  * do. The rules are the ones documented in _discover.py; this is only their fast loop.
  */
-#include "module.h"
+#include "scan.h"
 
 #include <string.h>
 

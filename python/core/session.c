@@ -5,17 +5,26 @@
  * records(), stats() and its streams, is in session_output.c. One session records at a time in a
  * process.
  */
-#include "module.h"
-#include "atfork.h"
-#include "backward.h"
-#include "flops.h"
-#include "layer.h"
-#include "memory.h"
+#include "session.h"
 
 #include <pthread.h>
 #include <string.h>
 
-#include "session.h"
+#include "active.h"
+#include "atfork.h"
+#include "backward.h"
+#include "call_sites.h"
+#include "exc.h"
+#include "flops.h"
+#include "imported.h"
+#include "layer.h"
+#include "memory.h"
+#include "session_config.h"
+#include "session_object.h"
+#include "session_output.h"
+#include "trace_tables.h"
+#include "wrapper.h"
+
 
 
 /* A forked child must not call CUPTI (gpu.h): the wrappers stop pushing correlation ids there. */

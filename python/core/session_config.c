@@ -4,7 +4,7 @@
  * Session's defaults), the CUPTI candidates, and the C copies of them that outlive the Python
  * objects (the writer thread reads them without the GIL). See module.h.
  */
-#include "module.h"
+#include "session_config.h"
 
 #include <string.h>
 

@@ -3,9 +3,12 @@
  * What a Session gives back (session.h): its records (records()), the call sites (sites()), its
  * counters (stats()), and its row streams (add_stream, stream_write, stream_stats).
  */
-#include "session.h"
+#include "session_output.h"
 
 #include <string.h>
+
+#include "call_sites.h"
+#include "session_object.h"
 
 typedef struct {
     tw_session_object *session;

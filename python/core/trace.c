@@ -7,86 +7,14 @@
  * seen). The tracer keeps a weak reference to every object it puts in, and takes the entry out from
  * the weak reference's callback, before the address can be reused.
  */
-#include "module.h"
+#include "trace.h"
+
+#include "torchwrapper/api.h"
+
 #include "backward.h"
-
-tw_ptr_table_t tw_modules;
-tw_ptr_table_t tw_tracked;
-
-#define TOMBSTONE ((uintptr_t)1)
-
-void tw_ptr_table_clear(tw_ptr_table_t *table)
-{
-    PyMem_Free(table->slots);
-    table->slots = NULL;
-    table->mask = 0;
-    table->used = 0;
-    table->filled = 0;
-}
-
-/* Rebuilds with room for at least `need` live entries at half load. Returns 0 or -1 (MemoryError). */
-static int ptr_table_resize(tw_ptr_table_t *table, size_t need)
-{
-    size_t capacity = 64;
-    while (capacity < 2 * need)
-        capacity *= 2;
-    tw_ptr_slot_t *slots = PyMem_Calloc(capacity, sizeof *slots);
-    if (slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (size_t i = 0; table->slots != NULL && i <= table->mask; i++) {
-        tw_ptr_slot_t *old = &table->slots[i];
-        if (old->key <= TOMBSTONE)
-            continue;
-        size_t j = tw_ptr_hash(old->key) & (capacity - 1);
-        while (slots[j].key != 0)
-            j = (j + 1) & (capacity - 1);
-        slots[j] = *old;
-    }
-    PyMem_Free(table->slots);
-    table->slots = slots;
-    table->mask = capacity - 1;
-    table->filled = table->used;
-    return 0;
-}
-
-/* Sets the value of p (count kept when present, else 0). Returns 0 or -1 with an exception. */
-static int ptr_table_set(tw_ptr_table_t *table, const void *p, uint32_t value)
-{
-    tw_ptr_slot_t *slot = tw_ptr_find(table, p);
-    if (slot != NULL) {
-        slot->value = value;
-        return 0;
-    }
-    if ((table->filled + 1) * 2 > table->mask + 1 && ptr_table_resize(table, table->used + 1) < 0)
-        return -1;
-    uintptr_t key = (uintptr_t)p;
-    size_t i = tw_ptr_hash(key) & table->mask;
-    while (table->slots[i].key > TOMBSTONE)
-        i = (i + 1) & table->mask;
-    if (table->slots[i].key == 0)
-        table->filled++;
-    table->slots[i] = (tw_ptr_slot_t){key, value, 0};
-    table->used++;
-    return 0;
-}
-
-/* Removes p; returns its count (0 when absent). */
-static uint32_t ptr_table_remove(tw_ptr_table_t *table, uintptr_t key)
-{
-    tw_ptr_slot_t *slot = tw_ptr_find(table, (const void *)key);
-    if (slot == NULL)
-        return 0;
-    uint32_t count = slot->count;
-    slot->key = TOMBSTONE;
-    slot->value = 0;
-    slot->count = 0;
-    table->used--;
-    if (table->used == 0)
-        tw_ptr_table_clear(table);
-    return count;
-}
+#include "hooks.h"
+#include "trace_tables.h"
+#include "wrapper.h"
 
 static tw_ptr_table_t *table_named(PyObject *name)
 {
@@ -117,7 +45,7 @@ static PyObject *core_table_set(PyObject *module, PyObject *const *args, Py_ssiz
         PyErr_Format(PyExc_OverflowError, "table value %lu does not fit 32 bits", value);
         return NULL;
     }
-    if (ptr_table_set(table, args[1], (uint32_t)value) < 0)
+    if (tw_ptr_table_set(table, args[1], (uint32_t)value) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -135,7 +63,7 @@ static PyObject *core_table_remove(PyObject *module, PyObject *const *args, Py_s
     void *address = PyLong_AsVoidPtr(args[1]);
     if (address == NULL && PyErr_Occurred())
         return NULL;
-    return PyLong_FromUnsignedLong(ptr_table_remove(table, (uintptr_t)address));
+    return PyLong_FromUnsignedLong(tw_ptr_table_remove(table, (uintptr_t)address));
 }
 
 /* table_get(table, obj) -> (value, count) or None. */
@@ -168,7 +96,7 @@ static PyObject *core_table_clear(PyObject *module, PyObject *name)
     PyObject *out = PyList_New(0);
     for (size_t i = 0; out != NULL && held.slots != NULL && i <= held.mask; i++) {
         tw_ptr_slot_t *slot = &held.slots[i];
-        if (slot->key <= TOMBSTONE)
+        if (slot->key <= TW_PTR_TOMBSTONE)
             continue;
         PyObject *item = Py_BuildValue("(Nkk)", PyLong_FromVoidPtr((void *)slot->key), (unsigned long)slot->value,
                                        (unsigned long)slot->count);

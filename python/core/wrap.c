@@ -5,10 +5,14 @@
  * API name, decide whether the wrapper binds like a function, and find the original's own vectorcall
  * entry once, so that the hot path (wrapper.c, the profiled call only) calls it directly.
  */
-#include "module.h"
-#include "flops.h"
-#include "wrapper.h"
+#include "wrap.h"
+
+#include "torchwrapper/api.h"
 #include <structmember.h>
+
+#include "flops.h"
+#include "hooks.h"
+#include "wrapper.h"
 
 /* Whether the original binds as a class attribute: functions, method descriptors, and wrappers of them. */
 static int binds_like_function(tw_module_state *state, PyObject *original)
@@ -445,6 +449,14 @@ static PyType_Spec method_wrapper_spec = {
     .flags = TW_WRAPPER_FLAGS | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .slots = method_wrapper_slots,
 };
+
+PyObject *tw_wrapper_original(PyObject *obj)
+{
+    /* Both types, and any subclass, call through tw_wrapper_vectorcall: what makes a wrapper. */
+    if (PyVectorcall_Function(obj) != tw_wrapper_vectorcall)
+        return NULL;
+    return ((tw_wrapper_object *)obj)->wrapped;
+}
 
 int tw_wrapper_add_types(PyObject *module, tw_module_state *state)
 {

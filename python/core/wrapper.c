@@ -12,11 +12,17 @@
  * so as a class attribute it binds like a function and `x.add(y)` / `a + b` call it with no bound
  * method allocated. Wrapper never binds, like a builtin function.
  */
-#include "module.h"
-#include "backward.h"
-#include "flops.h"
-#include "memory.h"
 #include "wrapper.h"
+
+#include "active.h"
+#include "args.h"
+#include "backward.h"
+#include "call_sites.h"
+#include "exc.h"
+#include "flops.h"
+#include "hooks.h"
+#include "memory.h"
+#include "trace_tables.h"
 
 
 

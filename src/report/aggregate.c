@@ -16,6 +16,7 @@
 #include "torchwrapper/reader.h"
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/stats.h"
+#include "../stats_internal.h"
 
 #include "aggregate.h"
 #include "flame.h"

@@ -39,6 +39,7 @@
 #include "torchwrapper/common.h"
 #include "torchwrapper/reader.h"
 #include "torchwrapper/stats.h"
+#include "../stats_internal.h"
 
 #include "diff.h"
 #include "filter.h"

@@ -19,6 +19,7 @@
 
 #include "torchwrapper/common.h"
 #include "torchwrapper/stats.h"
+#include "../stats_internal.h"
 
 #include "aggregate.h"
 #include "findings.h"

@@ -44,6 +44,13 @@ def test_summary_never_calls_a_user_repr_and_repr_mode_is_bounded():
     assert text.startswith("(([0, 1, 2, 3,") and text.endswith("...") and len(text.encode()) <= 512
 
 
+def test_a_wrapper_given_as_an_argument_is_named_as_what_it_stands_for():
+    # torch.add is the profiler's wrapper while profiling: its summary reads as without the profiler
+    rows = profiled_args(lambda: torch.is_tensor(torch.add), include=["torch.is_tensor", "torch.add"])
+    assert type(torch.add).__name__ == "builtin_function_or_method"  # put back after the session
+    assert rows == [("torch.is_tensor", "((builtin_function_or_method,), {})")]
+
+
 def test_no_tensor_is_kept_alive_by_a_record(tmp_path):
     refs = []
 

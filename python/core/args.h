@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/* Argument summaries (args.c; not public API), written by the wrappers before a recorded call. */
+#ifndef TW_PY_ARGS_H
+#define TW_PY_ARGS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "torchwrapper/config.h"
+
+/* Once, when the module is executed: the attribute names summaries look up, interned. 0, or -1 with
+ * an exception. */
+int tw_args_init(void);
+
+/* Writes a summary of a call's arguments (summary or repr mode) into buf; returns its length. */
+uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t nargsf, PyObject *kwnames,
+                           tw_args_mode_t mode);
+
+#endif

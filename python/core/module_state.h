@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: MIT */
+/* The state of the torchwrapper._core module (not public API): its types, made by the files that
+ * define them (wrap.c, session.c, record_reader.c) when the module is executed (module.c). */
+#ifndef TW_PY_MODULE_STATE_H
+#define TW_PY_MODULE_STATE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+typedef struct {
+    PyTypeObject *wrapper_type;        /* Wrapper: calls never bind (builtins, partials, ...) */
+    PyTypeObject *method_wrapper_type; /* MethodWrapper: binds like a function (x.f(...)) */
+    PyTypeObject *session_type;
+    PyTypeObject *record_reader_type;  /* RecordReader (record_reader.c) */
+} tw_module_state;
+
+#endif

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tables of model tracing (trace_tables.c; not public API): nn.Module instances by address ->
+ * the id of their path, tracked tensors (parameters, gradients) by address -> the tracer's index.
+ * Filled by the tracer (trace.c's functions), read by the wrappers' hot path (wrapper.c), emptied
+ * when a session stops (session.c).
+ */
+#ifndef TW_PY_TRACE_TABLES_H
+#define TW_PY_TRACE_TABLES_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * A table of live objects by address, guarded by the GIL: open addressing, linear probing. Entries
+ * are put in and taken out by the tracer, which holds a weak reference to each object and takes
+ * its entry out when the object dies, before its address can be reused.
+ */
+typedef struct {
+    uintptr_t key;   /* 0: empty, TW_PTR_TOMBSTONE: deleted */
+    uint32_t value;
+    uint32_t count;  /* calls seen (modules table) */
+} tw_ptr_slot_t;
+
+#define TW_PTR_TOMBSTONE ((uintptr_t)1)
+
+typedef struct {
+    tw_ptr_slot_t *slots;
+    size_t mask;     /* capacity - 1 (a power of two), or 0 with slots NULL */
+    size_t used;     /* live entries */
+    size_t filled;   /* live and deleted */
+} tw_ptr_table_t;
+
+static inline size_t tw_ptr_hash(uintptr_t key)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 29);
+}
+
+/* The entry of object p, or NULL. Valid until the table changes. */
+static inline tw_ptr_slot_t *tw_ptr_find(const tw_ptr_table_t *table, const void *p)
+{
+    if (table->used == 0)
+        return NULL;
+    uintptr_t key = (uintptr_t)p;
+    for (size_t i = tw_ptr_hash(key) & table->mask;; i = (i + 1) & table->mask) {
+        tw_ptr_slot_t *slot = &table->slots[i];
+        if (slot->key == key)
+            return slot;
+        if (slot->key == 0)
+            return NULL;
+    }
+}
+
+extern tw_ptr_table_t tw_modules; /* nn.Module instance -> module id (TW_MODULE_*), calls */
+extern tw_ptr_table_t tw_tracked; /* tracked tensor (parameter, grad) -> tracer's index */
+
+/* Sets the value of p (count kept when present, else 0). Returns 0 or -1 with an exception. */
+int tw_ptr_table_set(tw_ptr_table_t *table, const void *p, uint32_t value);
+
+/* Removes the entry of the object that was at key; returns its count (0 when absent). */
+uint32_t tw_ptr_table_remove(tw_ptr_table_t *table, uintptr_t key);
+
+/* Empties the table and frees its slots. */
+void tw_ptr_table_clear(tw_ptr_table_t *table);
+
+#endif
