@@ -33,3 +33,12 @@ def test_every_tw_report_option_named_in_the_readme_and_docs_exists():
             for command in re.findall(r"tw-report ([^\n`]*)", f.read()):
                 unknown |= {o for o in re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", command) if o not in options}
     assert not unknown, f"tw-report has no options {sorted(unknown)}"
+
+
+def test_every_page_of_docs_ships_in_the_sdist():
+    """make dist ships what Makefile.am's EXTRA_DIST names: docs/ is listed page by page (the directory's
+    name is also the phony `make docs` target), so a new page must be added there."""
+    with open(os.path.join(ROOT, "Makefile.am")) as f:
+        listed = set(re.findall(r"docs/[\w.-]+\.md", f.read()))
+    pages = {f"docs/{name}" for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md")}
+    assert pages - listed == set(), "pages missing from EXTRA_DIST in Makefile.am"
