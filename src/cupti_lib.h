@@ -2,8 +2,8 @@
 /*
  * The CUPTI library, loaded once per process with dlopen (not public API): its entry points, and the
  * hooks the wrappers call to push and pop correlation ids, and its activity buffers. Shared by
- * cupti.c (GPU timing sessions) and cupti_lib.c (loading the library, the buffer pool). Only built
- * with CUPTI headers.
+ * cupti.c (GPU timing sessions), cupti_records.c (their records into rows) and cupti_lib.c (loading
+ * the library, the buffer pool). Only built with CUPTI headers.
  */
 #ifndef TW_CUPTI_LIB_H
 #define TW_CUPTI_LIB_H

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Reading record files back (plain, or gzip members inflated as they are read), in constant memory.
- * See reader.h. */
+/* Reading record files back (plain, or gzip members inflated as they are read), in constant memory,
+ * a batch of rows at a time, and telling a file's kind from its first line. See reader.h. What the
+ * bytes read become, rows, is reader_parse.c's. */
 #include "config.h"
 
 #include <errno.h>
@@ -13,109 +14,12 @@
 
 #include <zlib.h>
 
+#include "reader_parse.h"
 #include "reader_row.h"
 #include "torchwrapper/reader.h"
 
 #define READ_BLOCK (1u << 20)        /* bytes read at a time */
 #define RECORD_MAX (64u << 20)       /* a longer record is an error, not a reason to eat all memory */
-#define MAX_COLUMNS 64               /* columns per record we look at; more is not one of our files */
-
-/* ---- CSV --------------------------------------------------------------------------------------- */
-
-/* The bytes that end an unquoted field (a quote there is an error). */
-static const unsigned char csv_special[256] = {[','] = 1, ['\n'] = 1, ['"'] = 1};
-
-/* tw_csv_split, and in *quoted the bit 1 << i of each field i < 64 that was quoted: a quoted empty
- * field ("") is text, an unquoted one is no value (the root module vs no module). */
-static long csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fields, size_t *nfields,
-                      char *scratch, size_t scratch_size, uint64_t *quoted)
-{
-    const char *p = data, *end = data + len;
-    size_t n = 0, used = 0;
-    *nfields = 0;
-    *quoted = 0;
-    for (;;) {
-        if (n == max_fields)
-            return -1;
-        tw_str_t field;
-        if (p < end && *p == '"') {
-            if (n < 64)
-                *quoted |= 1ull << n;
-            /* Quoted: runs between doubled quotes are copied into scratch only when there is one. */
-            const char *run = ++p;
-            char *copy = NULL;
-            for (;;) {
-                const char *q = memchr(p, '"', (size_t)(end - p));
-                if (q == NULL || q + 1 >= end)
-                    return 0; /* the closing quote, or what follows it, is not here yet */
-                if (q[1] == '"') {
-                    size_t part = (size_t)(q + 1 - p);
-                    if (copy == NULL) {
-                        copy = scratch + used;
-                        part = (size_t)(q + 1 - run);
-                        p = run;
-                    }
-                    if (used + part > scratch_size)
-                        return -1;
-                    memcpy(scratch + used, p, part);
-                    used += part;
-                    p = q + 2;
-                    continue;
-                }
-                if (copy != NULL) {
-                    size_t part = (size_t)(q - p);
-                    if (used + part > scratch_size)
-                        return -1;
-                    memcpy(scratch + used, p, part);
-                    used += part;
-                    field = (tw_str_t){copy, (size_t)(scratch + used - copy)};
-                } else {
-                    field = (tw_str_t){run, (size_t)(q - run)};
-                }
-                p = q + 1;
-                break;
-            }
-        } else {
-            const char *q = p;
-            while (q < end && !csv_special[(unsigned char)*q])
-                q++;
-            if (q == end)
-                return 0;
-            if (*q == '"')
-                return -1;
-            size_t flen = (size_t)(q - p);
-            if (*q == '\n' && flen > 0 && q[-1] == '\r')
-                flen--;
-            field = (tw_str_t){p, flen};
-            p = q;
-        }
-        fields[n++] = field;
-        if (p >= end)
-            return 0;
-        if (*p == ',') {
-            p++;
-            continue;
-        }
-        if (*p == '\r') {
-            if (p + 1 >= end)
-                return 0;
-            if (p[1] != '\n')
-                return -1;
-            p++;
-        }
-        if (*p != '\n')
-            return -1;
-        *nfields = n;
-        return (long)(p + 1 - data);
-    }
-}
-
-TW_HOT_ALIGNED long tw_csv_split(const char *data, size_t len, tw_str_t *fields, size_t max_fields, size_t *nfields,
-                                 char *scratch, size_t scratch_size)
-{
-    uint64_t quoted;
-    return csv_split(data, len, fields, max_fields, nfields, scratch, scratch_size, &quoted);
-}
 
 /* ---- gzip input -------------------------------------------------------------------------------- */
 
@@ -265,216 +169,6 @@ static int read_prefix(const char *path, char *head, size_t size, size_t *len, i
     return rc;
 }
 
-/* ---- files ------------------------------------------------------------------------------------- */
-
-typedef struct reader {
-    const char *name;
-    tw_row_fn fn;
-    void *ctx;
-    tw_read_stats_t *stats;
-    char *err;
-    size_t err_size;
-    int json;                   /* -1 until the first byte is seen */
-    tw_file_kind_t kind;        /* 0 until the header (CSV) or first object (JSON) is read */
-    column_t columns[MAX_COLUMNS];
-    size_t ncolumns;
-    char *scratch;
-    size_t scratch_size;
-    size_t limit;               /* rows to deliver before pausing (tw_reader_next); 0: no limit */
-    size_t delivered;
-    int paused;                 /* the limit was reached: process() stopped after that row */
-    size_t stop;                /* a byte range (tw_reader_open_range): no record starting at or after
-                                 * this offset of the data given to process() is read; SIZE_MAX: none */
-    int gz;                     /* read_head: the file is gzip */
-} reader_t;
-
-static int not_ours(reader_t *r, const char *what, const char *text, size_t len)
-{
-    if (len > 120)
-        len = 120;
-    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
-        len--;
-    snprintf(r->err, r->err_size, "%s is not a TorchWrapper record file: %s '%.*s' (expected the columns of call "
-             "records: call_id,api,start_ns,cost_ns,... or of GPU records: call_id,api,kind,name,start_ns,end_ns,...)",
-             r->name, what, (int)len, text);
-    return TW_EINVAL;
-}
-
-static int deliver(reader_t *r, tw_row_t *row)
-{
-    row->kind = r->kind;
-    if (r->kind == TW_FILE_GPU)
-        row->cost_ns = row->end_ns > row->start_ns ? row->end_ns - row->start_ns : 0;
-    r->stats->rows++;
-    int rc = r->fn(r->ctx, row);
-    if (rc == 0 && r->limit != 0 && ++r->delivered == r->limit) {
-        r->paused = 1;
-        return 1; /* stops process() right after this row */
-    }
-    return rc;
-}
-
-/* Handles one complete CSV record (line end included); quoted: its fields' bits (csv_split). */
-static int csv_record(reader_t *r, const tw_str_t *fields, size_t n, uint64_t quoted, const char *raw,
-                      size_t raw_len)
-{
-    if (r->kind == 0) {
-        uint64_t present = 0;
-        for (size_t i = 0; i < n; i++) {
-            r->columns[i] = tw_column_of(fields[i].ptr, fields[i].len);
-            present |= 1ull << r->columns[i];
-        }
-        r->ncolumns = n;
-        r->kind = tw_kind_of(present);
-        if (r->kind == 0)
-            return not_ours(r, "its first line is", raw, raw_len);
-        return 0;
-    }
-    if (n == 1 && fields[0].len == 0)
-        return 0; /* an empty line */
-    tw_row_t row;
-    memset(&row, 0, sizeof row);
-    row.step = -1;       /* files older than the step column */
-    row.has_module = -1; /* and than the module column */
-    /* A row with fewer fields than the header is torn or corrupt; more is a newer writer's. */
-    if (n < r->ncolumns) {
-        r->stats->malformed++;
-        return 0;
-    }
-    for (size_t i = 0; i < r->ncolumns; i++) {
-        if (r->columns[i] == COL_MODULE && fields[i].len == 0 && !(quoted >> i & 1)) {
-            row.has_module = 0; /* an empty field: no module; the root module is written "" */
-            continue;
-        }
-        if (tw_set_field(&row, r->columns[i], fields[i].ptr, fields[i].len) != 0) {
-            r->stats->malformed++;
-            return 0;
-        }
-    }
-    return deliver(r, &row);
-}
-
-static int json_record(reader_t *r, const char *line, size_t len)
-{
-    tw_row_t row;
-    memset(&row, 0, sizeof row);
-    row.step = -1;       /* files older than the step column */
-    row.has_module = -1; /* and than the module column */
-    uint64_t present;
-    if (tw_skip_ws(line, line + len) == line + len)
-        return 0; /* an empty line */
-    if (tw_json_row(line, line + len, &row, &present, r->scratch) != 0) {
-        if (r->kind == 0)
-            return not_ours(r, "its first line is not a JSON object of records:", line, len);
-        r->stats->malformed++;
-        return 0;
-    }
-    if (r->kind == 0) {
-        r->kind = tw_kind_of(present);
-        if (r->kind == 0)
-            return not_ours(r, "its first object is", line, len);
-    } else if (tw_kind_of(present) != r->kind) {
-        r->stats->malformed++;
-        return 0;
-    }
-    if (row.has_module < 0 && (present & 1ull << COL_MODULE))
-        row.has_module = 0; /* "module": null */
-    return deliver(r, &row);
-}
-
-/* Handles the complete records at the start of data[0..len); *used receives the bytes consumed.
- * At eof, what is left is a torn last record. Aligned, as are the splitter and the number parser:
- * tw-report's rate moved by 4-7% with where the linker happened to put these loops in their cache
- * lines (measured: with process() at offset 48 of a 64-byte block every build was the slow one). */
-TW_HOT_ALIGNED static int process(reader_t *r, const char *data, size_t len, int eof, size_t *used)
-{
-    size_t pos = 0;
-    int rc = 0;
-    if (r->json < 0 && len > 0) {
-        const char *first = tw_skip_ws(data, data + len);
-        r->json = first < data + len && *first == '{';
-    }
-    while (pos < len && pos < r->stop && rc == 0) {
-        if (r->json) {
-            const char *nl = memchr(data + pos, '\n', len - pos);
-            if (nl == NULL)
-                break;
-            rc = json_record(r, data + pos, (size_t)(nl - (data + pos)));
-            pos = (size_t)(nl + 1 - data);
-            continue;
-        }
-        tw_str_t fields[MAX_COLUMNS];
-        size_t n;
-        uint64_t quoted;
-        long got = csv_split(data + pos, len - pos, fields, MAX_COLUMNS, &n, r->scratch, r->scratch_size, &quoted);
-        if (got == 0)
-            break;
-        if (got < 0) {
-            /* Resynchronise at the next line end: a corrupt row costs itself only. */
-            const char *nl = memchr(data + pos, '\n', len - pos);
-            if (nl == NULL && !eof)
-                break;
-            if (r->kind == 0)
-                return not_ours(r, "its first line is", data + pos, nl ? (size_t)(nl - (data + pos)) : len - pos);
-            r->stats->malformed++;
-            pos = nl ? (size_t)(nl + 1 - data) : len;
-            continue;
-        }
-        rc = csv_record(r, fields, n, quoted, data + pos, (size_t)got);
-        pos += (size_t)got;
-    }
-    if (rc == 0 && eof && pos < r->stop && pos < len && tw_skip_ws(data + pos, data + len) < data + len) {
-        /* A torn last record; if it is the first one, it must at least start like our header. */
-        const char *text = tw_skip_ws(data + pos, data + len);
-        size_t rest = (size_t)(data + len - text);
-        const char *head = r->json ? "{\"call_id\"" : "call_id";
-        size_t head_len = strlen(head);
-        if (r->kind == 0 && memcmp(text, head, rest < head_len ? rest : head_len) != 0)
-            return not_ours(r, "its only line is", text, rest);
-        r->stats->truncated++;
-    }
-    if (rc == 0 && eof && pos < r->stop)
-        pos = len;
-    *used = pos;
-    return rc;
-}
-
-static int reader_init(reader_t *r, const char *name, tw_row_fn fn, void *ctx, tw_read_stats_t *stats,
-                       tw_read_stats_t *local, char *err, size_t err_size, size_t scratch_size)
-{
-    memset(r, 0, sizeof *r);
-    r->name = name;
-    r->fn = fn;
-    r->ctx = ctx;
-    r->stats = stats ? stats : local;
-    r->err = err;
-    r->err_size = err_size;
-    r->json = -1;
-    r->stop = SIZE_MAX;
-    r->scratch_size = scratch_size;
-    r->scratch = malloc(scratch_size ? scratch_size : 1);
-    if (r->scratch == NULL) {
-        snprintf(err, err_size, "reading %s: %s", name, tw_strerror(TW_ENOMEM));
-        return TW_ENOMEM;
-    }
-    return 0;
-}
-
-int tw_read_buffer(const char *name, const char *data, size_t len, tw_row_fn fn, void *ctx, tw_read_stats_t *stats,
-                   char *err, size_t err_size)
-{
-    reader_t r;
-    tw_read_stats_t local = {0};
-    int rc = reader_init(&r, name, fn, ctx, stats, &local, err, err_size, len);
-    if (rc != 0)
-        return rc;
-    size_t used;
-    rc = process(&r, data, len, 1, &used);
-    r.stats->bytes += len;
-    free(r.scratch);
-    return rc;
-}
-
 /* ---- a file read a batch of rows at a time --------------------------------------------------------- */
 
 struct tw_reader {
@@ -509,7 +203,7 @@ int tw_reader_open(const char *path, tw_read_stats_t *stats, tw_reader_t **out, 
         free(rd);
         return TW_ENOMEM;
     }
-    int rc = reader_init(&rd->r, copy, NULL, NULL, stats, &rd->local, err, err_size, READ_BLOCK);
+    int rc = tw_parse_init(&rd->r, copy, NULL, NULL, stats, &rd->local, err, err_size, READ_BLOCK);
     if (rc != 0) {
         free(buf);
         free(copy);
@@ -679,7 +373,7 @@ int tw_reader_next(tw_reader_t *rd, tw_row_fn fn, void *ctx, size_t max_rows, in
                 uint64_t left = rd->range_end > rd->pos ? rd->range_end - rd->pos : 0;
                 r->stop = left < SIZE_MAX ? (size_t)left : SIZE_MAX;
             }
-            rc = process(r, rd->buf, rd->have, rd->eof, &used);
+            rc = tw_parse(r, rd->buf, rd->have, rd->eof, &used);
             memmove(rd->buf, rd->buf + used, rd->have - used);
             rd->have -= used;
             rd->pos += used;
@@ -753,8 +447,7 @@ static int names_keys(const char *line, size_t len, int json, const char *const 
     tw_str_t fields[MAX_COLUMNS];
     size_t n = 0;
     char scratch[4096];
-    uint64_t quoted;
-    if (!json && csv_split(line, len, fields, MAX_COLUMNS, &n, scratch, sizeof scratch, &quoted) <= 0)
+    if (!json && tw_csv_split(line, len, fields, MAX_COLUMNS, &n, scratch, sizeof scratch) <= 0)
         return 0;
     for (; *keys != NULL; keys++) {
         size_t key_len = strlen(*keys);
@@ -805,12 +498,12 @@ static int read_head(const char *path, tw_file_kind_t *kind, int streams, reader
     }
     reader_t r;
     tw_read_stats_t local = {0};
-    rc = reader_init(&r, path, ignore_row, NULL, NULL, &local, err, err_size, (size_t)(nl + 1 - head));
+    rc = tw_parse_init(&r, path, ignore_row, NULL, NULL, &local, err, err_size, (size_t)(nl + 1 - head));
     if (rc != 0)
         return rc;
     r.gz = gz;
     size_t used, line_len = (size_t)(nl + 1 - head);
-    rc = process(&r, head, line_len, 1, &used);
+    rc = tw_parse(&r, head, line_len, 1, &used);
     free(r.scratch);
     r.scratch = NULL;
     if (keep != NULL)

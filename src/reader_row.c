@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One row of a record file, field by field: the columns by name, each field's text parsed into a
- * tw_row_t, and a JSON-lines object read as a row. The reader (reader.c) splits files into records
- * and calls these; see reader_row.h.
+ * tw_row_t, and a JSON-lines object read as a row. The reader (reader_parse.c) splits text into
+ * records and calls these; see reader_row.h.
  */
 #include "config.h"
 

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * One row of a record file, field by field (not public API): shared by the reader (reader.c, which
- * splits files into records) and reader_row.c (columns, field parsing, JSON-lines objects).
+ * One row of a record file, field by field (not public API): shared by the reader (reader_parse.c,
+ * which splits text into records; reader.c, which reads the files) and reader_row.c (columns, field
+ * parsing, JSON-lines objects).
  */
 #ifndef TW_READER_ROW_H
 #define TW_READER_ROW_H
 
-/* The reader's hot loops start on a cache line (reader.c says why). */
+/* The reader's hot loops start on a cache line (reader_parse.c says why). */
 #define TW_HOT_ALIGNED __attribute__((aligned(64)))
 
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* What tracing hooks around wrapped calls (not public API): the kinds of callables, and the session's
  * tracer's hooks. Shared by the wrappers (wrapper.c, wrap.c), the active session (active.h) and
- * sessions (session.c). */
+ * sessions (session.c, session_features.c). */
 #ifndef TW_PY_HOOKS_H
 #define TW_PY_HOOKS_H
 

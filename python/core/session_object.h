@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The Session object's layout (not public API), shared by session.c (its life: new, start, stop, the
- * type) and session_output.c (what it gives back: records, sites, counters, and its row streams).
+ * type), session_features.c (what start starts and stop stops) and session_output.c (what it gives
+ * back: records, sites, counters, and its row streams).
  */
 #ifndef TW_PY_SESSION_OBJECT_H
 #define TW_PY_SESSION_OBJECT_H
@@ -15,7 +16,7 @@
 
 typedef enum { SESSION_NEW, SESSION_ACTIVE, SESSION_STOPPED } session_state_t;
 
-/* What a session starts, in the order it starts them (session.c's table). */
+/* What a session starts, in the order it starts them (session_features.c's table). */
 typedef enum {
     TW_SESSION_TRACER,    /* the tracer's hooks taken */
     TW_SESSION_WRITER,    /* file output (out_dir) */
@@ -73,7 +74,7 @@ typedef struct {
     /* memory per call (config memory, memory.h) */
     int memory_asked;
     char memory_note[512];    /* what stop could not undo, "" when all was */
-    /* What start started, in session.c's order (tw_session_feature_t); stop stops them in reverse. */
+    /* What start started, in session_features.c's order (tw_session_feature_t); stop stops them in reverse. */
     struct {
         int on;               /* started (and, in a stopped session, was): stop undoes it */
         char reason[1024];    /* why it is off, "" when on or not asked for */

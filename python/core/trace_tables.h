@@ -3,7 +3,7 @@
  * The tables of model tracing (trace_tables.c; not public API): nn.Module instances by address ->
  * the id of their path, tracked tensors (parameters, gradients) by address -> the tracer's index.
  * Filled by the tracer (trace.c's functions), read by the wrappers' hot path (wrapper.c), emptied
- * when a session stops (session.c).
+ * when a session stops (session_features.c).
  */
 #ifndef TW_PY_TRACE_TABLES_H
 #define TW_PY_TRACE_TABLES_H
