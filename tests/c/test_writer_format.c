@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: MIT */
+/* What the writer writes in a record: JSON escaping, and the columns of autograd nodes, resources
+ * and modules, in CSV and JSON lines. */
+#include "writer_fixture.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void json_strings_are_escaped_per_rfc8259(void **state)
+{
+    char out[128];
+    const char in[] = "a\"b\\c\nd\re\tf\bg\fh\x01i\x7fj é";
+    char *end = tw_json_escape(out, in, sizeof in - 1);
+    *end = '\0';
+    assert_string_equal(out, "\"a\\\"b\\\\c\\nd\\re\\tf\\bg\\fh\\u0001i\\u007fj é\"");
+    cJSON *parsed = cJSON_Parse(out);
+    assert_non_null(parsed);
+    assert_string_equal(cJSON_GetStringValue(parsed), in);
+    cJSON_Delete(parsed);
+}
+
+/* The escaper copies runs of plain bytes at once: every byte value, alone and at the start, middle
+ * and end of a run, is escaped as RFC 8259 says (checked against a byte-at-a-time reference). */
+static char *reference_json_escape(char *p, const unsigned char *s, size_t len)
+{
+    *p++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = s[i];
+        const char *short_escape = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                                   : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        if (short_escape != NULL)
+            p += sprintf(p, "%s", short_escape);
+        else if (c < 0x20 || c == 0x7f)
+            p += sprintf(p, "\\u%04x", c);
+        else
+            *p++ = (char)c;
+    }
+    *p++ = '"';
+    return p;
+}
+
+static void json_escape_matches_a_reference_for_every_byte_anywhere_in_a_run(void **state)
+{
+    (void)state;
+    for (unsigned c = 0; c < 256; c++) {
+        unsigned char inputs[4][8] = {{(unsigned char)c}, {(unsigned char)c, 'a', 'b'}, {'a', (unsigned char)c, 'b'},
+                                      {'a', 'b', (unsigned char)c}};
+        size_t lens[4] = {1, 3, 3, 3};
+        for (int k = 0; k < 4; k++) {
+            char got[64], want[64];
+            size_t got_len = (size_t)(tw_json_escape(got, (const char *)inputs[k], lens[k]) - got);
+            size_t want_len = (size_t)(reference_json_escape(want, inputs[k], lens[k]) - want);
+            assert_int_equal(got_len, want_len);
+            assert_memory_equal(got, want, got_len);
+        }
+    }
+    char empty[4];
+    assert_int_equal(tw_json_escape(empty, "", 0) - empty, 2);
+    assert_memory_equal(empty, "\"\"", 2);
+}
+
+/* An autograd node (TW_RECORD_BACKWARD) carries the link to its forward call in place of argument
+ * text: written as the fwd_call_id and fwd_api columns, with empty arguments, in CSV and JSON. */
+static void check_backward_columns(tw_format_t format, const char *ext)
+{
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = format, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                          .rank = -1});
+    uint32_t node, linear;
+    assert_int_equal(tw_api_intern("AddmmBackward0", &node), 0);
+    assert_int_equal(tw_api_intern("torch.nn.functional.linear", &linear), 0);
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    tw_frame_t *frame = tw_call_begin(t);
+    uint64_t forward = frame->call_id;
+    tw_call_end_args(t, frame, linear, 0, 5, 0, "(1,)", 4);
+    char link[TW_BACKWARD_LINK_SIZE];
+    tw_backward_link_pack(link, forward, linear);
+    frame = tw_call_begin(t);
+    frame->site = 3;
+    tw_call_end_args(t, frame, node, 10, 15, TW_RECORD_BACKWARD, link, sizeof link);
+    close_fixture(&f);
+    char path[512], line[4096], want[128];
+    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    if (format == TW_FORMAT_CSV) {
+        assert_non_null(fgets(line, sizeof line, fp)); /* header */
+        assert_non_null(fgets(line, sizeof line, fp));
+        assert_non_null(strstr(cut_resource_columns(line), ",\"(1,)\",,0,0,0,\n")); /* args, module, step, site, no link */
+        assert_non_null(fgets(line, sizeof line, fp));
+        cut_resource_columns(line);
+        snprintf(want, sizeof want, ",0,,,0,3,%llu,torch.nn.functional.linear\n", (unsigned long long)forward);
+        assert_string_equal(line + strlen(line) - strlen(want), want); /* error, empty args, ..., the link */
+    } else {
+        assert_non_null(fgets(line, sizeof line, fp));
+        assert_non_null(strstr(line, "\"fwd_call_id\":0,\"fwd_api\":\"\"}"));
+        assert_non_null(fgets(line, sizeof line, fp));
+        cJSON *o = cJSON_Parse(line);
+        assert_non_null(o);
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "args")), "");
+        assert_int_equal(cJSON_GetObjectItem(o, "fwd_call_id")->valuedouble, (double)forward);
+        assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "fwd_api")), "torch.nn.functional.linear");
+        cJSON_Delete(o);
+    }
+    fclose(fp);
+    free_fixture(&f);
+}
+
+static void a_backward_node_names_its_forward_call_in_place_of_arguments(void **state)
+{
+    check_backward_columns(TW_FORMAT_CSV, ".csv");
+    check_backward_columns(TW_FORMAT_JSON, ".jsonl");
+}
+
+/* Resources (TW_RECORD_RESOURCES): a parent call that states no FLOPs around a child that states 100,
+ * with the thread's allocator reports in between: the child's own and total FLOPs, the parent's total
+ * (its child's), memory inclusive and self, freed, and the peak of each, as columns in CSV and JSON;
+ * a call with nothing to report writes zeros. */
+static void check_resource_columns(tw_format_t format, const char *ext)
+{
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = format, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                          .rank = -1});
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    tw_memory_counters_t mem = {.allocated = 1000, .freed = 10, .total = 5000, .peak = 0};
+    t->memory = &mem;
+    tw_frame_t *parent = tw_call_begin(t);
+    mem.allocated += 300; /* the parent's own allocation: total 5300 */
+    mem.total = mem.peak = 5300;
+    tw_frame_t *child = tw_call_begin(t);
+    child->flops = 100;
+    mem.allocated += 4096; /* the child's: total 9396, then freed back to 5300 */
+    mem.total = 9396;
+    mem.peak = 9396;
+    mem.freed += 4096;
+    mem.total = 5300;
+    tw_call_end(t, child, f.ids[0], 1, 2, 0);
+    assert_int_equal(mem.peak, 9396); /* the parent's peak so far: its child's */
+    tw_call_end(t, parent, f.ids[1], 0, 3, 0);
+    t->memory = NULL;
+    tw_call_end(t, tw_call_begin(t), f.ids[2], 4, 5, 0); /* nothing to report */
+    close_fixture(&f);
+    char path[512], line[4096];
+    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    /* flops, flops_total, mem_alloc, mem_self, mem_freed, mem_peak; child first (it ended first) */
+    const uint64_t want[3][6] = {{100, 100, 4096, 4096, 4096, 9396}, {0, 100, 4396, 300, 4096, 9396}, {0}};
+    const int carries[3] = {1, 1, 0}; /* the last carries none: empty CSV fields, no JSON keys */
+    static const char *const keys[6] = {"flops", "flops_total", "mem_alloc", "mem_self", "mem_freed", "mem_peak"};
+    if (format == TW_FORMAT_CSV)
+        assert_non_null(fgets(line, sizeof line, fp)); /* header */
+    for (int i = 0; i < 3; i++) {
+        assert_non_null(fgets(line, sizeof line, fp));
+        if (format == TW_FORMAT_CSV) {
+            char expect[256];
+            snprintf(expect, sizeof expect, ",%llu,%llu,%llu,%llu,%llu,%llu\n", (unsigned long long)want[i][0],
+                     (unsigned long long)want[i][1], (unsigned long long)want[i][2], (unsigned long long)want[i][3],
+                     (unsigned long long)want[i][4], (unsigned long long)want[i][5]);
+            if (!carries[i])
+                strcpy(expect, ",,,,,,\n");
+            assert_string_equal(line + strlen(line) - strlen(expect), expect);
+        } else {
+            cJSON *o = cJSON_Parse(line);
+            assert_non_null(o);
+            for (int k = 0; k < 6; k++) {
+                if (carries[i])
+                    assert_int_equal(cJSON_GetObjectItem(o, keys[k])->valuedouble, (double)want[i][k]);
+                else
+                    assert_null(cJSON_GetObjectItem(o, keys[k]));
+            }
+            cJSON_Delete(o);
+        }
+    }
+    assert_null(fgets(line, sizeof line, fp));
+    fclose(fp);
+    free_fixture(&f);
+}
+
+static void flops_and_memory_are_written_per_call_with_totals_and_self(void **state)
+{
+    check_resource_columns(TW_FORMAT_CSV, ".csv");
+    check_resource_columns(TW_FORMAT_JSON, ".jsonl");
+}
+
+/* Module calls: the path in the module column, before step ("" for the root, quoted in CSV so that it differs from
+ * a call with no module, which leaves it empty; null in JSON). */
+static void check_module_column(tw_format_t format, const char *ext)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = format, .file_max_size = 1 << 20, .file_name_spec = "serial", .rank = -1};
+    open_fixture(&f, config);
+    uint32_t path_id;
+    assert_int_equal(tw_api_intern("encoder.layers,\"3\".self_attn", &path_id), 0);
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    uint32_t modules[3] = {TW_MODULE_ROOT, path_id + 1, TW_MODULE_NONE};
+    for (int i = 0; i < 3; i++) {
+        tw_frame_t *frame = tw_call_begin(t);
+        frame->module_id = modules[i];
+        frame->site = (uint32_t)(7 * i); /* the site column follows the step */
+        tw_call_end(t, frame, f.ids[0], 10 * i, 10 * i + 5, 0);
+    }
+    close_fixture(&f);
+    char path[512];
+    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    char line[4096];
+    /* module, step, site, then fwd_call_id and fwd_api (not a backward node: 0 and empty) */
+    const char *csv_ends[] = {",\"\",0,0,0,\n", ",\"encoder.layers,\"\"3\"\".self_attn\",0,7,0,\n", ",,,0,14,0,\n"};
+    const char *json_paths[] = {"", "encoder.layers,\"3\".self_attn", NULL};
+    if (format == TW_FORMAT_CSV) {
+        assert_non_null(fgets(line, sizeof line, fp));
+        assert_non_null(strstr(line, ",args,module,step,site,fwd_call_id,fwd_api,flops,flops_total,mem_alloc,"
+                                     "mem_self,mem_freed,mem_peak\n"));
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_non_null(fgets(line, sizeof line, fp));
+        if (format == TW_FORMAT_CSV) {
+            cut_resource_columns(line);
+            size_t n = strlen(line), m = strlen(csv_ends[i]);
+            assert_true(n > m);
+            assert_string_equal(line + n - m, csv_ends[i]);
+        } else {
+            cJSON *o = cJSON_Parse(line);
+            assert_non_null(o);
+            cJSON *module = cJSON_GetObjectItem(o, "module");
+            assert_non_null(module);
+            if (json_paths[i] == NULL)
+                assert_true(cJSON_IsNull(module));
+            else
+                assert_string_equal(cJSON_GetStringValue(module), json_paths[i]);
+            assert_int_equal(cJSON_GetObjectItem(o, "site")->valueint, 7 * i);
+            cJSON_Delete(o);
+        }
+    }
+    fclose(fp);
+    free_fixture(&f);
+}
+
+static void module_paths_are_written_before_the_step_and_site_columns(void **state)
+{
+    check_module_column(TW_FORMAT_CSV, ".csv");
+    check_module_column(TW_FORMAT_JSON, ".jsonl");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(json_strings_are_escaped_per_rfc8259),
+        cmocka_unit_test(json_escape_matches_a_reference_for_every_byte_anywhere_in_a_run),
+        cmocka_unit_test(module_paths_are_written_before_the_step_and_site_columns),
+        cmocka_unit_test(a_backward_node_names_its_forward_call_in_place_of_arguments),
+        cmocka_unit_test(flops_and_memory_are_written_per_call_with_totals_and_self),
+    };
+    return cmocka_run_group_tests_name("writer_format", tests, NULL, NULL);
+}
