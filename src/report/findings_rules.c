@@ -288,14 +288,17 @@ int findings_settle(report_sink_t *sink)
     uint64_t total, count;
     group_t **list;
 
+    /* A typical step's gap and wait (the medians over the steps after the first), for rules 1 and 3 */
+    double typical_gap, typical_wait, typical_step;
+    int typical = typical_step_ns(f, &typical_gap, &typical_wait, &typical_step) == 0 && typical_step > 0;
+
     /* 1. input-bound: the wait for the DataLoader's next batch */
     if ((list = ranked_groups(f, &f->loader_wait, &n, &total, &count)) != NULL && run_ns > 0) {
         double share = (double)total / (double)run_ns, wait_ms = ms(total) / per_step;
         /* A typical step's wait (the medians over the steps after the first): the first batch builds the
          * iterator and its sampler, and a garbage collection landing in one collate is no property of the
          * loader's */
-        double typical_gap, typical_wait, typical_step;
-        if (typical_step_ns(f, &typical_gap, &typical_wait, &typical_step) == 0 && typical_step > 0) {
+        if (typical) {
             share = typical_wait / typical_step;
             wait_ms = typical_wait / 1e6;
         }
@@ -364,8 +367,7 @@ int findings_settle(report_sink_t *sink)
         double share = (double)own / (double)run_ns, gap_ms = ms(own) / per_step;
         /* A typical step's (the medians over the steps after the first): a garbage collection or a
          * one-off pause in a few steps is not the program's Python of every step. */
-        double typical_gap, typical_wait, typical_step;
-        if (typical_step_ns(f, &typical_gap, &typical_wait, &typical_step) == 0 && typical_step > 0) {
+        if (typical) {
             share = typical_gap / typical_step;
             gap_ms = typical_gap / 1e6;
         }
