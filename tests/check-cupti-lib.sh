@@ -17,6 +17,8 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 work=${CUPTI_LIB_DIR:-$src/build/cupti-lib}
 build=$work/tree
+# the fake CUPTI's tests (Makefile.am's GPU_C_TESTS)
+gpu_tests="tests/c/test_gpu tests/c/test_gpu_attribution"
 mkdir -p "$work"
 . "$src/tests/copy-tree.sh"
 status=0
@@ -42,7 +44,7 @@ for flavour in "cu12 cuda_cupti nvidia-cuda-cupti-cu12==12.8.90 nvidia-cuda-runt
     fi
     make -s clean >/dev/null
     if ! make -s -j"$(nproc)" >"$work/$name-make.log" 2>&1 ||
-       ! make -s -j"$(nproc)" tests/c/test_gpu tests/c/test_cupti_lib tests/c/fake_cupti.la >>"$work/$name-make.log" 2>&1; then
+       ! make -s -j"$(nproc)" $gpu_tests tests/c/test_cupti_lib tests/c/fake_cupti.la >>"$work/$name-make.log" 2>&1; then
         echo "cupti-lib: $name: the build against $site/nvidia/$dir/include failed:"; tail -30 "$work/$name-make.log"
         status=1
         continue
@@ -54,11 +56,13 @@ for flavour in "cu12 cuda_cupti nvidia-cuda-cupti-cu12==12.8.90 nvidia-cuda-runt
     "$site"/nvidia/"$dir"/lib/libcupti.so.*) ;;
     *) echo "cupti-lib: $name: cupti_candidates() did not find the wheel's library (got '$lib')"; status=1; continue ;;
     esac
-    if TW_REAL_CUPTI=$lib make -s check TESTS="tests/c/test_cupti_lib tests/c/test_gpu" >/dev/null 2>&1; then
+    if TW_REAL_CUPTI=$lib make -s check TESTS="tests/c/test_cupti_lib $gpu_tests" >/dev/null 2>&1; then
         echo "cupti-lib: $name ($*): $(grep '^# ' tests/c/test_cupti_lib.log | cut -c3-)"
-        echo "cupti-lib: $name: the fake CUPTI's tests with this release's records: $(grep -E 'PASSED|FAILED' tests/c/test_gpu.log | head -n 1)"
+        for t in $gpu_tests; do
+            echo "cupti-lib: $name: the fake CUPTI's tests with this release's records: ${t#tests/c/}: $(grep -E 'PASSED|FAILED' "$t.log" | head -n 1)"
+        done
     else
-        echo "cupti-lib: $name: FAILED"; cat tests/c/test_cupti_lib.log tests/c/test_gpu.log
+        echo "cupti-lib: $name: FAILED"; for t in tests/c/test_cupti_lib $gpu_tests; do cat "$t.log"; done
         status=1
     fi
 done
