@@ -11,6 +11,7 @@
 #include "torchwrapper/schedule.h"
 #include "torchwrapper/sites.h"
 #include "torchwrapper/stats.h"
+#include "torchwrapper/escape.h"
 #include "torchwrapper/writer.h"
 #include "torchwrapper/ondemand.h"
 #include "torchwrapper/gpu.h"

@@ -36,6 +36,7 @@
 #define TORCHWRAPPER_WRITER_H
 
 #include "torchwrapper/clock.h"
+#include "torchwrapper/escape.h"
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/schedule.h"
 #include "torchwrapper/sites.h"
@@ -187,15 +188,6 @@ TW_API int tw_writer_stream_write_gpu(tw_writer_stream_t *stream, const char *ro
 TW_API void tw_writer_stream_add_dropped(tw_writer_stream_t *stream, uint64_t count);
 
 TW_API void tw_writer_stream_stats(tw_writer_stream_t *stream, tw_writer_stream_stats_t *stats);
-
-/* Writes s (len bytes) as a CSV field at out (room for 2 * len + 2 bytes): as is, or quoted with
- * inner quotes doubled when it holds a comma, quote, line break or edge space (RFC 4180); returns
- * the end. */
-TW_API char *tw_csv_field(char *out, const char *s, size_t len);
-
-/* Writes s (len bytes of UTF-8) as a JSON string, quotes included, escaped per RFC 8259, at out
- * (room for 6 * len + 2 bytes); returns the end. */
-TW_API char *tw_json_escape(char *out, const char *s, size_t len);
 
 /* ---- on-demand captures --------------------------------------------------------------------------- */
 

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * An interned API name as records write it (not public API): the name, its JSON string and its CSV
+ * field, rendered once by the name table (api.c) and copied by the writer (format.c).
+ */
+#ifndef TW_API_TEXT_H
+#define TW_API_TEXT_H
+
+#include <stdint.h>
+
+typedef struct {
+    const char *name;  /* NUL-terminated */
+    uint32_t len;      /* strlen(name) */
+    const char *json;  /* the JSON string, quotes included (not NUL-terminated) */
+    uint32_t json_len;
+    const char *csv;   /* the CSV field: as is, or quoted (RFC 4180); not NUL-terminated */
+    uint32_t csv_len;
+} tw_api_text_t;
+
+/* id's name and renderings, or NULL for an id never interned. Lock-free; thread-safe. */
+const tw_api_text_t *tw_api_text(uint32_t id);
+
+#endif
