@@ -324,10 +324,10 @@ static PyType_Spec session_spec = {
     .slots = session_slots,
 };
 
-int tw_session_add_type(PyObject *module, tw_module_state *state)
+int tw_session_add_type(PyObject *core, tw_core_state *state)
 {
-    state->session_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &session_spec, NULL);
-    if (state->session_type == NULL || PyModule_AddType(module, state->session_type) < 0)
+    state->session_type = (PyTypeObject *)PyType_FromModuleAndSpec(core, &session_spec, NULL);
+    if (state->session_type == NULL || PyModule_AddType(core, state->session_type) < 0)
         return -1;
     /* The names of records()' tuple fields, in the order append_chunk_records builds them, so that
      * Python reads each by name (torchwrapper.records) and a field added here cannot shift another. */
@@ -337,7 +337,7 @@ int tw_session_add_type(PyObject *module, tw_module_state *state)
                                      "mem_freed", "mem_peak");
     if (fields == NULL)
         return -1;
-    int rc = PyModule_AddObjectRef(module, "RECORD_FIELDS", fields);
+    int rc = PyModule_AddObjectRef(core, "RECORD_FIELDS", fields);
     Py_DECREF(fields);
     /* The config keys a Session takes (the one list: the Python layer passes these on). */
     PyObject *keys = PyTuple_New(TW_SESSION_CONFIG_KEYWORDS);
@@ -348,7 +348,7 @@ int tw_session_add_type(PyObject *module, tw_module_state *state)
         else
             PyTuple_SET_ITEM(keys, i, key);
     }
-    if (rc < 0 || keys == NULL || PyModule_AddObjectRef(module, "SESSION_CONFIG_KEYS", keys) < 0)
+    if (rc < 0 || keys == NULL || PyModule_AddObjectRef(core, "SESSION_CONFIG_KEYS", keys) < 0)
         rc = -1;
     Py_XDECREF(keys);
     return rc;

@@ -2,7 +2,7 @@
 /*
  * Session's arguments: its config keys through the library's one validator (config.c, a bare
  * Session's defaults), the CUPTI candidates, and the C copies of them that outlive the Python
- * objects (the writer thread reads them without the GIL). See module.h.
+ * objects (the writer thread reads them without the GIL). See session_config.h.
  */
 #include "session_config.h"
 

@@ -8,6 +8,6 @@
 #include <Python.h>
 
 /* Adds table_set(), table_get(), ..., current_call() and the KIND_* and MODULE_ROOT constants. */
-int tw_trace_add_functions(PyObject *module);
+int tw_trace_add_functions(PyObject *core);
 
 #endif

@@ -74,7 +74,7 @@ class _Root:
 
 
 class Tracer:
-    """Hooks called by the C wrappers of a session (see python/core/module.h, tw_hooks_t)."""
+    """Hooks called by the C wrappers of a session (see python/core/hooks.h, tw_hooks_t)."""
 
     def __init__(self, out_dir: Optional[str] = None, stats: Optional[StatsOptions] = None, track: Sequence[str] = (),
                  format: Optional[str] = None, flush_interval: float = 1.0) -> None:
