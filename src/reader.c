@@ -441,7 +441,7 @@ static int ignore_row(void *ctx, const tw_row_t *row)
 }
 
 /* Whether the first line (CSV header or JSON object, torn or whole) names every key of keys: a
- * tracing stream's, which the record reader does not read (their rows are no tw_row_t). */
+ * model watch's stream's, which the record reader does not read (their rows are no tw_row_t). */
 static int names_keys(const char *line, size_t len, int json, const char *const *keys)
 {
     tw_str_t fields[MAX_COLUMNS];

@@ -15,7 +15,7 @@
 #include "record_reader.h"
 #include "scan.h"
 #include "session.h"
-#include "trace.h"
+#include "model_watch.h"
 #include "wrap.h"
 
 
@@ -164,7 +164,7 @@ done:
 }
 
 /* Whether the current step's calls are recorded (the schedule's active steps, a capture's steps):
- * the tracing streams write rows of those steps only. */
+ * the model watch's streams write rows of those steps only. */
 static PyObject *core_step_recorded(PyObject *core, PyObject *unused)
 {
     return PyBool_FromLong(tw_active.gen != 0 && tw_active.step_recorded);
@@ -189,7 +189,7 @@ static PyMethodDef core_methods[] = {
      "A profiling wrapper around the callable `original`, recorded under `api_name`.\n"
      "bind=True makes a wrapper that binds like a function when it is a class attribute;\n"
      "None (the default) decides from the original (functions and method descriptors bind).\n"
-     "kind: KIND_* flags saying what tracing looks at around a call (0: nothing)."},
+     "kind: KIND_* flags saying what the model watch looks at around a call (0: nothing)."},
     {"wrap_many", (PyCFunction)(void (*)(void))tw_wrap_many, METH_FASTCALL,
      "wrap_many(specs, kind_mask) -> list\n--\n\n"
      "wrap(original, api_name, bind=bind, kind=kind & kind_mask) for each (original, api_name, bind,\n"
@@ -239,7 +239,8 @@ static int core_exec(PyObject *core)
 {
     tw_core_state *state = PyModule_GetState(core);
     if (tw_wrapper_add_types(core, state) < 0 || tw_session_add_type(core, state) < 0 || tw_args_init() < 0 ||
-        tw_trace_add_functions(core) < 0 || tw_memory_add_functions(core) < 0 || tw_reader_add_functions(core, state) < 0)
+        tw_model_watch_add_functions(core) < 0 || tw_memory_add_functions(core) < 0 ||
+        tw_reader_add_functions(core, state) < 0)
         return -1;
     /* tensor_stats' built-in metrics, as the validator knows them (config.c: the one list) */
     if (PyModule_AddStringConstant(core, "TENSOR_STATS_METRICS", tw_config_tensor_stats_metrics()) < 0)

@@ -256,7 +256,7 @@ static PyObject *wrapper_get_kind(PyObject *op, void *closure)
 /*
  * __class__ is the original's class, as for wrapt's ObjectProxy: isinstance(w, types.FunctionType)
  * holds for a wrapped function, so that code which checks what kind of callable it was given (torch's
- * config modules, inspect.isfunction, torch.compile's tracer) treats the wrapper as the original.
+ * config modules, inspect.isfunction, torch.compile's graph capture) treats the wrapper as the original.
  * type(w) stays the wrapper type.
  */
 static PyObject *wrapper_get_class(PyObject *op, void *closure)
@@ -273,7 +273,7 @@ static PyGetSetDef wrapper_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {"api_name", wrapper_get_api_name, NULL, "the API name calls are recorded under", NULL},
     {"api_id", wrapper_get_api_id, NULL, "the id of api_name in the C name table", NULL},
-    {"trace_kind", wrapper_get_kind, NULL, "what tracing looks at around a call (KIND_* flags)", NULL},
+    {"watch_kind", wrapper_get_kind, NULL, "what the model watch looks at around a call (KIND_* flags)", NULL},
     {NULL},
 };
 

@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Tables for model tracing, filled by the tracer (torchwrapper._trace) off the hot path and read by
- * the wrappers on it: nn.Module instances by address -> the id of their path (so that a module
- * forward's record carries its instance's path for the cost of one probe), and tracked tensors
- * (parameters, gradients) by address -> the tracer's index (so that an in-place update of one is
- * seen). The tracer keeps a weak reference to every object it puts in, and takes the entry out from
- * the weak reference's callback, before the address can be reused.
+ * _core's functions for the model watch (torchwrapper._model_watch), which fills its tables
+ * (model_watch_tables.h) off the hot path; the wrappers read them on it: nn.Module instances by
+ * address -> the id of their path (so that a module forward's record carries its instance's path
+ * for the cost of one probe), and tracked tensors (parameters, gradients) by address -> the model
+ * watch's index (so that an in-place update of one is seen). The model watch keeps a weak reference
+ * to every object it puts in, and takes the entry out from the weak reference's callback, before the
+ * address can be reused.
  */
-#include "trace.h"
+#include "model_watch.h"
 
 #include "torchwrapper/api.h"
 
 #include "backward.h"
 #include "hooks.h"
-#include "trace_tables.h"
+#include "model_watch_tables.h"
 #include "wrapper.h"
 
 static tw_ptr_table_t *table_named(PyObject *name)
@@ -169,7 +170,7 @@ static PyObject *core_current_call(PyObject *core, PyObject *unused)
     return Py_BuildValue("(KKI)", (unsigned long long)call_id, (unsigned long long)outer_id, (unsigned int)outer_site);
 }
 
-static PyMethodDef trace_methods[] = {
+static PyMethodDef model_watch_methods[] = {
     {"table_set", (PyCFunction)(void (*)(void))core_table_set, METH_FASTCALL,
      "table_set(table, obj, value)\n--\n\nPuts obj (by address) in the 'modules' or 'tracked' table with value."},
     {"table_remove", (PyCFunction)(void (*)(void))core_table_remove, METH_FASTCALL,
@@ -191,9 +192,9 @@ static PyMethodDef trace_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int tw_trace_add_functions(PyObject *core)
+int tw_model_watch_add_functions(PyObject *core)
 {
-    if (PyModule_AddFunctions(core, trace_methods) < 0)
+    if (PyModule_AddFunctions(core, model_watch_methods) < 0)
         return -1;
     if (PyModule_AddIntConstant(core, "KIND_MODULE_FORWARD", TW_KIND_MODULE_FORWARD) < 0 ||
         PyModule_AddIntConstant(core, "KIND_MODULE_CALL", TW_KIND_MODULE_CALL) < 0 ||
