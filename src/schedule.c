@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "schedule.h"
+#include "schedule_check.h"
 #include "torchwrapper/schedule.h"
 
 tw_step_state_t tw_schedule_state(const tw_schedule_t *s, uint64_t step)

@@ -4,8 +4,10 @@
 # every .c file starts), so that it says what it needs instead of relying on what its includer
 # included before; (2) no include circle between files: when a.c includes b.h (b.c's header), b.c
 # does not include a.h, and no header includes itself through others; (3) each .c file of python/core/
-# with a header of its own includes it first (the header, not its includer, says what it needs). The
-# CUPTI headers are checked only in a build with CUPTI headers.
+# with a header of its own includes it first (the header, not its includer, says what it needs); (4) no
+# two headers of the tree (src/, python/core/, include/, libtorch/, tests/, and the configure's
+# config.h) share a name, so that a name says which header it is. The CUPTI headers are checked only
+# in a build with CUPTI headers.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${top_builddir:-$src}
@@ -91,5 +93,11 @@ for c in "$src"/python/core/*.c; do
         status=1
     fi
 done
-[ $status -eq 0 ] && echo "check-headers: every header compiles alone, no include circle, python/core's files include their own header first"
+# (4) one header per name: "config.h" is the configure's only
+names=$( (cd "$src" && find src python/core include libtorch tests -name '*.h' -exec basename {} \;; echo config.h) | sort)
+for name in $(echo "$names" | uniq -d); do
+    echo "check-headers: two headers named $name:" $(cd "$src" && find src python/core include libtorch tests -name "$name")
+    status=1
+done
+[ $status -eq 0 ] && echo "check-headers: every header compiles alone, no include circle, python/core's files include their own header first, no two headers share a name"
 exit $status

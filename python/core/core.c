@@ -207,7 +207,7 @@ static PyMethodDef core_methods[] = {
     {"normalize_config", (PyCFunction)(void (*)(void))core_normalize_config, METH_VARARGS | METH_KEYWORDS,
      "normalize_config(json_text, from_strings=False, *, defaults='torchwrapper') -> json_text\n--\n\n"
      "Validates a configuration (a JSON object) and fills in the defaults of an entry point\n"
-     "('torchwrapper', 'profile' or 'session'; the table is in the C library's config.c); raises\n"
+     "('torchwrapper', 'profile' or 'session'; the table is in the C library's config_keys.c); raises\n"
      "ValueError naming the key, the value and what is accepted. from_strings accepts text for every\n"
      "value."},
     {"scan_modules", (PyCFunction)(void (*)(void))tw_scan_modules, METH_FASTCALL,
@@ -242,7 +242,7 @@ static int core_exec(PyObject *core)
         tw_model_watch_add_functions(core) < 0 || tw_memory_add_functions(core) < 0 ||
         tw_reader_add_functions(core, state) < 0)
         return -1;
-    /* tensor_stats' built-in metrics, as the validator knows them (config.c: the one list) */
+    /* tensor_stats' built-in metrics, as the validator knows them (config_keys.c: the one list) */
     if (PyModule_AddStringConstant(core, "TENSOR_STATS_METRICS", tw_config_tensor_stats_metrics()) < 0)
         return -1;
     if (PyModule_AddStringConstant(core, "version", tw_version()) < 0)

@@ -36,7 +36,7 @@ typedef struct {
     tw_recorder_t *recorder;
     tw_clock_t clock;
     session_state_t state;
-    tw_config_t settings;  /* the validated configuration, typed (config.h) */
+    tw_config_t settings;  /* the validated configuration, typed (config_keys.h) */
     /* file output; out_dir == NULL keeps records in memory for records() */
     tw_writer_config_t config;
     const char *out_dir;   /* settings.out_dir */

@@ -300,7 +300,7 @@ def optimizer_steps() -> frozenset:
 
 def resolve_exclude(exclude: Optional[Sequence[str]]) -> List[str]:
     """The exclude globs in effect: the default list for None; ``["+glob", ...]`` adds to the
-    default list; a list of plain globs replaces it (config.c refuses a list of both kinds)."""
+    default list; a list of plain globs replaces it (config_keys.c refuses a list of both kinds)."""
     if exclude is None:
         return list(DEFAULT_EXCLUDE)
     added = [glob[1:] for glob in exclude if glob.startswith("+")]

@@ -141,7 +141,7 @@ class Profile:
     numbers, type names of the rest) or "repr" (bounded repr(), may write data values into files).
 
     Every config argument left out (None) takes profile()'s default, and every value is checked, by
-    the one validator in the C library (config.c holds the table of defaults; ``TorchWrapper``'s
+    the one validator in the C library (config_keys.c holds the table of defaults; ``TorchWrapper``'s
     differ in out_dir and args).
 
     The model watch: every module forward's record carries its instance's path (``features.0``), and

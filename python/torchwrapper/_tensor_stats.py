@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ._model_watch import ModelWatch
 
 
-BUILTIN_METRICS = tuple(_core.TENSOR_STATS_METRICS.split())   # the validator's list (config.c)
+BUILTIN_METRICS = tuple(_core.TENSOR_STATS_METRICS.split())   # the validator's list (config_keys.c)
 TENSOR_ROLES = ("input", "output", "weight", "grad")
 MAX_TENSORS_PER_ROLE = 32      # tensors of one call's inputs (or outputs) looked at, at most
 PENDING_BYTES = 64 << 20       # snapshots held before they are reduced (on their device) within a step

@@ -17,8 +17,8 @@
 
 #include "config_tree.h"
 #include "config_internal.h"
-#include "schedule.h"
-#include "torchwrapper/config.h"
+#include "schedule_check.h"
+#include "torchwrapper/config_keys.h"
 
 /* ---- the configuration validator ------------------------------------------------------------- */
 
