@@ -5,13 +5,12 @@
  * Writers (interning, rare: a few thousand times per process) take a mutex and keep a hash index.
  */
 #include "config.h"
+#include "torchwrapper/api.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "torchwrapper/api.h"
 
 #define PAGE_BITS 10
 #define PAGE_SIZE (1u << PAGE_BITS)

@@ -5,10 +5,10 @@
  * Pure functions: no files, no threads, no allocation.
  */
 #include "config.h"
+#include "format.h"
 
 #include <string.h>
 
-#include "format.h"
 #include "torchwrapper/common.h"
 
 /* CSV text field: as is when nothing needs quoting, else through libcsv's quoting. */

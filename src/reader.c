@@ -3,6 +3,7 @@
  * a batch of rows at a time, and telling a file's kind from its first line. See reader.h. What the
  * bytes read become, rows, is reader_parse.c's. */
 #include "config.h"
+#include "torchwrapper/reader.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +17,6 @@
 
 #include "reader_parse.h"
 #include "reader_row.h"
-#include "torchwrapper/reader.h"
 
 #define READ_BLOCK (1u << 20)        /* bytes read at a time */
 #define RECORD_MAX (64u << 20)       /* a longer record is an error, not a reason to eat all memory */

@@ -6,6 +6,7 @@
  * (writer_captures.c). See writer.h.
  */
 #include "config.h"
+#include "torchwrapper/writer.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,6 +4,7 @@
  * (origin, ranks).
  */
 #include "config.h"
+#include "inputs.h"
 
 #include <cJSON.h>
 #include <dirent.h>
@@ -14,7 +15,6 @@
 
 #include "torchwrapper/common.h"
 
-#include "inputs.h"
 #include "util.h"
 
 static int add_file(inputs_t *in, const char *path)
