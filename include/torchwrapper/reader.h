@@ -61,7 +61,7 @@ typedef struct tw_row {
     tw_str_t args;
     tw_str_t gpu_kind;  /* kernel, memcpy, memset */
     tw_str_t name;      /* the kernel's name */
-    tw_str_t module;    /* calls: the nn.Module instance's path (model tracing), or empty */
+    tw_str_t module;    /* calls: the nn.Module instance's path (the model watch), or empty */
     int64_t step;       /* calls: the step the call began in (schedule.h); -1 in older files without it */
     uint64_t site;      /* calls: the call site's id in the process's sites file (sites.h); 0: none, and in
                          * older files without the column */
