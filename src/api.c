@@ -9,7 +9,6 @@
  * went to tw_json_escape).
  */
 #include "config.h"
-
 #include "torchwrapper/api.h"
 
 #include <pthread.h>

@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The library's fork handlers, run in one explicit order (atfork.h). */
 #include "config.h"
+#include "atfork.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
-
-#include "atfork.h"
 
 typedef struct {
     void (*prepare)(void);

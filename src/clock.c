@@ -5,14 +5,13 @@
  * timestamps are nanoseconds since the epoch that agree with other processes on the machine.
  */
 #include "config.h"
+#include "torchwrapper/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "torchwrapper/clock.h"
 
 /* ns = (ticks * mult) >> shift in 128 bits: a large shift keeps mult's rounding error near 1e-16. */
 #define TW_CLOCK_SHIFT_FINE 62

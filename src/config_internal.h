@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* The configuration's parts the writer shares with the validator (config.h; not public API). */
+/* The configuration's parts the writer shares with the validator (config_keys.c; not public API). */
 #ifndef TW_CONFIG_INTERNAL_H
 #define TW_CONFIG_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "torchwrapper/config.h"
+#include "torchwrapper/config_keys.h"
 
 /* An entry point's defaults, typed (static; every call gives the same values), or NULL when there
  * was no memory to make them at the first call. */

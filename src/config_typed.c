@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The configuration as C takes it (config.h, tw_config_t): the validator's normalized JSON read once
+ * The configuration as C takes it (config_keys.h, tw_config_t): the validator's normalized JSON read once
  * into enums, sizes, the schedule and on_demand, so that the session and the writer never parse
  * configuration text again. The words of each choice and their enum values are in one table here.
  */
@@ -13,7 +13,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "torchwrapper/config.h"
+#include "torchwrapper/config_keys.h"
 #include "config_internal.h"
 #include "config_tree.h"
 

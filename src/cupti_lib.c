@@ -8,6 +8,8 @@
 
 #ifdef TW_HAVE_CUPTI
 
+#include "cupti_lib.h"
+
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -17,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "cupti_lib.h"
 
 #define BUFFER_SIZE (1u << 20)  /* bytes per activity buffer */
 #define BUFFERS_AHEAD 8         /* allocated at start, so that CUPTI's first requests cost no malloc */

@@ -13,14 +13,13 @@
  * again: results are kept in a small table keyed by the mangled name.
  */
 #include "config.h"
+#include "demangle.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "demangle.h"
 
 typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
 

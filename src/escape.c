@@ -5,7 +5,6 @@
  * it is interned, and the writer copy it (format.c), without a circle through format.c.
  */
 #include "config.h"
-
 #include "torchwrapper/escape.h"
 
 #include <string.h>

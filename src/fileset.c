@@ -5,6 +5,7 @@
  * first write error. See fileset.h.
  */
 #include "config.h"
+#include "fileset.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +18,7 @@
 
 #include <zlib.h>
 
-#include "fileset.h"
-#include "torchwrapper/config.h"
+#include "torchwrapper/config_keys.h"
 
 void tw_fileset_warn(tw_fileset_env_t *env, const char *what, const char *path, int err)
 {

@@ -23,10 +23,10 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "torchwrapper/config.h"
+#include "torchwrapper/config_keys.h"
 #include "torchwrapper/writer.h"
 
-#define TW_MIN_FILE_SIZE TW_CONFIG_MIN_FILE_SIZE /* room for a header and any record (config.h) */
+#define TW_MIN_FILE_SIZE TW_CONFIG_MIN_FILE_SIZE /* room for a header and any record (config_keys.h) */
 #define TW_BUFFER_FLUSH (256 * 1024)   /* bytes of output gathered before a write() */
 /* zlib's level for compress "gzip": 1, its fastest. On a BERT run's record files, 1 deflates CSV 5.7x
  * and JSON lines 9.9x at 213 and 326 MB/s of one core; 6 (zlib's default) 7.3x and 13.2x, at 66 and

@@ -5,7 +5,6 @@
  * Pure functions: no files, no threads, no allocation.
  */
 #include "config.h"
-
 #include "format.h"
 
 #include <string.h>

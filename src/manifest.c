@@ -4,6 +4,7 @@
  * and replaced atomically. See manifest.h.
  */
 #include "config.h"
+#include "manifest.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "manifest.h"
 #include "torchwrapper/api.h"
 #include "torchwrapper/common.h"
 

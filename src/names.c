@@ -3,7 +3,7 @@
  * The user-facing values that are not config keys' choices: file name specs (file_name_spec:
  * "timestamp", "serial" or a template of {timestamp} {pid} {tid} {rank} {index} {host}; checked once,
  * tw_name_spec_check, and expanded for each new file, tw_name_expand) and sizes ("128MB",
- * tw_parse_size). See config.h.
+ * tw_parse_size). See config_keys.h.
  */
 #include "config.h"
 
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "torchwrapper/config.h"
+#include "torchwrapper/config_keys.h"
 
 static const char *const name_fields[] = {"timestamp", "pid", "tid", "rank", "index", "host"};
 

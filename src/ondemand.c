@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* On-demand capture: the signal, the control files, the answer at each step boundary. See ondemand.h. */
 #include "config.h"
+#include "torchwrapper/ondemand.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -15,7 +16,6 @@
 #include <unistd.h>
 
 #include "manifest.h"
-#include "torchwrapper/ondemand.h"
 
 #define REQUEST_MAX 8192 /* bytes of a request file */
 

@@ -5,6 +5,7 @@
  * wait for room on a condition variable), flush epoch, drop counter, fork handling. See queue.h.
  */
 #include "config.h"
+#include "torchwrapper/queue.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -12,7 +13,6 @@
 #include <time.h>
 
 #include "atfork.h"
-#include "torchwrapper/queue.h"
 #include "queue_internal.h"
 
 struct tw_queue {

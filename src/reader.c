@@ -3,6 +3,7 @@
  * a batch of rows at a time, and telling a file's kind from its first line. See reader.h. What the
  * bytes read become, rows, is reader_parse.c's. */
 #include "config.h"
+#include "torchwrapper/reader.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +17,6 @@
 
 #include "reader_parse.h"
 #include "reader_row.h"
-#include "torchwrapper/reader.h"
 
 #define READ_BLOCK (1u << 20)        /* bytes read at a time */
 #define RECORD_MAX (64u << 20)       /* a longer record is an error, not a reason to eat all memory */
@@ -441,7 +441,7 @@ static int ignore_row(void *ctx, const tw_row_t *row)
 }
 
 /* Whether the first line (CSV header or JSON object, torn or whole) names every key of keys: a
- * tracing stream's, which the record reader does not read (their rows are no tw_row_t). */
+ * model watch's stream's, which the record reader does not read (their rows are no tw_row_t). */
 static int names_keys(const char *line, size_t len, int json, const char *const *keys)
 {
     tw_str_t fields[MAX_COLUMNS];

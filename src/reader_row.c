@@ -5,11 +5,10 @@
  * records and calls these; see reader_row.h.
  */
 #include "config.h"
+#include "reader_row.h"
 
 #include <stdint.h>
 #include <string.h>
-
-#include "reader_row.h"
 
 /* ---- columns ----------------------------------------------------------------------------------- */
 

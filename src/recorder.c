@@ -11,6 +11,7 @@
  * references are counted under registry_lock.
  */
 #include "config.h"
+#include "torchwrapper/recorder.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,7 +22,6 @@
 #include "atfork.h"
 #include "torchwrapper/api.h"
 #include "torchwrapper/queue.h"
-#include "torchwrapper/recorder.h"
 
 struct tw_recorder {
     tw_queue_t *queue;    /* where finished chunks go; in memory while nobody drains it */

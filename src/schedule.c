@@ -2,13 +2,13 @@
 /* The schedule of recorded steps (torch.profiler.schedule's meaning) and its config check. See
  * schedule.h. */
 #include "config.h"
+#include "torchwrapper/schedule.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "schedule.h"
-#include "torchwrapper/schedule.h"
+#include "schedule_check.h"
 
 tw_step_state_t tw_schedule_state(const tw_schedule_t *s, uint64_t step)
 {

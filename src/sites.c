@@ -5,6 +5,7 @@
  * mutex and a hash of the texts are cheap enough; the hot path never comes here.
  */
 #include "config.h"
+#include "torchwrapper/sites.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +21,6 @@
 #include "fileset.h"
 #include "format.h"
 #include "atfork.h"
-#include "torchwrapper/sites.h"
 
 typedef struct {
     char *file;

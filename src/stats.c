@@ -2,11 +2,11 @@
 /* Per-API totals (calls, errors, total, self and GPU time, min, max) and percentiles from a log-linear
  * histogram of 64 buckets per power of two, in bounded memory. See stats.h. */
 #include "config.h"
+#include "torchwrapper/stats.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "torchwrapper/stats.h"
 #include "stats_internal.h"
 
 #define SUB_BITS 6                     /* 64 buckets per power of two: width <= 1/64 of the value */

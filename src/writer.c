@@ -6,6 +6,7 @@
  * (writer_captures.c). See writer.h.
  */
 #include "config.h"
+#include "torchwrapper/writer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +27,7 @@
 #include <cjson/cJSON.h>
 
 #include "torchwrapper/api.h"
-#include "torchwrapper/config.h"
+#include "torchwrapper/config_keys.h"
 #include "format.h"
 #include "writer_internal.h"
 #include "config_internal.h"
@@ -453,7 +454,7 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
     snprintf(given, sizeof given, "%llu", (unsigned long long)config->file_max_size);
     if (tw_config_check_file_max_size(config->file_max_size, given, err, err_size) != 0)
         return TW_EINVAL;
-    /* Zero fields take the config's defaults (config.c, the one table of them). */
+    /* Zero fields take the config's defaults (config_keys.c, the one table of them). */
     const tw_config_t *defaults = tw_config_defaults(TW_CONFIG_DEFAULTS_TORCHWRAPPER);
     if (defaults == NULL) {
         snprintf(err, err_size, "out of memory");

@@ -1,11 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# make check-headers: (1) every header of src/ and python/core/ compiles alone (after config.h, as
-# every .c file starts), so that it says what it needs instead of relying on what its includer
-# included before; (2) no include circle between files: when a.c includes b.h (b.c's header), b.c
-# does not include a.h, and no header includes itself through others; (3) each .c file of python/core/
-# with a header of its own includes it first (the header, not its includer, says what it needs). The
-# CUPTI headers are checked only in a build with CUPTI headers.
+# make check-headers: (1) every header of src/, src/report/ and python/core/ compiles alone (after
+# config.h, as every .c file starts), so that it says what it needs instead of relying on what its
+# includer included before; (2) no include circle between files: when a.c includes b.h (b.c's
+# header), b.c does not include a.h, and no header includes itself through others; (3) each .c file
+# of python/core/, src/ and src/report/ with a header of its own includes it first, after config.h in
+# src/ (the header, not its includer, says what it needs); (4) no two headers of the tree (src/,
+# python/core/, include/, libtorch/, tests/, and the configure's config.h) share a name, so that a
+# name says which header it is. The CUPTI headers are checked only in a build with CUPTI headers.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${top_builddir:-$src}
@@ -16,7 +18,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
 
-for h in "$src"/src/*.h "$src"/python/core/*.h; do
+for h in "$src"/src/*.h "$src"/src/report/*.h "$src"/python/core/*.h; do
     case $h in
     */cupti_*.h)
         grep -q '^#define TW_HAVE_CUPTI' "$build/config.h" || continue ;;
@@ -47,7 +49,7 @@ owner() {
     return 0
 }
 
-for dir in "$src/src" "$src/python/core"; do
+for dir in "$src/src" "$src/src/report" "$src/python/core"; do
     for c in "$dir"/*.c; do
         base=$(basename "$c" .c)
         for h in $(includes "$c"); do
@@ -91,5 +93,32 @@ for c in "$src"/python/core/*.c; do
         status=1
     fi
 done
-[ $status -eq 0 ] && echo "check-headers: every header compiles alone, no include circle, python/core's files include their own header first"
+# (3) for the library and tw-report: each .c file of src/ and src/report/ starts with config.h (what
+# configure found decides what the system headers declare), then its own header when it has one
+# (x.h beside it, or include/torchwrapper/x.h for src/x.c), before any other include (a conditional
+# between them, #ifdef TW_HAVE_CUPTI, is no include).
+for c in "$src"/src/*.c "$src"/src/report/*.c; do
+    dir=$(dirname "$c")
+    base=$(basename "$c" .c)
+    own=""
+    if [ -f "$dir/$base.h" ]; then
+        own=$base.h
+    elif [ "$dir" = "$src/src" ] && [ -f "$src/include/torchwrapper/$base.h" ]; then
+        own=torchwrapper/$base.h
+    fi
+    want='"config.h"'
+    [ -n "$own" ] && want="$want \"$own\""
+    got=$(sed -n 's/^#include \([<"][^>"]*[>"]\).*/\1/p' "$c" | head -n $(echo $want | wc -w) | tr '\n' ' ' | sed 's/ $//')
+    if [ "$got" != "$want" ]; then
+        echo "check-headers: ${c#$src/} begins with the includes $got, not $want"
+        status=1
+    fi
+done
+# (4) one header per name: "config.h" is the configure's only
+names=$( (cd "$src" && find src python/core include libtorch tests -name '*.h' -exec basename {} \;; echo config.h) | sort)
+for name in $(echo "$names" | uniq -d); do
+    echo "check-headers: two headers named $name:" $(cd "$src" && find src python/core include libtorch tests -name "$name")
+    status=1
+done
+[ $status -eq 0 ] && echo "check-headers: every header compiles alone, no include circle, each .c file includes its own header first (after config.h in src/), no two headers share a name"
 exit $status

@@ -28,7 +28,7 @@ extern "C" {
 typedef enum {
     TW_FILE_CALLS = 1, /* call records: call_id, api, start_ns, cost_ns, ... */
     TW_FILE_GPU = 2,   /* GPU activity records: call_id, api, kind, name, start_ns, end_ns, ... */
-    /* The tracing streams beside them: told apart by tw_read_any_kind only; their rows are no
+    /* The model watch's streams beside them: told apart by tw_read_any_kind only; their rows are no
      * tw_row_t, and tw_read_file refuses them as it always did. */
     TW_FILE_STATS = 3,   /* tensor statistics: call_id, step, module, class, tensor, ... */
     TW_FILE_UPDATES = 4, /* parameter updates: call_id, api, outer_call_id, parameter, tensor, version, ... */
@@ -61,7 +61,7 @@ typedef struct tw_row {
     tw_str_t args;
     tw_str_t gpu_kind;  /* kernel, memcpy, memset */
     tw_str_t name;      /* the kernel's name */
-    tw_str_t module;    /* calls: the nn.Module instance's path (model tracing), or empty */
+    tw_str_t module;    /* calls: the nn.Module instance's path (the model watch), or empty */
     int64_t step;       /* calls: the step the call began in (schedule.h); -1 in older files without it */
     uint64_t site;      /* calls: the call site's id in the process's sites file (sites.h); 0: none, and in
                          * older files without the column */
@@ -113,7 +113,7 @@ TW_API int tw_read_buffer(const char *name, const char *data, size_t len, tw_row
  * line). Returns 0, TW_EIO or TW_EINVAL (not a record file) with a message in err. */
 TW_API int tw_read_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size);
 
-/* The same, and TW_FILE_STATS or TW_FILE_UPDATES for the tracing streams' files. */
+/* The same, and TW_FILE_STATS or TW_FILE_UPDATES for the model watch's streams' files. */
 TW_API int tw_read_any_kind(const char *path, tw_file_kind_t *kind, char *err, size_t err_size);
 
 /*

@@ -83,9 +83,9 @@ static inline void tw_backward_link_unpack(const char *in, uint64_t *call_id, ui
 }
 
 /*
- * The nn.Module instance a call ran on (module forwards): its path (the Python tracer's: the model's
+ * The nn.Module instance a call ran on (module forwards): its path (the Python model watch's: the model's
  * class, then named_modules()'s name, GPT2LMHeadModel.transformer.h.0). TW_MODULE_NONE for other
- * calls, TW_MODULE_ROOT for the path "" (a model of a caller that names none; the Python tracer
+ * calls, TW_MODULE_ROOT for the path "" (a model of a caller that names none; the Python model watch
  * names every model by its class and no longer uses it), else 1 + the id of the path in the name
  * table (api.h), where paths are interned like API names.
  */

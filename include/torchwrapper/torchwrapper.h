@@ -7,7 +7,7 @@
 #include "torchwrapper/api.h"
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/queue.h"
-#include "torchwrapper/config.h"
+#include "torchwrapper/config_keys.h"
 #include "torchwrapper/schedule.h"
 #include "torchwrapper/sites.h"
 #include "torchwrapper/stats.h"

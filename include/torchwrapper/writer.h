@@ -4,7 +4,7 @@
  * rotating set of CSV or JSON-lines files, each at most file_max_size bytes and readable on its
  * own, keeps per-API totals, and writes a manifest and a summary. It never touches Python.
  *
- * Files (in out_dir): records named by file_name_spec (config.h) with ".csv" or ".jsonl" (".csv.gz",
+ * Files (in out_dir): records named by file_name_spec (config_keys.h) with ".csv" or ".jsonl" (".csv.gz",
  * ".jsonl.gz" with compress: each file one gzip member, file_max_size counting compressed bytes);
  * manifest.json (manifest-PID.json in a forked child, or with per_process_names) listing the config,
  * the files and the counts, rewritten atomically at every rotation and at close; summary.json

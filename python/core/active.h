@@ -42,7 +42,7 @@ typedef struct {
     tw_args_mode_t args_mode;
     PyTypeObject *tensor_type;     /* torch._C.TensorBase when torch is imported (held by the session) */
     PyObject *session;             /* strong reference to the active Session object */
-    tw_hooks_t hooks;              /* tracing; kinds == 0 when the session has no tracer */
+    tw_hooks_t hooks;              /* the model watch's; kinds == 0 when the session has none */
     const tw_gpu_hooks_t *gpu;     /* CUPTI's push/pop while GPU timing is on; else NULL */
     /* GPU timing's session, whose CUPTI activities are on in the steps recorded (warm-up, active,
      * a capture's) and the one after each, off in the others; NULL when GPU timing is off */

@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "torchwrapper/config.h"
+#include "torchwrapper/config_keys.h"
 
-/* Once, when the module is executed: the attribute names summaries look up, interned. 0, or -1 with
+/* Once, when the extension is executed: the attribute names summaries look up, interned. 0, or -1 with
  * an exception. */
 int tw_args_init(void);
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Call sites: where the program made each recorded call (config sites), read from the calling
- * Python frame. The hot path (tw_caller_site, module.h) takes the frame (on CPython 3.11/3.12 the
- * interpreter's own, through the checked mirror of module.h; else PyEval_GetFrame, borrowed, which
+ * Python frame. The hot path (tw_caller_site, call_sites.h) takes the frame (on CPython 3.11/3.12 the
+ * interpreter's own, through the checked mirror of frame_mirror.h; else PyEval_GetFrame, borrowed, which
  * makes a frame object once per frame), its code object and instruction offset, and probes a cache
  * keyed by (code, offset). Here are the slow paths:
  * a key's first call, which decides whether the code is torch's own (by its file, under torch's

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* What tracing hooks around wrapped calls (not public API): the kinds of callables, and the session's
- * tracer's hooks. Shared by the wrappers (wrapper.c, wrap.c), the active session (active.h) and
+/* What the model watch hooks around wrapped calls (not public API): the kinds of callables, and the
+ * session's model watch's hooks. Shared by the wrappers (wrapper.c, wrap.c), the active session (active.h) and
  * sessions (session.c, session_features.c). */
 #ifndef TW_PY_HOOKS_H
 #define TW_PY_HOOKS_H
@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 /*
- * What tracing looks at around a wrapped callable (the wrapper's `kind`, set at wrap time; a
- * session hooks the kinds its tracer asks for, see tw_hooks_t). All need args[0]: the instance or
+ * What the model watch looks at around a wrapped callable (the wrapper's `kind`, set at wrap time; a
+ * session hooks the kinds its model watch asks for, see tw_hooks_t). All need args[0]: the instance or
  * the tensor the call is about.
  */
 enum {
@@ -27,8 +27,8 @@ enum {
 };
 
 /*
- * The session's tracer (torchwrapper._trace.Tracer): bound methods called around calls of the
- * kinds above, each with this thread's recording paused and its time left out of the calls in
+ * The session's model watch (torchwrapper._model_watch.ModelWatch): bound methods called around calls
+ * of the kinds above, each with this thread's recording paused and its time left out of the calls in
  * progress. Borrowed from the session, which holds them; NULL when unused.
  */
 typedef struct {

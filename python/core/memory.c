@@ -118,7 +118,7 @@ void tw_memory_attach(tw_thread_t *t)
 
 /* memory_step_aside() -> bool: another profiler starts on this thread; our reporter, when it is on
  * top here, goes off until memory_resume(). */
-static PyObject *core_memory_step_aside(PyObject *module, PyObject *unused)
+static PyObject *core_memory_step_aside(PyObject *core, PyObject *unused)
 {
     if (!measuring || stepped_aside || tw_layer.memory_step_aside() != 0)
         Py_RETURN_FALSE;
@@ -127,7 +127,7 @@ static PyObject *core_memory_step_aside(PyObject *module, PyObject *unused)
 }
 
 /* memory_resume() -> bool: the other profiler stopped on this thread; ours goes back if it left. */
-static PyObject *core_memory_resume(PyObject *module, PyObject *unused)
+static PyObject *core_memory_resume(PyObject *core, PyObject *unused)
 {
     if (!stepped_aside)
         Py_RETURN_FALSE;
@@ -139,7 +139,7 @@ static PyObject *core_memory_resume(PyObject *module, PyObject *unused)
 
 /* memory_owner() -> "free", "ours", "inert", "other", or None when the layer's memory part is not
  * loaded: who holds this thread's allocator reports. */
-static PyObject *core_memory_owner(PyObject *module, PyObject *unused)
+static PyObject *core_memory_owner(PyObject *core, PyObject *unused)
 {
     static const char *const names[] = {"free", "ours", "inert", "other"};
     if (tw_layer.memory_owner == NULL)
@@ -149,7 +149,7 @@ static PyObject *core_memory_owner(PyObject *module, PyObject *unused)
 }
 
 /* memory_counters() -> (allocated, freed, total, peak, reports): this thread's counters. */
-static PyObject *core_memory_counters(PyObject *module, PyObject *unused)
+static PyObject *core_memory_counters(PyObject *core, PyObject *unused)
 {
     return Py_BuildValue("(KKKKK)", (unsigned long long)counters.allocated, (unsigned long long)counters.freed,
                          (unsigned long long)counters.total, (unsigned long long)counters.peak,
@@ -171,7 +171,7 @@ static PyMethodDef memory_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int tw_memory_add_functions(PyObject *module)
+int tw_memory_add_functions(PyObject *core)
 {
-    return PyModule_AddFunctions(module, memory_methods);
+    return PyModule_AddFunctions(core, memory_methods);
 }

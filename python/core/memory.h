@@ -26,6 +26,6 @@ int tw_memory_measuring(void);
 void tw_memory_attach(tw_thread_t *t);
 
 /* memory_step_aside(), memory_resume(), memory_owner() and memory_counters() for the Python layer. */
-int tw_memory_add_functions(PyObject *module);
+int tw_memory_add_functions(PyObject *core);
 
 #endif

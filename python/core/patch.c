@@ -41,7 +41,7 @@ static PyObject *raw_get(PyObject *owner, PyObject *attr, PyObject *missing)
  * TypeError) is reported in failures as (index, message) instead; any other error stops and
  * raises. stale lists the indexes whose before was not `expected` (what discovery saw there).
  */
-PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+PyObject *tw_install(PyObject *core, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 && nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "install(items, missing[, installed]) takes 2 or 3 arguments");
@@ -147,7 +147,7 @@ fail:
  * no longer holds `installed` (someone replaced it) is left alone and its index returned; else
  * owner.attr is set back to `before`, or deleted when before is `missing`.
  */
-PyObject *tw_restore(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+PyObject *tw_restore(PyObject *core, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "restore(placements, missing) takes 2 arguments");

@@ -6,7 +6,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-PyObject *tw_install(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-PyObject *tw_restore(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tw_install(PyObject *core, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tw_restore(PyObject *core, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

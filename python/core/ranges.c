@@ -29,7 +29,7 @@ static _Thread_local struct {
     range_open_t open[RANGE_DEPTH];
 } ranges;
 
-PyObject *tw_range_begin(PyObject *module, PyObject *name)
+PyObject *tw_range_begin(PyObject *core, PyObject *name)
 {
     if (!PyUnicode_Check(name)) {
         PyErr_Format(PyExc_TypeError, "range_begin(name): name must be a str, not '%.200s'", Py_TYPE(name)->tp_name);
@@ -73,7 +73,7 @@ PyObject *tw_range_begin(PyObject *module, PyObject *name)
     Py_RETURN_TRUE;
 }
 
-PyObject *tw_range_end(PyObject *module, PyObject *unused)
+PyObject *tw_range_end(PyObject *core, PyObject *unused)
 {
     uint64_t end = tw_clock_ticks(tw_active.clock_source);
     uint64_t gen = tw_active.gen;

@@ -6,7 +6,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-PyObject *tw_range_begin(PyObject *module, PyObject *name);
-PyObject *tw_range_end(PyObject *module, PyObject *unused);
+PyObject *tw_range_begin(PyObject *core, PyObject *name);
+PyObject *tw_range_end(PyObject *core, PyObject *unused);
 
 #endif

@@ -509,7 +509,7 @@ static PyType_Spec reader_spec = {
 
 /* ---- record_kind, read_sites -------------------------------------------------------------------- */
 
-static PyObject *core_record_kind(PyObject *module, PyObject *path)
+static PyObject *core_record_kind(PyObject *core, PyObject *path)
 {
     PyObject *encoded;
     if (!PyUnicode_FSConverter(path, &encoded))
@@ -544,7 +544,7 @@ static int on_site(void *ctx, uint32_t id, const char *file, uint32_t line, cons
     return rc < 0 ? 1 : 0; /* 1: a Python error is set */
 }
 
-static PyObject *core_read_sites(PyObject *module, PyObject *path)
+static PyObject *core_read_sites(PyObject *core, PyObject *path)
 {
     PyObject *encoded;
     if (!PyUnicode_FSConverter(path, &encoded))
@@ -582,10 +582,10 @@ static PyMethodDef reader_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int tw_reader_add_functions(PyObject *module, tw_module_state *state)
+int tw_reader_add_functions(PyObject *core, tw_core_state *state)
 {
-    state->record_reader_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &reader_spec, NULL);
-    if (state->record_reader_type == NULL || PyModule_AddType(module, state->record_reader_type) < 0)
+    state->record_reader_type = (PyTypeObject *)PyType_FromModuleAndSpec(core, &reader_spec, NULL);
+    if (state->record_reader_type == NULL || PyModule_AddType(core, state->record_reader_type) < 0)
         return -1;
-    return PyModule_AddFunctions(module, reader_functions);
+    return PyModule_AddFunctions(core, reader_functions);
 }

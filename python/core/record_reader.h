@@ -6,9 +6,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "module_state.h"
+#include "core_state.h"
 
-/* RecordReader (into the module and its state), record_kind(), read_sites(). 0, or -1 with an exception. */
-int tw_reader_add_functions(PyObject *module, tw_module_state *state);
+/* RecordReader (into _core and its state), record_kind(), read_sites(). 0, or -1 with an exception. */
+int tw_reader_add_functions(PyObject *core, tw_core_state *state);
 
 #endif

@@ -44,7 +44,7 @@ static int is_public_path(const char *s)
  * classes: {id: class} for classes under the roots found under a public name;
  * best_name: {id: name}, the preferred public name of each function and class.
  */
-PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+PyObject *tw_scan_modules(PyObject *core, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyList_Check(args[0]) || !PyTuple_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "scan_modules(modules: list, roots: tuple)");

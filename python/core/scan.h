@@ -6,6 +6,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-PyObject *tw_scan_modules(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tw_scan_modules(PyObject *core, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

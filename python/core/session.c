@@ -17,13 +17,13 @@
 #include "wrapper.h"
 
 /*
- * Session(**config keys, rank, manifest, per_process_names, gpu_device, cupti_paths, tracer,
+ * Session(**config keys, rank, manifest, per_process_names, gpu_device, cupti_paths, model_watch,
  * torch_layer): the config keys (tw_session_config_keywords) go through the library's validator and
  * come back typed; the others are the Python layer's.
  */
 static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"rank", "manifest", "per_process_names", "gpu_device", "cupti_paths", "tracer",
+    static char *keywords[] = {"rank", "manifest", "per_process_names", "gpu_device", "cupti_paths", "model_watch",
                                "torch_layer", NULL};
     /* values[i]: tw_session_config_keywords[i], NULL when not given (the validator's default applies) */
     PyObject *values[TW_SESSION_CONFIG_KEYWORDS] = {NULL};
@@ -37,12 +37,12 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
             return NULL;
         }
     }
-    PyObject *manifest = Py_None, *cupti_paths = Py_None, *tracer = Py_None;
+    PyObject *manifest = Py_None, *cupti_paths = Py_None, *watch = Py_None;
     const char *torch_layer = NULL, *torch_version = NULL;
     long long rank = -1;
     int per_process_names = 0, gpu_device = 0;
     int parsed = PyArg_ParseTupleAndKeywords(args, rest, "|$LOppOO(zz):Session", keywords, &rank, &manifest,
-                                             &per_process_names, &gpu_device, &cupti_paths, &tracer, &torch_layer,
+                                             &per_process_names, &gpu_device, &cupti_paths, &watch, &torch_layer,
                                              &torch_version);
     Py_DECREF(rest);
     if (!parsed)
@@ -69,7 +69,7 @@ static PyObject *session_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     self->summary_only = settings->summary_only;
     self->state = SESSION_NEW;
     self->args_mode = settings->args;
-    self->tracer = Py_NewRef(tracer);
+    self->model_watch = Py_NewRef(watch);
     self->gpu_mode = settings->gpu;
     self->gpu_device = gpu_device;
     if (cupti_paths != Py_None && (self->cupti_paths = tw_cupti_paths_of(cupti_paths)) == NULL)
@@ -109,13 +109,13 @@ fail:
     return NULL;
 }
 
-/* The tracer refers back to its Profile, which holds this session: a cycle the collector must see. */
+/* The model watch refers back to its Profile, which holds this session: a cycle the collector must see. */
 static int session_traverse(PyObject *op, visitproc visit, void *arg)
 {
     tw_session_object *self = (tw_session_object *)op;
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->tensor_type);
-    Py_VISIT(self->tracer);
+    Py_VISIT(self->model_watch);
     Py_VISIT(self->hooks.resolve);
     Py_VISIT(self->hooks.module_enter);
     Py_VISIT(self->hooks.module_pre);
@@ -131,7 +131,7 @@ static int session_clear(PyObject *op)
 {
     tw_session_object *self = (tw_session_object *)op;
     tw_session_clear_hooks(&self->hooks);
-    Py_CLEAR(self->tracer);
+    Py_CLEAR(self->model_watch);
     Py_CLEAR(self->tensor_type);
     return 0;
 }
@@ -150,7 +150,7 @@ static void session_dealloc(PyObject *op)
     tw_free_paths(self->cupti_paths);
     Py_XDECREF(self->tensor_type);
     tw_session_clear_hooks(&self->hooks);
-    Py_XDECREF(self->tracer);
+    Py_XDECREF(self->model_watch);
     tw_config_free(&self->settings);
     PyMem_RawFree(self->manifest_json);
     PyMem_RawFree(self->torch_layer);
@@ -194,8 +194,8 @@ static PyObject *session_stop(PyObject *op, PyObject *unused)
     }
     Py_INCREF(op); /* tw_active's reference goes with recording's stop */
     tw_session_features_stop(self);
-    /* Not needed once stopped; dropped now so that the tracer (and its Profile) go with refcounts. */
-    Py_CLEAR(self->tracer);
+    /* Not needed once stopped; dropped now so that the model watch (and its Profile) go with refcounts. */
+    Py_CLEAR(self->model_watch);
     Py_DECREF(op);
     Py_RETURN_NONE;
 }
@@ -324,10 +324,10 @@ static PyType_Spec session_spec = {
     .slots = session_slots,
 };
 
-int tw_session_add_type(PyObject *module, tw_module_state *state)
+int tw_session_add_type(PyObject *core, tw_core_state *state)
 {
-    state->session_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &session_spec, NULL);
-    if (state->session_type == NULL || PyModule_AddType(module, state->session_type) < 0)
+    state->session_type = (PyTypeObject *)PyType_FromModuleAndSpec(core, &session_spec, NULL);
+    if (state->session_type == NULL || PyModule_AddType(core, state->session_type) < 0)
         return -1;
     /* The names of records()' tuple fields, in the order append_chunk_records builds them, so that
      * Python reads each by name (torchwrapper.records) and a field added here cannot shift another. */
@@ -337,7 +337,7 @@ int tw_session_add_type(PyObject *module, tw_module_state *state)
                                      "mem_freed", "mem_peak");
     if (fields == NULL)
         return -1;
-    int rc = PyModule_AddObjectRef(module, "RECORD_FIELDS", fields);
+    int rc = PyModule_AddObjectRef(core, "RECORD_FIELDS", fields);
     Py_DECREF(fields);
     /* The config keys a Session takes (the one list: the Python layer passes these on). */
     PyObject *keys = PyTuple_New(TW_SESSION_CONFIG_KEYWORDS);
@@ -348,7 +348,7 @@ int tw_session_add_type(PyObject *module, tw_module_state *state)
         else
             PyTuple_SET_ITEM(keys, i, key);
     }
-    if (rc < 0 || keys == NULL || PyModule_AddObjectRef(module, "SESSION_CONFIG_KEYS", keys) < 0)
+    if (rc < 0 || keys == NULL || PyModule_AddObjectRef(core, "SESSION_CONFIG_KEYS", keys) < 0)
         rc = -1;
     Py_XDECREF(keys);
     return rc;

@@ -6,9 +6,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "module_state.h"
+#include "core_state.h"
 
-/* Makes the Session type into the module and its state. 0, or -1 with an exception. */
-int tw_session_add_type(PyObject *module, tw_module_state *state);
+/* Makes the Session type into _core and its state. 0, or -1 with an exception. */
+int tw_session_add_type(PyObject *core, tw_core_state *state);
 
 #endif

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Session's arguments: its config keys through the library's one validator (config.c, a bare
+ * Session's arguments: its config keys through the library's one validator (config_keys.c, a bare
  * Session's defaults), the CUPTI candidates, and the C copies of them that outlive the Python
- * objects (the writer thread reads them without the GIL). See module.h.
+ * objects (the writer thread reads them without the GIL). See session_config.h.
  */
 #include "session_config.h"
 

@@ -7,7 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "torchwrapper/config.h"
+#include "torchwrapper/config_keys.h"
 
 /* The config keys Session takes as keyword arguments, in its keyword order. */
 #define TW_SESSION_CONFIG_KEYWORDS 19

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What a session starts and stops (session.c's start() and stop()): the tracer's hooks, the writer,
+ * What a session starts and stops (session.c's start() and stop()): the model watch's hooks, the writer,
  * GPU timing, call sites, on-demand capture, memory, the recording itself, backward nodes, FLOPs and
  * tensor summaries, in one table, started in order and stopped in reverse.
  */
@@ -19,7 +19,7 @@
 #include "imported.h"
 #include "layer.h"
 #include "memory.h"
-#include "trace_tables.h"
+#include "model_watch_tables.h"
 
 /* A forked child must not call CUPTI (gpu.h): the wrappers stop pushing correlation ids there. */
 static void gpu_after_fork_in_child(void)
@@ -137,10 +137,10 @@ void tw_session_clear_hooks(tw_hooks_t *hooks)
     hooks->error_reported = 0; /* each session reports its own first hook error */
 }
 
-/* tracer.name, or NULL (without an error) when it is None or missing. */
-static PyObject *hook_of(PyObject *tracer, const char *name)
+/* watch.name, or NULL (without an error) when it is None or missing. */
+static PyObject *hook_of(PyObject *watch, const char *name)
 {
-    PyObject *hook = PyObject_GetAttrString(tracer, name);
+    PyObject *hook = PyObject_GetAttrString(watch, name);
     if (hook == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
         PyErr_Clear();
     if (hook == Py_None)
@@ -148,26 +148,26 @@ static PyObject *hook_of(PyObject *tracer, const char *name)
     return hook;
 }
 
-/* The tracer's kinds (an int attribute) and hooks. Returns 0, or -1 with an exception. */
-static int take_hooks(PyObject *tracer, tw_hooks_t *hooks)
+/* The model watch's kinds (an int attribute) and hooks. Returns 0, or -1 with an exception. */
+static int take_hooks(PyObject *watch, tw_hooks_t *hooks)
 {
     tw_session_clear_hooks(hooks);
-    if (tracer == Py_None)
+    if (watch == Py_None)
         return 0;
-    PyObject *kinds = PyObject_GetAttrString(tracer, "kinds");
+    PyObject *kinds = PyObject_GetAttrString(watch, "kinds");
     if (kinds == NULL)
         return -1;
     unsigned long value = PyLong_AsUnsignedLong(kinds);
     Py_DECREF(kinds);
     if (value == (unsigned long)-1 && PyErr_Occurred())
         return -1;
-    hooks->resolve = hook_of(tracer, "resolve");
-    hooks->module_enter = hook_of(tracer, "module_enter");
-    hooks->module_pre = hook_of(tracer, "module_pre");
-    hooks->module_exit = hook_of(tracer, "module_exit");
-    hooks->update = hook_of(tracer, "update");
-    hooks->boundary_enter = hook_of(tracer, "boundary_enter");
-    hooks->boundary_exit = hook_of(tracer, "boundary_exit");
+    hooks->resolve = hook_of(watch, "resolve");
+    hooks->module_enter = hook_of(watch, "module_enter");
+    hooks->module_pre = hook_of(watch, "module_pre");
+    hooks->module_exit = hook_of(watch, "module_exit");
+    hooks->update = hook_of(watch, "update");
+    hooks->boundary_enter = hook_of(watch, "boundary_enter");
+    hooks->boundary_exit = hook_of(watch, "boundary_exit");
     if (PyErr_Occurred()) {
         tw_session_clear_hooks(hooks);
         return -1;
@@ -184,19 +184,19 @@ static int take_hooks(PyObject *tracer, tw_hooks_t *hooks)
  * also drops what a stopped session keeps for its stats().
  */
 
-static int tracer_start(tw_session_object *self)
+static int model_watch_start(tw_session_object *self)
 {
-    if (take_hooks(self->tracer, &self->hooks) < 0)
+    if (take_hooks(self->model_watch, &self->hooks) < 0)
         return -1;
     if (self->hooks.kinds != 0) {
-        /* Addresses left by an earlier tracer that was not closed could belong to new objects now. */
+        /* Addresses left by an earlier model watch that was not closed could belong to new objects now. */
         tw_ptr_table_clear(&tw_modules);
         tw_ptr_table_clear(&tw_tracked);
     }
     return 1;
 }
 
-static void tracer_stop(tw_session_object *self, int discard)
+static void model_watch_stop(tw_session_object *self, int discard)
 {
     tw_session_clear_hooks(&self->hooks);
 }
@@ -372,7 +372,7 @@ static const struct {
     int (*start)(tw_session_object *self);
     void (*stop)(tw_session_object *self, int discard); /* NULL: nothing to undo */
 } features[TW_SESSION_FEATURES] = {
-    [TW_SESSION_TRACER] = {tracer_start, tracer_stop},
+    [TW_SESSION_MODEL_WATCH] = {model_watch_start, model_watch_stop},
     [TW_SESSION_WRITER] = {writer_start, writer_stop},
     [TW_SESSION_GPU] = {gpu_start, gpu_stop},
     [TW_SESSION_SITES] = {sites_start, sites_stop},

@@ -20,7 +20,7 @@ int tw_session_features_start(tw_session_object *self);
  * keep what each left). */
 void tw_session_features_stop(tw_session_object *self);
 
-/* Drops the tracer's hooks (their references) and their kinds. */
+/* Drops the model watch's hooks (their references) and their kinds. */
 void tw_session_clear_hooks(tw_hooks_t *hooks);
 
 #endif

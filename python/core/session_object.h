@@ -18,7 +18,7 @@ typedef enum { SESSION_NEW, SESSION_ACTIVE, SESSION_STOPPED } session_state_t;
 
 /* What a session starts, in the order it starts them (session_features.c's table). */
 typedef enum {
-    TW_SESSION_TRACER,    /* the tracer's hooks taken */
+    TW_SESSION_MODEL_WATCH,    /* the model watch's hooks taken */
     TW_SESSION_WRITER,    /* file output (out_dir) */
     TW_SESSION_GPU,       /* GPU timing (CUPTI) */
     TW_SESSION_SITES,     /* call sites looked up */
@@ -36,7 +36,7 @@ typedef struct {
     tw_recorder_t *recorder;
     tw_clock_t clock;
     session_state_t state;
-    tw_config_t settings;  /* the validated configuration, typed (config.h) */
+    tw_config_t settings;  /* the validated configuration, typed (config_keys.h) */
     /* file output; out_dir == NULL keeps records in memory for records() */
     tw_writer_config_t config;
     const char *out_dir;   /* settings.out_dir */
@@ -49,9 +49,9 @@ typedef struct {
     const char *ondemand_dir; /* on_demand's dir (settings'), NULL: out_dir/capture-N */
     tw_ondemand_t *ondemand; /* while recording */
     PyObject *tensor_type; /* torch._C.TensorBase, found at start, when args are summarized */
-    PyObject *tracer;      /* torchwrapper._trace.Tracer or None */
-    tw_hooks_t hooks;      /* the tracer's bound methods (strong references), taken at start */
-    /* extra record streams of the writer (tracing: "stats", "updates"), owned by the writer */
+    PyObject *model_watch; /* torchwrapper._model_watch.ModelWatch or None */
+    tw_hooks_t hooks;      /* the model watch's bound methods (strong references), taken at start */
+    /* extra record streams of the writer (the model watch's: "stats", "updates"), owned by the writer */
     struct {
         char kind[TW_STREAM_KIND_MAX + 1];
         tw_writer_stream_t *stream;

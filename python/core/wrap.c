@@ -15,7 +15,7 @@
 #include "wrapper.h"
 
 /* Whether the original binds as a class attribute: functions, method descriptors, and wrappers of them. */
-static int binds_like_function(tw_module_state *state, PyObject *original)
+static int binds_like_function(tw_core_state *state, PyObject *original)
 {
     if (Py_IS_TYPE(original, state->method_wrapper_type))
         return 1;
@@ -44,7 +44,7 @@ static vectorcallfunc stable_vectorcall(PyObject *original)
  * A new wrapper of original recorded as api_name (a new reference, or NULL with an exception).
  * bind: 1 or 0, or -1 to decide from the original (functions and method descriptors bind).
  */
-static PyObject *new_wrapper(tw_module_state *state, PyObject *original, PyObject *api_name, int bind,
+static PyObject *new_wrapper(tw_core_state *state, PyObject *original, PyObject *api_name, int bind,
                              unsigned long kind)
 {
     if (kind & ~(unsigned long)TW_KIND_ALL) {
@@ -99,9 +99,9 @@ static int bind_flag(PyObject *bind)
     return truth < 0 ? -2 : truth;
 }
 
-PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+PyObject *tw_wrap(PyObject *core, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    tw_module_state *state = PyModule_GetState(module);
+    tw_core_state *state = PyModule_GetState(core);
     PyObject *bind = Py_None;
     unsigned long kind = 0;
     if (nargs != 2) {
@@ -135,7 +135,7 @@ PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyO
  * kind=kind & kind_mask) for each (original, api_name, bind, kind) of specs, in one call. A start
  * makes ~4,000 wrappers: one C loop instead of as many keyword calls from the interpreter.
  */
-PyObject *tw_wrap_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+PyObject *tw_wrap_many(PyObject *core, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "wrap_many(specs, kind_mask) takes 2 arguments");
@@ -147,7 +147,7 @@ PyObject *tw_wrap_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     PyObject *specs = PySequence_Fast(args[0], "wrap_many() needs a sequence of (original, api_name, bind, kind)");
     if (specs == NULL)
         return NULL;
-    tw_module_state *state = PyModule_GetState(module);
+    tw_core_state *state = PyModule_GetState(core);
     Py_ssize_t n = PySequence_Fast_GET_SIZE(specs);
     PyObject *out = PyList_New(n);
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
@@ -256,7 +256,7 @@ static PyObject *wrapper_get_kind(PyObject *op, void *closure)
 /*
  * __class__ is the original's class, as for wrapt's ObjectProxy: isinstance(w, types.FunctionType)
  * holds for a wrapped function, so that code which checks what kind of callable it was given (torch's
- * config modules, inspect.isfunction, torch.compile's tracer) treats the wrapper as the original.
+ * config modules, inspect.isfunction, torch.compile's graph capture) treats the wrapper as the original.
  * type(w) stays the wrapper type.
  */
 static PyObject *wrapper_get_class(PyObject *op, void *closure)
@@ -273,7 +273,7 @@ static PyGetSetDef wrapper_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {"api_name", wrapper_get_api_name, NULL, "the API name calls are recorded under", NULL},
     {"api_id", wrapper_get_api_id, NULL, "the id of api_name in the C name table", NULL},
-    {"trace_kind", wrapper_get_kind, NULL, "what tracing looks at around a call (KIND_* flags)", NULL},
+    {"watch_kind", wrapper_get_kind, NULL, "what the model watch looks at around a call (KIND_* flags)", NULL},
     {NULL},
 };
 
@@ -458,13 +458,13 @@ PyObject *tw_wrapper_original(PyObject *obj)
     return ((tw_wrapper_object *)obj)->wrapped;
 }
 
-int tw_wrapper_add_types(PyObject *module, tw_module_state *state)
+int tw_wrapper_add_types(PyObject *core, tw_core_state *state)
 {
-    state->wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &wrapper_spec, NULL);
-    if (state->wrapper_type == NULL || PyModule_AddType(module, state->wrapper_type) < 0)
+    state->wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(core, &wrapper_spec, NULL);
+    if (state->wrapper_type == NULL || PyModule_AddType(core, state->wrapper_type) < 0)
         return -1;
-    state->method_wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &method_wrapper_spec, NULL);
-    if (state->method_wrapper_type == NULL || PyModule_AddType(module, state->method_wrapper_type) < 0)
+    state->method_wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(core, &method_wrapper_spec, NULL);
+    if (state->method_wrapper_type == NULL || PyModule_AddType(core, state->method_wrapper_type) < 0)
         return -1;
     return 0;
 }

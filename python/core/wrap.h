@@ -6,14 +6,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "module_state.h"
+#include "core_state.h"
 
-/* Makes the Wrapper and MethodWrapper types into the module and its state. 0, or -1 with an exception. */
-int tw_wrapper_add_types(PyObject *module, tw_module_state *state);
+/* Makes the Wrapper and MethodWrapper types into _core and its state. 0, or -1 with an exception. */
+int tw_wrapper_add_types(PyObject *core, tw_core_state *state);
 
 /* _core.wrap() and _core.wrap_many(). */
-PyObject *tw_wrap(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
-PyObject *tw_wrap_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *tw_wrap(PyObject *core, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *tw_wrap_many(PyObject *core, PyObject *const *args, Py_ssize_t nargs);
 
 /* The callable obj stands for when it is one of the profiler's wrappers (borrowed), else NULL. */
 PyObject *tw_wrapper_original(PyObject *obj);

@@ -22,7 +22,7 @@
 #include "flops.h"
 #include "hooks.h"
 #include "memory.h"
-#include "trace_tables.h"
+#include "model_watch_tables.h"
 
 
 
@@ -31,7 +31,7 @@
 typedef struct {
     tw_thread_t *thread;
     uint64_t gen;
-    uint32_t module_depth; /* nn.Module.__call__ calls in progress (tracing) */
+    uint32_t module_depth; /* nn.Module.__call__ calls in progress (model watch) */
     int sampling;          /* tensor statistics are taken in the current step */
 } tw_thread_cache_t;
 
@@ -89,12 +89,12 @@ static inline PyObject *call_original(tw_wrapper_object *self, PyObject *const *
     return PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
 }
 
-/* ---- tracing: the path of wrappers whose kind a session hooks (never taken otherwise) ---------- */
+/* ---- the model watch: the path of wrappers whose kind a session hooks (never taken otherwise) -- */
 
 /*
- * Calls a tracer hook with this thread's recording paused and the time it takes left out of the
+ * Calls a model watch hook with this thread's recording paused and the time it takes left out of the
  * calls in progress. Never raises: the exception in flight (the original's) is kept, and a hook's
- * own error is reported once per session as unraisable (the tracer catches its errors itself; this
+ * own error is reported once per session as unraisable (the model watch catches its errors itself; this
  * is the backstop). Returns a new reference, or NULL when the hook failed.
  */
 static PyObject *run_hook(tw_thread_t *t, tw_clock_source_t source, PyObject *hook, PyObject *const *args,
@@ -185,9 +185,9 @@ static inline uint32_t call_site(const tw_wrapper_object *self, const tw_thread_
     return site == TW_SITE_NONE && !outermost ? frame[-1].site : site;
 }
 
-/* ---- tracing around a recorded call (record_call with traced != 0) -------------------------------- */
+/* ---- the model watch around a recorded call (record_call with watched != 0) ----------------------- */
 
-/* What tracing holds for one call, from before it begins to after it ended. */
+/* What the model watch holds for one call, from before it begins to after it ended. */
 typedef struct {
     PyObject *subject;     /* args[0], the instance or tensor the call is about, or NULL */
     int module_call;       /* an nn.Module call whose instance has a path: module_depth counts it */
@@ -196,35 +196,35 @@ typedef struct {
     PyObject *id_object, *call_object; /* the module id and call id for the statistics hooks */
     uint64_t call_id, outer_id;
     uint32_t outer_site;   /* where the program made the outermost call in progress (updates carry it) */
-} trace_t;
+} watch_t;
 
-static void trace_clear(trace_t *tr)
+static void watch_clear(watch_t *watch)
 {
-    Py_CLEAR(tr->id_object);
-    Py_CLEAR(tr->call_object);
-    Py_CLEAR(tr->token);
+    Py_CLEAR(watch->id_object);
+    Py_CLEAR(watch->call_object);
+    Py_CLEAR(watch->token);
 }
 
 /*
  * Before the call begins: the instance's path (one probe; a miss, the first call of an instance, asks
- * the tracer) into *module_id, whether this step's tensor statistics are sampled (decided when an
+ * the model watch) into *module_id, whether this step's tensor statistics are sampled (decided when an
  * outermost module call begins; calls inside it follow), the boundary's token. 0, or -1 when a hook
  * ended the session (nothing held then).
  */
-static __attribute__((noinline)) int trace_enter(const tw_wrapper_object *self, tw_thread_t *t, uint64_t gen,
-                                                 uint32_t kind, PyObject *const *args, size_t nargsf, trace_t *tr,
+static __attribute__((noinline)) int watch_enter(const tw_wrapper_object *self, tw_thread_t *t, uint64_t gen,
+                                                 uint32_t kind, PyObject *const *args, size_t nargsf, watch_t *watch,
                                                  uint32_t *module_id)
 {
     tw_clock_source_t source = tw_active.clock_source;
     const tw_hooks_t *hooks = &tw_active.hooks;
-    *tr = (trace_t){.subject = PyVectorcall_NARGS(nargsf) > 0 ? args[0] : NULL};
-    if ((kind & (TW_KIND_MODULE_FORWARD | TW_KIND_MODULE_CALL)) && tr->subject != NULL) {
-        tw_ptr_slot_t *slot = tw_ptr_find(&tw_modules, tr->subject);
+    *watch = (watch_t){.subject = PyVectorcall_NARGS(nargsf) > 0 ? args[0] : NULL};
+    if ((kind & (TW_KIND_MODULE_FORWARD | TW_KIND_MODULE_CALL)) && watch->subject != NULL) {
+        tw_ptr_slot_t *slot = tw_ptr_find(&tw_modules, watch->subject);
         if (slot == NULL && hooks->resolve != NULL) {
-            Py_XDECREF(run_hook(t, source, hooks->resolve, &tr->subject, 1));
+            Py_XDECREF(run_hook(t, source, hooks->resolve, &watch->subject, 1));
             if (TW_UNLIKELY(tw_active.gen != gen))
                 return -1;
-            slot = tw_ptr_find(&tw_modules, tr->subject);
+            slot = tw_ptr_find(&tw_modules, watch->subject);
         }
         if (slot != NULL) {
             *module_id = slot->value;
@@ -234,27 +234,27 @@ static __attribute__((noinline)) int trace_enter(const tw_wrapper_object *self, 
     }
     if ((kind & TW_KIND_MODULE_CALL) && *module_id != TW_MODULE_NONE && hooks->module_enter != NULL) {
         if (thread_cache.module_depth == 0) {
-            PyObject *answer = run_hook(t, source, hooks->module_enter, &tr->subject, 1);
+            PyObject *answer = run_hook(t, source, hooks->module_enter, &watch->subject, 1);
             /* outside the steps the schedule (or a capture) records, no statistics are taken */
             thread_cache.sampling = answer == Py_True && tw_active.step_recorded;
             Py_XDECREF(answer);
             if (TW_UNLIKELY(tw_active.gen != gen))
                 return -1;
         }
-        tr->sampled = thread_cache.sampling;
-        tr->module_call = 1;
+        watch->sampled = thread_cache.sampling;
+        watch->module_call = 1;
     }
     if ((kind & TW_KIND_BOUNDARY) && hooks->boundary_enter != NULL) {
         PyObject *api = PyLong_FromUnsignedLong(self->api_id);
         if (api != NULL) {
-            PyObject *hook_args[2] = {tr->subject != NULL ? tr->subject : Py_None, api};
-            tr->token = run_hook(t, source, hooks->boundary_enter, hook_args, 2);
+            PyObject *hook_args[2] = {watch->subject != NULL ? watch->subject : Py_None, api};
+            watch->token = run_hook(t, source, hooks->boundary_enter, hook_args, 2);
             Py_DECREF(api);
         } else {
             PyErr_Clear();
         }
         if (TW_UNLIKELY(tw_active.gen != gen)) {
-            trace_clear(tr);
+            watch_clear(watch);
             return -1;
         }
     }
@@ -266,30 +266,30 @@ static __attribute__((noinline)) int trace_enter(const tw_wrapper_object *self, 
  * carry, and the inputs' statistics when sampled (before the call: an in-place module,
  * ReLU(inplace=True), changes them). 0, or -1 when a hook ended the session (nothing held then).
  */
-static __attribute__((noinline)) int trace_begun(tw_thread_t *t, uint64_t gen, PyObject *const *args,
+static __attribute__((noinline)) int watch_begun(tw_thread_t *t, uint64_t gen, PyObject *const *args,
                                                  size_t nargsf, PyObject *kwnames, tw_frame_t *frame,
-                                                 uint32_t module_id, trace_t *tr)
+                                                 uint32_t module_id, watch_t *watch)
 {
     if (frame != NULL) {
-        tr->call_id = frame->call_id;
-        tr->outer_id = t->stack[0].call_id;
-        tr->outer_site = t->stack[0].site;
+        watch->call_id = frame->call_id;
+        watch->outer_id = t->stack[0].call_id;
+        watch->outer_site = t->stack[0].site;
     }
-    if (tr->sampled) {
-        tr->id_object = PyLong_FromUnsignedLong(module_id);
-        tr->call_object = PyLong_FromUnsignedLongLong(tr->call_id);
-        if (tr->id_object == NULL || tr->call_object == NULL) {
+    if (watch->sampled) {
+        watch->id_object = PyLong_FromUnsignedLong(module_id);
+        watch->call_object = PyLong_FromUnsignedLongLong(watch->call_id);
+        if (watch->id_object == NULL || watch->call_object == NULL) {
             PyErr_Clear();
-            Py_CLEAR(tr->id_object);
-            Py_CLEAR(tr->call_object);
-            tr->sampled = 0;
+            Py_CLEAR(watch->id_object);
+            Py_CLEAR(watch->call_object);
+            watch->sampled = 0;
         }
     }
     const tw_hooks_t *hooks = &tw_active.hooks;
-    if (tr->sampled && hooks->module_pre != NULL) {
+    if (watch->sampled && hooks->module_pre != NULL) {
         PyObject *call_args, *call_kwargs;
         if (call_arguments(args, PyVectorcall_NARGS(nargsf), kwnames, &call_args, &call_kwargs) == 0) {
-            PyObject *hook_args[5] = {tr->subject, tr->id_object, tr->call_object, call_args, call_kwargs};
+            PyObject *hook_args[5] = {watch->subject, watch->id_object, watch->call_object, call_args, call_kwargs};
             Py_XDECREF(run_hook(t, tw_active.clock_source, hooks->module_pre, hook_args, 5));
             Py_DECREF(call_args);
             Py_DECREF(call_kwargs);
@@ -297,57 +297,57 @@ static __attribute__((noinline)) int trace_begun(tw_thread_t *t, uint64_t gen, P
         if (frame != NULL) /* the hook ran inside this call's frame, before its clock started */
             frame->excluded_at_begin = t->excluded_ticks;
         if (TW_UNLIKELY(tw_active.gen != gen)) {
-            trace_clear(tr);
+            watch_clear(watch);
             return -1;
         }
     }
-    if (tr->module_call)
+    if (watch->module_call)
         thread_cache.module_depth++;
     return 0;
 }
 
 /* Once the call returned result (NULL: it raised), its record made when recorded (the session still
  * the one it began in): the outputs' statistics, an in-place update of a tracked tensor, the
- * boundary's exit. Drops what tracing held. */
-static __attribute__((noinline)) void trace_exit(const tw_wrapper_object *self, tw_thread_t *t, uint64_t gen,
-                                                 uint32_t kind, PyObject *result, int recorded, trace_t *tr)
+ * boundary's exit. Drops what the model watch held. */
+static __attribute__((noinline)) void watch_exit(const tw_wrapper_object *self, tw_thread_t *t, uint64_t gen,
+                                                 uint32_t kind, PyObject *result, int recorded, watch_t *watch)
 {
-    if (tr->module_call)
+    if (watch->module_call)
         thread_cache.module_depth--;
     if (recorded) {
         tw_clock_source_t source = tw_active.clock_source;
         const tw_hooks_t *hooks = &tw_active.hooks;
-        if (tr->sampled && result != NULL && hooks->module_exit != NULL) {
-            PyObject *hook_args[4] = {tr->subject, tr->id_object, tr->call_object, result};
+        if (watch->sampled && result != NULL && hooks->module_exit != NULL) {
+            PyObject *hook_args[4] = {watch->subject, watch->id_object, watch->call_object, result};
             Py_XDECREF(run_hook(t, source, hooks->module_exit, hook_args, 4));
         }
-        Py_CLEAR(tr->id_object);
-        Py_CLEAR(tr->call_object);
-        if ((kind & TW_KIND_INPLACE) && tr->subject != NULL && hooks->update != NULL && tw_tracked.used > 0 &&
-            touches_tracked(tr->subject))
-            run_hook_ids(t, source, hooks->update, tr->subject, self->api_id, tr->call_id, tr->outer_id,
-                         tr->outer_site);
-        if (tr->token != NULL && tr->token != Py_None && hooks->boundary_exit != NULL && tw_active.gen == gen)
-            run_hook_ids(t, source, hooks->boundary_exit, tr->token, self->api_id, tr->call_id, tr->outer_id,
-                         tr->outer_site);
+        Py_CLEAR(watch->id_object);
+        Py_CLEAR(watch->call_object);
+        if ((kind & TW_KIND_INPLACE) && watch->subject != NULL && hooks->update != NULL && tw_tracked.used > 0 &&
+            touches_tracked(watch->subject))
+            run_hook_ids(t, source, hooks->update, watch->subject, self->api_id, watch->call_id, watch->outer_id,
+                         watch->outer_site);
+        if (watch->token != NULL && watch->token != Py_None && hooks->boundary_exit != NULL && tw_active.gen == gen)
+            run_hook_ids(t, source, hooks->boundary_exit, watch->token, self->api_id, watch->call_id, watch->outer_id,
+                         watch->outer_site);
     }
-    trace_clear(tr);
+    watch_clear(watch);
 }
 
 /*
  * The recorded call. Always inlined, and called with constants for what the common path does not do
- * (gpu NULL, module_id TW_MODULE_NONE, flops 0, traced 0), so that path carries no GPU, FLOP or
- * tracing code at all: with GPU timing off, the GPU costs the hot path one load and one predictable
- * branch (in tw_wrapper_vectorcall). traced: the tracing kinds this call has (self->kind & the
- * session's hooks' kinds, TW_KIND_*), each with its hooks around the call (trace_enter, trace_begun,
- * trace_exit).
+ * (gpu NULL, module_id TW_MODULE_NONE, flops 0, watched 0), so that path carries no GPU, FLOP or
+ * model watch code at all: with GPU timing off, the GPU costs the hot path one load and one predictable
+ * branch (in tw_wrapper_vectorcall). watched: the watch kinds this call has (self->kind & the
+ * session's hooks' kinds, TW_KIND_*), each with its hooks around the call (watch_enter, watch_begun,
+ * watch_exit).
  */
 static inline __attribute__((always_inline)) PyObject *
 record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-            PyObject *kwnames, const tw_gpu_hooks_t *gpu, uint32_t module_id, int flops, uint32_t traced)
+            PyObject *kwnames, const tw_gpu_hooks_t *gpu, uint32_t module_id, int flops, uint32_t watched)
 {
-    trace_t tr;
-    if (traced != 0 && trace_enter(self, t, gen, traced, args, nargsf, &tr, &module_id) != 0)
+    watch_t watch;
+    if (watched != 0 && watch_enter(self, t, gen, watched, args, nargsf, &watch, &module_id) != 0)
         return call_original(self, args, nargsf, kwnames);
     tw_clock_source_t source = tw_active.clock_source;
     uint32_t args_len = 0;
@@ -367,7 +367,7 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         frame->module_id = module_id;
     if (tw_active.sites_mode != TW_SITES_OFF && frame != NULL)
         frame->site = call_site(self, t, frame);
-    if (traced != 0 && trace_begun(t, gen, args, nargsf, kwnames, frame, module_id, &tr) != 0)
+    if (watched != 0 && watch_begun(t, gen, args, nargsf, kwnames, frame, module_id, &watch) != 0)
         return call_original(self, args, nargsf, kwnames);
     int pushed = 0;
     if (gpu != NULL) {
@@ -397,16 +397,16 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text,
                          args_len);
     }
-    if (traced != 0)
-        trace_exit(self, t, gen, traced, result, recorded, &tr);
+    if (watched != 0)
+        watch_exit(self, t, gen, watched, result, recorded, &watch);
     return result;
 }
 
-/* A call with tracing's hooks around it: noinline, so that the common path stays small; flatten: its
+/* A call with the model watch's hooks around it: noinline, so that the common path stays small; flatten: its
  * own copy of tw_call_end_args (see record_call_gpu). FLOPs measured when the kinds say so. */
 static __attribute__((noinline, flatten)) PyObject *
-traced_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-                  PyObject *kwnames, uint32_t kind)
+watched_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
+                   PyObject *kwnames, uint32_t kind)
 {
     return record_call(self, t, gen, args, nargsf, kwnames, tw_active.gpu, TW_MODULE_NONE,
                        (kind & TW_KIND_FLOPS) != 0, kind);
@@ -432,8 +432,8 @@ record_flops_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
 }
 
 /*
- * A module forward when module paths are all that tracing asks for: one probe of the instance
- * table (a miss, the instance's first call, asks the tracer), then the plain recorded call.
+ * A module forward when module paths are all that the model watch asks for: one probe of the instance
+ * table (a miss, the instance's first call, asks the model watch), then the plain recorded call.
  */
 static __attribute__((noinline, flatten)) PyObject *
 record_module_forward(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
@@ -477,7 +477,7 @@ static __attribute__((noinline)) PyObject *optimizer_step(tw_wrapper_object *sel
     if (t == NULL)
         result = call_original(self, args, nargsf, kwnames);
     else if (kind != 0)
-        result = traced_vectorcall(self, t, gen, args, nargsf, kwnames, kind);
+        result = watched_vectorcall(self, t, gen, args, nargsf, kwnames, kind);
     else
         result = record_call_gpu(self, t, gen, args, nargsf, kwnames, tw_active.gpu);
     if (--optimizer_depth == 0 && tw_active.gen == gen && !tw_active.manual_steps)
@@ -513,7 +513,7 @@ PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_
             return record_flops_call(self, t, gen, args, nargsf, kwnames);
         if (kind & TW_KIND_STEP)
             return optimizer_step(self, t, gen, args, nargsf, kwnames);
-        return traced_vectorcall(self, t, gen, args, nargsf, kwnames, kind);
+        return watched_vectorcall(self, t, gen, args, nargsf, kwnames, kind);
     }
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     if (TW_UNLIKELY(gpu != NULL))

@@ -18,7 +18,7 @@ typedef struct {
     PyObject *dict;      /* instance __dict__, created on demand */
     PyObject *weakrefs;
     uint32_t api_id;
-    uint32_t kind;       /* TW_KIND_*: what tracing looks at around a call (hooks.h) */
+    uint32_t kind;       /* TW_KIND_*: what the model watch looks at around a call (hooks.h) */
     uint32_t flops_kind; /* tw_flops_kind_t: its FLOP formula (flops.h), TW_FLOPS_NONE for most */
 } tw_wrapper_object;
 

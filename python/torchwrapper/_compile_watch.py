@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Each compilation of torch.compile, as a record ("torch._dynamo (compilation)") at the program's
 line that called the compiled function: what tw-report --findings counts as (re)compilations. The
-calls torch.compile makes while it traces and compiles are not the user's: not recorded (the
+calls torch.compile makes while it captures graphs and compiles are not the user's: not recorded (the
 thread is paused inside the range, which is all compilation time).
 
 torch._dynamo's compile callbacks (torch._dynamo.callback.callback_handler) begin and end the range. torch._dynamo is imported by torch.compile's first call, not by torch (its

@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 # Modules whose callables are never wrapped, with the reason. A prefix covers its submodules.
 SKIP_MODULES: Dict[str, str] = {
-    "torch._dynamo": "torch.compile's tracer: it must see torch as it is",
+    "torch._dynamo": "torch.compile's graph capture: it must see torch as it is",
     "torch._inductor": "torch.compile's code generator",
     "torch._functorch": "AOT autograd and functorch internals used by torch.compile",
     "torch._export": "graph export internals",
@@ -39,7 +39,7 @@ SKIP_MODULES: Dict[str, str] = {
     "torch.fx": "symbolic tracing inspects callables by identity",
     "torch.jit": "TorchScript compiles Python source and resolves callables by identity",
     "torch._jit_internal": "TorchScript internals",
-    "torch._subclasses": "fake and functional tensors used while tracing",
+    "torch._subclasses": "fake and functional tensors used while torch.compile captures graphs",
     "torch._prims": "primitive ops used by decompositions",
     "torch._prims_common": "primitive ops used by decompositions",
     "torch._refs": "reference implementations used by decompositions",
@@ -59,7 +59,7 @@ SKIP_MODULES: Dict[str, str] = {
     "torch._guards": "torch.compile guard internals",
     "torch.utils._pytree": "tree utilities called by torch.compile and export on every node",
     "torch.utils._python_dispatch": "dispatch mode internals",
-    "torch.compiler": "torch.compile's public switches are consulted while tracing",
+    "torch.compiler": "torch.compile's public switches are consulted while it captures graphs",
     "torch.package": "packaging resolves objects by identity",
     "torch.multiprocessing": "pickling reductions for tensors sent between processes",
     "torch._utils_internal": "internals",
@@ -300,7 +300,7 @@ def optimizer_steps() -> frozenset:
 
 def resolve_exclude(exclude: Optional[Sequence[str]]) -> List[str]:
     """The exclude globs in effect: the default list for None; ``["+glob", ...]`` adds to the
-    default list; a list of plain globs replaces it (config.c refuses a list of both kinds)."""
+    default list; a list of plain globs replaces it (config_keys.c refuses a list of both kinds)."""
     if exclude is None:
         return list(DEFAULT_EXCLUDE)
     added = [glob[1:] for glob in exclude if glob.startswith("+")]

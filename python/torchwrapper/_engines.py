@@ -49,8 +49,8 @@ def _sparse(kind: str, header: Iterable[str]) -> Dict[str, Any]:
 
 def _whole_row(kind: str, header: Tuple[str, ...]) -> str:
     """The column that is null in a CSV line torn by a killed process and never in a whole one: the
-    last written when it is never null (step, site), else the one the readers always used (the tracing
-    streams: a column that is never null)."""
+    last written when it is never null (step, site), else the one the readers always used (the model
+    watch's streams: a column that is never null)."""
     if header and header[-1] in ("step", "site"):
         return header[-1]
     return {"calls": "error", "gpu": "pid", "stats": "numel", "updates": "tensor"}[kind]
@@ -184,7 +184,7 @@ def load_duckdb(source: Source, connection: Any = None) -> Any:
 def sql(source: Source, query: str, connection: Any = None) -> Any:
     """Runs a DuckDB SQL query over the run in source, with the views ``calls`` (every call record, as
     torchwrapper.load gives them) and, where the run has them, ``gpu``, ``stats``, ``updates`` (the
-    tracing streams) and ``summary`` (summary.json: one row per process and API); returns the DuckDB
+    model watch's streams) and ``summary`` (summary.json: one row per process and API); returns the DuckDB
     relation (``.df()``, ``.pl()``, ``.fetchall()``). A connection may be given (the views are
     created in it, replacing views of those names); otherwise a new in-memory one is used."""
     duckdb = _import("duckdb")
@@ -194,7 +194,7 @@ def sql(source: Source, query: str, connection: Any = None) -> Any:
     connection.execute(f"CREATE OR REPLACE TEMP VIEW calls AS {calls}")
     if gpu is not None:
         connection.execute(f"CREATE OR REPLACE TEMP VIEW gpu AS {gpu}")
-    for kind in ("stats", "updates"):   # the tracing streams, typed from the schema too
+    for kind in ("stats", "updates"):   # the model watch's streams, typed from the schema too
         select = _duckdb_kind(files, kind)
         if select is not None:
             connection.execute(f"CREATE OR REPLACE TEMP VIEW {kind} AS {select}")

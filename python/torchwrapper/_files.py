@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Reading record files back (CSV or JSON lines), as written by the C writer: call records, GPU
-records, the streams of tracing (stats, updates) and the module tree; and Record, one call.
+records, the model watch's streams (stats, updates) and the module tree; and Record, one call.
 
 Call and GPU records are read by the C reader (_core.RecordReader: tw-report's), which hands over
 batches of columns: its kind detection, torn-line skipping and counters are the ones here. Which
@@ -168,7 +168,7 @@ def load(source: Union[str, os.PathLike, Iterable[Union[str, os.PathLike]]], *, 
     engines give the site id only: join load_sites()). input_shapes: the call's input shapes in
     torch.profiler's form ("[[4, 8], [8, 16]]"; [] for a non-tensor argument, a list of tensors as a list
     of their shapes; "" without an argument summary), read in C from args: group by it as
-    key_averages(group_by_input_shape=True) does (pandas engine only). Tracing streams in the directory
+    key_averages(group_by_input_shape=True) does (pandas engine only). The model watch's streams in the directory
     (stats, updates) are not records: see load_stats() and load_updates(). When the directory holds GPU records, gpu_ns is the
     GPU time of the kernels, copies and memsets each call launched itself. A torn last line (a killed
     process) and a row whose fields do not parse are skipped, with one warning giving the counts. original_names=True gives the original
@@ -272,7 +272,7 @@ def iter_stream_rows(path: str) -> Iterator[dict]:
                     continue
 
 
-# ---- the streams of tracing: stats, updates, the module tree --------------------------------------
+# ---- the model watch's streams: stats, updates, the module tree ---------------------------------
 
 _TEXT_COLUMNS = frozenset(["module", "class", "tensor", "name", "dtype", "device", "api", "parameter", "attribute"])
 

@@ -111,7 +111,7 @@ class Patcher:
 
     def install_forward(self, cls: type, kinds: int) -> bool:
         """Wraps ``cls.forward`` (a plain function in cls's own __dict__: a module class defined
-        outside torch) as the API ``module.Qualname.forward`` with the tracing kinds, so that its
+        outside torch) as the API ``module.Qualname.forward`` with the watch kinds, so that its
         calls are records of their own: the frame that every call inside the module nests under,
         with the instance's path. False when there is nothing of that shape to wrap."""
         raw = cls.__dict__.get("forward")
@@ -131,7 +131,7 @@ class Patcher:
     def install_plan(self, plan: "Plan", kinds: int = _core.KIND_MODULE_FORWARD) -> bool:
         """Installs one shared wrapper per target of a discovery plan at all of its places.
 
-        kinds: the tracing kinds (``_core.KIND_*``) to mark wrappers with (see trace_kind()).
+        kinds: the watch kinds (``_core.KIND_*``) to mark wrappers with (see the wrappers' watch_kind).
         Returns False when some place no longer held what discovery saw there (the plan is stale);
         everything is installed all the same, and restore() undoes it exactly.
         """
@@ -221,7 +221,7 @@ class Patcher:
 
 def _forward_shim(original: Callable, wrapper: Any) -> Callable:
     """What a module class's forward is while profiling: a Python function, so that torch.compile
-    (which inlines Python functions, and sees is_dynamo_compiling() as True) traces the original as
+    (which inlines Python functions, and sees is_dynamo_compiling() as True) captures the original in its graph as
     if nothing were there, while an eager call goes through the recording wrapper. Its __wrapped__,
     name and signature are the original's (inspect.signature(model.forward), as the transformers
     Trainer reads it, sees the same parameters)."""
@@ -250,9 +250,9 @@ __iand__ __ior__ __ixor__ __ilshift__ __irshift__ __idiv__ __setitem__""".split(
 _BOUNDARY_NAMES = frozenset(["torch.autograd.backward"])
 
 
-class _TraceKinds:
-    """What tracing may look at around a target's calls (``_core.KIND_*``): all the kinds that apply
-    to it; a session masks them with the kinds it traces."""
+class _WatchKinds:
+    """What the model watch may look at around a target's calls (``_core.KIND_*``): all the kinds that
+    apply to it; a session masks them with the kinds it watches."""
 
     def __init__(self) -> None:
         import torch
@@ -285,7 +285,7 @@ class _TraceKinds:
 # check the identity of what torch's namespaces hold, and a new object at each start made every
 # profile recompile compiled functions, and past torch._dynamo's recompile limit run uncompiled for
 # good. Bounded by torch's callables times
-# the few tracing-kind sets a process uses; the originals are kept so that their ids stay theirs.
+# the few watch-kind sets a process uses; the originals are kept so that their ids stay theirs.
 _WRAPPERS: Dict[Tuple[int, str, Optional[bool], int], Tuple[Any, Any]] = {}
 
 
@@ -308,12 +308,12 @@ class _Prepared(NamedTuple):
     """What every start of a plan needs, computed once per plan (plans are cached across sessions)."""
 
     specs: List[Tuple[Any, str, Optional[bool], int]]   # per target: (original, name, bind, all kinds)
-    kinds: List[int]                                    # per target: all the tracing kinds that apply
+    kinds: List[int]                                    # per target: all the watch kinds that apply
     ids: List[int]                                      # per target not shared: id(original)
     originals: List[Any]
     bound_kinds: List[Tuple[int, str]]                  # (target index, "staticmethod" | "classmethod")
     places: List[Tuple[int, Any, str, Any]]             # (target index, owner, attr, raw)
-    # tracing kinds -> (wrappers, what is installed), as the first start of the plan took them from
+    # watch kinds -> (wrappers, what is installed), as the first start of the plan took them from
     # _WRAPPERS: later starts skip looking up ~4,000 keys there (the objects are the same)
     wrappers: Dict[int, Tuple[List[Any], List[Any]]]
 
@@ -321,7 +321,7 @@ class _Prepared(NamedTuple):
 def _prepared(plan: "Plan") -> _Prepared:
     prepared = plan.prepared
     if prepared is None:
-        classify = _TraceKinds()
+        classify = _WatchKinds()
         binds = _BINDS
         kinds = [classify(t) for t in plan.targets]
         prepared = _Prepared(

@@ -25,7 +25,7 @@ from ._memory import ProfilerGuard
 from ._patch import WRAPPER_TYPES, Patcher
 from ._tensor_stats import StatsOptions
 from ._compile_watch import CompileWatch
-from ._trace import Tracer
+from ._model_watch import ModelWatch
 
 # Discovery plans by (modules, include, exclude), with the set of modules imported when each was
 # made and the steps that optimizer classes held then (optimizer_steps). A later start reuses a plan
@@ -62,7 +62,7 @@ class _TorchRegistries:
         table = builtins._get_builtin_table() if builtins is not None else {}
         dispatched = getattr(jit_internal, "boolean_dispatched", None)
         trace_rules = sys.modules.get("torch._dynamo.trace_rules")
-        # torch.compile decides how to trace a callable from a map keyed by the callable: the
+        # torch.compile decides how to capture a callable in its graph from a map keyed by the callable: the
         # wrapper gets its original's rule (e.g. "put it in the graph" for torch.add).
         rules = trace_rules.get_torch_obj_rule_map() if trace_rules is not None else {}
         for original, wrapper in self._originals_in_tables(patcher, plan, table, rules):
@@ -141,10 +141,10 @@ class Profile:
     numbers, type names of the rest) or "repr" (bounded repr(), may write data values into files).
 
     Every config argument left out (None) takes profile()'s default, and every value is checked, by
-    the one validator in the C library (config.c holds the table of defaults; ``TorchWrapper``'s
+    the one validator in the C library (config_keys.c holds the table of defaults; ``TorchWrapper``'s
     differ in out_dir and args).
 
-    Model tracing: every module forward's record carries its instance's path (``features.0``), and
+    The model watch: every module forward's record carries its instance's path (``features.0``), and
     ``module_tree()`` (modules.json in out_dir) the modules that ran. ``tensor_stats`` (True, or a
     dict: tensors, metrics, modules, every / sample; see the README) takes statistics of the
     tensors of module calls, with ``metrics`` naming custom metric functions (tensor -> dict of
@@ -258,9 +258,9 @@ class Profile:
         # nodes, tensors' summaries and FLOPs read in C++, and the allocator's reports
         if c["aten"] != "off" or c["args"] == "summary" or c["flops"] or c["memory"]:
             output.update(torch_layer=_torch_layer())
-        self.tracer = Tracer(self.out_dir, stats=stats, track=c["track"], format=c["format"],
+        self.model_watch = ModelWatch(self.out_dir, stats=stats, track=c["track"], format=c["format"],
                              flush_interval=c["flush_interval"])
-        self.session = _core.Session(tracer=self.tracer, **output)
+        self.session = _core.Session(model_watch=self.model_watch, **output)
         self.plan: Optional[Plan] = None
         self._profiler_guard: Optional[ProfilerGuard] = None
         self.patcher = Patcher()
@@ -287,7 +287,7 @@ class Profile:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            kinds = self.tracer.kinds | _core.KIND_STEP   # optimizer steps end steps
+            kinds = self.model_watch.kinds | _core.KIND_STEP   # optimizer steps end steps
             if not self.patcher.install_plan(self.plan, kinds) and from_cache:
                 # Something changed since that plan was made (torch replaced an attribute):
                 # undo, and plan afresh.
@@ -299,18 +299,18 @@ class Profile:
             self._modules_before = imported
             t2 = time.perf_counter()
             self.timings.update(discover_s=t1 - t0, install_s=t2 - t1, plan_reused=from_cache)
-            self.tracer.names = self.plan.names   # public names of module classes (no cycle through self)
+            self.model_watch.names = self.plan.names   # public names of module classes (no cycle through self)
             # (a module forward's kind only: statistics come from nn.Module.__call__'s wrapper)
-            self.tracer.forward_installer = functools.partial(
+            self.model_watch.forward_installer = functools.partial(
                 _install_forward, self.patcher, _Globs(self.include), _Globs(resolve_exclude(self.exclude)))
-            self.tracer.wrap_module_classes()
-            self.patcher.install_value(torch.nn.Module, "__init_subclass__", self.tracer.class_hook())
+            self.model_watch.wrap_module_classes()
+            self.patcher.install_value(torch.nn.Module, "__init_subclass__", self.model_watch.class_hook())
             self._compile_watch.start()
             self.session.start()  # creates out_dir and the writer: errors name the path and reason
             if self.session.stats()["memory"] == "on":   # torch.profiler may start meanwhile: see _memory
                 self._profiler_guard = ProfilerGuard()
                 self._profiler_guard.install()
-            self.tracer.attach(self.session)
+            self.model_watch.attach(self.session)
             if self.out_dir is not None:
                 # the clock's offset to rank 0's, in the manifest (now, or once the group is up)
                 self._clocks = ClockSync(self.session)
@@ -318,15 +318,15 @@ class Profile:
                     self._clocks.attach()
                 except Exception:  # never the program's failure: the manifest then has no offset
                     pass
-            if self.tracer.stats is not None:
-                self.tracer.stats.check_globs((), self._module_class_names(), final=False)
+            if self.model_watch.stats is not None:
+                self.model_watch.stats.check_globs((), self._module_class_names(), final=False)
         except BaseException:
             self._compile_watch.stop()
             if self.session.active:
                 self.session.stop()
             if self._profiler_guard is not None:
                 self._profiler_guard.restore()
-            self.tracer.close()
+            self.model_watch.close()
             self.patcher.restore()
             self._registries.unregister()
             raise
@@ -349,13 +349,13 @@ class Profile:
         if self._clocks is not None:
             self._clocks.detach()
             self._clocks = None
-        self.tracer.finish()
+        self.model_watch.finish()
         self._compile_watch.stop()
         self.session.stop()
         if self._profiler_guard is not None:
             self._profiler_guard.restore()
             self._profiler_guard = None
-        self.tracer.close()
+        self.model_watch.close()
         _exit_guard.stopped(self)
         t0 = time.perf_counter()
         self.patcher.restore()
@@ -427,27 +427,27 @@ class Profile:
         """(columns, rows) of the parameter updates (from the files when out_dir was given)."""
         from ._files import UPDATES_COLUMNS
 
-        if self.tracer.tracker is None:
+        if self.model_watch.tracker is None:
             raise RuntimeError("no parameter updates: profile with track=[\"parameters\"] (or [\"parameters\", "
                                "\"grads\"])")
         if self.out_dir is None:
-            return UPDATES_COLUMNS, list(self.tracer.tracker.rows_out)
+            return UPDATES_COLUMNS, list(self.model_watch.tracker.rows_out)
         return UPDATES_COLUMNS, read_stream(self.out_dir, "updates", UPDATES_COLUMNS, os.getpid())
 
     def stats_rows(self) -> Tuple[List[str], List[tuple]]:
         """(columns, rows) of the tensor statistics (from the files when out_dir was given)."""
         from ._files import STATS_COLUMNS
 
-        if self.tracer.stats is None:
+        if self.model_watch.stats is None:
             raise RuntimeError("no tensor statistics: profile with tensor_stats=True (or a dict of options)")
         if self.out_dir is None:
-            return STATS_COLUMNS, list(self.tracer.stats.rows_out)
+            return STATS_COLUMNS, list(self.model_watch.stats.rows_out)
         return STATS_COLUMNS, read_stream(self.out_dir, "stats", STATS_COLUMNS, os.getpid())
 
     def module_tree(self) -> Dict[str, Any]:
         """The modules that ran: {"roots": [...], "modules": [{"path", "class", "parent",
         "parameters": {name: shape}, "calls"}]} (also written to out_dir/modules.json)."""
-        return self.tracer.modules()
+        return self.model_watch.modules()
 
     @property
     def files(self) -> List[str]:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Tensor statistics of module calls (``tensor_stats``): which calls are sampled, the snapshots of
 their inputs, outputs, weights and gradients, reduced in float64 on their device, and the rows of the
-"stats" stream. Driven by the Tracer (_trace.py)."""
+"stats" stream. Driven by the model watch (ModelWatch, _model_watch.py)."""
 from __future__ import annotations
 
 import difflib
@@ -14,10 +14,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, TYPE_CHECKING,
 from . import _core
 
 if TYPE_CHECKING:
-    from ._trace import Tracer
+    from ._model_watch import ModelWatch
 
 
-BUILTIN_METRICS = tuple(_core.TENSOR_STATS_METRICS.split())   # the validator's list (config.c)
+BUILTIN_METRICS = tuple(_core.TENSOR_STATS_METRICS.split())   # the validator's list (config_keys.c)
 TENSOR_ROLES = ("input", "output", "weight", "grad")
 MAX_TENSORS_PER_ROLE = 32      # tensors of one call's inputs (or outputs) looked at, at most
 PENDING_BYTES = 64 << 20       # snapshots held before they are reduced (on their device) within a step
@@ -98,12 +98,12 @@ class _StatsEngine:
     instead (one op per statistic, no copy), their results joining the others for the host copy.
     """
 
-    def __init__(self, options: StatsOptions, tracer: "Tracer") -> None:
+    def __init__(self, options: StatsOptions, watch: "ModelWatch") -> None:
         import torch
 
         self.torch = torch
         self.options = options
-        self.tracer = tracer
+        self.watch = watch
         self.step = 0
         self.root_calls = 0
         self.rng = random.Random(0x7477)   # never the program's random generators
@@ -151,14 +151,14 @@ class _StatsEngine:
     # ---- selection -----------------------------------------------------------------------------
 
     def is_selected(self, module: Any, module_id: int, path: str) -> bool:
-        key = (module_id, self.tracer.class_name(type(module)))   # names: classes made in a loop die
+        key = (module_id, self.watch.class_name(type(module)))   # names: classes made in a loop die
         hit = self.selected.get(key)
         if hit is None:
             if self.match_all:
                 hit = True
             else:
-                cls = self.tracer.class_name(type(module))
-                names = (path, self.tracer.name_in_model(module, path), cls, cls + ".forward")
+                cls = self.watch.class_name(type(module))
+                names = (path, self.watch.name_in_model(module, path), cls, cls + ".forward")
                 hit = any(fnmatch.fnmatchcase(n, g) for g in self.globs for n in names)
             self.selected[key] = hit
         return hit
@@ -176,7 +176,7 @@ class _StatsEngine:
         if final:
             for glob in still:
                 near = difflib.get_close_matches(glob, names, n=5, cutoff=0.4)
-                self.tracer.warn_once(f"glob:{glob}", f"tensor_stats module glob {glob!r} matches no module path nor "
+                self.watch.warn_once(f"glob:{glob}", f"tensor_stats module glob {glob!r} matches no module path nor "
                                                       f"module class; nearest names: {', '.join(near) or '(none)'}")
             self.unchecked_globs = []
 
@@ -357,7 +357,7 @@ class _StatsEngine:
                         raise TypeError(f"returned {key!r}: a {type(value).__name__}, not a number")
             except Exception as error:  # noqa: BLE001 - the program goes on without this metric here
                 self.disabled.add((metric, path))
-                self.tracer.warn_once(f"metric:{metric}:{path}",
+                self.watch.warn_once(f"metric:{metric}:{path}",
                                       f"metric function {fn_name} ({metric!r}) failed on module {path!r}: {error}; "
                                       f"that metric is dropped for this module")
                 for key in [k for k in out if k.startswith(metric + ".")]:
@@ -458,7 +458,7 @@ class _StatsEngine:
                 self._write(row, numbers_[at:at + width])
                 at += width
             if self.out:   # the writer keeps them if the schedule records their step (or a capture has it)
-                self.tracer.sink("stats", "".join(self.out), -1 if step is None else step)
+                self.watch.sink("stats", "".join(self.out), -1 if step is None else step)
                 self.out = []
 
     def _write(self, row: list, v: List[float]) -> None:
@@ -493,7 +493,7 @@ class _StatsEngine:
         shape_out = shape if "shape" in metrics else None
         dtype_out = dtype if "dtype" in metrics else None
         record = (call_id, step, path, cls, role, index, name, shape_out, dtype_out, device, n, *values, custom or None)
-        if self.tracer.sink is None:
+        if self.watch.sink is None:
             self.rows_out.append(record)
         else:
-            self.out.append(self.tracer.format_row(record))
+            self.out.append(self.watch.format_row(record))

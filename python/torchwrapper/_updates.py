@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """Parameter and gradient tracking (``track``): in-place updates of parameters and their gradients,
-as events of the "updates" stream. Driven by the Tracer (_trace.py)."""
+as events of the "updates" stream. Driven by the model watch (ModelWatch, _model_watch.py)."""
 from __future__ import annotations
 
 import weakref
@@ -10,7 +10,7 @@ from . import _core
 from ._files import UPDATES_COLUMNS
 
 if TYPE_CHECKING:
-    from ._trace import Tracer
+    from ._model_watch import ModelWatch
 
 
 class _Tracked:
@@ -39,11 +39,11 @@ class _Tracker:
     through nn.Module.__setattr__, replaced while profiling.
     """
 
-    def __init__(self, tracer: "Tracer", kinds: frozenset) -> None:
+    def __init__(self, watch: "ModelWatch", kinds: frozenset) -> None:
         import torch
 
         self.torch = torch
-        self.tracer = tracer
+        self.watch = watch
         self.grads = "grads" in kinds
         self.entries: Dict[int, _Tracked] = {}
         self.by_tensor: Dict[int, int] = {}      # id(tensor) -> index
@@ -80,7 +80,7 @@ class _Tracker:
         return index
 
     def forget(self, index: int, key: int) -> None:
-        if self.entries.pop(index, None) is not None and not self.tracer.closed:
+        if self.entries.pop(index, None) is not None and not self.watch.closed:
             _core.table_remove("tracked", key)
         if self.by_tensor.get(key) == index:
             del self.by_tensor[key]
@@ -97,10 +97,10 @@ class _Tracker:
         record = (call_id, api, outer_id, name, kind, version, attribute, self.site)
         if not _core.step_recorded():  # a step the schedule leaves out (the tracking goes on)
             return
-        if self.tracer.sink is None:
+        if self.watch.sink is None:
             self.rows_out.append(record)
         else:
-            self.tracer.sink("updates", self.tracer.format_row(record, UPDATES_COLUMNS))
+            self.watch.sink("updates", self.watch.format_row(record, UPDATES_COLUMNS))
 
     def _check(self, index: int, call_id: int, api: str, outer_id: int) -> None:
         entry = self.entries.get(index)
@@ -134,7 +134,7 @@ class _Tracker:
     def update(self, subject: Any, api_id: int, call_id: int, outer_id: int, site: int = 0) -> None:
         """An in-place API ran on a tracked tensor (or a list holding one)."""
         self.site = site
-        api = self.tracer.api_name(api_id)
+        api = self.watch.api_name(api_id)
         items = subject if isinstance(subject, (list, tuple)) else (subject,)
         for tensor in items:
             hit = _core.table_get("tracked", tensor)
@@ -157,13 +157,13 @@ class _Tracker:
     def install_setattr(self) -> None:
         Module = self.torch.nn.Module
         original = Module.__dict__["__setattr__"]
-        tracer = weakref.ref(self.tracer)
+        watch = weakref.ref(self.watch)
         Tensor = self.torch.Tensor
 
         def __setattr__(module: Any, name: str, value: Any) -> None:
             original(module, name, value)
             if isinstance(value, Tensor):
-                t = tracer()
+                t = watch()
                 if t is not None and not t.closed:
                     t.attribute_set(module, name, value)
 

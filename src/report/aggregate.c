@@ -5,6 +5,7 @@
  * groups named after their site and the APIs called there. table.c prints them.
  */
 #include "config.h"
+#include "aggregate.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -18,7 +19,6 @@
 #include "torchwrapper/stats.h"
 #include "../stats_internal.h"
 
-#include "aggregate.h"
 #include "flame.h"
 #include "table.h"
 

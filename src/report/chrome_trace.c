@@ -20,6 +20,7 @@
  * them has, chrome_trace_nest.c); its write finishes the files.
  */
 #include "config.h"
+#include "chrome_trace.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -33,7 +34,6 @@
 #include "torchwrapper/common.h"
 #include "torchwrapper/writer.h"
 
-#include "chrome_trace.h"
 #include "chrome_trace_internal.h"
 #include "groups.h"
 #include "util.h"

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tw-report, the command line: tw-report's options (--diff's too), parsed and checked, and its usage text. */
 #include "config.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,8 +13,6 @@
 #include <unistd.h>
 
 #include "torchwrapper/common.h"
-
-#include "cli.h"
 
 #define USAGE                                                                                                     \
     "usage: tw-report [options] OUT_DIR|FILE...\n"                                                                 \

@@ -28,6 +28,7 @@
  * at worst, while a matmul made 20% slower, ~45% of the step, showed as 6.9-11%; 4% sits between.
  */
 #include "config.h"
+#include "diff.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -41,7 +42,6 @@
 #include "torchwrapper/stats.h"
 #include "../stats_internal.h"
 
-#include "diff.h"
 #include "filter.h"
 #include "groups.h"
 #include "inputs.h"

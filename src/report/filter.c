@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* tw-report's row filters (--api, --pid, --tid, --window, --steps): see filter.h. */
 #include "config.h"
+#include "filter.h"
 
 #include <fnmatch.h>
 #include <string.h>
-
-#include "filter.h"
 
 int report_filter_keep(const report_filter_t *f, const tw_row_t *row)
 {

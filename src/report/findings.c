@@ -7,6 +7,9 @@
  * The run's time: the span of the outermost calls of the busiest thread (the one that ran the
  * steps), first start to last end; its steps: the distinct steps of its rows.
  */
+#include "config.h"
+#include "findings.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

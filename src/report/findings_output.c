@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tw-report --findings' outputs: text (the default), JSON and Markdown, from findings.c's list. */
+#include "config.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

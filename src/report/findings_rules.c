@@ -3,6 +3,8 @@
  * tw-report --findings' rules (findings.h): at settle, each rule turns its tallies (findings.c) into a
  * finding with its share of the run, severity, lines, evidence, message and fix.
  */
+#include "config.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

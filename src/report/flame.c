@@ -22,6 +22,7 @@
  * the backward call. The output (folded stacks, the SVG) is flame_output.c's.
  */
 #include "config.h"
+#include "flame.h"
 
 #include <errno.h>
 #include <inttypes.h>

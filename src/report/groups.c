@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* tw-report's hashing and group tables: see groups.h. */
 #include "config.h"
+#include "groups.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "torchwrapper/common.h"
-
-#include "groups.h"
 
 static int table_grow(group_table_t *t)
 {

@@ -10,6 +10,7 @@
  * open and close a page, so that another page (two runs side by side) can reuse them.
  */
 #include "config.h"
+#include "html.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -27,7 +28,6 @@
 #include "flame.h"
 #include "table.h"
 #include "groups.h"
-#include "html.h"
 #include "util.h"
 
 #define HTML_MAX_APIS 1500    /* per-API rows, the most total time first */

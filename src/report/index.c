@@ -6,6 +6,7 @@
  * slows down with the run's length), keyed by report_pid_id_hash.
  */
 #include "config.h"
+#include "index.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,6 @@
 #include "torchwrapper/common.h"
 
 #include "groups.h"
-#include "index.h"
 
 #define RECENT_SLOTS (2 * (size_t)REPORT_INDEX_RECENT)
 

@@ -4,6 +4,7 @@
  * (origin, ranks).
  */
 #include "config.h"
+#include "inputs.h"
 
 #include <cJSON.h>
 #include <dirent.h>
@@ -14,7 +15,6 @@
 
 #include "torchwrapper/common.h"
 
-#include "inputs.h"
 #include "util.h"
 
 static int add_file(inputs_t *in, const char *path)
@@ -187,7 +187,7 @@ static int add_directory(inputs_t *in, const char *dir, FILE *err)
         if (!manifest && !report_has_suffix(name, ".csv") && !report_has_suffix(name, ".jsonl") &&
             !report_has_suffix(name, ".csv.gz") && !report_has_suffix(name, ".jsonl.gz"))
             continue;
-        /* the tracing streams beside the records (config tensor_stats, track) are not call records */
+        /* the model watch's streams beside the records (config tensor_stats, track) are not call records */
         if (strstr(name, ".stats.") != NULL || strstr(name, ".updates.") != NULL)
             continue;
         if (count == capacity) {

@@ -28,6 +28,7 @@
  * one-thread pass's per thread: a reader's buffers and the sinks' tables, whatever the input size.
  */
 #include "config.h"
+#include "jobs.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -37,7 +38,6 @@
 
 #include "torchwrapper/common.h"
 
-#include "jobs.h"
 #include "util.h"
 
 typedef struct unit {

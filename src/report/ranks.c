@@ -9,6 +9,7 @@
  * exactly what one pass gives.
  */
 #include "config.h"
+#include "ranks.h"
 
 #include <stdlib.h>
 #include <string.h>

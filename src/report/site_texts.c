@@ -4,6 +4,7 @@
  * cap sites per process: bounded memory), and a row's site as its text ("train.py:42 train_step").
  */
 #include "config.h"
+#include "site_texts.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -13,7 +14,6 @@
 #include "torchwrapper/common.h"
 #include "torchwrapper/sites.h"
 
-#include "site_texts.h"
 #include "groups.h"
 #include "util.h"
 

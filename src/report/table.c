@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tw-report, the table: groups sorted by --sort, as text, CSV, JSON or Markdown, and its footer. */
 #include "config.h"
+#include "table.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,7 +12,6 @@
 #include "torchwrapper/writer.h"
 
 #include "chrome_trace.h"
-#include "table.h"
 #include "util.h"
 
 static uint64_t sort_value(const group_t *g, sort_key_t key)

@@ -4,6 +4,7 @@
  * as a tree. A sink (sink.h) that prints instead of the table.
  */
 #include "config.h"
+#include "tree.h"
 
 #include <errno.h>
 #include <fnmatch.h>
@@ -14,7 +15,6 @@
 
 #include "torchwrapper/common.h"
 
-#include "tree.h"
 #include "util.h"
 
 typedef struct tree_call {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Small helpers of tw-report's outputs: see util.h. */
 #include "config.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,8 +10,6 @@
 
 #include "torchwrapper/common.h"
 #include "torchwrapper/writer.h"
-
-#include "util.h"
 
 int report_has_suffix(const char *s, const char *suffix)
 {

@@ -159,7 +159,7 @@ def main(directory):
     if memory:
         add_memory(add, memory["bench_memory"])
     if trace:
-        add("model tracing: module path per module forward", f"{trace['probe_ns']:+.1f} ns", "no measurable cost")
+        add("model watch: module path per module forward", f"{trace['probe_ns']:+.1f} ns", "no measurable cost")
         add(f"tensor statistics, CNN step ({trace['tensors_per_step']} tensors): extra / their own ops",
             f"{trace['extra_over_ops']:.2f}x", "≤ 2x")
         add("tensor statistics: the per-number .item() technique's extra / ours",

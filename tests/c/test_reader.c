@@ -403,7 +403,7 @@ static void ranges_of_a_file_read_each_record_once(void **state)
     }
 }
 
-static void the_tracing_streams_have_kinds_of_their_own(void **state)
+static void the_watch_streams_have_kinds_of_their_own(void **state)
 {
     static const struct {
         const char *text;
@@ -617,7 +617,7 @@ int main(void)
         cmocka_unit_test(module_paths_are_read_and_null_is_no_path),
         cmocka_unit_test(the_root_module_is_told_from_no_module),
         cmocka_unit_test(a_reader_pauses_every_n_rows_and_resumes_where_it_stopped),
-        cmocka_unit_test(the_tracing_streams_have_kinds_of_their_own),
+        cmocka_unit_test(the_watch_streams_have_kinds_of_their_own),
         cmocka_unit_test(ranges_of_a_file_read_each_record_once),
         cmocka_unit_test(gzip_files_read_as_what_they_inflate_to_member_after_member),
         cmocka_unit_test(a_gzip_file_cut_short_reads_to_where_its_data_ends),

@@ -65,7 +65,7 @@ case " $STAGES " in *" suite "*)
 say "a share of the suite on this machine's torch ($(python3 -c 'import torch; print(torch.__version__)'))"
 PYTHONUNBUFFERED=1 timeout "${TW_GPU_SUITE_S:-150}" python3 -m pytest -q -p no:cacheprovider -p no:randomly \
     -n 8 tests/python/test_api.py tests/python/test_api_records.py tests/python/test_backward.py \
-    tests/python/test_backward_views.py tests/python/test_wrapper.py tests/python/test_trace.py \
+    tests/python/test_backward_views.py tests/python/test_wrapper.py tests/python/test_model_watch.py \
     tests/python/test_args.py tests/python/test_growth.py tests/python/test_run.py tests/python/test_report.py \
     tests/python/test_memory.py \
     2>&1 | grep -E "^(FAILED|ERROR)|passed|failed" | tail -30

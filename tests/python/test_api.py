@@ -129,7 +129,7 @@ API_NAMES = [
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs GPU timing to be unavailable")
 def test_a_session_whose_start_fails_is_rolled_back_to_new(tmp_path):
     session = tw.Session(out_dir=str(tmp_path), format="csv", gpu="on")
-    for _ in range(2):   # what the first start began (tracer, writer) was undone: the second fails alike
+    for _ in range(2):   # what the first start began (model watch, writer) was undone: the second fails alike
         with pytest.raises(RuntimeError, match='gpu="on": GPU timing is unavailable: no CUDA device'):
             session.start()
         assert tw._core.active_session() is None and not session.active

@@ -189,7 +189,7 @@ def test_an_unknown_engine_is_refused():
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-def test_sql_has_the_tracing_streams_and_the_summary_typed_by_the_schema(tmp_path, fmt):
+def test_sql_has_the_watch_streams_and_the_summary_typed_by_the_schema(tmp_path, fmt):
     pytest.importorskip("duckdb")
     out = str(tmp_path / "out")
     model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU())

@@ -21,21 +21,21 @@ FAST_FLUSH = 0.001   # modules.json may be written at every change: a count then
 
 
 def snapshot(prof):
-    """What tracing holds now: every table whose size must not depend on the number of steps."""
-    tracer = prof.tracer
+    """What the model watch holds now: every table whose size must not depend on the number of steps."""
+    watch = prof.model_watch
     gc.collect()   # classes and modules in reference cycles: what is left is what something holds
     return {
-        "roots": len(tracer._live_roots()),
-        "root_paths": len(tracer._root_classes),
-        "paths": len(tracer._path),
-        "refs": len(tracer._refs),
-        "owners": len(tracer._owner),
-        "described": len(tracer._info),
-        "kinds": len(tracer._resolved_kinds),
-        "class_names": len(tracer._class_names),
+        "roots": len(watch._live_roots()),
+        "root_paths": len(watch._root_classes),
+        "paths": len(watch._path),
+        "refs": len(watch._refs),
+        "owners": len(watch._owner),
+        "described": len(watch._info),
+        "kinds": len(watch._resolved_kinds),
+        "class_names": len(watch._class_names),
         "table": _core.table_size("modules"),
-        "contains_walks": tracer.counters["contains_walks"],
-        "modules_writes": tracer.counters["modules_writes"],
+        "contains_walks": watch.counters["contains_walks"],
+        "modules_writes": watch.counters["modules_writes"],
     }
 
 
@@ -62,8 +62,8 @@ def train_and_snapshot(loss_of_step, opt, steps, at_step, **config):
             loss_of_step().backward()
             opt.step()
             if step + 1 == at_step:
-                early = snapshot(prof), prof.tracer.counters["registered_modules"]
-        late = snapshot(prof), prof.tracer.counters["registered_modules"]
+                early = snapshot(prof), prof.model_watch.counters["registered_modules"]
+        late = snapshot(prof), prof.model_watch.counters["registered_modules"]
     return prof, early, late
 
 
@@ -228,8 +228,8 @@ def test_models_remade_in_a_search_loop_keep_one_root(tmp_path):
                 F.cross_entropy(model(x), y).backward()
                 opt.step()
             if trial == 9:
-                after_10, resolves_10 = snapshot(prof), prof.tracer.counters["resolves"]
-        after_300, resolves_300 = snapshot(prof), prof.tracer.counters["resolves"]
+                after_10, resolves_10 = snapshot(prof), prof.model_watch.counters["resolves"]
+        after_300, resolves_300 = snapshot(prof), prof.model_watch.counters["resolves"]
     # each new model is resolved once, when its first module is called (its own forward, recorded:
     # so no other model is walked to find it); nothing else changes
     assert resolves_300 - resolves_10 == 290
@@ -267,9 +267,9 @@ def test_modules_json_is_written_only_when_the_tree_changed(tmp_path, steps):
     with tw.profile(out_dir=str(tmp_path), flush_interval=3600.0) as prof:
         for _ in range(steps):
             nn.CrossEntropyLoss()(model(x), y)
-        writes_while_recording = prof.tracer.counters["modules_writes"]
+        writes_while_recording = prof.model_watch.counters["modules_writes"]
     assert writes_while_recording == 1
-    assert prof.tracer.counters["modules_writes"] == 2
+    assert prof.model_watch.counters["modules_writes"] == 2
     assert {m["path"] for m in tw.load_modules(str(tmp_path))["modules"]} == {
         "MLP", "MLP.net", "MLP.net.0", "MLP.net.1", "MLP.net.2", "CrossEntropyLoss"}
 

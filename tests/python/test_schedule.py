@@ -213,7 +213,7 @@ def test_files_without_the_step_column_still_read(tmp_path):
     assert "torch.add" in report.stdout and "torch.mul" in report.stdout
 
 
-def test_tracing_streams_follow_the_schedule(tmp_path):
+def test_watch_streams_follow_the_schedule(tmp_path):
     """Tensor statistics and parameter updates are written for the recorded steps only: each row
     names a call whose record is in the files (of active steps), and every active step has rows."""
     out = str(tmp_path / "out")

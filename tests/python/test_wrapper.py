@@ -353,10 +353,10 @@ def test_recursion_deeper_than_the_stack_is_counted(session):
 
 
 def test_each_session_reports_its_own_hook_error(monkeypatch):
-    """A failing tracer hook is reported once per session, not once per process: the second session's
+    """A failing model watch hook is reported once per session, not once per process: the second session's
     error is not silenced by the first's."""
 
-    class FailingTracer:
+    class FailingModelWatch:
         kinds = tw._core.KIND_BOUNDARY
 
         def boundary_enter(self, subject, api_id):
@@ -366,7 +366,7 @@ def test_each_session_reports_its_own_hook_error(monkeypatch):
     monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
     step = tw.wrap(lambda: 7, "step", kind=tw._core.KIND_BOUNDARY)
     for n in (1, 2):
-        s = tw.Session(tracer=FailingTracer())
+        s = tw.Session(model_watch=FailingModelWatch())
         s.start()
         assert step() == 7 and step() == 7  # the hook's error never reaches the caller
         s.stop()

@@ -5,6 +5,7 @@
  * written). File name specs are checked and expanded in names.c.
  */
 #include "config.h"
+#include "torchwrapper/config_keys.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,8 +18,7 @@
 
 #include "config_tree.h"
 #include "config_internal.h"
-#include "schedule.h"
-#include "torchwrapper/config.h"
+#include "schedule_check.h"
 
 /* ---- the configuration validator ------------------------------------------------------------- */
 

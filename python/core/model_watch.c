@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Tables for model tracing, filled by the tracer (torchwrapper._trace) off the hot path and read by
- * the wrappers on it: nn.Module instances by address -> the id of their path (so that a module
- * forward's record carries its instance's path for the cost of one probe), and tracked tensors
- * (parameters, gradients) by address -> the tracer's index (so that an in-place update of one is
- * seen). The tracer keeps a weak reference to every object it puts in, and takes the entry out from
- * the weak reference's callback, before the address can be reused.
+ * _core's functions for the model watch (torchwrapper._model_watch), which fills its tables
+ * (model_watch_tables.h) off the hot path; the wrappers read them on it: nn.Module instances by
+ * address -> the id of their path (so that a module forward's record carries its instance's path
+ * for the cost of one probe), and tracked tensors (parameters, gradients) by address -> the model
+ * watch's index (so that an in-place update of one is seen). The model watch keeps a weak reference
+ * to every object it puts in, and takes the entry out from the weak reference's callback, before the
+ * address can be reused.
  */
-#include "trace.h"
+#include "model_watch.h"
 
 #include "torchwrapper/api.h"
 
 #include "backward.h"
 #include "hooks.h"
-#include "trace_tables.h"
+#include "model_watch_tables.h"
 #include "wrapper.h"
 
 static tw_ptr_table_t *table_named(PyObject *name)
@@ -29,7 +30,7 @@ static tw_ptr_table_t *table_named(PyObject *name)
 }
 
 /* table_set(table, obj, value): obj's entry holds value (an unsigned 32-bit int). */
-static PyObject *core_table_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *core_table_set(PyObject *core, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "table_set(table, obj, value) takes 3 arguments");
@@ -51,7 +52,7 @@ static PyObject *core_table_set(PyObject *module, PyObject *const *args, Py_ssiz
 }
 
 /* table_remove(table, address) -> count: takes out the entry of the object that was at address. */
-static PyObject *core_table_remove(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *core_table_remove(PyObject *core, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "table_remove(table, address) takes 2 arguments");
@@ -67,7 +68,7 @@ static PyObject *core_table_remove(PyObject *module, PyObject *const *args, Py_s
 }
 
 /* table_get(table, obj) -> (value, count) or None. */
-static PyObject *core_table_get(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *core_table_get(PyObject *core, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "table_get(table, obj) takes 2 arguments");
@@ -83,7 +84,7 @@ static PyObject *core_table_get(PyObject *module, PyObject *const *args, Py_ssiz
 }
 
 /* table_clear(table) -> [(address, value, count)]: empties it, returning what it held. */
-static PyObject *core_table_clear(PyObject *module, PyObject *name)
+static PyObject *core_table_clear(PyObject *core, PyObject *name)
 {
     tw_ptr_table_t *table = table_named(name);
     if (table == NULL)
@@ -109,13 +110,13 @@ static PyObject *core_table_clear(PyObject *module, PyObject *name)
 }
 
 /* backward_stray_hooks() -> how many libtorch hooks ran while no session recorded (backward.c). */
-static PyObject *core_backward_stray_hooks(PyObject *module, PyObject *unused)
+static PyObject *core_backward_stray_hooks(PyObject *core, PyObject *unused)
 {
     return PyLong_FromUnsignedLongLong(tw_backward_stray_hooks());
 }
 
 /* table_size(table) -> (entries, slots): live entries and the slots they take (tombstones included). */
-static PyObject *core_table_size(PyObject *module, PyObject *name)
+static PyObject *core_table_size(PyObject *core, PyObject *name)
 {
     tw_ptr_table_t *table = table_named(name);
     if (table == NULL)
@@ -125,7 +126,7 @@ static PyObject *core_table_size(PyObject *module, PyObject *name)
 }
 
 /* intern_path(path) -> module id: TW_MODULE_ROOT for "", else 1 + the path's id in the name table. */
-static PyObject *core_intern_path(PyObject *module, PyObject *path)
+static PyObject *core_intern_path(PyObject *core, PyObject *path)
 {
     if (!PyUnicode_Check(path)) {
         PyErr_Format(PyExc_TypeError, "a module path is a str, not '%.200s'", Py_TYPE(path)->tp_name);
@@ -148,7 +149,7 @@ static PyObject *core_intern_path(PyObject *module, PyObject *path)
 }
 
 /* module_path(module_id) -> the path, or None for TW_MODULE_NONE and unknown ids. */
-static PyObject *core_module_path(PyObject *module, PyObject *arg)
+static PyObject *core_module_path(PyObject *core, PyObject *arg)
 {
     unsigned long id = PyLong_AsUnsignedLong(arg);
     if (id == (unsigned long)-1 && PyErr_Occurred())
@@ -161,7 +162,7 @@ static PyObject *core_module_path(PyObject *module, PyObject *arg)
 
 /* current_call() -> (call_id, outer_call_id, outer_site): the recorded calls in progress on this thread
  * and the outermost one's call site, or (0, 0, 0). */
-static PyObject *core_current_call(PyObject *module, PyObject *unused)
+static PyObject *core_current_call(PyObject *core, PyObject *unused)
 {
     uint64_t call_id = 0, outer_id = 0;
     uint32_t outer_site = 0;
@@ -169,7 +170,7 @@ static PyObject *core_current_call(PyObject *module, PyObject *unused)
     return Py_BuildValue("(KKI)", (unsigned long long)call_id, (unsigned long long)outer_id, (unsigned int)outer_site);
 }
 
-static PyMethodDef trace_methods[] = {
+static PyMethodDef model_watch_methods[] = {
     {"table_set", (PyCFunction)(void (*)(void))core_table_set, METH_FASTCALL,
      "table_set(table, obj, value)\n--\n\nPuts obj (by address) in the 'modules' or 'tracked' table with value."},
     {"table_remove", (PyCFunction)(void (*)(void))core_table_remove, METH_FASTCALL,
@@ -191,18 +192,18 @@ static PyMethodDef trace_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int tw_trace_add_functions(PyObject *module)
+int tw_model_watch_add_functions(PyObject *core)
 {
-    if (PyModule_AddFunctions(module, trace_methods) < 0)
+    if (PyModule_AddFunctions(core, model_watch_methods) < 0)
         return -1;
-    if (PyModule_AddIntConstant(module, "KIND_MODULE_FORWARD", TW_KIND_MODULE_FORWARD) < 0 ||
-        PyModule_AddIntConstant(module, "KIND_MODULE_CALL", TW_KIND_MODULE_CALL) < 0 ||
-        PyModule_AddIntConstant(module, "KIND_INPLACE", TW_KIND_INPLACE) < 0 ||
-        PyModule_AddIntConstant(module, "KIND_BOUNDARY", TW_KIND_BOUNDARY) < 0 ||
-        PyModule_AddIntConstant(module, "KIND_STEP", TW_KIND_STEP) < 0)
+    if (PyModule_AddIntConstant(core, "KIND_MODULE_FORWARD", TW_KIND_MODULE_FORWARD) < 0 ||
+        PyModule_AddIntConstant(core, "KIND_MODULE_CALL", TW_KIND_MODULE_CALL) < 0 ||
+        PyModule_AddIntConstant(core, "KIND_INPLACE", TW_KIND_INPLACE) < 0 ||
+        PyModule_AddIntConstant(core, "KIND_BOUNDARY", TW_KIND_BOUNDARY) < 0 ||
+        PyModule_AddIntConstant(core, "KIND_STEP", TW_KIND_STEP) < 0)
         return -1;
     PyObject *root = PyLong_FromUnsignedLong(TW_MODULE_ROOT);
-    if (root == NULL || PyModule_AddObject(module, "MODULE_ROOT", root) < 0) {
+    if (root == NULL || PyModule_AddObject(core, "MODULE_ROOT", root) < 0) {
         Py_XDECREF(root);
         return -1;
     }

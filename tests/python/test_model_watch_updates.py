@@ -123,13 +123,13 @@ def test_gradients_are_tracked_from_backward_to_zero_grad(tmp_path):
 def test_nothing_is_tracked_or_hooked_without_track():
     with tw.profile() as prof:
         torch.ones(2).add_(1)
-    kinds = {w.api_name: w.trace_kind for w in prof.patcher.wrappers.values()}
+    kinds = {w.api_name: w.watch_kind for w in prof.patcher.wrappers.values()}
     # an optimizer's step is marked only as one that ends a step (steps and the schedule)
     assert kinds["torch.Tensor.add_"] == 0 and kinds["torch.optim.SGD.step"] == tw._core.KIND_STEP
     with pytest.raises(RuntimeError, match="track="):
         prof.updates_rows()
     with tw.profile(track=["parameters"]) as prof:
         pass
-    kinds = {w.api_name: w.trace_kind for w in prof.patcher.wrappers.values()}
+    kinds = {w.api_name: w.watch_kind for w in prof.patcher.wrappers.values()}
     assert kinds["torch.Tensor.add_"] and kinds["torch.Tensor.__iadd__"] and kinds["torch.optim.SGD.step"]
     assert kinds["torch.Tensor.add"] == 0

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Model tracing through the TorchWrapper API: stats(), updates(), modules(), load_*, call_tree."""
+"""The model watch through the TorchWrapper API: stats(), updates(), modules(), load_*, call_tree."""
 import json
 
 import pandas

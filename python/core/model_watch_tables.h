@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The tables of model tracing (trace_tables.c; not public API): nn.Module instances by address ->
- * the id of their path, tracked tensors (parameters, gradients) by address -> the tracer's index.
- * Filled by the tracer (trace.c's functions), read by the wrappers' hot path (wrapper.c), emptied
- * when a session stops (session_features.c).
+ * The tables of the model watch (model_watch_tables.c; not public API): nn.Module instances by
+ * address -> the id of their path, tracked tensors (parameters, gradients) by address -> the model
+ * watch's index. Filled by the model watch (model_watch.c's functions), read by the wrappers' hot
+ * path (wrapper.c), emptied when a session stops (session_features.c).
  */
-#ifndef TW_PY_TRACE_TABLES_H
-#define TW_PY_TRACE_TABLES_H
+#ifndef TW_PY_MODEL_WATCH_TABLES_H
+#define TW_PY_MODEL_WATCH_TABLES_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -15,7 +15,7 @@
 
 /*
  * A table of live objects by address, guarded by the GIL: open addressing, linear probing. Entries
- * are put in and taken out by the tracer, which holds a weak reference to each object and takes
+ * are put in and taken out by the model watch, which holds a weak reference to each object and takes
  * its entry out when the object dies, before its address can be reused.
  */
 typedef struct {
@@ -54,7 +54,7 @@ static inline tw_ptr_slot_t *tw_ptr_find(const tw_ptr_table_t *table, const void
 }
 
 extern tw_ptr_table_t tw_modules; /* nn.Module instance -> module id (TW_MODULE_*), calls */
-extern tw_ptr_table_t tw_tracked; /* tracked tensor (parameter, grad) -> tracer's index */
+extern tw_ptr_table_t tw_tracked; /* tracked tensor (parameter, grad) -> model watch's index */
 
 /* Sets the value of p (count kept when present, else 0). Returns 0 or -1 with an exception. */
 int tw_ptr_table_set(tw_ptr_table_t *table, const void *p, uint32_t value);

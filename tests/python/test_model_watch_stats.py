@@ -214,10 +214,10 @@ def test_statistics_ops_are_not_recorded_nor_counted(tmp_path):
         return collections.Counter(r.api for r in prof.records())
 
     plain = counts()
-    traced = counts(tensor_stats=ALL)
-    calls = traced.pop("torch.nn.Module.__call__")
+    watched = counts(tensor_stats=ALL)
+    calls = watched.pop("torch.nn.Module.__call__")
     assert calls == 2 * 4      # model, embed, lstm, head per step
-    assert traced == plain
+    assert watched == plain
 
 
 def test_every_n_steps_and_metric_selection():

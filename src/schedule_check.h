@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The config validator's check of "schedule" (not public API: config.c calls it). */
+/* The config validator's check of "schedule" (not public API: config_keys.c calls it). */
 #ifndef TW_SCHEDULE_CHECK_H
 #define TW_SCHEDULE_CHECK_H
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* torchwrapper._core: module definition (multi-phase init, module state). */
-#include "module.h"
+/* torchwrapper._core: the extension's definition (multi-phase init, its state: core_state.h). */
+#include "core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -9,22 +9,22 @@
 #include "args.h"
 #include "flops.h"
 #include "memory.h"
-#include "module_state.h"
+#include "core_state.h"
 #include "patch.h"
 #include "ranges.h"
 #include "record_reader.h"
 #include "scan.h"
 #include "session.h"
-#include "trace.h"
+#include "model_watch.h"
 #include "wrap.h"
 
 
-static PyObject *core_clock_source(PyObject *module, PyObject *unused)
+static PyObject *core_clock_source(PyObject *core, PyObject *unused)
 {
     return PyUnicode_FromString(tw_clock_source() == TW_CLOCK_TSC ? "tsc" : "monotonic");
 }
 
-static PyObject *core_api_name(PyObject *module, PyObject *arg)
+static PyObject *core_api_name(PyObject *core, PyObject *arg)
 {
     unsigned long id = PyLong_AsUnsignedLong(arg);
     if (id == (unsigned long)-1 && PyErr_Occurred())
@@ -37,7 +37,7 @@ static PyObject *core_api_name(PyObject *module, PyObject *arg)
     return PyUnicode_FromString(name);
 }
 
-static PyObject *core_has_flops_formula(PyObject *module, PyObject *arg)
+static PyObject *core_has_flops_formula(PyObject *core, PyObject *arg)
 {
     if (!PyUnicode_Check(arg)) {
         PyErr_Format(PyExc_TypeError, "has_flops_formula() takes an API name (str), not '%.200s'",
@@ -50,7 +50,7 @@ static PyObject *core_has_flops_formula(PyObject *module, PyObject *arg)
     return PyBool_FromLong(tw_flops_kind_of(name) != TW_FLOPS_NONE);
 }
 
-static PyObject *core_normalize_config(PyObject *module, PyObject *args, PyObject *kwargs)
+static PyObject *core_normalize_config(PyObject *core, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"json_text", "from_strings", "defaults", NULL};
     static const char *const names[TW_CONFIG_DEFAULTS_COUNT] = {"torchwrapper", "profile", "session"};
@@ -104,7 +104,7 @@ static char **report_argv(PyObject *arg, PyObject **seq, Py_ssize_t *n)
 }
 
 /* report(argv): tw-report's main, writing to the process's stdout and stderr; returns its status. */
-static PyObject *core_report(PyObject *module, PyObject *arg)
+static PyObject *core_report(PyObject *core, PyObject *arg)
 {
     PyObject *seq;
     Py_ssize_t n;
@@ -124,7 +124,7 @@ static PyObject *core_report(PyObject *module, PyObject *arg)
 /* report_output(argv) -> (status, output, messages): the same report, its output and its messages
  * returned as text rather than written to the process's files (torchwrapper.diff reads tw-report's
  * CSV or JSON from here: one code path with the program). */
-static PyObject *core_report_output(PyObject *module, PyObject *arg)
+static PyObject *core_report_output(PyObject *core, PyObject *arg)
 {
     PyObject *seq;
     Py_ssize_t n;
@@ -164,21 +164,21 @@ done:
 }
 
 /* Whether the current step's calls are recorded (the schedule's active steps, a capture's steps):
- * the tracing streams write rows of those steps only. */
-static PyObject *core_step_recorded(PyObject *module, PyObject *unused)
+ * the model watch's streams write rows of those steps only. */
+static PyObject *core_step_recorded(PyObject *core, PyObject *unused)
 {
     return PyBool_FromLong(tw_active.gen != 0 && tw_active.step_recorded);
 }
 
 /* The active session's step (counted from 0), or None when no session records. */
-static PyObject *core_current_step(PyObject *module, PyObject *unused)
+static PyObject *core_current_step(PyObject *core, PyObject *unused)
 {
     if (tw_active.gen == 0)
         Py_RETURN_NONE;
     return PyLong_FromUnsignedLong(tw_active.step);
 }
 
-static PyObject *core_active_session(PyObject *module, PyObject *unused)
+static PyObject *core_active_session(PyObject *core, PyObject *unused)
 {
     return Py_NewRef(tw_active.session ? tw_active.session : Py_None);
 }
@@ -189,7 +189,7 @@ static PyMethodDef core_methods[] = {
      "A profiling wrapper around the callable `original`, recorded under `api_name`.\n"
      "bind=True makes a wrapper that binds like a function when it is a class attribute;\n"
      "None (the default) decides from the original (functions and method descriptors bind).\n"
-     "kind: KIND_* flags saying what tracing looks at around a call (0: nothing)."},
+     "kind: KIND_* flags saying what the model watch looks at around a call (0: nothing)."},
     {"wrap_many", (PyCFunction)(void (*)(void))tw_wrap_many, METH_FASTCALL,
      "wrap_many(specs, kind_mask) -> list\n--\n\n"
      "wrap(original, api_name, bind=bind, kind=kind & kind_mask) for each (original, api_name, bind,\n"
@@ -207,7 +207,7 @@ static PyMethodDef core_methods[] = {
     {"normalize_config", (PyCFunction)(void (*)(void))core_normalize_config, METH_VARARGS | METH_KEYWORDS,
      "normalize_config(json_text, from_strings=False, *, defaults='torchwrapper') -> json_text\n--\n\n"
      "Validates a configuration (a JSON object) and fills in the defaults of an entry point\n"
-     "('torchwrapper', 'profile' or 'session'; the table is in the C library's config.c); raises\n"
+     "('torchwrapper', 'profile' or 'session'; the table is in the C library's config_keys.c); raises\n"
      "ValueError naming the key, the value and what is accepted. from_strings accepts text for every\n"
      "value."},
     {"scan_modules", (PyCFunction)(void (*)(void))tw_scan_modules, METH_FASTCALL,
@@ -235,25 +235,26 @@ static PyMethodDef core_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static int core_exec(PyObject *module)
+static int core_exec(PyObject *core)
 {
-    tw_module_state *state = PyModule_GetState(module);
-    if (tw_wrapper_add_types(module, state) < 0 || tw_session_add_type(module, state) < 0 || tw_args_init() < 0 ||
-        tw_trace_add_functions(module) < 0 || tw_memory_add_functions(module) < 0 || tw_reader_add_functions(module, state) < 0)
+    tw_core_state *state = PyModule_GetState(core);
+    if (tw_wrapper_add_types(core, state) < 0 || tw_session_add_type(core, state) < 0 || tw_args_init() < 0 ||
+        tw_model_watch_add_functions(core) < 0 || tw_memory_add_functions(core) < 0 ||
+        tw_reader_add_functions(core, state) < 0)
         return -1;
-    /* tensor_stats' built-in metrics, as the validator knows them (config.c: the one list) */
-    if (PyModule_AddStringConstant(module, "TENSOR_STATS_METRICS", tw_config_tensor_stats_metrics()) < 0)
+    /* tensor_stats' built-in metrics, as the validator knows them (config_keys.c: the one list) */
+    if (PyModule_AddStringConstant(core, "TENSOR_STATS_METRICS", tw_config_tensor_stats_metrics()) < 0)
         return -1;
-    if (PyModule_AddStringConstant(module, "version", tw_version()) < 0)
+    if (PyModule_AddStringConstant(core, "version", tw_version()) < 0)
         return -1;
-    if (PyModule_AddIntConstant(module, "MAX_DEPTH", TW_MAX_DEPTH) < 0)
+    if (PyModule_AddIntConstant(core, "MAX_DEPTH", TW_MAX_DEPTH) < 0)
         return -1;
     return 0;
 }
 
-static int core_traverse(PyObject *module, visitproc visit, void *arg)
+static int core_traverse(PyObject *core, visitproc visit, void *arg)
 {
-    tw_module_state *state = PyModule_GetState(module);
+    tw_core_state *state = PyModule_GetState(core);
     Py_VISIT(state->wrapper_type);
     Py_VISIT(state->method_wrapper_type);
     Py_VISIT(state->session_type);
@@ -261,9 +262,9 @@ static int core_traverse(PyObject *module, visitproc visit, void *arg)
     return 0;
 }
 
-static int core_clear(PyObject *module)
+static int core_clear(PyObject *core)
 {
-    tw_module_state *state = PyModule_GetState(module);
+    tw_core_state *state = PyModule_GetState(core);
     Py_CLEAR(state->wrapper_type);
     Py_CLEAR(state->method_wrapper_type);
     Py_CLEAR(state->session_type);
@@ -271,9 +272,9 @@ static int core_clear(PyObject *module)
     return 0;
 }
 
-static void core_free(void *module)
+static void core_free(void *core)
 {
-    core_clear((PyObject *)module);
+    core_clear((PyObject *)core);
 }
 
 static PyModuleDef_Slot core_slots[] = {
@@ -281,11 +282,11 @@ static PyModuleDef_Slot core_slots[] = {
     {0, NULL},
 };
 
-static struct PyModuleDef core_module = {
+static struct PyModuleDef core_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "torchwrapper._core",
     .m_doc = "C core of torchwrapper: the profiling wrapper type and recording sessions.",
-    .m_size = sizeof(tw_module_state),
+    .m_size = sizeof(tw_core_state),
     .m_methods = core_methods,
     .m_slots = core_slots,
     .m_traverse = core_traverse,
@@ -295,5 +296,5 @@ static struct PyModuleDef core_module = {
 
 PyMODINIT_FUNC PyInit__core(void)
 {
-    return PyModuleDef_Init(&core_module);
+    return PyModuleDef_Init(&core_def);
 }

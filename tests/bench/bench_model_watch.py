@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""make bench: what model tracing costs, on a CNN training loop, against the unprofiled run.
+"""make bench: what the model watch costs, on a CNN training loop, against the unprofiled run.
 
 Configurations, interleaved (the order rotates every repetition), each timing STEPS training
 steps of an AlexNet-shaped CNN (batch 16, 3x32x32; SGD) in the same process; figures are medians
@@ -8,7 +8,7 @@ time (all its threads: the writer's too), with torch on one thread: on a machine
 work, wall time varies by 2x from run to run while CPU time does not.
 
   plain        no profiler
-  no-paths     everything under torch profiled, module paths off (the profiler before tracing)
+  no-paths     everything under torch profiled, module paths off (the profiler before the model watch)
   profiled     everything profiled, module paths on, tensor_stats off
   stats        the same with tensor_stats on: input, output, weight and grad statistics of every
                module call, every step (to CSV files; the last step's flush is inside the timing)
@@ -77,7 +77,7 @@ class Trainer:
 
 # ---- the per-number .item() technique -------------------------------------------------------------
 
-class ItemTracer:
+class ItemLogger:
     """What older pure-Python tools did: forward replaced by a closure per module, one op and one
     .item() per statistic, the log file reopened for every record."""
 
@@ -206,9 +206,9 @@ def ops_alone(engine, calls, grads) -> None:
 def bench_path_probe() -> Tuple[float, float]:
     """Median per-call time of a module call (nn.Identity: the least work around the forward)
     wrapped without and with the module-path probe, and the median difference: blocks of N calls
-    alternate, in one session that has a tracer."""
+    alternate, in one session that has a model watch."""
     from torchwrapper import _core
-    from torchwrapper._trace import Tracer
+    from torchwrapper._model_watch import ModelWatch
 
     n, reps = 1000, sized(3, 301, 1501)
     layer = nn.Identity()
@@ -225,8 +225,8 @@ def bench_path_probe() -> Tuple[float, float]:
         return time.perf_counter_ns() - t0
 
     base, diffs = [], []
-    tracer = Tracer()
-    session = _core.Session(tracer=tracer)
+    watch = ModelWatch()
+    session = _core.Session(model_watch=watch)
     session.start()
     try:
         for rep in range(reps):
@@ -238,7 +238,7 @@ def bench_path_probe() -> Tuple[float, float]:
             diffs.append((b - a) / n)
     finally:
         session.stop()
-        tracer.close()
+        watch.close()
         nn.Identity.forward = original
     return statistics.median(base), statistics.median(diffs)
 
@@ -274,12 +274,12 @@ def main() -> None:
             options["tensor_stats"] = {"tensors": ["input", "output", "weight", "grad"]}
         prof = tw.profile(**options)
         if not paths:
-            prof.tracer.kinds = 0   # (bench only) the profiler without module tracing
+            prof.model_watch.kinds = 0   # (bench only) the profiler without the model watch
         prof.start()
         try:
             t0 = clock()
             trainer.steps()
-            prof.tracer.finish()   # the last step's statistics
+            prof.model_watch.finish()   # the last step's statistics
             elapsed = clock() - t0
         finally:
             prof.stop()
@@ -288,9 +288,9 @@ def main() -> None:
         shutil.rmtree(directory)
         return elapsed
 
-    from torchwrapper._trace import StatsOptions, Tracer, _StatsEngine
+    from torchwrapper._model_watch import StatsOptions, ModelWatch, _StatsEngine
 
-    engine = _StatsEngine(StatsOptions({"tensors": ["input"], "metrics": ["mean"], "modules": ["*"]}), Tracer())
+    engine = _StatsEngine(StatsOptions({"tensors": ["input"], "metrics": ["mean"], "modules": ["*"]}), ModelWatch())
 
     def run_ops():
         t0 = clock()
@@ -299,14 +299,14 @@ def main() -> None:
 
     def run_item():
         log = os.path.join(out, "item.log")
-        tracer = ItemTracer(trainer.model, log)
-        tracer.install()
+        logger = ItemLogger(trainer.model, log)
+        logger.install()
         try:
             t0 = clock()
-            trainer.steps(after_backward=tracer.grads)
+            trainer.steps(after_backward=logger.grads)
             elapsed = clock() - t0
         finally:
-            tracer.remove()
+            logger.remove()
         os.unlink(log)
         return elapsed
 

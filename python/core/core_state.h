@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The state of the torchwrapper._core module (not public API): its types, made by the files that
- * define them (wrap.c, session.c, record_reader.c) when the module is executed (module.c). */
-#ifndef TW_PY_MODULE_STATE_H
-#define TW_PY_MODULE_STATE_H
+/* The state of the extension torchwrapper._core (not public API): its types, made by the files that
+ * define them (wrap.c, session.c, record_reader.c) when the extension is executed (core.c). */
+#ifndef TW_PY_CORE_STATE_H
+#define TW_PY_CORE_STATE_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -12,6 +12,6 @@ typedef struct {
     PyTypeObject *method_wrapper_type; /* MethodWrapper: binds like a function (x.f(...)) */
     PyTypeObject *session_type;
     PyTypeObject *record_reader_type;  /* RecordReader (record_reader.c) */
-} tw_module_state;
+} tw_core_state;
 
 #endif

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The tables of model tracing (trace_tables.h): filled by the tracer through trace.c off the hot
- * path, read by the wrappers (wrapper.c) on it. Guarded by the GIL.
+ * The tables of the model watch (model_watch_tables.h): filled by the model watch through
+ * model_watch.c off the hot path, read by the wrappers (wrapper.c) on it. Guarded by the GIL.
  */
-#include "trace_tables.h"
+#include "model_watch_tables.h"
 
 tw_ptr_table_t tw_modules;
 tw_ptr_table_t tw_tracked;

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
-"""Model tracing: which nn.Module instance each module call ran on, and the tree of modules.
+"""The model watch: which nn.Module instance each module call ran on, and the tree of modules; it
+drives tensor statistics and parameter updates (the hooks the C wrappers call around watched calls).
 
 The C wrapper of an ``nn.Module`` forward looks its instance up by address in a table (one probe
 per call) and records the id of the instance's path (``AlexNet.features.0``: its model's class,
 then its ``named_modules()`` name) with the call. The first call of an instance misses, and asks
-``Tracer.resolve``, off the hot path: it finds the model the instance belongs to (the outermost
+``ModelWatch.resolve``, off the hot path: it finds the model the instance belongs to (the outermost
 module on the Python call stack that contains it), and puts every module of that model in the table
 at once, each with a weak reference that takes its entry out when the module dies.
 
@@ -73,8 +74,8 @@ class _Root:
         return path[len(self.name) + 1:]
 
 
-class Tracer:
-    """Hooks called by the C wrappers of a session (see python/core/module.h, tw_hooks_t)."""
+class ModelWatch:
+    """Hooks called by the C wrappers of a session (see python/core/hooks.h, tw_hooks_t)."""
 
     def __init__(self, out_dir: Optional[str] = None, stats: Optional[StatsOptions] = None, track: Sequence[str] = (),
                  format: Optional[str] = None, flush_interval: float = 1.0) -> None:
@@ -433,11 +434,11 @@ class Tracer:
         import torch
 
         module = torch.nn.Module
-        tracer = weakref.ref(self)
+        watch = weakref.ref(self)
 
         def __init_subclass__(cls, **kwargs):   # noqa: N807 - the name Python calls
             super(module, cls).__init_subclass__(**kwargs)
-            this = tracer()
+            this = watch()
             if this is not None and this.forward_installer is not None and "forward" in cls.__dict__ \
                     and cls not in this._forward_classes:
                 try:
@@ -530,10 +531,10 @@ class Tracer:
         self._tree_changed = True
 
     def _make_callback(self, key: int) -> Callable[[Any], None]:
-        tracer = weakref.ref(self)
+        watch = weakref.ref(self)
 
         def died(_ref: Any) -> None:
-            t = tracer()
+            t = watch()
             if t is not None and not t.closed:
                 t._forget_entry(key)
 
@@ -638,7 +639,7 @@ class Tracer:
         warnings.warn(f"torchwrapper: {message}", RuntimeWarning, stacklevel=2)
 
 
-# Bounds of what tracing keeps for the run (each is far above what real models reach): paths in
+# Bounds of what the model watch keeps for the run (each is far above what real models reach): paths in
 # modules.json, and kinds of transient module already checked by a walk.
 _MAX_PATHS = 100_000
 _MAX_KINDS = 10_000
@@ -665,5 +666,5 @@ def _finite(value: Any) -> Any:
     return value
 
 
-__all__ = ["BUILTIN_METRICS", "MODULES_FILE", "STATS_COLUMNS", "StatsOptions", "Tracer", "UPDATES_COLUMNS",
+__all__ = ["BUILTIN_METRICS", "MODULES_FILE", "ModelWatch", "STATS_COLUMNS", "StatsOptions", "UPDATES_COLUMNS",
            "load_modules", "load_stats", "load_updates", "read_stream"]

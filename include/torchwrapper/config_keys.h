@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Parsing of user-facing values: sizes ("128MB") and file name specs ("timestamp", templates). */
-#ifndef TORCHWRAPPER_CONFIG_H
-#define TORCHWRAPPER_CONFIG_H
+/* The configuration keys: the one validator of every key and its defaults (config_keys.c), the
+ * configuration typed for C (config_typed.c), and the user-facing values keys take: sizes ("128MB")
+ * and file name specs ("timestamp", templates; names.c). (config.h is the configure's.) */
+#ifndef TORCHWRAPPER_CONFIG_KEYS_H
+#define TORCHWRAPPER_CONFIG_KEYS_H
 
 #include "torchwrapper/common.h"
 #include "torchwrapper/schedule.h"
@@ -51,7 +53,7 @@ TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, cons
 /*
  * The profiler's configuration, validated in one place for every source (a Python dict, a JSON
  * config file, environment variables, profile()'s and Session's arguments). json_in is a JSON
- * object; its keys and what each accepts (the defaults are in one table, config_keys in config.c):
+ * object; its keys and what each accepts (the defaults are in one table, config_keys in config_keys.c):
  *   out_dir a path | format "json"|"csv" | file_max_size a size (>= 4096 bytes) | file_name_spec
  *   "timestamp", "serial" or a template | modules, include: lists of names | exclude null (the
  *   default list), [globs] (replacing it) or ["+glob", ...] (added to it; not both kinds) | args "summary"|"none"|"repr" | gpu "auto"|"on"|"off" | max_files a
@@ -78,7 +80,7 @@ TW_API int tw_config_normalize(const char *json_in, int from_strings, char **jso
  * Whose defaults fill in the keys not given. TorchWrapper's are the original TorchWrapper's (records
  * in "./output", argument summaries); profile()'s keep records in memory (out_dir null) and record no
  * argument text (args "none"); a bare Session's are profile()'s with gpu "off". The table of
- * defaults is in config.c, the only place they are written.
+ * defaults is in config_keys.c, the only place they are written.
  */
 typedef enum {
     TW_CONFIG_DEFAULTS_TORCHWRAPPER = 0,

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Model tracing: module instance paths on module calls, and the module tree (modules.json)."""
+"""The model watch: module instance paths on module calls, and the module tree (modules.json)."""
 import gc
 import json
 import os
@@ -197,7 +197,7 @@ def test_paths_cost_nothing_outside_module_forwards():
     assert _core.KIND_MODULE_FORWARD == 1
     with tw.profile() as prof:
         pass
-    kinds = {w.api_name: w.trace_kind for w in prof.patcher.wrappers.values()}
+    kinds = {w.api_name: w.watch_kind for w in prof.patcher.wrappers.values()}
     assert kinds["torch.nn.Linear.forward"] == _core.KIND_MODULE_FORWARD
     assert kinds["torch.add"] == 0 and kinds["torch.Tensor.add_"] == 0   # nothing asked for updates
 
