@@ -315,14 +315,16 @@ class ModelWatch:
         # contains this instance. Only nn.Module's own call frames are looked into (their `self`):
         # reading a frame's locals keeps a copy of them until the frame ends, which for these is
         # the end of the module call (a training loop's frame would keep its tensors alive).
+        # By identity: `code in a set` hashes the code object, which CPython 3.11 does over all its
+        # constants each time (~5,000 instructions a frame; callgrind, BERT: 0.2% of a step).
         codes = self._call_codes
         if codes is None:
             codes = self._call_codes = frozenset(
-                f.__code__ for f in (Module._call_impl, Module._wrapped_call_impl) if hasattr(f, "__code__"))
+                id(f.__code__) for f in (Module._call_impl, Module._wrapped_call_impl) if hasattr(f, "__code__"))
         running: List[Any] = []
         seen = set()
         while frame is not None:
-            if frame.f_code in codes:
+            if id(frame.f_code) in codes:
                 candidate = frame.f_locals.get("self")
                 if isinstance(candidate, Module) and id(candidate) not in seen:
                     seen.add(id(candidate))

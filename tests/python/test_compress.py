@@ -159,13 +159,17 @@ def test_a_bad_value_names_the_key_and_what_is_accepted():
 
 KILLED = """
 import sys, time, torch, torchwrapper as tw
-tw.profile(out_dir=sys.argv[1], format=sys.argv[2], compress="gzip", file_max_size=30000,
-           flush_interval=0.05).start()
+prof = tw.profile(out_dir=sys.argv[1], format=sys.argv[2], compress="gzip", file_max_size=30000,
+                  flush_interval=0.05)
+prof.start()
 x = torch.ones(4)
 for _ in range(3000):
     x = torch.add(x, 1)
 end = time.time() + 0.5
-while time.time() < end:          # calls go on: the recording thread hands its records over
+# Calls go on: the recording thread hands its records over, until the writer has written the adds.
+# Under load the writer (at SCHED_IDLE) may not have run for a while: the time alone did not tell
+# whether the file being written had anything in it yet.
+while time.time() < end or prof.stats()["records_written"] < 3000:
     torch.ones(1)
 print("flushed", flush=True)
 time.sleep(60)
