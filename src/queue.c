@@ -272,7 +272,7 @@ static int charge(tw_queue_t *q, uint64_t bytes, uint32_t *epoch, int *high)
 
 /* A producer does a share of the consumer's work (tw_queue_consumer_t's help): 1 when the consumer
  * was asked (it has a help, its thread runs and it is not stopping). No lock held. */
-static int help_consumer(tw_queue_t *q, int must)
+static int help_consumer(tw_queue_t *q, int urgency)
 {
     pthread_mutex_lock(&q->lock);
     const tw_queue_consumer_t *ops = q->ops;
@@ -283,7 +283,7 @@ static int help_consumer(tw_queue_t *q, int must)
     pthread_mutex_unlock(&q->lock);
     if (!asked)
         return 0;
-    ops->help(arg, must);
+    ops->help(arg, urgency);
     pthread_mutex_lock(&q->lock);
     if (--q->helpers == 0)
         pthread_cond_broadcast(&q->room);
@@ -296,10 +296,10 @@ tw_chunk_t *tw_queue_chunk(tw_queue_t *q, uint64_t tid)
     uint32_t epoch;
     int high;
     int charged = charge(q, TW_CHUNK_BYTES, &epoch, &high);
-    if (charged == 0 && help_consumer(q, 1)) /* no room: write for the consumer, then try again */
+    if (charged == 0 && help_consumer(q, TW_QUEUE_HELP_MUST)) /* no room: write for it, then try again */
         charged = charge(q, TW_CHUNK_BYTES, &epoch, &high);
-    else if (charged > 0 && high) /* past the high-water mark: write for it, if it is free now */
-        help_consumer(q, 0);
+    else if (charged > 0) /* past the high-water mark, if it is free now; below it, if it is late */
+        help_consumer(q, high ? TW_QUEUE_HELP_HIGH : TW_QUEUE_HELP_IF_LATE);
     if (charged == 0) {
         /* Still no room: wait for it when asked to and the consumer runs, else refuse. */
         pthread_mutex_lock(&q->lock);
@@ -330,7 +330,7 @@ int tw_queue_charge(tw_queue_t *q, uint64_t bytes)
 
 int tw_queue_help(tw_queue_t *q)
 {
-    return help_consumer(q, 1);
+    return help_consumer(q, TW_QUEUE_HELP_MUST);
 }
 
 void tw_queue_refund(tw_queue_t *q, uint64_t bytes)

@@ -276,21 +276,38 @@ static void *writer_main(void *arg)
             if (!w->pen_closed)
                 flush_interval(w, 0);
             pthread_mutex_unlock(&w->pen);
+            atomic_store_explicit(&w->flushed_ns, now, memory_order_relaxed);
             next_flush = now + w->flush_interval_ns;
         }
     }
     return NULL;
 }
 
+/* Flush intervals after which a writer thread that has not flushed is late: a producer then writes
+ * and flushes for it. The thread at the lowest priority gets no CPU while other programs keep every
+ * core busy (DataLoader workers, a second job): without this, records below the high-water mark
+ * stayed in memory, not in the files, for as long as that lasted (a test killed its child with
+ * SIGKILL to find them; an on-demand capture waited as long). */
+#define WRITER_LATE_INTERVALS 4
+
 /* A producer writes for the writer thread (the queue's help, tw_queue_consumer_t): the call records
- * until the budget is down to a quarter, and the rows of each stream. must: wait for the pen (no room
- * left; the thread, raised if it may be, leaves the rest to this one after its chunk); otherwise only
- * when nobody holds it. */
-static void writer_help(void *arg, int must)
+ * until the budget is down to a quarter (all of them when late), and the rows of each stream.
+ * urgency: TW_QUEUE_HELP_MUST (no room left) waits for the pen (the thread, raised if it may be,
+ * leaves the rest to this one after its chunk); TW_QUEUE_HELP_HIGH writes only when nobody holds
+ * it; TW_QUEUE_HELP_IF_LATE only when besides the thread is late (WRITER_LATE_INTERVALS), and then
+ * does the thread's flush too (files, manifest, sites, summary): a clock read a chunk when not. */
+static void writer_help(void *arg, int urgency)
 {
     tw_writer_t *w = arg;
+    uint64_t now = 0;
+    if (urgency == TW_QUEUE_HELP_IF_LATE) {
+        now = monotonic_ns();
+        uint64_t flushed = atomic_load_explicit(&w->flushed_ns, memory_order_relaxed);
+        if (now < flushed || now - flushed < WRITER_LATE_INTERVALS * w->flush_interval_ns)
+            return;
+    }
     if (pthread_mutex_trylock(&w->pen) != 0) {
-        if (!must)
+        if (urgency != TW_QUEUE_HELP_MUST)
             return;
         atomic_fetch_add(&w->pen_waiting, 1);
         writer_thread_raise(w);
@@ -299,8 +316,19 @@ static void writer_help(void *arg, int must)
     }
     if (!w->pen_closed) {
         atomic_fetch_add(&w->helped, 1);
+        /* late: everything queued, so that the files catch up; else a bounded share */
         for (writer_source_t *s = tw_writer_sources(w); s != NULL; s = s->next)
-            s->ops->write(w, s, 0);
+            s->ops->write(w, s, urgency == TW_QUEUE_HELP_IF_LATE);
+        if (urgency == TW_QUEUE_HELP_IF_LATE) {
+            pthread_mutex_lock(&w->lock); /* after the pen, as final_writing takes them */
+            int manifest_due = w->manifest_due;
+            w->manifest_due = 0;
+            pthread_mutex_unlock(&w->lock);
+            if (manifest_due)
+                tw_writer_write_manifest(w);
+            flush_interval(w, 0);
+            atomic_store_explicit(&w->flushed_ns, now, memory_order_relaxed);
+        }
     }
     pthread_mutex_unlock(&w->pen);
     tw_queue_room(w->queue); /* producers waiting for room (on_full "wait") */
@@ -343,6 +371,7 @@ static int ensure_thread(void *arg)
         sigset_t all, old;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
+        atomic_store(&w->flushed_ns, monotonic_ns()); /* late counts from here */
         err = pthread_create(&w->thread, NULL, writer_main, w);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (err == 0)

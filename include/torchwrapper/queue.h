@@ -99,10 +99,14 @@ TW_API void tw_queue_memory(tw_queue_t *q, uint64_t *used, uint64_t *peak, uint6
  * And help, the one called without the queue's lock, by a producer on its own thread: a consumer
  * whose thread gets too little CPU (it runs at the lowest priority, so as never to take a core from
  * the program) would otherwise let the budget fill up and the producers drop records. When a
- * producer's chunk takes the budget past half (TW_QUEUE_HIGH_WATER), help(arg, 0) asks the consumer
- * to do a bounded share of its work on the producer's thread now if it can without waiting; when
- * there is no room at all, help(arg, 1) waits for its turn and does it. The queue counts the helpers
- * in, and tw_queue_detach() waits for them to leave.
+ * producer's chunk takes the budget past half (TW_QUEUE_HIGH_WATER), help(arg, TW_QUEUE_HELP_HIGH)
+ * asks the consumer to do a bounded share of its work on the producer's thread now if it can without
+ * waiting; when there is no room at all, help(arg, TW_QUEUE_HELP_MUST) waits for its turn and does
+ * it. Below the mark each new chunk asks help(arg, TW_QUEUE_HELP_IF_LATE): the consumer does its
+ * work there only if it is late by its own measure (the writer: its files not flushed for several
+ * flush intervals, a machine whose every core other programs keep busy), so that what reaches the
+ * files never lags without bound. The queue counts the helpers in, and tw_queue_detach() waits for
+ * them to leave.
  *
  * Any may be NULL.
  */
@@ -112,10 +116,15 @@ typedef struct tw_queue_consumer {
     void (*fork_prepare)(void *arg);
     void (*fork_parent)(void *arg);
     void (*fork_child)(void *arg);
-    void (*help)(void *arg, int must);
+    void (*help)(void *arg, int urgency);
 } tw_queue_consumer_t;
 
-/* The part of the budget past which producers help the consumer (help(arg, 0)): a half. */
+/* help's urgency (above) */
+#define TW_QUEUE_HELP_IF_LATE 0 /* below the high-water mark: only if the consumer is late */
+#define TW_QUEUE_HELP_HIGH 1    /* past it: if the consumer's work is free to take now */
+#define TW_QUEUE_HELP_MUST 2    /* no room: wait for the turn */
+
+/* The part of the budget past which producers help the consumer (TW_QUEUE_HELP_HIGH): a half. */
 #define TW_QUEUE_HIGH_WATER(limit) ((limit) / 2)
 
 /* The least budget a consumer may set: two chunks (one being filled, one being written). */

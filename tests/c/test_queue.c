@@ -92,18 +92,18 @@ static void an_attached_consumer_bounds_the_bytes_waiting_and_is_rung_at_each_ch
     tw_queue_destroy(q);
 }
 
-/* A consumer that, made to (must), writes (releases) one of the chunks it was handed. */
+/* A consumer that, made to (TW_QUEUE_HELP_MUST), writes (releases) one of the chunks it was handed. */
 typedef struct {
     tw_chunk_t *held[4];
     int count;
-    int asked[2]; /* help(arg, 0), help(arg, 1) */
+    int asked[3]; /* by urgency: TW_QUEUE_HELP_IF_LATE, _HIGH, _MUST */
 } helped_t;
 
-static void help_by_releasing(void *arg, int must)
+static void help_by_releasing(void *arg, int urgency)
 {
     helped_t *h = arg;
-    h->asked[must != 0]++;
-    if (must && h->count > 0)
+    h->asked[urgency]++;
+    if (urgency == TW_QUEUE_HELP_MUST && h->count > 0)
         tw_chunk_release(h->held[--h->count]);
 }
 
@@ -114,17 +114,19 @@ static void producers_help_the_consumer_past_half_of_the_budget_and_when_it_is_f
     static const tw_queue_consumer_t consumer = {NULL, NULL, NULL, NULL, NULL, help_by_releasing};
     helped_t h = {0};
     assert_int_equal(tw_queue_attach(q, 4 * TW_CHUNK_BYTES, 0, &consumer, &h, 1), 0);
-    tw_chunk_t *a = tw_queue_chunk(q, 1), *b = tw_queue_chunk(q, 1); /* half: not past it */
-    assert_int_equal(h.asked[0] + h.asked[1], 0);
+    /* half: not past it; each chunk asks only whether the consumer is late */
+    tw_chunk_t *a = tw_queue_chunk(q, 1), *b = tw_queue_chunk(q, 1);
+    assert_int_equal(h.asked[TW_QUEUE_HELP_IF_LATE], 2);
+    assert_int_equal(h.asked[TW_QUEUE_HELP_HIGH] + h.asked[TW_QUEUE_HELP_MUST], 0);
     h.held[h.count++] = tw_queue_chunk(q, 1); /* past half: asked, if it is free now */
-    assert_int_equal(h.asked[0], 1);
+    assert_int_equal(h.asked[TW_QUEUE_HELP_HIGH], 1);
     h.held[h.count++] = tw_queue_chunk(q, 1); /* full */
-    assert_int_equal(h.asked[0], 2);
-    assert_int_equal(h.asked[1], 0);
+    assert_int_equal(h.asked[TW_QUEUE_HELP_HIGH], 2);
+    assert_int_equal(h.asked[TW_QUEUE_HELP_MUST], 0);
     /* no room: the consumer is made to write, and then there is */
     tw_chunk_t *c = tw_queue_chunk(q, 1);
     assert_non_null(c);
-    assert_int_equal(h.asked[1], 1);
+    assert_int_equal(h.asked[TW_QUEUE_HELP_MUST], 1);
     assert_int_equal(h.count, 1);
     /* a consumer stopping is not asked: past half, or full (the chunk is refused, as on_full "drop") */
     tw_queue_stop(q);
@@ -132,8 +134,9 @@ static void producers_help_the_consumer_past_half_of_the_budget_and_when_it_is_f
     c = tw_queue_chunk(q, 1);
     assert_non_null(c);
     assert_null(tw_queue_chunk(q, 1));
-    assert_int_equal(h.asked[0], 2);
-    assert_int_equal(h.asked[1], 1);
+    assert_int_equal(h.asked[TW_QUEUE_HELP_HIGH], 2);
+    assert_int_equal(h.asked[TW_QUEUE_HELP_MUST], 1);
+    assert_int_equal(h.asked[TW_QUEUE_HELP_IF_LATE], 2);
     tw_chunk_release(c);
     tw_chunk_release(a);
     tw_chunk_release(b);

@@ -187,6 +187,99 @@ static void check_starved_writer(int block_when_full, int unprivileged)
     free_fixture(&f);
 }
 
+/* Complete lines in dir's .csv files now (the writer may be writing the last one): rows + headers. */
+static uint64_t csv_lines(const char *dir)
+{
+    uint64_t lines = 0;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 4 || strcmp(e->d_name + n - 4, ".csv") != 0)
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *fp = fopen(path, "rb");
+        assert_non_null(fp);
+        for (int c; (c = fgetc(fp)) != EOF;)
+            lines += c == '\n';
+        fclose(fp);
+    }
+    closedir(d);
+    return lines;
+}
+
+/* Holds the writer thread's CPU (three threads that never sleep, on *cpu) until stop_spinners(). */
+static pthread_t spinners[3];
+
+static void start_spinners(cpu_set_t *cpu)
+{
+    __atomic_store_n(&spin_stop, 0, __ATOMIC_RELAXED);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&spinners[i], NULL, spin, cpu), 0);
+}
+
+static void stop_spinners(void)
+{
+    __atomic_store_n(&spin_stop, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < 3; i++)
+        pthread_join(spinners[i], NULL);
+}
+
+/*
+ * Below the high-water mark, with the writer thread starved (its CPU held by busy threads, as when
+ * other programs keep every core busy): the records still reach the files while the program runs,
+ * not only when it closes. The chunk handed over after 10 flush intervals finds the thread late
+ * (no flush for 4 intervals), and its producer writes and flushes for it; or the thread ran since
+ * the first chunk and wrote it then. Before, they stayed in memory for as long as the starvation
+ * lasted (a SIGKILL lost them, an on-demand capture waited).
+ */
+static void a_starved_writer_s_records_reach_the_files_while_the_program_runs(void **state)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 30, .file_name_spec = "serial",
+                                 .buffer_bytes = 32 << 20, .flush_interval_ns = 10 * 1000 * 1000, .rank = -1};
+    open_fixture(&f, config);
+    pid_t tid = writer_tid();
+    if (tid < 0) {
+        close_fixture(&f);
+        free_fixture(&f);
+        skip(); /* no /proc: not Linux */
+    }
+    cpu_set_t allowed, writer_cpu, producer_cpu;
+    assert_int_equal(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int a = -1, b = -1;
+    for (int i = 0; i < CPU_SETSIZE && b < 0; i++)
+        if (CPU_ISSET(i, &allowed)) {
+            if (a < 0)
+                a = i;
+            else
+                b = i;
+        }
+    if (b < 0)
+        b = a;
+    CPU_ZERO(&writer_cpu);
+    CPU_SET(a, &writer_cpu);
+    CPU_ZERO(&producer_cpu);
+    CPU_SET(b, &producer_cpu);
+    assert_int_equal(sched_setaffinity(tid, sizeof writer_cpu, &writer_cpu), 0);
+    start_spinners(&writer_cpu);
+    assert_int_equal(sched_setaffinity(0, sizeof producer_cpu, &producer_cpu), 0);
+    record_calls(f.rec, f.ids, TW_CHUNK_RECORDS + 1); /* one chunk handed over */
+    usleep(100 * 1000);                                /* 10 flush intervals at least */
+    record_calls(f.rec, f.ids, TW_CHUNK_RECORDS);     /* the next handover finds the thread late */
+    tw_writer_stats_t ws;
+    tw_writer_stats(f.writer, &ws);
+    uint64_t lines = csv_lines(f.dir); /* before close: what the files hold now */
+    stop_spinners();
+    assert_int_equal(sched_setaffinity(0, sizeof allowed, &allowed), 0);
+    close_fixture(&f);
+    assert_true(ws.records_written >= TW_CHUNK_RECORDS);
+    assert_true(lines >= TW_CHUNK_RECORDS + 1); /* the header, and the first chunk's rows */
+    free_fixture(&f);
+}
+
 static void a_writer_starved_of_cpu_loses_nothing(void **state)
 {
     check_starved_writer(0, 0);
@@ -210,6 +303,7 @@ int main(void)
         cmocka_unit_test(a_writer_starved_of_cpu_loses_nothing),
         cmocka_unit_test(a_writer_starved_of_cpu_loses_nothing_when_producers_wait),
         cmocka_unit_test(a_writer_starved_of_cpu_loses_nothing_where_it_may_not_be_raised),
+        cmocka_unit_test(a_starved_writer_s_records_reach_the_files_while_the_program_runs),
     };
     return cmocka_run_group_tests_name("writer_load", tests, NULL, NULL);
 }
