@@ -7,15 +7,15 @@
 
 #include "active.h"
 #include "args.h"
+#include "core_state.h"
 #include "flops.h"
 #include "memory.h"
-#include "core_state.h"
+#include "model_watch.h"
 #include "patch.h"
 #include "ranges.h"
 #include "record_reader.h"
 #include "scan.h"
 #include "session.h"
-#include "model_watch.h"
 #include "wrap.h"
 
 
