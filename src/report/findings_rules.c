@@ -342,9 +342,17 @@ int findings_settle(report_sink_t *sink)
             evidence(x, "syncs_per_step", (double)count / per_step);
             evidence(x, "ms_per_step", ms(total) / per_step);
             const char *api = strchr(list[0]->key, '\t');
+            /* "3 calls in 30 steps" where there is less than one a step ("0.1 calls a step" read oddly) */
+            char rate[64];
+            double per = (double)count / per_step;
+            if (per >= 1)
+                snprintf(rate, sizeof rate, "%.1f calls a step", per);
+            else
+                snprintf(rate, sizeof rate, "%" PRIu64 " call%s in %.0f steps", (uint64_t)count, count == 1 ? "" : "s",
+                         per_step);
             snprintf(x->message, sizeof x->message,
-                     "%.1f calls a step copy a result to the host (%s at %.*s first): on a GPU each waits for "
-                     "all the work queued before it.", (double)count / per_step, api != NULL ? api + 1 : "?",
+                     "%s %s a result to the host (%s at %.*s first): on a GPU each waits for all the work "
+                     "queued before it.", rate, count == 1 ? "copies" : "copy", api != NULL ? api + 1 : "?",
                      (int)strcspn(list[0]->key, "\t"), list[0]->key);
             snprintf(x->fix, sizeof x->fix,
                      "Keep values on the device: accumulate metrics as tensors (total += loss.detach()) and call "

@@ -321,7 +321,7 @@ static void section_apis(FILE *out, const page_t *pg)
     for (size_t i = 0; i < shown; i++) {
         const tw_api_stats_t *s = &order[i]->stats;
         fputs("<tr><td>", out);
-        report_html_text(out, order[i]->key, order[i]->key_len);
+        report_html_name(out, order[i]->key, order[i]->key_len);
         fprintf(out, "</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td><td>", s->calls, s->errors);
         ms(out, s->total_ns);
         fputs("</td><td>", out);
@@ -571,7 +571,7 @@ static void section_modules(FILE *out, const page_t *pg)
     for (size_t i = 0; i < shown; i++) {
         const tw_api_stats_t *s = &order[i]->stats;
         fputs("<tr><td>", out);
-        report_html_text(out, order[i]->key, order[i]->key_len);
+        report_html_name(out, order[i]->key, order[i]->key_len);
         fprintf(out, "</td><td>%" PRIu64 "</td><td>", s->calls);
         ms(out, s->total_ns);
         fputs("</td><td>", out);
@@ -623,7 +623,7 @@ static void section_gpu(FILE *out, const page_t *pg)
         for (size_t i = 0; i < shown; i++) {
             const tw_api_stats_t *s = &order[i]->stats;
             fputs("<tr><td>", out);
-            report_html_text(out, order[i]->key, order[i]->key_len);
+            report_html_name(out, order[i]->key, order[i]->key_len);
             fputs("</td><td>", out);
             ms(out, s->gpu_ns);
             fprintf(out, "</td><td>%" PRIu64 "</td><td>", s->calls);

@@ -28,4 +28,7 @@ void report_html_begin(FILE *out, const char *title);
 void report_html_end(FILE *out);
 void report_html_text(FILE *out, const char *s, size_t len);
 
+/* The same for a name in a table's first column: it wraps between its dotted or slashed parts. */
+void report_html_name(FILE *out, const char *s, size_t len);
+
 #endif

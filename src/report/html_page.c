@@ -24,6 +24,24 @@ void report_html_text(FILE *out, const char *s, size_t len)
     }
 }
 
+/* A dotted or slashed name in a table's first column (an API, a module path, a site): escaped, with a
+ * line-break opportunity after each '.', '/' and ':', so that a long name wraps between its parts
+ * (BertModel.<wbr>forward), not inside one ("forwar" / "d"); <wbr> adds no text: sorting and
+ * copying see the name as it is. */
+void report_html_name(FILE *out, const char *s, size_t len)
+{
+    size_t from = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '.' || s[i] == '/' || s[i] == ':') {
+            report_html_text(out, s + from, i + 1 - from);
+            if (i + 1 < len && s[i + 1] != ':')
+                fputs("<wbr>", out);
+            from = i + 1;
+        }
+    }
+    report_html_text(out, s + from, len - from);
+}
+
 static const char page_style[] =
     "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#1d1d1f;"
     "background:#f5f6f8}\n"
@@ -37,7 +55,7 @@ static const char page_style[] =
     ".card b{display:block;font-size:17px}.card span{color:#5f6670;font-size:12px}\n"
     "table{border-collapse:collapse;width:100%;font-size:13px}\n"
     "th,td{padding:3px 8px;border-bottom:1px solid #eef0f2;text-align:right;white-space:nowrap}\n"
-    "th:first-child,td:first-child{text-align:left;white-space:normal;word-break:break-all;min-width:16em}\n"
+    "th:first-child,td:first-child{text-align:left;white-space:normal;overflow-wrap:anywhere;min-width:16em}\n"
     "th{background:#f0f2f5;position:sticky;top:0}\n"
     "table.sortable th{cursor:pointer;user-select:none}\n"
     "th[data-dir=desc]::after{content:' \\25BC'}th[data-dir=asc]::after{content:' \\25B2'}\n"

@@ -437,7 +437,7 @@ void report_ranks_write_html(const ranks_result_t *r, FILE *out)
         for (size_t a = 0; a < k->napis; a++) {
             const ranks_api_t *api = &k->apis[a];
             fputs("<tr><td>", out);
-            report_html_text(out, api->api, strlen(api->api));
+            report_html_name(out, api->api, strlen(api->api));
             fprintf(out, "</td><td>%.3f</td><td>%.3f</td><td>%+.3f</td><td>%.1f</td><td>%.2g</td></tr>\n",
                     ms(api->rank_ns), ms(api->others_ns), ms(api->change_ns), api->change_pct, api->p_value);
         }

@@ -161,6 +161,34 @@ def test_clicking_a_column_name_sorts_the_api_table(page, pages):
     assert page.problems == []
 
 
+def test_a_long_api_name_wraps_between_its_parts_and_reads_whole(page, pages):
+    """A name too long for its column breaks after a dot (torch.nn.functional.<br>linear), never
+    inside a part ("forwar" / "d"); its text, for sorting and copying, is the name unbroken."""
+    html, _ = pages
+    page.goto(html.as_uri())
+    page.set_viewport_size({"width": 900, "height": 900})   # narrow: the long names must wrap
+    cells = page.locator("#api-table tbody tr td:nth-child(1)")
+    names = cells.all_text_contents()
+    assert all(" " not in n and "\n" not in n for n in names)
+    wrapped = 0
+    for i, name in enumerate(names):
+        lines = cells.nth(i).evaluate(
+            """td => { const r = document.createRange(); r.selectNodeContents(td);
+                       const tops = new Set([...r.getClientRects()].map(x => Math.round(x.top)));
+                       return tops.size; }""")
+        if lines > 1 and "." in name:   # (a name of one part, an autograd node's, breaks where it must)
+            wrapped += 1
+            # each part (a text node between <wbr>s) stays on one line: the browser broke the name
+            # only where a <wbr> allowed it
+            spans = cells.nth(i).evaluate(
+                """td => [...td.childNodes].filter(n => n.nodeType === 3).map(n => {
+                       const r = document.createRange(); r.selectNodeContents(n);
+                       return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; })""")
+            assert spans and max(spans) == 1, (name, spans)
+    assert wrapped > 0, names
+    assert page.problems == []
+
+
 def test_the_standalone_svg_zooms_and_searches(page, pages, tmp_path):
     _, svg = pages
     page.goto(svg.as_uri())
