@@ -40,7 +40,7 @@ BENCHES: List[Tuple[str, str, Tuple[str, ...]]] = [
     ("report", "bench_report.py", ("bench-report.json",)),
     ("findings", "bench_findings.py", ()),
     ("ranks", "bench_ranks.py", ("bench-ranks.json",)),
-    ("trace", "bench_model_watch.py", ("bench-trace.json",)),
+    ("model_watch", "bench_model_watch.py", ("bench-model-watch.json",)),
     ("load", "bench_load.py", ("bench-load.json",)),
     ("transformer", "bench_transformer.py", ("bench-transformer.json",)),
     ("hf", "bench_hf.py", ()),

@@ -22,8 +22,8 @@ work, wall time varies by 2x from run to run while CPU time does not.
 Targets: profiled - no-paths: not measurable; stats - profiled <= 2 x ops;
 item - plain >= 5 x (stats - profiled).
 
-BENCH=quick (default), full or smoke (tests/bench/modes.py) sets the repetitions; BENCH_TRACE_JSON
-(default build/bench-trace.json in the build tree) the result file.
+BENCH=quick (default), full or smoke (tests/bench/modes.py) sets the repetitions; BENCH_MODEL_WATCH_JSON
+(default build/bench-model-watch.json in the build tree) the result file.
 """
 from __future__ import annotations
 
@@ -255,7 +255,7 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, BENCH={MODE}")
     trainer = Trainer()
     trainer.steps()   # warm up: first-call costs of every kernel
-    out = tempfile.mkdtemp(prefix="tw-bench-trace-")
+    out = tempfile.mkdtemp(prefix="tw-bench-model-watch-")
     times = {k: [] for k in ("plain", "no-paths", "profiled", "stats", "ops", "item")}
     calls, grads = capture_step(trainer)
     n_tensors = sum(len(g) for g in calls + grads)
@@ -346,8 +346,8 @@ def main() -> None:
               "us_per_step": med, "paths_cost_us": paths_cost, "stats_extra_us": stats_extra, "ops_us": ops,
               "item_extra_us": item_extra, "extra_over_ops": stats_extra / ops,
               "item_over_stats": item_extra / max(stats_extra, 1e-9)}
-    path = os.environ.get("BENCH_TRACE_JSON", os.path.join(os.environ.get("top_builddir", "."), "build",
-                                                           "bench-trace.json"))
+    path = os.environ.get("BENCH_MODEL_WATCH_JSON", os.path.join(os.environ.get("top_builddir", "."), "build",
+                                                           "bench-model-watch.json"))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)

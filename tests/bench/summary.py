@@ -74,8 +74,8 @@ def ranks(out: str) -> str:
             f"straggler rank 17 {found}")
 
 
-def trace(out: str) -> str:
-    r = read_json(os.path.join(out, "bench-trace.json"))
+def model_watch(out: str) -> str:
+    r = read_json(os.path.join(out, "bench-model-watch.json"))
     return (f"module path {r['probe_ns']:+.1f} ns a forward; tensor stats {r['extra_over_ops']:.2f}x their ops; "
             f".item() way {r['item_over_stats']:.1f}x ours")
 
@@ -192,7 +192,7 @@ def short(model: str) -> str:
 
 FIGURES: Dict[str, Callable[[str], str]] = {
     "writer": writer, "run": run, "training": training, "report": report, "findings": findings, "ranks": ranks,
-    "trace": trace,
+    "model_watch": model_watch,
     "load": load, "transformer": transformer, "hf": hf, "gpu": gpu, "sites": sites, "schedule": schedule,
     "backward": backward, "trainer": trainer, "flops": flops, "memory": memory, "compress": compress,
 }

@@ -83,7 +83,7 @@ def main(directory):
     training = load(directory, "bench-training.json")
     report = load(directory, "bench-report.json")
     writer = load(directory, "bench-writer.txt")
-    trace = load(directory, "bench-trace.json")
+    watch = load(directory, "bench-model-watch.json")
     transformer = load(directory, "bench-transformer.json")
     hf = load(directory, "bench-hf.txt")
     loading = load(directory, "bench-load.json")
@@ -158,12 +158,12 @@ def main(directory):
         add_hf(add, hf)
     if memory:
         add_memory(add, memory["bench_memory"])
-    if trace:
-        add("model watch: module path per module forward", f"{trace['probe_ns']:+.1f} ns", "no measurable cost")
-        add(f"tensor statistics, CNN step ({trace['tensors_per_step']} tensors): extra / their own ops",
-            f"{trace['extra_over_ops']:.2f}x", "≤ 2x")
+    if watch:
+        add("model watch: module path per module forward", f"{watch['probe_ns']:+.1f} ns", "no measurable cost")
+        add(f"tensor statistics, CNN step ({watch['tensors_per_step']} tensors): extra / their own ops",
+            f"{watch['extra_over_ops']:.2f}x", "≤ 2x")
         add("tensor statistics: the per-number .item() technique's extra / ours",
-            f"{trace['item_over_stats']:.1f}x", "≥ 5x")
+            f"{watch['item_over_stats']:.1f}x", "≥ 5x")
     if writer:
         add("writer thread, CSV / JSON", f"{writer['csv_records_per_s'] / 1e6:.1f} / "
             f"{writer['json_records_per_s'] / 1e6:.1f} M records/s", "2 / 1 M/s")
