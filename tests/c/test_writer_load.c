@@ -77,6 +77,27 @@ static pid_t writer_tid(void)
     return -1;
 }
 
+/* This thread's CPUs in *allowed; the first of them in *writer_cpu, the second (the first again on
+ * one CPU: the threads share it) in *producer_cpu. */
+static void split_cpus(cpu_set_t *allowed, cpu_set_t *writer_cpu, cpu_set_t *producer_cpu)
+{
+    assert_int_equal(sched_getaffinity(0, sizeof *allowed, allowed), 0);
+    int a = -1, b = -1;
+    for (int i = 0; i < CPU_SETSIZE && b < 0; i++)
+        if (CPU_ISSET(i, allowed)) {
+            if (a < 0)
+                a = i;
+            else
+                b = i;
+        }
+    if (b < 0)
+        b = a;
+    CPU_ZERO(writer_cpu);
+    CPU_SET(a, writer_cpu);
+    CPU_ZERO(producer_cpu);
+    CPU_SET(b, producer_cpu);
+}
+
 static int spin_stop; /* atomic accesses */
 
 /* A thread that never sleeps, on the CPU of *arg. */
@@ -136,21 +157,7 @@ static void check_starved_writer(int block_when_full, int unprivileged)
     assert_int_equal(sched_getscheduler(tid), SCHED_IDLE);
 #endif
     cpu_set_t allowed, writer_cpu, producer_cpu;
-    assert_int_equal(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-    int a = -1, b = -1;
-    for (int i = 0; i < CPU_SETSIZE && b < 0; i++)
-        if (CPU_ISSET(i, &allowed)) {
-            if (a < 0)
-                a = i;
-            else
-                b = i;
-        }
-    if (b < 0)
-        b = a; /* one CPU: the three threads share it */
-    CPU_ZERO(&writer_cpu);
-    CPU_SET(a, &writer_cpu);
-    CPU_ZERO(&producer_cpu);
-    CPU_SET(b, &producer_cpu);
+    split_cpus(&allowed, &writer_cpu, &producer_cpu);
     assert_int_equal(sched_setaffinity(tid, sizeof writer_cpu, &writer_cpu), 0);
     __atomic_store_n(&spin_stop, 0, __ATOMIC_RELAXED);
     pthread_t spinner;
@@ -248,21 +255,7 @@ static void a_starved_writer_s_records_reach_the_files_while_the_program_runs(vo
         skip(); /* no /proc: not Linux */
     }
     cpu_set_t allowed, writer_cpu, producer_cpu;
-    assert_int_equal(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-    int a = -1, b = -1;
-    for (int i = 0; i < CPU_SETSIZE && b < 0; i++)
-        if (CPU_ISSET(i, &allowed)) {
-            if (a < 0)
-                a = i;
-            else
-                b = i;
-        }
-    if (b < 0)
-        b = a;
-    CPU_ZERO(&writer_cpu);
-    CPU_SET(a, &writer_cpu);
-    CPU_ZERO(&producer_cpu);
-    CPU_SET(b, &producer_cpu);
+    split_cpus(&allowed, &writer_cpu, &producer_cpu);
     assert_int_equal(sched_setaffinity(tid, sizeof writer_cpu, &writer_cpu), 0);
     start_spinners(&writer_cpu);
     assert_int_equal(sched_setaffinity(0, sizeof producer_cpu, &producer_cpu), 0);
