@@ -267,6 +267,7 @@ static void *writer_main(void *arg)
         }
         /* Each drain takes a new view of the captures after taking its rows (the calls' runs first,
          * so that the view is fresh for tw_captures_advance below too). */
+        uint64_t drained_from = monotonic_ns(); /* what was queued by then is in the flush below */
         for (writer_source_t *s = tw_writer_sources(w); s != NULL; s = s->next)
             s->ops->drain(w, s);
         tw_queue_room(w->queue); /* what was written gave its memory back */
@@ -276,7 +277,7 @@ static void *writer_main(void *arg)
             if (!w->pen_closed)
                 flush_interval(w, 0);
             pthread_mutex_unlock(&w->pen);
-            atomic_store_explicit(&w->flushed_ns, now, memory_order_relaxed);
+            atomic_store_explicit(&w->flushed_ns, drained_from, memory_order_release);
             next_flush = now + w->flush_interval_ns;
         }
     }
@@ -294,20 +295,23 @@ static void *writer_main(void *arg)
  * until the budget is down to a quarter (all of them when late), and the rows of each stream.
  * urgency: TW_QUEUE_HELP_MUST (no room left) waits for the pen (the thread, raised if it may be,
  * leaves the rest to this one after its chunk); TW_QUEUE_HELP_HIGH writes only when nobody holds
- * it; TW_QUEUE_HELP_IF_LATE only when besides the thread is late (WRITER_LATE_INTERVALS), and then
- * does the thread's flush too (files, manifest, sites, summary): a clock read a chunk when not. */
+ * it; TW_QUEUE_HELP_IF_LATE only when the thread is late (WRITER_LATE_INTERVALS), and then waits for
+ * the pen as MUST does and does the thread's flush too (files, manifest, sites, summary): a clock
+ * read a chunk when it is not late. */
 static void writer_help(void *arg, int urgency)
 {
     tw_writer_t *w = arg;
     uint64_t now = 0;
     if (urgency == TW_QUEUE_HELP_IF_LATE) {
         now = monotonic_ns();
-        uint64_t flushed = atomic_load_explicit(&w->flushed_ns, memory_order_relaxed);
+        uint64_t flushed = atomic_load_explicit(&w->flushed_ns, memory_order_acquire);
         if (now < flushed || now - flushed < WRITER_LATE_INTERVALS * w->flush_interval_ns)
             return;
     }
     if (pthread_mutex_trylock(&w->pen) != 0) {
-        if (urgency != TW_QUEUE_HELP_MUST)
+        /* late: whoever holds the pen leaves the rest to this one after its chunk, then the flush
+         * comes here, so that a late thread's records reach the files now, whoever writes them */
+        if (urgency == TW_QUEUE_HELP_HIGH)
             return;
         atomic_fetch_add(&w->pen_waiting, 1);
         writer_thread_raise(w);
@@ -327,7 +331,7 @@ static void writer_help(void *arg, int urgency)
             if (manifest_due)
                 tw_writer_write_manifest(w);
             flush_interval(w, 0);
-            atomic_store_explicit(&w->flushed_ns, now, memory_order_relaxed);
+            atomic_store_explicit(&w->flushed_ns, now, memory_order_release);
         }
     }
     pthread_mutex_unlock(&w->pen);

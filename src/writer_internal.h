@@ -120,7 +120,7 @@ struct tw_writer {
     int pen_closed;              /* closed: nobody writes any more, the files are closed (pen) */
     _Atomic unsigned pen_waiting; /* producers with no room waiting for the pen: the thread leaves them the work */
     _Atomic uint64_t helped;     /* times a producer wrote for the writer thread */
-    _Atomic uint64_t flushed_ns; /* when the files were last flushed (monotonic), by the thread or a producer */
+    _Atomic uint64_t flushed_ns; /* the files were last flushed with all queued by then (monotonic time) */
     _Atomic int boosted;         /* the thread was raised to normal priority: it goes back to the lowest */
     _Atomic pid_t tid;           /* the writer thread's, once it runs (Linux) */
 

@@ -238,9 +238,11 @@ static void stop_spinners(void)
  * Below the high-water mark, with the writer thread starved (its CPU held by busy threads, as when
  * other programs keep every core busy): the records still reach the files while the program runs,
  * not only when it closes. The chunk handed over after 10 flush intervals finds the thread late
- * (no flush for 4 intervals), and its producer writes and flushes for it; or the thread ran since
- * the first chunk and wrote it then. Before, they stayed in memory for as long as the starvation
- * lasted (a SIGKILL lost them, an on-demand capture waited).
+ * (no flush for 4 intervals), and its producer writes and flushes for it (waiting for the pen if the
+ * thread holds it); or the thread flushed in the last 4 intervals, after the first chunk came, and so
+ * wrote it first. Either way, whatever the scheduler gave the thread: no clock in the assertion.
+ * Before, they stayed in memory for as long as the starvation lasted (a SIGKILL lost them, an
+ * on-demand capture waited).
  */
 static void a_starved_writer_s_records_reach_the_files_while_the_program_runs(void **state)
 {
