@@ -317,6 +317,12 @@ static void writer_help(void *arg, int urgency)
         writer_thread_raise(w);
         pthread_mutex_lock(&w->pen);
         atomic_fetch_sub(&w->pen_waiting, 1);
+        /* another late producer, or the thread, flushed meanwhile: nothing is late any more */
+        if (urgency == TW_QUEUE_HELP_IF_LATE && atomic_load_explicit(&w->flushed_ns, memory_order_acquire) > now -
+                                                    WRITER_LATE_INTERVALS * w->flush_interval_ns) {
+            pthread_mutex_unlock(&w->pen);
+            return;
+        }
     }
     if (!w->pen_closed) {
         atomic_fetch_add(&w->helped, 1);
