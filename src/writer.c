@@ -213,14 +213,15 @@ static void writer_thread_lowest(void)
  * for the pen the thread holds, or the program closes. The kernel counts SCHED_IDLE as nice 20: an
  * unprivileged thread leaves it only for a nice its RLIMIT_NICE allows (20 - the limit; with the
  * usual limit, 0, none), so that is the nice it gets. The thread goes back to the lowest priority
- * before it next waits for work. Refused: nothing changes (the producer's wait is one chunk of the
- * thread's writing).
+ * when it next wakes, unless the writer is stopping. Refused: nothing changes (the producer's wait is
+ * one chunk of the thread's writing). force: even if a raise is recorded (boosted), for the closing
+ * thread, which must not depend on that flag's timing against the thread's own lowering.
  */
-static void writer_thread_raise(tw_writer_t *w)
+static void writer_thread_raise(tw_writer_t *w, int force)
 {
 #if defined(__linux__) && defined(SCHED_IDLE)
     pid_t tid = atomic_load(&w->tid);
-    if (tid <= 0 || atomic_exchange(&w->boosted, 1))
+    if (tid <= 0 || (atomic_exchange(&w->boosted, 1) && !force))
         return;
     struct sched_param param = {0};
     int rc = sched_setscheduler(tid, SCHED_OTHER, &param);
@@ -237,6 +238,7 @@ static void writer_thread_raise(tw_writer_t *w)
         atomic_store(&w->boosted, 0);
 #else
     (void)w;
+    (void)force;
 #endif
 }
 
@@ -244,18 +246,27 @@ static void *writer_main(void *arg)
 {
     tw_writer_t *w = arg;
 #if defined(__linux__)
-    pthread_setname_np(pthread_self(), "tw-writer");
     atomic_store(&w->tid, (pid_t)syscall(SYS_gettid));
 #endif
-    writer_thread_lowest();
+    /* Lowered only under the lock and never once stopping is set (under the same lock): the closing
+     * thread raises it after that to see it leave, and a lowering that came after that raise left it
+     * starved at the lowest priority while every core was busy, and close waiting on it (a raise
+     * between a producer's raise and the thread's own lowering was lost). */
+    pthread_mutex_lock(&w->lock);
+    if (!w->stopping)
+        writer_thread_lowest();
+    pthread_mutex_unlock(&w->lock);
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "tw-writer"); /* once at its priority: the tests look for it */
+#endif
     uint64_t next_flush = monotonic_ns() + w->flush_interval_ns;
     for (;;) {
-        if (atomic_exchange(&w->boosted, 0)) /* raised for a while: back to the lowest */
-            writer_thread_lowest();
         wait_for_work(w, next_flush); /* returns with the lock held */
         int stopping = w->stopping;
         int manifest_due = w->manifest_due;
         w->manifest_due = 0;
+        if (!stopping && atomic_exchange(&w->boosted, 0)) /* raised for a while: back to the lowest */
+            writer_thread_lowest();
         pthread_mutex_unlock(&w->lock);
         if (stopping) /* the closing thread writes what is left */
             break;
@@ -314,7 +325,7 @@ static void writer_help(void *arg, int urgency)
         if (urgency == TW_QUEUE_HELP_HIGH)
             return;
         atomic_fetch_add(&w->pen_waiting, 1);
-        writer_thread_raise(w);
+        writer_thread_raise(w, 0);
         pthread_mutex_lock(&w->pen);
         atomic_fetch_sub(&w->pen_waiting, 1);
         /* another late producer, or the thread, flushed meanwhile: nothing is late any more */
@@ -351,7 +362,7 @@ static void final_writing(tw_writer_t *w)
 {
     atomic_fetch_add(&w->pen_waiting, 1); /* the writer thread stops after its chunk */
     if (pthread_mutex_trylock(&w->pen) != 0) {
-        writer_thread_raise(w);
+        writer_thread_raise(w, 1);
         pthread_mutex_lock(&w->pen);
     }
     atomic_fetch_sub(&w->pen_waiting, 1);
@@ -623,7 +634,7 @@ int tw_writer_close(tw_writer_t *w)
     if (running) {
         /* It has only to see stopping and leave, but at the lowest priority on busy cores (torch's
          * threads spinning, another process) that could wait a long time: raised where we may. */
-        writer_thread_raise(w);
+        writer_thread_raise(w, 1); /* stopping is set: the thread no longer lowers itself */
         pthread_join(w->thread, NULL);
         pthread_mutex_lock(&w->lock);
         w->thread_running = 0;

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -100,7 +101,13 @@ def test_a_signal_mid_run_loses_nothing(tmp_path, sig):
     # the signal lands mid-loop, after MADE calls whatever the machine's speed
     assert child.stdout.readline().split() == ["made", str(MADE)]
     child.send_signal(sig)
-    _, err = child.communicate(timeout=60)
+    try:
+        _, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:   # say where it waits (once: the writer thread left starved)
+        stacks = subprocess.run(["gdb", "-p", str(child.pid), "-batch", "-ex", "thread apply all bt 20"],
+                                capture_output=True, text=True).stdout if shutil.which("gdb") else "(no gdb)"
+        child.kill()
+        pytest.fail(f"the child did not exit 60 s after {sig!r}; its threads:\n{stacks}")
     assert child.returncode == -sig, err  # as without the profiler (Python re-raises SIGINT at exit)
     calls = contiguous_calls(str(tmp_path))
     assert calls >= MADE
