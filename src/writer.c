@@ -248,10 +248,11 @@ static void *writer_main(void *arg)
 #if defined(__linux__)
     atomic_store(&w->tid, (pid_t)syscall(SYS_gettid));
 #endif
-    /* Lowered only under the lock and never once stopping is set (under the same lock): the closing
-     * thread raises it after that to see it leave, and a lowering that came after that raise left it
-     * starved at the lowest priority while every core was busy, and close waiting on it (a raise
-     * between a producer's raise and the thread's own lowering was lost). */
+    /* Lowered only under the lock, and never once stopping is set (under the same lock): the closing
+     * thread raises it after that to see it leave. A lowering that came after a raise (the thread
+     * had taken the flag of an earlier one, then a producer raised it) left it at the lowest
+     * priority with the raise recorded, so that close's raise was skipped and close waited for a
+     * thread that got no CPU while every core was busy. */
     pthread_mutex_lock(&w->lock);
     if (!w->stopping)
         writer_thread_lowest();
