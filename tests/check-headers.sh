@@ -120,5 +120,13 @@ for name in $(echo "$names" | uniq -d); do
     echo "check-headers: two headers named $name:" $(cd "$src" && find src python/core include libtorch tests -name "$name")
     status=1
 done
-[ $status -eq 0 ] && echo "check-headers: every header compiles alone, no include circle, each .c file includes its own header first (after config.h in src/), no two headers share a name"
+# (5) every header ships: named in Makefile.am (a _SOURCES, _HEADERS or EXTRA_DIST list), else the sdist
+# lacks it and a wheel built from it fails to compile (src/api_text.h did, caught only by check-install)
+for h in $(cd "$src" && find src python/core include libtorch tests/c -name '*.h' | sort); do
+    if ! grep -q -F -w "$h" "$src/Makefile.am"; then
+        echo "check-headers: $h is not named in Makefile.am: it would not ship in the sdist"
+        status=1
+    fi
+done
+[ $status -eq 0 ] && echo "check-headers: every header compiles alone, no include circle, each .c file includes its own header first (after config.h in src/), no two headers share a name, every header ships"
 exit $status
