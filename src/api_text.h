@@ -20,4 +20,8 @@ typedef struct {
 /* id's name and renderings, or NULL for an id never interned. Lock-free; thread-safe. */
 const tw_api_text_t *tw_api_text(uint32_t id);
 
+/* A record's module path as written (recorder.c, beside tw_module_path, which reads its name): NULL
+ * for no module (TW_MODULE_NONE), the root's "" (quoted in CSV too, to tell it from no module). */
+const tw_api_text_t *tw_module_text(uint32_t module_id);
+
 #endif

@@ -18,17 +18,6 @@ static char *put_csv_text(char *p, const char *s, size_t len)
     return tw_csv_field(p, s, len);
 }
 
-/* A record's module path as written (tw_module_path's mapping): NULL for no module, the root's "" */
-static const tw_api_text_t *module_text(uint32_t module_id)
-{
-    static const tw_api_text_t root = {"", 0, "\"\"", 2, "\"\"", 2}; /* CSV: "" tells it from no module */
-    if (module_id == TW_MODULE_NONE)
-        return NULL;
-    if (module_id == TW_MODULE_ROOT)
-        return &root;
-    return tw_api_text(module_id - 1);
-}
-
 static char *put(char *p, const char *s, size_t len)
 {
     memcpy(p, s, len);
@@ -57,7 +46,7 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
     const tw_api_text_t *api = tw_api_text(r->api_id);
     if (api == NULL)
         api = &unknown;
-    const tw_api_text_t *module = module_text(r->module_id); /* NULL: not a module call */
+    const tw_api_text_t *module = tw_module_text(r->module_id); /* NULL: not a module call */
     char *p = line;
     int64_t start = tw_clock_epoch_ns(clock, r->start);
     uint64_t cost = tw_clock_duration_ns(clock, r->cost);

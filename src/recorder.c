@@ -19,6 +19,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "api_text.h"
 #include "atfork.h"
 #include "torchwrapper/api.h"
 #include "torchwrapper/queue.h"
@@ -275,11 +276,18 @@ void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats)
     tw_queue_counts(rec->queue, &stats->chunks, &stats->records);
 }
 
-const char *tw_module_path(uint32_t module_id)
+const tw_api_text_t *tw_module_text(uint32_t module_id)
 {
+    static const tw_api_text_t root = {"", 0, "\"\"", 2, "\"\"", 2}; /* CSV: "" tells it from no module */
     if (module_id == TW_MODULE_NONE)
         return NULL;
     if (module_id == TW_MODULE_ROOT)
-        return "";
-    return tw_api_name(module_id - 1);
+        return &root;
+    return tw_api_text(module_id - 1);
+}
+
+const char *tw_module_path(uint32_t module_id)
+{
+    const tw_api_text_t *text = tw_module_text(module_id);
+    return text != NULL ? text->name : NULL;
 }
