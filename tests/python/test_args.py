@@ -107,7 +107,8 @@ tensors = [torch.ones(2, 3), torch.zeros(()), torch.empty(0, 5), torch.ones(1, 2
            torch.ones(2, dtype=torch.float64), torch.ones(2, dtype=torch.uint16), torch.ones(8, 8).t(),
            torch.ones(4, 4)[::2], torch.nn.Parameter(torch.ones(3)), torch.ones(2).as_subclass(Sub),
            torch.ones(2).as_subclass(Shaped), torch.ones(2, device="meta"), torch.nested.nested_tensor([torch.ones(2)]),
-           torch.empty(123456, 0, 10, 99, 100, 1000), torch.empty(*[1] * 12, device="meta"),
+           torch.empty(123456, 0, 10, 99, 100, 1000), torch.empty(999, 9999, 10000, 1001, device="meta"),
+           torch.empty(*[1] * 12, device="meta"),
            torch.empty(2 ** 62, dtype=torch.bool, device="meta"), torch.ones(3, 4)[:, 1], torch.ones(2, requires_grad=True) * 2]
 small = torch.ones(2, 3)
 containers = [[small, [small, (small, torch.ones(1, dtype=torch.float64))]], (small,), [[small] * 9],
@@ -147,6 +148,7 @@ def test_tensor_summaries_read_by_the_libtorch_layer_equal_torch_s_getters():
     assert layer[:4] == ["((f32[2,3]@cpu,), {})", "((f32[]@cpu,), {})", "((f32[0,5]@cpu,), {})",
                          "((f16[1,2,3,4,5,6]@cpu,), {})"]
     assert "((f32[7,7]@cpu,), {})" in layer and "((f32[2]@meta,), {})" in layer
+    assert "((f32[999,9999,10000,1001]@meta,), {})" in layer  # each way the layer writes a size, at its bounds
     assert "((f32[123456,0,10,99,100,1000]@cpu,), {})" in layer and "((bool[4611686018427387904]@meta,), {})" in layer
     assert "(([f32[2,3]@cpu, [f32[2,3]@cpu, tuple]],), {})" in layer  # two levels of containers, then a type name
     assert "(((f32[2,3]@cpu,),), {})" in layer and "(({'a': 1},), {})".replace("{'a': 1}", "dict") in layer
