@@ -3,13 +3,17 @@
 initialisation (small configs, nothing downloaded): BertForSequenceClassification (whose forward
 makes a CrossEntropyLoss() module on every call), GPT2LMHeadModel and LlamaForCausalLM (RMSNorm,
 rotary positions, gated SiLU MLP, grouped-query attention), each trained with AdamW on generated
-tokens (loss.backward(), opt.step(), opt.zero_grad()), at torch's default thread count (nothing
-here calls torch.set_num_threads). Measured:
+tokens (loss.backward(), opt.step(), opt.zero_grad()), at torch's default thread count (only the
+in-process part's second pass sets one thread). Measured:
 
   in-process: tw.profile(out_dir, format="csv") with args "none" and with args "summary"; each
     repetition times a block of STEPS profiled steps (after a warm-up block in the same session)
     next to a block of plain steps, adjacent, which one first alternating, the order of the modes
-    rotating; the median over REPS of profiled / plain.
+    rotating; the median over REPS of profiled / plain, and of profiled - plain a step (the
+    profiler's own work, in ms). Then the same at one torch thread (torch.set_num_threads(1)): the
+    profiler's work runs on the calling thread either way, so alike extra ms at both thread counts
+    say its writer takes nothing from torch's threads, and the ratio at torch's threads is that
+    work over a step made shorter by them.
   through `python -m torchwrapper run`, with its defaults and with `--set args=none`: this file
     run as a program (`bench_hf.py --worker MODEL STEPS BLOCKS`, which prints each block's loop
     time and the process's CPU time, every thread's: the writer's too), plain and profiled processes
@@ -235,16 +239,15 @@ def profiled_block(tw: ModuleType, step: Callable[[], None], steps: int, out_dir
     return ns, prof.stats()["records"] / (2 * steps)
 
 
-def in_process(tw: ModuleType, hf: ModuleType, name: str, tmp: str) -> dict:
-    step = make_step(hf, name)
-    steps = SIZES["steps"]
+def interleaved(tw: ModuleType, step: Callable[[], None], steps: int, out_dir: str) -> dict:
+    """Each args mode's profiled blocks against plain blocks beside them, REPS times: the median ratio
+    and the median extra time a step (ms), which is what the profiler's own work costs whatever the
+    step's length."""
     for _ in range(3):
         timed(step, steps)
-    out_dir = os.path.join(tmp, "in-process")
     modes = ["args none", "args summary"]
-    ratios: Dict[str, List[float]] = {m: [] for m in modes}
+    pairs: Dict[str, List[Tuple[int, int]]] = {m: [] for m in modes}
     records: Dict[str, float] = {}
-    plains: List[int] = []
     for rep in range(REPS):
         gc.collect()
         for mode in modes[rep % 2:] + modes[:rep % 2]:
@@ -256,12 +259,30 @@ def in_process(tw: ModuleType, hf: ModuleType, name: str, tmp: str) -> dict:
             else:
                 profiled, records[mode] = profiled_block(tw, step, steps, out_dir, args)
                 plain = timed(step, steps)
-            plains.append(plain)
-            ratios[mode].append(profiled / plain)
+            pairs[mode].append((profiled, plain))
+    plains = [plain for mode in modes for _, plain in pairs[mode]]
     row = {"plain_ms_per_step": round(statistics.median(plains) / steps / 1e6, 3)}
     for mode in modes:
-        row[mode] = {"ratio": round(statistics.median(ratios[mode]), 4),
+        row[mode] = {"ratio": round(statistics.median(p / q for p, q in pairs[mode]), 4),
+                     "extra_ms_per_step": round(statistics.median(p - q for p, q in pairs[mode]) / steps / 1e6, 3),
                      "records_per_step": round(records[mode], 1)}
+    return row
+
+
+def in_process(tw: ModuleType, hf: ModuleType, name: str, tmp: str) -> dict:
+    """At torch's default threads, and again at one thread: the profiler's work runs on the calling
+    thread whatever torch's threads, so the extra time a step is alike at both when its writer stands
+    in nobody's way, while the ratio grows as torch's threads shorten the step (#50)."""
+    step = make_step(hf, name)
+    out_dir = os.path.join(tmp, "in-process")
+    row = interleaved(tw, step, SIZES["steps"], out_dir)
+    threads = torch.get_num_threads()
+    if threads > 1:
+        torch.set_num_threads(1)
+        try:
+            row["one thread"] = interleaved(tw, step, SIZES["steps"], out_dir)
+        finally:
+            torch.set_num_threads(threads)
     return row
 
 
@@ -513,8 +534,11 @@ def print_model(name: str, inproc: Optional[dict], run: Optional[dict]) -> None:
           (f"; load average {run['load_average'][0]:.1f} -> {run['load_average'][1]:.1f}" if run else ""),
           flush=True)
     for mode in ("args none", "args summary") if inproc else ():
-        v = inproc[mode]
-        print(f"    tw.profile, CSV, {mode:13} {v['ratio']:.3f}x  ({v['records_per_step']:.0f} records/step)")
+        v, one = inproc[mode], inproc.get("one thread", {}).get(mode)
+        print(f"    tw.profile, CSV, {mode:13} {v['ratio']:.3f}x  ({v['records_per_step']:.0f} records/step, "
+              f"{v['extra_ms_per_step']:+.2f} ms/step" +
+              (f"; one torch thread {one['ratio']:.3f}x, {one['extra_ms_per_step']:+.2f} ms/step "
+               f"of {inproc['one thread']['plain_ms_per_step']:.2f}" if one else "") + ")")
     for key, v in (run or {}).items():
         if isinstance(v, dict):   # loop time and CPU time (separate processes), instructions
             print(f"    python -m torchwrapper {key:24} wall {v['wall']:.3f}x (min {v['wall_min']:.3f}x), "

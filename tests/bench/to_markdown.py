@@ -46,6 +46,13 @@ def add_hf(add, hf):
             f"{row['args none']['ratio']:.3f}x / {row['args summary']['ratio']:.3f}x; "
             f"{ratio(run, 'run, args none')} / {ratio(run, 'run, defaults')}",
             "1.03x / 1.10x; 1.03x / 1.10x")
+        one = row.get("one thread")
+        if one and "extra_ms_per_step" in row["args none"]:
+            add(f"`transformers` {titles.get(name, name)} in-process, the profiler's extra ms a step at {threads} "
+                f"threads / at one thread (plain {one['plain_ms_per_step']:.1f} ms/step), args none; summary",
+                "; ".join(f"{row[mode]['extra_ms_per_step']:+.2f} / {one[mode]['extra_ms_per_step']:+.2f} "
+                          f"({one[mode]['ratio']:.3f}x at one thread)" for mode in ("args none", "args summary")),
+                "alike")
     for name, run in hf["run"].items():
         add(f"`transformers` {titles.get(name, name)} through `run`, args none / defaults (separate processes, "
             f"interleaved): wall median, min; CPU time; instructions per step (callgrind)",
