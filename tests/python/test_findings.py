@@ -5,6 +5,7 @@ no high or medium finding."""
 import inspect
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -267,7 +268,9 @@ def test_the_outputs_of_tw_report_findings(tmp_path):
     with tw.profile(out_dir=str(out)):
         optimizer_loop(False, False)
     text = subprocess.run([TW_REPORT, "--findings", str(out)], capture_output=True, text=True, check=True).stdout
-    assert "[medium] zero_grad_fills" in text and f"at {HERE}:{line_of('zero_grad')} optimizer_loop" in text
+    # its severity is its share of the run's time, which the machine's load moves: either one of the two
+    assert re.search(r"^\[(medium|high)\] zero_grad_fills, ", text, re.M), text
+    assert f"at {HERE}:{line_of('zero_grad')} optimizer_loop" in text
     done = subprocess.run([TW_REPORT, "--findings", "--format", "json", str(out)], capture_output=True, text=True,
                           check=True)
     result = json.loads(done.stdout)
