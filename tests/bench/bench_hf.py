@@ -13,7 +13,7 @@ in-process part's second pass sets one thread). Measured:
     profiler's own work, in ms). Then the same at one torch thread (torch.set_num_threads(1)): the
     profiler's work runs on the calling thread either way, so alike extra ms at both thread counts
     say its writer takes nothing from torch's threads, and the ratio at torch's threads is that
-    work over a step made shorter by them.
+    work over a step they may have made shorter.
   through `python -m torchwrapper run`, with its defaults and with `--set args=none`: this file
     run as a program (`bench_hf.py --worker MODEL STEPS BLOCKS`, which prints each block's loop
     time and the process's CPU time, every thread's: the writer's too), plain and profiled processes
@@ -272,7 +272,7 @@ def interleaved(tw: ModuleType, step: Callable[[], None], steps: int, out_dir: s
 def in_process(tw: ModuleType, hf: ModuleType, name: str, tmp: str) -> dict:
     """At torch's default threads, and again at one thread: the profiler's work runs on the calling
     thread whatever torch's threads, so the extra time a step is alike at both when its writer stands
-    in nobody's way, while the ratio grows as torch's threads shorten the step (#50)."""
+    in nobody's way, while the ratio grows where torch's threads shorten the step (#50)."""
     step = make_step(hf, name)
     out_dir = os.path.join(tmp, "in-process")
     row = interleaved(tw, step, SIZES["steps"], out_dir)
