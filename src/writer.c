@@ -303,6 +303,14 @@ static void *writer_main(void *arg)
  * SIGKILL to find them; an on-demand capture waited as long). */
 #define WRITER_LATE_INTERVALS 4
 
+/* Whether, at now, the files were last flushed WRITER_LATE_INTERVALS or more intervals ago (a flush
+ * after now, by another thread, is not late). */
+static int writer_late(tw_writer_t *w, uint64_t now)
+{
+    uint64_t flushed = atomic_load_explicit(&w->flushed_ns, memory_order_acquire);
+    return now >= flushed && now - flushed >= WRITER_LATE_INTERVALS * w->flush_interval_ns;
+}
+
 /* A producer writes for the writer thread (the queue's help, tw_queue_consumer_t): the call records
  * until the budget is down to a quarter (all of them when late), and the rows of each stream.
  * urgency: TW_QUEUE_HELP_MUST (no room left) waits for the pen (the thread, raised if it may be,
@@ -316,8 +324,7 @@ static void writer_help(void *arg, int urgency)
     uint64_t now = 0;
     if (urgency == TW_QUEUE_HELP_IF_LATE) {
         now = monotonic_ns();
-        uint64_t flushed = atomic_load_explicit(&w->flushed_ns, memory_order_acquire);
-        if (now < flushed || now - flushed < WRITER_LATE_INTERVALS * w->flush_interval_ns)
+        if (!writer_late(w, now))
             return;
     }
     if (pthread_mutex_trylock(&w->pen) != 0) {
@@ -330,8 +337,7 @@ static void writer_help(void *arg, int urgency)
         pthread_mutex_lock(&w->pen);
         atomic_fetch_sub(&w->pen_waiting, 1);
         /* another late producer, or the thread, flushed meanwhile: nothing is late any more */
-        if (urgency == TW_QUEUE_HELP_IF_LATE && atomic_load_explicit(&w->flushed_ns, memory_order_acquire) > now -
-                                                    WRITER_LATE_INTERVALS * w->flush_interval_ns) {
+        if (urgency == TW_QUEUE_HELP_IF_LATE && !writer_late(w, now)) {
             pthread_mutex_unlock(&w->pen);
             return;
         }
