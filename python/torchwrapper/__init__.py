@@ -26,7 +26,7 @@ from ._profile import Profile, profile
 from ._tensor_stats import BUILTIN_METRICS
 from ._tree import call_tree
 from ._diff import DIFF_COLUMNS, diff
-from ._findings import findings
+from ._findings import findings, step_anatomy
 from ._ranks import RANKS_COLUMNS, ranks
 
 __version__ = _core.version
@@ -94,7 +94,7 @@ def load_ipython_extension(ipython) -> None:
     load(ipython)
 
 
-__all__ = ["BUILTIN_METRICS", "DIFF_COLUMNS", "RANKS_COLUMNS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "diff", "findings", "flops_table", "memory_table", "load_modules",
+__all__ = ["BUILTIN_METRICS", "DIFF_COLUMNS", "RANKS_COLUMNS", "STATS_COLUMNS", "UPDATES_COLUMNS", "call_tree", "diff", "findings", "flops_table", "step_anatomy", "memory_table", "load_modules",
            "load_stats", "load_sites", "load_updates", "DEFAULT_EXCLUDE", "MethodWrapper", "Patcher", "Plan", "Profile",
            "Record", "SKIP_ATTRIBUTES",
            "SKIP_MODULES", "Session", "TorchWrapper", "Wrapper", "discover", "getAPIName", "getAttributes",

@@ -261,6 +261,14 @@ def _is_generator_function(obj: Any) -> bool:
 # (module, attribute path) of the private callables recorded for findings (tw-report --findings).
 DIAGNOSTIC_POINTS: List[Tuple[str, str]] = [
     ("torch.utils.data.dataloader", "_BaseDataLoaderIter.__next__"),   # input-bound: the wait for a batch
+    # profiler_left_on: another profiler switched on and off (its modules are excluded, these four
+    # calls only say when it records)
+    ("torch.profiler.profiler", "profile.start"),
+    ("torch.profiler.profiler", "profile.stop"),
+    ("torch.autograd.profiler", "profile.__enter__"),
+    ("torch.autograd.profiler", "profile.__exit__"),
+    ("torch.autograd.profiler", "emit_nvtx.__enter__"),
+    ("torch.autograd.profiler", "emit_nvtx.__exit__"),
 ]
 
 
@@ -430,8 +438,8 @@ def _discover(roots: Sequence[str], include: Sequence[str], exclude: Optional[Se
         if public is not None:
             shared.append(Target(raw, f"{public}.step", "method", [(cls, "step", raw)], shared=True))
 
-    # The points findings need that the rules above leave out (private names): the wait for a
-    # DataLoader's next batch.
+    # The points findings need that the rules above leave out (private names, excluded modules): the
+    # wait for a DataLoader's next batch, another profiler started and stopped.
     for mod_name, path in DIAGNOSTIC_POINTS:
         module = sys.modules.get(mod_name)
         if module is None or not under(mod_name):

@@ -8,15 +8,23 @@ from ._diff import Source, _inputs, _report_json
 
 def findings(path: Source, *, jobs: Optional[int] = None) -> List[Dict[str, Any]]:
     """What is wrong in a profiled run, where, what it costs and how to fix it: tw-report
-    --findings' list, most severe first. Each finding is a dict with ``kind`` (a stable identifier:
-    ``input_bound``, ``host_sync``, ``python_outside_torch``, ``many_small_ops``,
-    ``optimizer_single_tensor``, ``zero_grad_fills``, ``conv_bias_before_batchnorm``,
-    ``recompilation``, ``step_time_drift``, ``memory_growth``, ``straggler``), ``severity`` (``high``, ``medium``, ``low``), ``share``
-    (of the run's time, None where the finding is not a time), ``where`` (the program's lines,
-    ``"train.py:54 <module>"``, most costly first; module paths where that is the unit),
-    ``evidence`` (the numbers it rests on), ``message`` and ``fix``.
+    --findings' list, most severe first, then by share. Each finding is a dict with ``kind`` (a
+    stable identifier, one of the catalogue's rules: ``tw-report --rules``, docs/findings.md),
+    ``severity`` (``high``, ``medium``, ``low``), ``share`` (of the run's time, None where the
+    finding is not a time), ``where`` (the program's lines, ``"train.py:54 <module>"``, most costly
+    first; module paths where that is the unit), ``evidence`` (the numbers it rests on),
+    ``message``, ``fix`` and ``source`` (where the advice comes from).
     path: a profile's output directory, a record file, or a list of them."""
     return findings_output(path, "json", jobs=jobs)["findings"]
+
+
+def step_anatomy(path: Source, *, jobs: Optional[int] = None) -> Optional[Dict[str, Any]]:
+    """A typical step of a profiled run (the mean of the middle half of its steps, the first left
+    out): ``{"steps", "step_ms", "parts_ms": {"data", "forward", "backward", "optimizer",
+    "evaluation", "other torch", "Python"}, "lines": [{"where", "runs", "share", "ms"}]}``, the
+    program's lines that cost 5% of a step or more with the call that costs the most at each; None
+    under three steps."""
+    return findings_output(path, "json", jobs=jobs)["anatomy"]
 
 
 def findings_output(path: Source, fmt: str = "text", *, jobs: Optional[int] = None) -> Any:
@@ -36,17 +44,33 @@ def findings_output(path: Source, fmt: str = "text", *, jobs: Optional[int] = No
     return output
 
 
+def anatomy_text(anatomy: Optional[Dict[str, Any]], lines_shown: int = 3) -> str:
+    """A typical step in a line or a few: its time, its parts' shares, its costliest lines. "" for
+    None (under three steps)."""
+    if not anatomy or anatomy["step_ms"] <= 0:
+        return ""
+    step = anatomy["step_ms"]
+    parts = ", ".join(f"{name} {100 * ms / step:.0f}%" for name, ms in anatomy["parts_ms"].items()
+                      if ms >= 0.005 * step)
+    lines = [f"A typical step: {step:.2f} ms: {parts}"]
+    for line in anatomy["lines"][:lines_shown]:
+        lines.append(f"  {100 * line['share']:.1f}% of a step at {line['where']}: {line['runs']}")
+    return "\n".join(lines) + "\n"
+
+
 def summary_text(path: Source, shown: int = 3) -> str:
-    """The findings in a few lines, for the end of a run, a notebook cell, a trainer's log: the
-    high and medium ones (at most shown) with their first line and fix, the rest counted. "" when
-    there are none, or when the files cannot be read (the report above says why)."""
+    """The step's anatomy and the findings in a few lines, for the end of a run, a notebook cell, a
+    trainer's log: a typical step's parts and costliest lines, then the high and medium findings (at
+    most shown) with their first line and fix, the rest counted. "" when there is nothing to say,
+    or when the files cannot be read (the report above says why)."""
     try:
         result = findings_output(path, "json")
     except (ValueError, OSError):
         return ""
+    text = anatomy_text(result.get("anatomy"))
     found = result["findings"]
     if not found:
-        return ""
+        return text
     serious = [f for f in found if f["severity"] in ("high", "medium")]
     lines = [f"Findings: {len(serious)} high or medium, {len(found) - len(serious)} low "
              f"(tw-report --findings {path} for all):"]
@@ -54,4 +78,4 @@ def summary_text(path: Source, shown: int = 3) -> str:
         where = f" at {f['where'][0]}" if f["where"] else ""
         lines.append(f"  [{f['severity']}] {f['kind']}{where}: {f['message']}")
         lines.append(f"      fix: {f['fix']}")
-    return "\n".join(lines) + "\n"
+    return text + "\n".join(lines) + "\n"

@@ -56,10 +56,10 @@
     "  --diff BASE       compare the inputs (NEW) with BASE (a directory or file; repeat for more files): per\n"   \
     "                    API, time per step in both runs, the change, and whether it is beyond the step-to-step\n" \
     "                    noise; steps 1 to the last but one unless --steps (warm-up and a cut-off last step)\n"   \
-    "  --findings        instead of the table: what is wrong in the run, where (the program's lines), what\n"   \
-    "                    it costs and how to fix it (input-bound, host syncs, Python between calls, small\n"     \
-    "                    operations, single-tensor optimizers, zero_grad fills, conv bias before batch norm,\n"   \
-    "                    recompilation, step time drift); --format json|markdown\n"                             \
+    "  --findings        instead of the table: a typical step's parts and costliest lines, then what is wrong\n" \
+    "                    in the run, where (the program's lines), what it costs and how to fix it, ranked by\n" \
+    "                    cost; --format json|markdown\n"                                                       \
+    "  --rules           the findings' catalogue: each rule, its severity thresholds and its source\n"          \
     "  --ranks           instead of the table: per step and rank the step's time, the skew and the slowest\n"   \
     "                    rank; the ranks by how often and how much they were slowest; for a rank slower than\n"  \
     "                    the others beyond noise (--alpha, --min-change), the APIs that explain it; on runs\n"  \
@@ -251,6 +251,10 @@ int report_parse_options(int argc, char *const argv[], options_t *o, FILE *out, 
         if (strcmp(a, "--findings") == 0) {
             o->findings = 1;
             continue;
+        }
+        if (strcmp(a, "--rules") == 0) {
+            o->rules = 1;
+            return 0;
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(USAGE, out);

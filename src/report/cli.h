@@ -22,6 +22,7 @@ typedef enum { SORT_TOTAL, SORT_SELF, SORT_GPU, SORT_CALLS, SORT_MEAN, SORT_MIN,
 
 typedef struct options {
     int help; /* --help was printed: nothing else to do */
+    int rules; /* --rules: the findings' catalogue, nothing else */
     sort_key_t sort;
     size_t top;
     group_by_t by;

@@ -18,6 +18,7 @@
 
 #include "torchwrapper/common.h"
 
+#include "findings_args.h"
 #include "findings_internal.h"
 #include "ranks.h"
 
@@ -108,24 +109,6 @@ static size_t join_key(char *buf, const site_line_t *line, const char *more, siz
     return n + len;
 }
 
-/* The tally's groups less the first step's, when settle leaves the first step out. */
-void findings_tally_settle(findings_t *f, tally_t *t)
-{
-    if (!f->skip_first || t->first_step_too)
-        return;
-    size_t n;
-    group_t **first = report_group_list(&t->first, &n);
-    for (size_t i = 0; first != NULL && i < n; i++) {
-        group_t *g = report_group_get(&t->all, first[i]->key, first[i]->key_len);
-        if (g == NULL)
-            continue;
-        g->stats.calls -= first[i]->stats.calls;
-        g->stats.total_ns -= first[i]->stats.total_ns;
-        g->stats.self_ns -= first[i]->stats.self_ns;
-    }
-    free(first);
-}
-
 static thread_state_t *thread_of(findings_t *f, int64_t pid, uint64_t tid)
 {
     if (f->last_thread != NULL && f->last_thread->pid == pid && f->last_thread->tid == tid)
@@ -164,39 +147,36 @@ static int is_sync(tw_str_t api)
     return 0;
 }
 
-/* Whether a convolution's arguments ("((f32[..]@cpu, f32[..]@cpu, f32[8]@cpu, ...), {...})") pass a
- * bias tensor: the third positional argument is a tensor, not None. */
-static int conv_has_bias(tw_str_t args)
+/* a += b (the counters; not the runs, which are the level's own) */
+static inline void add_subtree(subtree_t *a, const subtree_t *b)
 {
-    if (args.len < 2 || args.ptr[0] != '(' || args.ptr[1] != '(')
-        return 0;
-    int depth = 0, index = 0;
-    for (size_t i = 2; i < args.len; i++) {
-        char c = args.ptr[i];
-        if (c == '(' || c == '[' || c == '{')
-            depth++;
-        else if (c == ')' || c == ']' || c == '}') {
-            if (depth-- == 0)
-                return 0;
-        } else if (c == ',' && depth == 0 && ++index == 2) {
-            while (i + 1 < args.len && args.ptr[i + 1] == ' ')
-                i++;
-            return i + 4 < args.len && memcmp(args.ptr + i + 1, "None", 4) != 0 && args.ptr[i + 1] != ')';
-        }
-    }
-    return 0;
+    a->rows += b->rows;
+    a->foreach_calls += b->foreach_calls;
+    a->fused_calls += b->fused_calls;
+    a->inplace_calls += b->inplace_calls;
+    a->fills += b->fills;
+    a->fill_ns += b->fill_ns;
+    a->conv_bias += b->conv_bias;
+    a->forward_ns += b->forward_ns;
+    a->backward_ns += b->backward_ns;
 }
 
-/* a += times * b */
-static inline void add_subtree(subtree_t *a, const subtree_t *b, uint32_t times)
+static int is_backward(tw_str_t api)
 {
-    a->rows += times * b->rows;
-    a->foreach_calls += times * b->foreach_calls;
-    a->fused_calls += times * b->fused_calls;
-    a->inplace_calls += times * b->inplace_calls;
-    a->fills += times * b->fills;
-    a->fill_ns += times * b->fill_ns;
-    a->conv_bias += times * b->conv_bias;
+    return is(api, "torch.Tensor.backward") || is(api, "torch.autograd.backward") || is(api, "torch.autograd.grad");
+}
+
+/* The calls of a run at a level: one more of entry e. */
+static void add_run(subtree_t *level, series_entry_t *e, uint64_t cost_ns)
+{
+    for (uint32_t i = 0; i < level->nruns; i++)
+        if (level->runs[i].entry == e) {
+            level->runs[i].count++;
+            level->runs[i].cost_ns += cost_ns;
+            return;
+        }
+    if (level->nruns < LEVEL_RUNS)
+        level->runs[level->nruns++] = (level_run_t){e, 1, cost_ns};
 }
 
 /*
@@ -205,12 +185,20 @@ static inline void add_subtree(subtree_t *a, const subtree_t *b, uint32_t times)
  * at depth d takes the levels above d (its subtree, every row of it read since the last row at
  * depth <= d) and adds them, with its own counts, into level[d]. The levels above d are those of
  * its children alone, but for a row whose parent is not read: one level a row, whatever the depth.
+ * The runs of level d + 1 are the row's children's: those made at another line than the row's were
+ * made by the program itself (in "boundary" sites, torch's own calls take their caller's line).
  */
-static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d)
+static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d, series_entry_t *e)
 {
     subtree_t inside = {0};
+    if (d + 1 <= t->top) {
+        const subtree_t *children = &t->level[d + 1];
+        for (uint32_t i = 0; i < children->nruns; i++)
+            if (children->runs[i].entry->site != row->site)
+                report_series_program(children->runs[i].entry, children->runs[i].count, children->runs[i].cost_ns);
+    }
     for (size_t k = d + 1; k <= t->top; k++) {
-        add_subtree(&inside, &t->level[k], 1);
+        add_subtree(&inside, &t->level[k]);
         memset(&t->level[k], 0, sizeof t->level[k]);
     }
     subtree_t own = {.rows = 1};
@@ -224,11 +212,18 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d)
         own.fills = 1;
         own.fill_ns = row->cost_ns;
     }
-    if ((is(row->api, "torch.conv1d") || is(row->api, "torch.conv2d") || is(row->api, "torch.conv3d")) &&
-        conv_has_bias(row->args))
-        own.conv_bias = 1;
-    add_subtree(&t->level[d], &own, 1);
-    add_subtree(&t->level[d], &inside, 1);
+    subtree_t carried = inside;
+    if (is_backward(row->api)) { /* all of it backward (a checkpoint's forwards run again inside) */
+        carried.forward_ns = 0;
+        own.backward_ns = row->cost_ns > inside.backward_ns ? row->cost_ns - inside.backward_ns : 0;
+    } else if (e != NULL && e->module_forward) { /* all of it forward: the outermost module's */
+        carried.forward_ns = carried.backward_ns = 0;
+        own.forward_ns = row->cost_ns;
+    }
+    add_subtree(&t->level[d], &own);
+    add_subtree(&t->level[d], &carried);
+    if (e != NULL && d > 0)
+        add_run(&t->level[d], e, row->cost_ns);
     t->top = d;
     return inside;
 }
@@ -241,6 +236,175 @@ static int is_module_forward(tw_str_t api, const char *family)
            memcmp(api.ptr + n + 1, "d.forward", 9) == 0;
 }
 
+/* The row's step's parts on thread t, grown as steps come; NULL out of memory or past FIND_STEPS. */
+static step_parts_t *parts_of(findings_t *f, thread_state_t *t, int64_t step)
+{
+    if (step < 0 || step >= FIND_STEPS)
+        return NULL;
+    uint64_t s = (uint64_t)step;
+    if (s >= t->nparts) {
+        uint64_t grown = s + 1 > 2 * t->nparts ? s + 1 : 2 * t->nparts;
+        step_parts_t *more = realloc(t->parts, grown * sizeof *more);
+        if (more == NULL) {
+            f->oom = 1;
+            return NULL;
+        }
+        memset(more + t->nparts, 0, (grown - t->nparts) * sizeof *more);
+        t->parts = more, t->nparts = grown;
+    }
+    t->parts[s].used = 1;
+    return &t->parts[s];
+}
+
+/* The model class a Module.eval()/train() was called on ("((Net, False), {})": "Net"), into buf. */
+static void module_class(tw_str_t args, char *buf, size_t cap)
+{
+    tw_str_t first;
+    if (!findings_first_arg(args, &first))
+        first.len = 0;
+    snprintf(buf, cap, "%.*s", (int)first.len, first.ptr);
+}
+
+/* The outermost calls switch grad mode and eval mode: no_grad and inference_mode contexts, and the
+ * model's eval()/train() (only the model's own class is followed: a frozen submodule in eval mode
+ * leaves the model training). */
+static void follow_modes(thread_state_t *t, const tw_row_t *row)
+{
+    if (is(row->api, "torch.no_grad.__enter__") || is(row->api, "torch.inference_mode.__enter__"))
+        t->grad_off++;
+    else if ((is(row->api, "torch.no_grad.__exit__") || is(row->api, "torch.inference_mode.__exit__")) &&
+             t->grad_off > 0)
+        t->grad_off--;
+    else if (is(row->api, "torch.nn.Module.eval")) {
+        module_class(row->args, t->eval_class, sizeof t->eval_class);
+        t->eval_mode = t->eval_class[0] != '\0';
+    } else if (is(row->api, "torch.nn.Module.train")) {
+        tw_str_t mode;
+        int training = !findings_arg(row->args, 1, &mode) || findings_arg_bool(mode) != 0;
+        module_class(row->args, t->eval_class, sizeof t->eval_class);
+        t->eval_mode = !training && t->eval_class[0] != '\0';
+    }
+}
+
+/* Whether an outermost module forward runs as an evaluation: under no_grad/inference_mode, or its
+ * model in eval mode (its path's first part the class eval() was called on). */
+static int is_evaluation(const thread_state_t *t, const tw_row_t *row, int *with_grad)
+{
+    *with_grad = 0;
+    if (t->grad_off > 0)
+        return 1;
+    size_t n = strlen(t->eval_class);
+    if (t->eval_mode && row->module.len >= n && memcmp(row->module.ptr, t->eval_class, n) == 0 &&
+        (row->module.len == n || row->module.ptr[n] == '.')) {
+        *with_grad = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* The catalogue's settings switched by this row (process-wide: the first process's are followed). */
+static void follow_switches(findings_t *f, const tw_row_t *row, site_line_t *line)
+{
+    if (row->api.len >= sizeof f->switch_lengths || !f->switch_lengths[row->api.len])
+        return;
+    if (f->switches_pid == 0)
+        f->switches_pid = row->pid;
+    if (row->pid != f->switches_pid)
+        return;
+    for (size_t k = 0; k < f->nswitch_rules; k++) {
+        const rule_t *r = f->switch_rules[k];
+        switch_state_t *s = &f->switches[k];
+        int on = -1;
+        if (findings_api_in(row->api.ptr, row->api.len, r->apis)) {
+            tw_str_t first;
+            int has_first = findings_first_arg(row->args, &first);
+            if (r->switch_kind == SWITCH_FIRST_ARG)
+                on = has_first ? findings_arg_bool(first) : -1;
+            else if (r->switch_kind == SWITCH_ONE_THREAD)
+                on = has_first && first.len == 1 && first.ptr[0] == '1';
+            else
+                on = 1;
+        } else if (r->apis_off != NULL && findings_api_in(row->api.ptr, row->api.len, r->apis_off)) {
+            on = 0;
+        }
+        if (on == 1) {
+            if (!s->on) /* the line that switched it on (a context entered while on changes nothing) */
+                snprintf(s->where, sizeof s->where, "%.*s", (int)line->len, line->text);
+            s->on = 1;
+            s->calls_on++;
+        } else if (on == 0) {
+            s->on = 0;
+        }
+    }
+}
+
+/* A convolution with a bias whose output a batch norm then normalizes, followed through the data: the
+ * norm's input is the tensor the convolution made (its sizes), with no other call reading it between. */
+static void follow_conv_output(findings_t *f, thread_state_t *t, const tw_row_t *row, site_line_t *line)
+{
+    if (is(row->api, "torch.conv1d") || is(row->api, "torch.conv2d") || is(row->api, "torch.conv3d")) {
+        t->conv.set = findings_conv_output(row->args, t->conv.shape, sizeof t->conv.shape, &t->conv.shape_len);
+        t->conv.module[0] = '\0';
+        return;
+    }
+    if (!t->conv.set)
+        return;
+    if (is_module_forward(row->api, "torch.nn.Conv") && t->conv.module[0] == '\0') { /* the conv's module */
+        snprintf(t->conv.module, sizeof t->conv.module, "%.*s",
+                 (int)(row->module.len < 127 ? row->module.len : 127), row->module.ptr);
+        return;
+    }
+    tw_str_t first;
+    if (!findings_first_arg(row->args, &first) || first.len != t->conv.shape_len ||
+        memcmp(first.ptr, t->conv.shape, first.len) != 0)
+        return;
+    if (is(row->api, "torch.batch_norm") || is(row->api, "torch.nn.functional.batch_norm")) {
+        char key[WHERE_TEXT_MAX];
+        const char *module = t->conv.module[0] ? t->conv.module : "(the model)";
+        size_t len = join_key(key, line, module, strlen(module));
+        tally(f, &f->conv_bn, row, NULL, key, len, 1, 0, 0);
+        t->conv.set = 0;
+    } else if (!(has_prefix(row->api, "torch.Tensor.") &&
+                 (is(row->api, "torch.Tensor.dim") || is(row->api, "torch.Tensor.size") ||
+                  is(row->api, "torch.Tensor.numel") || is(row->api, "torch.Tensor.is_contiguous") ||
+                  is(row->api, "torch.Tensor.__len__") || is(row->api, "torch.Tensor.stride")))) {
+        t->conv.set = 0; /* read by another call first: not the convolution's output the norm sees */
+    }
+}
+
+/* An outermost call's part of its step (PART_*), and what it carries of forward and backward. */
+static void count_outermost(findings_t *f, thread_state_t *t, const tw_row_t *row, const series_entry_t *e,
+                            const subtree_t *inside, site_line_t *line)
+{
+    step_parts_t *p = parts_of(f, t, row->step);
+    for (size_t k = 0; k < f->nswitch_rules; k++)
+        if (p != NULL && f->switches[k].on && row->pid == f->switches_pid)
+            p->switches |= 1u << k;
+    int with_grad = 0, eval = is_evaluation(t, row, &with_grad);
+    if (e != NULL && e->module_forward) {
+        if (p != NULL)
+            p->ns[eval ? PART_EVAL : PART_FORWARD] += row->cost_ns;
+        if (eval && with_grad) /* an evaluation that builds the autograd graph for nothing */
+            tally_line(f, &f->eval_grad, row, line, LINE_EVAL_GRAD, 1, row->cost_ns, 0);
+        return;
+    }
+    follow_modes(t, row);
+    if (p == NULL)
+        return;
+    if (is_backward(row->api)) {
+        p->ns[PART_BACKWARD] += row->cost_ns;
+        return;
+    }
+    int part = is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__") ? PART_DATA
+               : has_prefix(row->api, "torch.optim.") || has_prefix(row->api, "torch.nn.utils.clip_grad")
+                   ? PART_OPTIMIZER
+                   : PART_OTHER;
+    uint64_t inner = inside->forward_ns + inside->backward_ns;
+    p->ns[part] += row->cost_ns > inner ? row->cost_ns - inner : 0;
+    p->ns[eval ? PART_EVAL : PART_FORWARD] += inside->forward_ns; /* a closure's forward, say */
+    p->ns[PART_BACKWARD] += inside->backward_ns;
+}
+
 static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
 {
     findings_t *f = (findings_t *)sink;
@@ -249,6 +413,12 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
         return 0;
     site_line_t *line = line_of(f, row);
     char key[WHERE_TEXT_MAX];
+    series_entry_t *e = report_series_get(&f->series, row, row->fwd_call_id != 0);
+    if (e != NULL)
+        report_series_add(&f->series, e, row);
+    else
+        f->oom = 1;
+    follow_switches(f, row, line);
     /* the program's own syncs: outermost calls (an Adam step's .item() on its step counts is torch's) */
     int sync = row->fwd_call_id == 0 && row->depth == 0 ? is_sync(row->api) : 0;
     if (sync != 0) { /* keyed "LINE\tAPI" (the API cut at 60 bytes) */
@@ -273,7 +443,7 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     if (t == NULL)
         return 0;
     size_t d = row->depth < FIND_DEPTH ? (size_t)row->depth : FIND_DEPTH;
-    subtree_t inside = close_subtree(t, row, d);
+    subtree_t inside = close_subtree(t, row, d, e);
     if (inside.rows == 0) {
         int first = row->step == 0;
         f->leaf_calls[0]++, f->leaf_calls[1] += first;
@@ -294,23 +464,18 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
         (inside.fills > 0 || inside.inplace_calls > 0))
         tally_line(f, &f->fills, row, line, LINE_FILLS, 1, row->cost_ns,
                    inside.inplace_calls > inside.fills ? inside.inplace_calls : inside.fills);
-    /* a convolution with a bias, then a batch norm of the same parent: the norm cancels the bias */
-    sibling_t *before = &t->last[d];
-    /* (BatchNorm2d's forward is _BatchNorm's, a private class's: its F.batch_norm is the sibling seen) */
-    int norm = is_module_forward(row->api, "torch.nn.BatchNorm") || is(row->api, "torch.nn.functional.batch_norm");
-    if (norm && before->conv && before->parent_id == row->parent_id) {
-        const char *module = before->module[0] ? before->module : "(the model)";
-        size_t len = join_key(key, line, module, strlen(module));
-        tally(f, &f->conv_bn, row, NULL, key, len, 1, 0, 0);
+    follow_conv_output(f, t, row, line);
+    if (row->depth == 0 && e != NULL) { /* the program's own: a loop over calls counts a step */
+        if (e->run_step != row->step)
+            e->run_step = row->step, e->run_calls = 0;
+        e->run_calls++;
+        report_series_program(e, 0, row->cost_ns);
+        e->program_calls++;
+        if (e->run_calls > e->max_run)
+            e->max_run = e->run_calls;
     }
-    /* the modules' order: a module forward (or a norm) is the last one seen at its depth; other calls
-     * between (the norm's own input.dim(), its counter's add_) are not */
-    if (norm || has_suffix(row->api, ".forward")) {
-        before->parent_id = row->parent_id;
-        before->conv = is_module_forward(row->api, "torch.nn.Conv") && inside.conv_bias > 0;
-        snprintf(before->module, sizeof before->module, "%.*s",
-                 (int)(row->module.len < 127 ? row->module.len : 127), row->module.ptr);
-    }
+    if (row->depth == 0)
+        count_outermost(f, t, row, e, &inside, line);
     if (row->depth == 0 && row->step >= 0 && row->step < FIND_STEPS) {
         uint64_t s = (uint64_t)row->step, end = row->start_ns + row->cost_ns;
         if (f->steps == NULL || s > f->max_step) {
@@ -354,6 +519,9 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
                     len = join_key(key, line, thread, (size_t)n);
                 }
                 tally(f, &f->gaps, row, line->gap, key, len, 1, row->start_ns - t->last_end, 0);
+                step_parts_t *p = parts_of(f, t, row->step);
+                if (p != NULL)
+                    p->ns[PART_PYTHON] += row->start_ns - t->last_end;
                 if (f->steps != NULL && row->step >= 0 && (uint64_t)row->step <= f->max_step)
                     f->steps[row->step].gap_ns += row->start_ns - t->last_end;
             }
@@ -368,11 +536,15 @@ static void findings_free(report_sink_t *sink)
 {
     findings_t *f = (findings_t *)sink;
     tally_t *tallies[] = {&f->loader_wait, &f->dataset_lines, &f->syncs, &f->gaps, &f->small_ops,
-                          &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles, &f->kept_bytes};
+                          &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles, &f->kept_bytes,
+                          &f->eval_grad};
     for (size_t i = 0; i < sizeof tallies / sizeof *tallies; i++) {
         report_group_table_free(&tallies[i]->all);
         report_group_table_free(&tallies[i]->first);
     }
+    for (size_t i = 0; i < FIND_THREADS; i++)
+        free(f->threads[i].parts);
+    report_series_free(&f->series);
     for (size_t i = 0; i < f->nfound; i++)
         for (size_t k = 0; k < f->found[i].nwhere; k++)
             free(f->found[i].where[k]);
@@ -395,7 +567,7 @@ static int findings_print(report_sink_t *sink, const report_pass_t *pass, FILE *
     (void)pass;
     (void)err;
     if (f->o->findings) /* (for --html alone, the page shows them) */
-        report_findings_print(f->o, f->found, f->nfound, f->run_ms, f->nsteps, out);
+        report_findings_print(f->o, f->found, f->nfound, &f->anatomy, f->run_ms, f->nsteps, out);
     return 0;
 }
 
@@ -405,6 +577,11 @@ const finding_t *report_findings_result(const report_sink_t *sink, size_t *count
     findings_add_stragglers(f);
     *count = f->nfound;
     return f->found;
+}
+
+const step_anatomy_t *report_findings_anatomy(const report_sink_t *sink)
+{
+    return &((const findings_t *)sink)->anatomy;
 }
 
 static const report_sink_ops_t findings_ops = {
@@ -431,6 +608,21 @@ int report_findings_new(const options_t *o, const report_sites_t *sites, int hav
     f->have_gpu = have_gpu_files;
     f->compiles.first_step_too = 1;
     f->conv_bn.first_step_too = 1;
+    size_t nrules;
+    const rule_t *rules = findings_rules(&nrules);
+    for (size_t i = 0; i < nrules && f->nswitch_rules < SWITCHES_MAX; i++) {
+        if (rules[i].switch_kind == SWITCH_NONE)
+            continue;
+        f->switch_rules[f->nswitch_rules++] = &rules[i];
+        const char *lists[] = {rules[i].apis, rules[i].apis_off};
+        for (size_t l = 0; l < 2; l++)
+            for (const char *p = lists[l]; p != NULL && *p != '\0';) {
+                size_t n = strcspn(p, "|");
+                if (n < sizeof f->switch_lengths)
+                    f->switch_lengths[n] = 1;
+                p += n + (p[n] == '|');
+            }
+    }
     *sink = &f->sink;
     return 0;
 }

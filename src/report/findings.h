@@ -17,6 +17,29 @@
 
 int report_findings_new(const options_t *o, const report_sites_t *sites, int have_gpu_files, report_sink_t **sink);
 
+/* The parts of a step (the step anatomy): the wait for data, the model's forward (outermost module
+ * calls: training, then evaluation ones, under no_grad or in eval mode, apart), backward, the
+ * optimizer, the other calls into torch, and Python between calls into torch. */
+enum { PART_DATA, PART_FORWARD, PART_BACKWARD, PART_OPTIMIZER, PART_EVAL, PART_OTHER, PART_PYTHON, PARTS };
+extern const char *const report_part_names[PARTS];
+
+#define ANATOMY_LINES 6
+/* A typical step of the steps' thread: the mean of the middle half of its steps (the first left out),
+ * its parts, and the program's lines that cost the most of it, with what each runs there. */
+typedef struct step_anatomy {
+    int valid;      /* 3 steps at least */
+    uint64_t steps; /* the steps it is made of */
+    double step_ms;
+    double part_ms[PARTS];
+    struct {
+        char where[304]; /* "train.py:51 main" */
+        char runs[128];  /* the call that costs the most there ("torch.save") */
+        double share;    /* of a step */
+        double ms;       /* a step */
+    } lines[ANATOMY_LINES];
+    size_t nlines;
+} step_anatomy_t;
+
 /* One finding, as the outputs print it. */
 #define FINDING_WHERE_MAX 5
 #define FINDING_EVIDENCE_MAX 8
@@ -31,6 +54,7 @@ typedef struct finding {
     size_t nevidence;
     char message[512];
     char fix[512];
+    const char *source; /* where the rule's advice comes from */
 } finding_t;
 
 /* The ranks' analysis (a --ranks sink, settled with the others) gives the straggler finding. */
@@ -39,11 +63,17 @@ void report_findings_use_ranks(report_sink_t *findings, report_sink_t *ranks);
 /* The findings of a settled sink (most severe first), *count their number. */
 const finding_t *report_findings_result(const report_sink_t *sink, size_t *count);
 
-/* The page's findings section (--html), from a settled sink. */
-void report_findings_write_html(const report_sink_t *sink, FILE *out);
+/* The typical step of a settled sink. */
+const step_anatomy_t *report_findings_anatomy(const report_sink_t *sink);
 
-/* Prints findings in o->format (table: text). */
-void report_findings_print(const options_t *o, const finding_t *findings, size_t count, double run_ms,
-                           uint64_t steps, FILE *out);
+/* The page's findings section (--html): the step's bar, then the findings (findings_output.c). */
+void report_findings_write_html(const finding_t *findings, size_t count, const step_anatomy_t *anatomy, FILE *out);
+
+/* Prints the anatomy and findings in o->format (table: text) (findings_output.c). */
+void report_findings_print(const options_t *o, const finding_t *findings, size_t count,
+                           const step_anatomy_t *anatomy, double run_ms, uint64_t steps, FILE *out);
+
+/* The catalogue's rules, one a line: kind, severity thresholds, source (tw-report --rules). */
+void report_findings_print_rules(FILE *out);
 
 #endif

@@ -1,32 +1,58 @@
 /* SPDX-License-Identifier: MIT */
-/* What findings.c (the rows) and findings_rules.c (the rules, at settle) share: the sink's state. */
+/*
+ * The findings' state (not public): what the pass (findings.c) fills and settle reads: the step
+ * anatomy (findings_anatomy.c), the catalogue's rules (findings_catalogue.c, findings_rules.c,
+ * findings_generic.c) and their shared helpers (findings_tally.c).
+ */
 #ifndef TW_REPORT_FINDINGS_INTERNAL_H
 #define TW_REPORT_FINDINGS_INTERNAL_H
 
 #include <stdint.h>
 
 #include "findings.h"
+#include "findings_series.h"
 #include "groups.h"
 
 #define FIND_DEPTH 64       /* calls deeper than this are counted as if at this depth */
 #define FIND_THREADS 256    /* threads followed; the rows of more are still counted by API rules */
-#define FIND_STEPS 65536    /* steps whose times are kept (drift) */
+#define FIND_STEPS 65536    /* steps whose times are kept (drift, the anatomy) */
 #define SMALL_CALL_NS 5000  /* "a small operation": a call with nothing inside under 5 us */
 #define WHERE_TEXT_MAX 300
 #define SITE_CACHE 1024     /* lines remembered (a power of two): a row's line is looked up once */
+#define LEVEL_RUNS 8        /* distinct keys whose calls a level follows (the program's loops) */
+#define SWITCHES_MAX 16     /* the catalogue's settings followed */
+
+/* Runs of calls of one key at a level: the calls inside one invocation of their caller. */
+typedef struct level_run {
+    series_entry_t *entry;
+    uint32_t count;
+    uint64_t cost_ns;
+} level_run_t;
 
 /* What the calls inside one call did (the rule counters of a subtree). */
 typedef struct subtree {
     uint32_t rows, foreach_calls, fused_calls, inplace_calls, fills, conv_bias;
     uint64_t fill_ns;
+    uint64_t forward_ns, backward_ns; /* in the outermost module forwards and backward calls inside */
+    level_run_t runs[LEVEL_RUNS];     /* its calls (the row at the level's own: its children's) */
+    uint32_t nruns;
 } subtree_t;
 
-/* The last call read at a depth of a thread: a convolution module's forward is kept for the next. */
-typedef struct sibling {
-    uint64_t parent_id;
-    int conv;           /* a Conv*d.forward with a bias */
+/* A convolution whose output the next batch norm may read (its shape, as an argument summary writes
+ * it: "f32[4,8,6,6]@cpu"). */
+typedef struct pending_conv {
+    int set;
+    char shape[96];
+    size_t shape_len;
     char module[128];
-} sibling_t;
+} pending_conv_t;
+
+/* The parts of a step, on one thread (findings.h's PART_*), and the settings on during it. */
+typedef struct step_parts {
+    uint64_t ns[PARTS];
+    uint32_t switches; /* bit k: the catalogue's switch k was on at one of the step's calls */
+    int used;
+} step_parts_t;
 
 typedef struct thread_state {
     int64_t pid;
@@ -38,11 +64,16 @@ typedef struct thread_state {
      * close_subtree); level[k] for k > top is empty */
     subtree_t level[FIND_DEPTH + 2];
     size_t top;
-    sibling_t last[FIND_DEPTH + 1];
+    pending_conv_t conv;
+    step_parts_t *parts; /* by step, [0, nparts) */
+    uint64_t nparts;
+    int grad_off;        /* no_grad / inference_mode contexts open (outermost calls) */
+    int eval_mode;       /* the last outermost Module.eval() / train(False) not undone by train() */
+    char eval_class[128]; /* the class it was called on */
 } thread_state_t;
 
 /* The tallies keyed by a line alone, whose groups a site_line_t keeps. */
-enum { LINE_SMALL_OPS, LINE_DATASET, LINE_LOADER, LINE_COMPILES, LINE_FILLS, LINE_KEPT, LINE_TALLIES };
+enum { LINE_SMALL_OPS, LINE_DATASET, LINE_LOADER, LINE_COMPILES, LINE_FILLS, LINE_KEPT, LINE_EVAL_GRAD, LINE_TALLIES };
 
 /* A row's line, looked up once per (process, site) rather than per row: its text and length, whether
  * it is in a Dataset's __getitem__, and the tallies' groups of that key (all steps, the first step;
@@ -78,6 +109,41 @@ typedef struct tally {
     int first_step_too; /* counted whatever the steps (a first compilation is one all the same) */
 } tally_t;
 
+/* A rule of the catalogue: one entry of the table (findings_catalogue.c). */
+typedef struct rule rule_t;
+typedef struct findings findings_t;
+typedef struct settle_context settle_context_t;
+typedef void (*rule_fn)(findings_t *f, const rule_t *rule, const settle_context_t *c);
+
+/* How a setting is switched by a call (the generic settings rule). */
+typedef enum {
+    SWITCH_NONE = 0,
+    SWITCH_FIRST_ARG, /* on when the call's first argument is True, off when False */
+    SWITCH_ENTER,     /* on at the call, off at its pair (apis_off) */
+    SWITCH_ONE_THREAD /* on when the first argument is 1 (torch.set_num_threads(1)) */
+} switch_kind_t;
+
+struct rule {
+    const char *kind;    /* a stable identifier */
+    rule_fn evaluate;    /* settle: adds the rule's finding(s) to f->found */
+    double medium, high; /* severity from the share of a typical step (or the run) */
+    const char *apis;    /* generic rules: the APIs they tally, '|'-separated, a trailing '*' a prefix */
+    switch_kind_t switch_kind;
+    const char *apis_off;  /* SWITCH_ENTER: the calls that switch it off */
+    int affects;           /* settings: the parts of a step they slow (bit PART_*); 0: the whole step */
+    const char *message;   /* the generic rules' message (their own format, see findings_generic.c) */
+    const char *fix;
+    const char *source;    /* where the advice comes from */
+};
+
+/* A process-wide setting followed through the calls that switch it (the catalogue's switches):
+ * whether it is on, and the line that last switched it on. */
+typedef struct switch_state {
+    int on;
+    char where[WHERE_TEXT_MAX + 1];
+    uint64_t calls_on; /* calls that switched it on */
+} switch_state_t;
+
 typedef struct findings {
     report_sink_t sink;
     const options_t *o;
@@ -86,13 +152,17 @@ typedef struct findings {
     thread_state_t *last_thread; /* the last row's: rows come in runs of one thread */
     site_line_t *lines;          /* SITE_CACHE of them */
     tally_t loader_wait, dataset_lines, syncs, gaps, small_ops, single_tensor_opt, fills, conv_bn, compiles,
-        kept_bytes; /* kept_bytes: per line, bytes its outermost calls allocated and did not free */
+        kept_bytes, eval_grad; /* kept_bytes: per line, bytes its outermost calls allocated and did not free */
+    series_table_t series;
+    switch_state_t switches[SWITCHES_MAX];
+    const rule_t *switch_rules[SWITCHES_MAX]; /* the catalogue's settings, switches[k]'s rule */
+    size_t nswitch_rules;
+    unsigned char switch_lengths[256]; /* lengths of their APIs' names: most rows are no switch */
+    int64_t switches_pid; /* the process whose settings switches follows (the first's) */
     int have_memory; /* some row carries allocator reports */
     uint64_t leaf_calls[2], small_calls[2], small_ns[2]; /* all steps, the first step */
     int skip_first; /* settle: the first step (warm-up: imports, lazy inits) is left out of the rules */
     step_span_t *steps; /* of every thread's outermost calls: drift uses the busiest thread's only */
-    int64_t steps_pid;
-    uint64_t steps_tid;
     uint64_t max_step;
     int oom;
     int have_gpu; /* GPU records among the inputs */
@@ -102,15 +172,75 @@ typedef struct findings {
     size_t nfound;
     double run_ms;
     uint64_t nsteps;
+    step_anatomy_t anatomy;
 } findings_t;
 
-/* Takes the first step's counts out of t's when settle leaves that step out (findings.c). */
+/* What settle knows before the rules run (findings_catalogue.c fills it): the steps' thread, the
+ * run's time and steps after the first, and a typical step (findings_anatomy.c). */
+typedef struct settle_context {
+    const thread_state_t *thread; /* the steps' thread (NULL: no outermost call was read) */
+    uint64_t run_ns;
+    double per_step; /* steps counted (at least 1) */
+    int typical;     /* typical_* below are set (3 steps at least) */
+    double typical_gap, typical_wait, typical_step;
+} settle_context_t;
+
+/* The catalogue (findings_catalogue.c). */
+const rule_t *findings_rules(size_t *count);
+/* The catalogue's rule of this kind. */
+const rule_t *findings_rule(const char *kind);
+
+/* ---- helpers of every rule (findings_tally.c) ---- */
+
+/* Takes the first step's counts out of t's when settle leaves the first step out. */
 void findings_tally_settle(findings_t *f, tally_t *t);
+/* The groups of a tally, most time first (NULL when empty or out of memory). */
+group_t **findings_ranked_groups(findings_t *f, tally_t *t, size_t *n, uint64_t *total_ns, uint64_t *count);
+const char *findings_severity(double share, double high, double medium);
+/* A new finding of rule (its kind, severity from its thresholds and share, its fix); NULL when out of
+ * memory. */
+finding_t *findings_add(findings_t *f, const rule_t *rule, double share);
+/* where: the first part (before a tab) of the groups' keys, most costly first, each once. */
+void findings_add_where(finding_t *x, group_t **list, size_t n);
+/* where: text, unless already there. */
+void findings_add_where_text(finding_t *x, const char *text);
+void findings_evidence(finding_t *x, const char *key, double value);
+/* f's findings, most severe first, then by share. */
+void findings_sort(findings_t *f);
+double findings_ms(uint64_t ns);
+/* The text of e's line ("train.py:42 main"), or "(no site)". */
+const char *findings_line_text(const findings_t *f, const series_entry_t *e);
+/* Whether api is one of the '|'-separated names of list (a trailing '*': a prefix). */
+int findings_api_in(const char *api, size_t len, const char *list);
 
-/* The straggler finding from the ranks' analysis, once every sink settled (findings_rules.c). */
-void findings_add_stragglers(findings_t *f);
+/* ---- the rules (findings_rules.c: the first catalogue's; findings_generic.c: the step's) ---- */
+void rule_input_bound(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_host_sync(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_python_outside_torch(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_many_small_ops(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_optimizer_single_tensor(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_zero_grad_fills(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_conv_bias_before_batchnorm(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_recompilation(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_step_time_drift(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_memory_growth(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_repeated_module(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_per_tensor_loop(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_calls_every_step(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_setting(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_dtype(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_eval_with_grad(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_costly_line(findings_t *f, const rule_t *r, const settle_context_t *c);
 
-/* The rules: the tallies into f->found, most severe first (findings_rules.c). */
+/* The step anatomy of the steps' thread into f->anatomy, and the typical step into c
+ * (findings_anatomy.c). */
+void findings_anatomy(findings_t *f, settle_context_t *c);
+
+/* Settle: the anatomy, then every rule of the catalogue, most severe first (findings_catalogue.c). */
 int findings_settle(report_sink_t *sink);
+
+/* The straggler finding from the ranks' analysis, once every sink settled (findings_catalogue.c). */
+void findings_add_stragglers(findings_t *f);
 
 #endif

@@ -655,8 +655,11 @@ static int html_write(report_sink_t *sink, const report_pass_t *pass, FILE *err)
         fputs(i + 1 < o->ninputs ? ", " : "", out);
     }
     fputs("</p></header>\n<main>\n", out);
-    if (h->findings != NULL)
-        report_findings_write_html(h->findings, out);
+    if (h->findings != NULL) {
+        size_t count;
+        const finding_t *found = report_findings_result(h->findings, &count);
+        report_findings_write_html(found, count, report_findings_anatomy(h->findings), out);
+    }
     section_summary(out, &page);
     section_steps(out, &page);
     int rc = section_flame(out, &page);

@@ -69,6 +69,12 @@ static const char page_style[] =
     ".note{color:#5f6670;font-size:12px}\n"
     ".finding{border-left:4px solid #9aa0a6;padding:2px 10px;margin:8px 0}.finding p{margin:3px 0}"
     ".finding.high{border-color:#d93025}.finding.medium{border-color:#f29900}\n"
+    ".stepbar{display:flex;width:100%;height:28px;border-radius:4px;overflow:hidden;font-size:12px}"
+    ".stepbar .part{display:flex;align-items:center;justify-content:center;color:#fff;white-space:nowrap;"
+    "overflow:hidden;min-width:2px}.p0{background:#8e44ad}.p1{background:#1a73e8}.p2{background:#e8710a}"
+    ".p3{background:#188038}.p4{background:#12b5cb}.p5{background:#80868b}.p6{background:#d93025}"
+    ".legend span{margin-right:14px;white-space:nowrap}.legend i{display:inline-block;width:10px;height:10px;"
+    "margin-right:4px;border-radius:2px}\n"
     "input[type=search]{font:inherit;padding:3px 8px;width:280px;margin:0 0 6px}\n";
 
 /* Sortable tables: a click on a header sorts by its column (numbers where the header says num). */

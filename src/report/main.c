@@ -216,6 +216,9 @@ int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err)
         status = rc == -EINVAL ? 2 : 1; /* a usage error, or no memory */
     } else if (o.help) {
         status = 0;
+    } else if (o.rules) {
+        report_findings_print_rules(out);
+        status = 0;
     } else if (o.ndiff_base > 0) { /* --diff reads two runs its own way (diff.c) */
         int failed = 0;
         rc = report_diff_main(&o, out, err, &failed);

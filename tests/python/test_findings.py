@@ -277,10 +277,10 @@ def test_the_outputs_of_tw_report_findings(tmp_path):
     assert {"zero_grad_fills", "optimizer_single_tensor"} <= {f["kind"] for f in result["findings"]}
     assert result["steps"] == 9 and result["run_ms"] > 0   # 10 optimizer steps, the first (a warm-up) left out
     for f in result["findings"]:
-        assert set(f) == {"kind", "severity", "share", "where", "evidence", "message", "fix"}
+        assert set(f) == {"kind", "severity", "share", "where", "evidence", "message", "fix", "source"}
     markdown = subprocess.run([TW_REPORT, "--findings", "--format", "markdown", str(out)], capture_output=True,
                               text=True, check=True).stdout
-    assert markdown.startswith("## Findings") and "`zero_grad_fills`" in markdown
+    assert markdown.startswith("## A typical step") and "\n## Findings\n" in markdown and "`zero_grad_fills`" in markdown
     bad = subprocess.run([TW_REPORT, "--findings", "--tree", "0", str(out)], capture_output=True, text=True)
     assert bad.returncode == 2 and "--findings" in bad.stderr and "--tree" in bad.stderr
     with pytest.raises(FileNotFoundError, match="no-such-dir"):

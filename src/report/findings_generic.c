@@ -1,0 +1,446 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The findings' rules over the step (findings_internal.h), entries of the catalogue
+ * (findings_catalogue.c) that read the per-line series (findings_series.h) rather than a tally of
+ * their own: a line whose cost grows over the run, a call repeated in a Python loop, calls a
+ * training step does not need, settings that slow every call, float64 compute, evaluations with
+ * autograd on, and any costly line no other rule explains. Each reads only the steps' thread, and
+ * takes the first step out when settle leaves it out.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "findings_internal.h"
+
+static int on_thread(const series_entry_t *e, const thread_state_t *t)
+{
+    return e != NULL && t != NULL && e->pid == t->pid && e->tid == t->tid;
+}
+
+/* A share of the time of e's calls after the first step (what settle counts), of all of theirs. */
+static double after_first(const findings_t *f, const series_entry_t *e)
+{
+    if (!f->skip_first || e->calls == 0)
+        return 1;
+    return (double)(e->calls - e->first_calls) / (double)e->calls;
+}
+
+/* Candidates: an entry and its weight, the heaviest first. */
+typedef struct candidate {
+    const series_entry_t *e;
+    double weight;
+} candidate_t;
+
+static int by_weight_desc(const void *a, const void *b)
+{
+    const candidate_t *x = a, *y = b;
+    if (x->weight != y->weight)
+        return x->weight < y->weight ? 1 : -1;
+    return strcmp(x->e->api, y->e->api);
+}
+
+/* The candidates of f's series on the steps' thread that keep() picks, heaviest first; NULL if none. */
+static candidate_t *candidates(findings_t *f, const settle_context_t *c, const rule_t *r, size_t *n,
+                               double (*keep)(findings_t *, const rule_t *, const settle_context_t *,
+                                              const series_entry_t *))
+{
+    candidate_t *list = NULL;
+    size_t cap = 0;
+    *n = 0;
+    for (size_t i = 0; i < f->series.capacity; i++) {
+        const series_entry_t *e = f->series.slots[i];
+        if (!on_thread(e, c->thread))
+            continue;
+        double w = keep(f, r, c, e);
+        if (w <= 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            candidate_t *more = realloc(list, cap * sizeof *more);
+            if (more == NULL) {
+                f->oom = 1;
+                break;
+            }
+            list = more;
+        }
+        list[(*n)++] = (candidate_t){e, w};
+    }
+    if (*n == 0) {
+        free(list);
+        return NULL;
+    }
+    qsort(list, *n, sizeof *list, by_weight_desc);
+    return list;
+}
+
+/* The mean step of the run (after the first), ns. */
+static double mean_step(const settle_context_t *c)
+{
+    return (double)c->run_ns / c->per_step;
+}
+
+/* ---- lines whose cost grows ------------------------------------------------------------------------ */
+
+/* How a (line, API) grew over the run: its time a step, and the elements of the tensors it was given. */
+typedef struct growth {
+    double first_ns, last_ns, first_elems, last_elems;
+    int time_rising, elems_rising;
+} growth_t;
+
+static int growth_read(const findings_t *f, const series_entry_t *e, growth_t *g)
+{
+    return report_series_ends(&f->series, e, SERIES_SELF, &g->first_ns, &g->last_ns, &g->time_rising) == 0 &&
+           report_series_ends(&f->series, e, SERIES_ELEMS, &g->first_elems, &g->last_elems, &g->elems_rising) == 0;
+}
+
+/* Three times its first quarter's, rising through the last quarter: its time (and a five-hundredth of
+ * a step more), or its tensors' elements (a tensor or list that grows each step: seen whatever a busy
+ * machine does to the time). The weight: the time it grew by (a thousandth of a step at least). */
+static double growth_of(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
+{
+    (void)r;
+    growth_t g;
+    if (e->node || !growth_read(f, e, &g))
+        return 0;
+    double step = mean_step(c), grown = g.last_ns - g.first_ns;
+    int time = g.time_rising && g.last_ns >= 3 * g.first_ns && grown >= 0.002 * step;
+    int elems = g.elems_rising && g.last_elems >= 3 * g.first_elems && g.last_elems >= 1000 && grown > 0;
+    if (!time && !elems)
+        return 0;
+    return grown > 0.001 * step ? grown : 0.001 * step;
+}
+
+void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    size_t n;
+    candidate_t *list = candidates(f, c, r, &n, growth_of);
+    if (list == NULL)
+        return;
+    double step = mean_step(c), grown = 0;
+    for (size_t i = 0; i < n; i++)
+        grown += list[i].weight;
+    finding_t *x = findings_add(f, r, grown / step);
+    if (x != NULL) {
+        growth_t g;
+        growth_read(f, list[0].e, &g);
+        for (size_t i = 0; i < n; i++)
+            findings_add_where_text(x, findings_line_text(f, list[i].e));
+        findings_evidence(x, "first_ms_per_step", g.first_ns / 1e6);
+        findings_evidence(x, "last_ms_per_step", g.last_ns / 1e6);
+        findings_evidence(x, "first_elements_per_step", g.first_elems);
+        findings_evidence(x, "last_elements_per_step", g.last_elems);
+        findings_evidence(x, "lines", (double)n);
+        findings_evidence(x, "grown_ms_per_step", grown / 1e6);
+        char tensors[160] = "";
+        if (g.elems_rising && g.last_elems >= 3 * g.first_elems)
+            snprintf(tensors, sizeof tensors, "; the tensors it is given grew from %.3g to %.3g elements a step",
+                     g.first_elems, g.last_elems);
+        snprintf(x->message, sizeof x->message,
+                 "%s at %s costs more every step: %.2f ms a step at first, %.2f ms at the end (the first and last "
+                 "quarters' medians)%s; %zu line(s) grew by %.2f ms a step in all, %.1f%% of a mean step.",
+                 list[0].e->api, findings_line_text(f, list[0].e), g.first_ns / 1e6, g.last_ns / 1e6, tensors, n,
+                 grown / 1e6, 100 * grown / step);
+    }
+    free(list);
+}
+
+/* The self time a step of every call at e's line on its thread (autograd nodes charged there included):
+ * what the line costs, whatever calls it makes. */
+static double line_ns(const findings_t *f, const settle_context_t *c, const series_entry_t *of)
+{
+    double ns = 0;
+    for (size_t i = 0; i < f->series.capacity; i++) {
+        const series_entry_t *e = f->series.slots[i];
+        if (on_thread(e, c->thread) && e->site == of->site && e->site != 0)
+            ns += (double)(e->self_ns - (f->skip_first ? e->first_self : 0));
+    }
+    return ns / c->per_step;
+}
+
+/* ---- a call repeated in a Python loop -------------------------------------------------------------- */
+
+/* The program's calls of e: at least 8 in one invocation of their caller, 8 a step. */
+static double repeated_weight(findings_t *f, const settle_context_t *c, const series_entry_t *e)
+{
+    if (e->node || e->max_run < 8 || (double)e->program_calls / (c->per_step + 1) < 8)
+        return 0;
+    return (double)e->program_cost * after_first(f, e);
+}
+
+static double repeated_module(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
+{
+    (void)r;
+    return e->module_forward ? repeated_weight(f, c, e) : 0;
+}
+
+static double repeated_api(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
+{
+    (void)r;
+    /* a torch function or method over tensors of changing shapes: a loop over parameters, not over a
+     * batch (a loop over a batch's slices has one shape: the module rule's case, or a metric's) */
+    if (e->module_forward || e->shape_changes * 2 < e->calls)
+        return 0;
+    /* a line whose module runs in the loop says it once (repeated_module comes first) */
+    const char *line = findings_line_text(f, e);
+    for (size_t k = 0; k < f->nfound; k++)
+        if (strcmp(f->found[k].kind, "repeated_module") == 0)
+            for (size_t w = 0; w < f->found[k].nwhere; w++)
+                if (strcmp(f->found[k].where[w], line) == 0)
+                    return 0;
+    return repeated_weight(f, c, e);
+}
+
+static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, int modules)
+{
+    size_t n;
+    candidate_t *list = candidates(f, c, r, &n, modules ? repeated_module : repeated_api);
+    if (list == NULL)
+        return;
+    double step = mean_step(c), total = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* the calls' own time, or their line's with the backward it causes where more */
+        double calls = list[i].weight / c->per_step, line = line_ns(f, c, list[i].e);
+        total += line > calls ? line : calls;
+    }
+    { /* (the loop is the evidence, whatever it costs: severity from its share) */
+        finding_t *x = findings_add(f, r, total / step);
+        if (x != NULL) {
+            const series_entry_t *e = list[0].e;
+            for (size_t i = 0; i < n; i++)
+                findings_add_where_text(x, findings_line_text(f, list[i].e));
+            double per_step = (double)e->program_calls * after_first(f, e) / c->per_step;
+            int single = e->single_calls * 2 >= e->calls;
+            findings_evidence(x, "calls_per_step", per_step);
+            findings_evidence(x, "most_in_one_call", (double)e->max_run);
+            findings_evidence(x, "ms_per_step", total / 1e6);
+            if (modules)
+                snprintf(x->message, sizeof x->message,
+                         "%s%s%s runs %.0f times a step from %s, up to %u times in one call of its caller%s: "
+                         "%.2f ms a step, %.1f%% of a step.", e->api, e->module_len ? " (" : "",
+                         e->module_len ? e->module : "", per_step, findings_line_text(f, e), e->max_run,
+                         single ? ", one sample at a time (its input's leading dimension is 1)" : "",
+                         total / 1e6, 100 * total / step);
+            else
+                snprintf(x->message, sizeof x->message,
+                         "%s runs %.0f times a step from %s, up to %u times in a row, on tensors of changing "
+                         "shapes (a Python loop over parameters or a list): %.2f ms a step, %.1f%% of a step.",
+                         e->api, per_step, findings_line_text(f, e), e->max_run, total / 1e6, 100 * total / step);
+            /* (a module whose message says "(" needs its ")") */
+            if (modules && e->module_len) {
+                char *open = strstr(x->message, e->module);
+                if (open != NULL) {
+                    size_t at = (size_t)(open - x->message) + e->module_len, len = strlen(x->message);
+                    if (len + 1 < sizeof x->message) {
+                        memmove(x->message + at + 1, x->message + at, len - at + 1);
+                        x->message[at] = ')';
+                    }
+                }
+            }
+        }
+    }
+    free(list);
+}
+
+void rule_repeated_module(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    repeated(f, r, c, 1);
+}
+
+void rule_per_tensor_loop(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    repeated(f, r, c, 0);
+}
+
+/* ---- calls a training step does not need, every step ----------------------------------------------- */
+
+static double every_step(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
+{
+    if (e->node || e->program_calls == 0 || !findings_api_in(e->api, e->api_len, r->apis))
+        return 0;
+    /* in most steps: half of them, three at least */
+    if (e->steps_seen < 3 || (double)e->steps_seen < 0.5 * c->per_step)
+        return 0;
+    return (double)e->program_cost * after_first(f, e);
+}
+
+void rule_calls_every_step(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    size_t n;
+    candidate_t *list = candidates(f, c, r, &n, every_step);
+    if (list == NULL)
+        return;
+    double step = mean_step(c), total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += list[i].weight;
+    total /= c->per_step;
+    { /* (a definite mistake in most steps: named at any share, ranked by it) */
+        finding_t *x = findings_add(f, r, total / step);
+        if (x != NULL) {
+            const series_entry_t *e = list[0].e;
+            for (size_t i = 0; i < n; i++)
+                findings_add_where_text(x, findings_line_text(f, list[i].e));
+            findings_evidence(x, "steps_with_calls", (double)e->steps_seen);
+            findings_evidence(x, "ms_per_step", total / 1e6);
+            snprintf(x->message, sizeof x->message,
+                     "%s runs in %" PRIu64 " of %.0f steps at %s: %.2f ms a step, %.1f%% of a step, %s",
+                     e->api, e->steps_seen, c->per_step, findings_line_text(f, e), total / 1e6, 100 * total / step,
+                     r->message);
+        }
+    }
+    free(list);
+}
+
+/* ---- settings that slow every call ------------------------------------------------------------------ */
+
+void rule_setting(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    size_t k = 0;
+    while (k < f->nswitch_rules && f->switch_rules[k] != r)
+        k++;
+    const thread_state_t *t = c->thread;
+    if (k == f->nswitch_rules || t == NULL || f->switches[k].calls_on == 0)
+        return;
+    uint64_t on = 0, steps = 0;
+    double part_ns = 0, all_ns = 0; /* of the steps it was on in: the parts it slows, and all */
+    for (uint64_t s = f->skip_first ? 1 : 0; s < t->nparts; s++) {
+        const step_parts_t *p = &t->parts[s];
+        if (!p->used)
+            continue;
+        steps++;
+        if (!(p->switches & 1u << k))
+            continue;
+        on++;
+        for (int part = 0; part < PARTS; part++) {
+            all_ns += (double)p->ns[part];
+            if (r->affects == 0 || r->affects & 1 << part)
+                part_ns += (double)p->ns[part];
+        }
+    }
+    if (on == 0)
+        return;
+    double share = part_ns / (double)c->run_ns;
+    finding_t *x = findings_add(f, r, share);
+    if (x == NULL)
+        return;
+    findings_add_where_text(x, f->switches[k].where);
+    findings_evidence(x, "steps_on", (double)on);
+    findings_evidence(x, "steps", (double)steps);
+    findings_evidence(x, "slowed_ms_per_step", part_ns / (double)on / 1e6);
+    /* "the forward, backward and evaluation" (a few parts), or every operator */
+    char parts[128] = "every operator of the step";
+    int nparts = 0, seen = 0;
+    for (int part = 0; part < PARTS; part++)
+        nparts += (r->affects >> part) & 1;
+    if (r->affects != 0 && nparts <= 3) {
+        strcpy(parts, "the");
+        for (int part = 0; part < PARTS; part++) {
+            if (!(r->affects & 1 << part))
+                continue;
+            seen++;
+            snprintf(parts + strlen(parts), sizeof parts - strlen(parts), "%s %s",
+                     seen == 1 ? "" : seen == nparts ? " and" : ",", report_part_names[part]);
+        }
+    }
+    snprintf(x->message, sizeof x->message,
+             "%s: on in %" PRIu64 " of %" PRIu64 " steps, switched on at %s; it slows %s, %.1f%% of the run.",
+             r->message, on, steps, f->switches[k].where, parts, 100 * share);
+    (void)all_ns;
+}
+
+/* ---- matrix products and convolutions in float64 --------------------------------------------------- */
+
+static double float64(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
+{
+    (void)c;
+    if (e->node || e->f64_calls == 0 || !findings_api_in(e->api, e->api_len, r->apis))
+        return 0;
+    return (double)e->f64_ns * after_first(f, e);
+}
+
+void rule_dtype(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    size_t n;
+    candidate_t *list = candidates(f, c, r, &n, float64);
+    if (list == NULL)
+        return;
+    double total = 0;
+    uint64_t calls = 0;
+    for (size_t i = 0; i < n; i++)
+        total += list[i].weight, calls += list[i].e->f64_calls;
+    double share = total / (double)c->run_ns;
+    if (share >= 0.01) {
+        finding_t *x = findings_add(f, r, share);
+        if (x != NULL) {
+            for (size_t i = 0; i < n; i++)
+                findings_add_where_text(x, findings_line_text(f, list[i].e));
+            findings_evidence(x, "ms_per_step", total / c->per_step / 1e6);
+            findings_evidence(x, "calls", (double)calls);
+            snprintf(x->message, sizeof x->message,
+                     "%.1f%% of the run is matrix products and convolutions on float64 tensors (%s at %s first, "
+                     "%.2f ms a step): float64 runs at half float32's speed or less, and a GPU's tensor cores "
+                     "do not take it.", 100 * share, list[0].e->api, findings_line_text(f, list[0].e),
+                     total / c->per_step / 1e6);
+        }
+    }
+    free(list);
+}
+
+/* ---- evaluations with autograd on --------------------------------------------------------------------- */
+
+void rule_eval_with_grad(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    size_t n;
+    uint64_t total, count;
+    group_t **list = findings_ranked_groups(f, &f->eval_grad, &n, &total, &count);
+    if (list == NULL || c->run_ns == 0) {
+        free(list);
+        return;
+    }
+    double share = (double)total / (double)c->run_ns;
+    finding_t *x = findings_add(f, r, share);
+    if (x != NULL) {
+        findings_add_where(x, list, n);
+        findings_evidence(x, "forwards", (double)count);
+        findings_evidence(x, "ms", findings_ms(total));
+        snprintf(x->message, sizeof x->message,
+                 "%" PRIu64 " forward(s) of a model in eval mode ran with autograd on (%.1f%% of the run, at %.*s "
+                 "first): each records the graph and keeps its activations for a backward that never comes.",
+                 count, 100 * share, (int)strcspn(list[0]->key, "\t"), list[0]->key);
+    }
+    free(list);
+}
+
+/* ---- a costly line no rule explains ----------------------------------------------------------------- */
+
+void rule_costly_line(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    (void)c;
+    const step_anatomy_t *a = &f->anatomy;
+    for (size_t i = 0; i < a->nlines; i++) {
+        const char *runs = a->lines[i].runs;
+        size_t len = strlen(runs);
+        /* the model's own parts have their part of the step: a module forward, backward, the optimizer */
+        if (a->lines[i].share < 0.10 || (len > 8 && strcmp(runs + len - 8, ".forward") == 0) ||
+            strncmp(runs, "torch.optim.", 12) == 0 || strstr(runs, "backward") != NULL ||
+            strncmp(runs, "torch.nn.utils.clip_grad", 24) == 0)
+            continue;
+        int named = 0; /* by another finding already */
+        for (size_t k = 0; k < f->nfound && !named; k++)
+            for (size_t w = 0; w < f->found[k].nwhere && !named; w++)
+                named = strcmp(f->found[k].where[w], a->lines[i].where) == 0;
+        if (named)
+            continue;
+        finding_t *x = findings_add(f, r, a->lines[i].share);
+        if (x == NULL)
+            return;
+        findings_add_where_text(x, a->lines[i].where);
+        findings_evidence(x, "ms_per_step", a->lines[i].ms);
+        snprintf(x->message, sizeof x->message,
+                 "%.1f%% of a step at %s: %s (%.2f ms a step). No rule of the catalogue knows its cause: does "
+                 "every step need it?", 100 * a->lines[i].share, a->lines[i].where, runs, a->lines[i].ms);
+    }
+}

@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: MIT */
+/* The findings' per-line series (findings_series.h): an open-addressing table of keys, and buckets of
+ * steps that double in width when the run outgrows them (so a 100,000-step run costs what a 64-step
+ * one does). */
+#include "config.h"
+#include "findings_series.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "groups.h"
+
+static uint64_t key_hash(const tw_row_t *row)
+{
+    uint64_t h = report_hash_bytes(row->api.ptr, row->api.len, report_pid_id_hash(row->pid, row->tid) ^ row->site);
+    h = report_hash_bytes(row->module.ptr, row->module.len, h);
+    return h != 0 ? h : 1;
+}
+
+static int same_key(const series_entry_t *e, uint64_t h, const tw_row_t *row)
+{
+    return e->hash == h && e->pid == row->pid && e->tid == row->tid && e->site == row->site &&
+           e->api_len == row->api.len && e->module_len == row->module.len &&
+           memcmp(e->api, row->api.ptr, row->api.len) == 0 && memcmp(e->module, row->module.ptr, row->module.len) == 0;
+}
+
+static int grow(series_table_t *t)
+{
+    size_t capacity = t->capacity ? 2 * t->capacity : 256;
+    series_entry_t **slots = calloc(capacity, sizeof *slots);
+    if (slots == NULL)
+        return -1;
+    for (size_t i = 0; i < t->capacity; i++) {
+        if (t->slots[i] == NULL)
+            continue;
+        size_t k = t->slots[i]->hash & (capacity - 1);
+        while (slots[k] != NULL)
+            k = (k + 1) & (capacity - 1);
+        slots[k] = t->slots[i];
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->capacity = capacity;
+    return 0;
+}
+
+static char *copy_of(tw_str_t s)
+{
+    char *c = malloc(s.len + 1);
+    if (c != NULL) {
+        memcpy(c, s.ptr, s.len);
+        c[s.len] = '\0';
+    }
+    return c;
+}
+
+static int has_suffix(tw_str_t s, const char *suffix)
+{
+    size_t n = strlen(suffix);
+    return s.len >= n && memcmp(s.ptr + s.len - n, suffix, n) == 0;
+}
+
+series_entry_t *report_series_get(series_table_t *t, const tw_row_t *row, int node)
+{
+    if (t->bin_width == 0)
+        t->bin_width = 1;
+    uint64_t h = key_hash(row);
+    if (t->capacity > 0) {
+        for (size_t k = h & (t->capacity - 1);; k = (k + 1) & (t->capacity - 1)) {
+            series_entry_t *e = t->slots[k];
+            if (e == NULL)
+                break;
+            if (same_key(e, h, row))
+                return e;
+        }
+    }
+    if ((t->count + 1) * 2 > t->capacity && grow(t) != 0) {
+        t->oom = 1;
+        return NULL;
+    }
+    /* an allocation of its own: the entry's address outlives the table's growth (findings.c keeps it
+     * in a level's runs) */
+    series_entry_t *e = calloc(1, sizeof *e);
+    if (e == NULL || (e->api = copy_of(row->api)) == NULL || (e->module = copy_of(row->module)) == NULL) {
+        if (e != NULL)
+            free(e->api);
+        free(e);
+        t->oom = 1;
+        return NULL;
+    }
+    size_t k = h & (t->capacity - 1);
+    while (t->slots[k] != NULL)
+        k = (k + 1) & (t->capacity - 1);
+    t->slots[k] = e;
+    e->hash = h;
+    e->pid = row->pid, e->tid = row->tid, e->site = row->site;
+    e->api_len = row->api.len, e->module_len = row->module.len;
+    e->node = node;
+    e->module_forward = row->has_module == 1 && has_suffix(row->api, ".forward");
+    e->last_step = -1;
+    e->run_step = -1;
+    t->count++;
+    return e;
+}
+
+/* Twice the buckets' width: neighbours merged, in every entry. */
+static void widen(series_table_t *t)
+{
+    for (size_t i = 0; i < t->capacity; i++) {
+        series_entry_t *e = t->slots[i];
+        if (e == NULL)
+            continue;
+        for (size_t b = 0; b < SERIES_BINS / 2; b++) {
+            e->bin_self[b] = e->bin_self[2 * b] + e->bin_self[2 * b + 1];
+            e->bin_elems[b] = e->bin_elems[2 * b] + e->bin_elems[2 * b + 1];
+        }
+        memset(e->bin_self + SERIES_BINS / 2, 0, SERIES_BINS / 2 * sizeof *e->bin_self);
+        memset(e->bin_elems + SERIES_BINS / 2, 0, SERIES_BINS / 2 * sizeof *e->bin_elems);
+    }
+    t->bin_width *= 2;
+}
+
+/* The first tensor of an argument summary ("((Linear, f32[1,16]@cpu), {})") has a leading dimension
+ * of 1 and another after it: one sample of a batch. */
+static int first_tensor_single(tw_str_t args)
+{
+    for (size_t i = 1; i + 3 < args.len; i++) {
+        if (args.ptr[i] != '[' || !(args.ptr[i - 1] >= '0' && args.ptr[i - 1] <= '9'))
+            continue;
+        /* a dtype's letters and bits before the bracket: f32[, bf16[, i64[ */
+        size_t k = i - 1;
+        while (k > 0 && args.ptr[k - 1] >= '0' && args.ptr[k - 1] <= '9')
+            k--;
+        if (k == 0 || !(args.ptr[k - 1] >= 'a' && args.ptr[k - 1] <= 'z'))
+            continue;
+        return args.ptr[i + 1] == '1' && args.ptr[i + 2] == ',';
+    }
+    return 0;
+}
+
+/* The tensors of an argument summary, read once: a hash of their dtypes and sizes, nothing else (a loop
+ * over a batch's slices, x[i:i + 1], passes one shape with another index each time), and their
+ * elements in all. */
+static uint64_t read_tensors(tw_str_t args, double *elements)
+{
+    uint64_t h = 7;
+    *elements = 0;
+    for (size_t i = 1; i < args.len; i++) {
+        if (args.ptr[i] != '[' || !(args.ptr[i - 1] >= '0' && args.ptr[i - 1] <= '9'))
+            continue;
+        size_t from = i - 1;
+        while (from > 0 && ((args.ptr[from - 1] >= '0' && args.ptr[from - 1] <= '9') ||
+                            (args.ptr[from - 1] >= 'a' && args.ptr[from - 1] <= 'z')))
+            from--;
+        const char *close = memchr(args.ptr + i, ']', args.len - i);
+        if (close == NULL)
+            break;
+        size_t to = (size_t)(close - args.ptr) + 1;
+        h = report_hash_bytes(args.ptr + from, to - from, h);
+        double n = 1, size = 0;
+        for (size_t k = i + 1; k < to; k++) { /* "2,3,224,224]" */
+            char c = args.ptr[k];
+            if (c >= '0' && c <= '9') {
+                size = size * 10 + (c - '0');
+            } else {
+                n *= size;
+                size = 0;
+            }
+        }
+        *elements += n;
+        i = to - 1;
+    }
+    return h;
+}
+
+static int contains(tw_str_t s, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (size_t i = 0; i + n <= s.len; i++)
+        if (s.ptr[i] == needle[0] && memcmp(s.ptr + i, needle, n) == 0)
+            return 1;
+    return 0;
+}
+
+void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row)
+{
+    e->calls++;
+    e->self_ns += row->self_ns;
+    e->cost_ns += row->cost_ns;
+    if (row->step == 0) {
+        e->first_calls++;
+        e->first_self += row->self_ns;
+        e->first_cost += row->cost_ns;
+    }
+    size_t bin = SERIES_BINS; /* the row's bucket (none for the first step) */
+    if (row->step > 0) {
+        uint64_t s = (uint64_t)row->step;
+        if (s > t->last_step)
+            t->last_step = s;
+        while ((s - 1) / t->bin_width >= SERIES_BINS)
+            widen(t);
+        e->bin_self[(s - 1) / t->bin_width] += row->self_ns;
+        bin = (s - 1) / t->bin_width;
+        if (row->step != e->last_step)
+            e->steps_seen++;
+    }
+    e->last_step = row->step;
+    if (e->node || row->args.len == 0)
+        return;
+    if (contains(row->args, "f64[")) {
+        e->f64_calls++;
+        e->f64_ns += row->cost_ns;
+    }
+    e->single_calls += first_tensor_single(row->args);
+    double elements;
+    uint64_t h = read_tensors(row->args, &elements);
+    if (bin < SERIES_BINS)
+        e->bin_elems[bin] += elements;
+    e->shape_changes += e->calls > 1 && h != e->last_args_hash;
+    e->last_args_hash = h;
+}
+
+void report_series_program(series_entry_t *e, uint32_t count, uint64_t cost_ns)
+{
+    e->program_calls += count;
+    e->program_cost += cost_ns;
+    if (count > e->max_run)
+        e->max_run = count;
+}
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, compare_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int report_series_ends(const series_table_t *t, const series_entry_t *e, int which, double *first, double *last,
+                       int *rising)
+{
+    if (t->last_step < 2)
+        return -1;
+    /* the buckets that hold steps: the last may hold fewer than its width */
+    size_t used = (size_t)((t->last_step - 1) / t->bin_width) + 1;
+    if (used < 8)
+        return -1;
+    double means[SERIES_BINS];
+    for (size_t b = 0; b < used; b++) {
+        uint64_t from = b * t->bin_width + 1, to = from + t->bin_width - 1;
+        if (to > t->last_step)
+            to = t->last_step;
+        means[b] = (which == SERIES_SELF ? (double)e->bin_self[b] : e->bin_elems[b]) / (double)(to - from + 1);
+    }
+    size_t q = used / 4;
+    double a[SERIES_BINS / 4 + 1], z[SERIES_BINS / 4 + 1];
+    double last_min = -1;
+    for (size_t i = 0; i < q; i++) {
+        a[i] = means[i];
+        z[i] = means[used - q + i];
+        if (last_min < 0 || z[i] < last_min)
+            last_min = z[i];
+    }
+    *first = median(a, q);
+    *last = median(z, q);
+    /* every bucket of the last quarter above the first quarter's median: a trend, not a few slow
+     * steps (a busy machine's spikes land in either quarter, and move a median little) */
+    *rising = last_min > *first;
+    return 0;
+}
+
+void report_series_free(series_table_t *t)
+{
+    for (size_t i = 0; i < t->capacity; i++)
+        if (t->slots[i] != NULL) {
+            free(t->slots[i]->api);
+            free(t->slots[i]->module);
+            free(t->slots[i]);
+        }
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The findings' per-line series (findings_series.c): for each (process, thread, line, API, module)
+ * of the calls read, what they cost a step over the run, how often the program itself called them,
+ * and the few argument traits the rules ask for. The step anatomy and the generic rules
+ * (findings_catalogue.c) read them at settle; memory is one entry a distinct key, never per call
+ * or per step (SERIES_BINS buckets of steps, widened as the run grows).
+ */
+#ifndef TW_REPORT_FINDINGS_SERIES_H
+#define TW_REPORT_FINDINGS_SERIES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "torchwrapper/reader.h"
+
+#define SERIES_BINS 64 /* buckets of steps: step s (s >= 1) in bucket (s - 1) / width */
+
+typedef struct series_entry {
+    uint64_t hash;
+    int64_t pid;
+    uint64_t tid, site;
+    char *api, *module; /* NUL-terminated copies */
+    size_t api_len, module_len;
+    int node;           /* an autograd node (charged to its forward call's line) */
+    int module_forward; /* an nn.Module's forward */
+    uint64_t calls, self_ns, cost_ns;            /* all steps */
+    uint64_t first_calls, first_self, first_cost; /* the first step's (taken out at settle) */
+    /* calls the program made itself (not torch's code inside another call at this line): their
+     * number and cost, and the most of them one invocation of their caller made (a step's, for
+     * outermost calls): a Python loop at the line */
+    uint64_t program_calls, program_cost;
+    uint32_t max_run;
+    int64_t run_step;   /* outermost calls: the step run_calls counts */
+    uint32_t run_calls;
+    uint64_t steps_seen; /* distinct steps after the first with a call (rows come in step order) */
+    int64_t last_step;
+    uint64_t f64_calls, f64_ns;   /* calls whose tensors are float64 */
+    uint64_t single_calls;        /* calls whose first tensor has a leading dimension of 1 */
+    uint64_t shape_changes;       /* calls whose tensors' shapes differed from the previous call's */
+    uint64_t last_args_hash;
+    /* by bucket of steps (the first step left out): self time, and the elements of the tensors passed
+     * (a tensor or list that grows every step shows there whatever the machine's load does to time) */
+    uint64_t bin_self[SERIES_BINS];
+    double bin_elems[SERIES_BINS];
+} series_entry_t;
+
+typedef struct series_table {
+    series_entry_t **slots; /* NULL: an empty slot */
+    size_t capacity;        /* a power of two; 0 before the first entry */
+    size_t count;
+    uint64_t bin_width; /* steps a bucket */
+    uint64_t last_step; /* the highest step seen */
+    int oom;
+} series_table_t;
+
+/* The entry of the row's key, created if missing; NULL when out of memory. */
+series_entry_t *report_series_get(series_table_t *t, const tw_row_t *row, int node);
+
+/* Counts the row (its step, self and cost) into e. */
+void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row);
+
+/* e's calls counted as the program's own: count calls costing cost_ns in one invocation of their
+ * caller. */
+void report_series_program(series_entry_t *e, uint32_t count, uint64_t cost_ns);
+
+/* What e's calls cost (SERIES_SELF: self time; SERIES_ELEMS: tensor elements passed) a step in the
+ * first and the last quarter of the run's buckets (the medians of their buckets' means), and whether
+ * every bucket of the last quarter is above the first quarter's median; -1 when the run has fewer than
+ * 8 buckets' worth of steps. */
+enum { SERIES_SELF, SERIES_ELEMS };
+int report_series_ends(const series_table_t *t, const series_entry_t *e, int which, double *first, double *last,
+                       int *rising);
+
+void report_series_free(series_table_t *t);
+
+#endif

@@ -1,0 +1,439 @@
+# SPDX-License-Identifier: MIT
+"""The findings' catalogue beyond the first rules (docs/findings.md, #56): each rule fires on a training
+loop with its mistake planted, at the line that makes it, and stays silent on the same loop fixed; the
+step's anatomy splits a step into its parts and names its costly lines; every rule of `tw-report
+--rules` is in docs/findings.md with its source."""
+import contextlib
+import copy
+import inspect
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchwrapper as tw
+
+BUILD = os.environ.get("top_builddir", os.path.join(os.path.dirname(__file__), "..", ".."))
+SOURCE = os.environ.get("top_srcdir", os.path.join(os.path.dirname(__file__), "..", ".."))
+TW_REPORT = os.path.join(BUILD, "tw-report")
+HERE = os.path.basename(__file__)
+
+
+def line_of(marker):
+    """'test_findings_catalogue.py:N' of the line holding `# FINDING:marker` in this file."""
+    lines, _ = inspect.getsourcelines(inspect.getmodule(line_of))
+    for number, text in enumerate(lines, 1):
+        if f"# FINDING:{marker}" in text:
+            return f"{HERE}:{number} "
+    raise AssertionError(marker)
+
+
+def report_of(loop, tmp_path):
+    """The findings' JSON of loop profiled as `run` profiles (argument summaries, autograd nodes)."""
+    out = tmp_path / "out"
+    with tw.profile(out_dir=str(out), args="summary", aten="backward"):
+        loop()
+    return tw._findings.findings_output(str(out), "json")
+
+
+def findings_of(loop, tmp_path):
+    return {f["kind"]: f for f in report_of(loop, tmp_path)["findings"]}
+
+
+def named_at(found, kind, marker):
+    """The finding of kind, asserted to name the marked line."""
+    assert kind in found, sorted(found)
+    assert any(w.startswith(line_of(marker)) for w in found[kind]["where"]), found[kind]
+    return found[kind]
+
+
+class Net(nn.Module):
+    """A model that holds its layers as attributes."""
+
+    def __init__(self, width=64):
+        super().__init__()
+        self.inp = nn.Linear(32, width)
+        self.out = nn.Linear(width, 4)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.inp(x)))  # FINDING:net_forward
+
+
+def train(steps=24, *, model=None, before_step=None, after_step=None, batch=16):
+    """A plain loop: the planted mistakes go in before_step/after_step (called with the step, model
+    and optimizer)."""
+    torch.manual_seed(0)
+    model = model or Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(steps):
+        x, y = torch.randn(batch, 32), torch.randint(0, 4, (batch,))
+        if before_step:
+            before_step(step, model, opt)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if after_step:
+            after_step(step, model, opt)
+
+
+# ---- the step's anatomy ---------------------------------------------------------------------------------
+
+
+def test_the_anatomy_splits_a_typical_step_into_parts_that_add_up(tmp_path):
+    result = report_of(lambda: train(steps=12), tmp_path)
+    anatomy = result["anatomy"]
+    assert anatomy["steps"] == 11   # the first step, a warm-up, left out
+    parts = anatomy["parts_ms"]
+    assert set(parts) == {"data", "forward", "backward", "optimizer", "evaluation", "other torch", "Python"}
+    assert parts["forward"] > 0 and parts["backward"] > 0 and parts["optimizer"] > 0
+    assert parts["evaluation"] == 0 and parts["data"] == 0
+    assert anatomy["step_ms"] == pytest.approx(sum(parts.values()), rel=1e-4)   # (printed to 6 digits)
+
+
+def test_the_anatomy_names_a_costly_line_with_what_it_runs_there(tmp_path):
+    def sort_a_lot(step, model, opt):
+        torch.randn(400_000).sort()  # FINDING:sort
+    result = report_of(lambda: train(steps=12, after_step=sort_a_lot), tmp_path)
+    lines = result["anatomy"]["lines"]
+    line = next(l for l in lines if l["where"].startswith(line_of("sort")))
+    assert line["runs"] == "torch.Tensor.sort" and line["share"] > 0.05
+    # no rule knows a sort's cause: the costly line says where it is, ranked low
+    costly = [f for f in result["findings"] if f["kind"] == "costly_line" and f["where"][0].startswith(line_of("sort"))]
+    assert len(costly) == 1 and costly[0]["severity"] == "low", result["findings"]
+
+
+def test_an_evaluation_is_a_part_of_its_own(tmp_path):
+    def evaluate(step, model, opt):
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(512, 32))
+        model.train()
+    result = report_of(lambda: train(steps=12, after_step=evaluate), tmp_path)
+    assert result["anatomy"]["parts_ms"]["evaluation"] > 0
+    assert "eval_with_grad" not in {f["kind"] for f in result["findings"]}
+
+
+# ---- one planted mistake a rule, and its fixed twin --------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_line_whose_cost_grows_every_step(tmp_path, fixed):
+    history = [torch.zeros(0)]
+
+    def keep(step, model, opt):
+        if fixed:
+            history[0] = torch.randn(200_000)
+        else:
+            history[0] = torch.cat([history[0], torch.randn(200_000)])  # FINDING:grow
+    found = findings_of(lambda: train(steps=40, after_step=keep), tmp_path)
+    if fixed:
+        assert "growing_line" not in found
+        return
+    finding = named_at(found, "growing_line", "grow")
+    # the tensors it is given grow (what the time does depends on the machine's load)
+    assert finding["evidence"]["last_elements_per_step"] > 3 * finding["evidence"]["first_elements_per_step"]
+    assert "torch.cat" in finding["message"] and "elements a step" in finding["message"]
+
+
+class PerSample(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(32, 64)
+        self.out = nn.Linear(64, 4)
+
+    def forward(self, x, fixed=False):
+        if fixed:
+            h = self.enc(x)
+        else:
+            h = torch.cat([self.enc(x[i:i + 1]) for i in range(x.shape[0])])  # FINDING:per_sample
+        return self.out(torch.relu(h))
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_module_called_once_per_sample(tmp_path, fixed):
+    class Model(PerSample):
+        def forward(self, x):
+            return super().forward(x, fixed)
+    found = findings_of(lambda: train(model=Model(), batch=32), tmp_path)
+    if fixed:
+        assert "repeated_module" not in found and "per_tensor_loop" not in found
+        return
+    finding = named_at(found, "repeated_module", "per_sample")
+    assert finding["evidence"]["most_in_one_call"] == 32
+    assert "one sample at a time" in finding["message"] and "Model.enc" in finding["message"]
+    assert "per_tensor_loop" not in found   # x[i:i + 1] is the same loop, named once
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_python_loop_over_the_parameters(tmp_path, fixed):
+    def clip(step, model, opt):
+        if fixed:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        else:
+            for p in model.parameters():
+                p.grad.clamp_(-1, 1)  # FINDING:per_parameter
+    model = nn.Sequential(*[nn.Linear(32, 32) for _ in range(6)], nn.Linear(32, 4))
+    found = findings_of(lambda: train_with_clip(model, clip), tmp_path)
+    if fixed:
+        assert "per_tensor_loop" not in found
+        return
+    finding = named_at(found, "per_tensor_loop", "per_parameter")
+    assert "torch.Tensor.clamp_" in finding["message"] and finding["evidence"]["most_in_one_call"] == 14
+
+
+def train_with_clip(model, clip, steps=24):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        loss = nn.functional.cross_entropy(model(torch.randn(16, 32)), torch.randint(0, 4, (16,)))
+        opt.zero_grad()
+        loss.backward()
+        clip(0, model, opt)
+        opt.step()
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_checkpoint_every_step(tmp_path, fixed):
+    def save(step, model, opt):
+        if not fixed or step % 100 == 99:
+            torch.save(model.state_dict(), tmp_path / "checkpoint.pt")  # FINDING:save
+    found = findings_of(lambda: train(after_step=save), tmp_path)
+    if fixed:
+        assert "checkpoint_every_step" not in found
+        return
+    finding = named_at(found, "checkpoint_every_step", "save")
+    assert finding["evidence"]["steps_with_calls"] >= 20
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_model_deep_copied_every_step(tmp_path, fixed):
+    average = {}
+
+    def ema(step, model, opt):
+        if fixed:
+            if "model" not in average:
+                average["model"] = torch.optim.swa_utils.AveragedModel(
+                    model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.99))
+            average["model"].update_parameters(model)
+        else:
+            average["model"] = copy.deepcopy(model)  # FINDING:deepcopy
+    found = findings_of(lambda: train(after_step=ema), tmp_path)
+    if fixed:
+        assert "model_copied_every_step" not in found
+        return
+    named_at(found, "model_copied_every_step", "deepcopy")
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_an_optimizer_built_every_step(tmp_path, fixed):
+    def loop():
+        torch.manual_seed(0)
+        model = Net()
+        opt = torch.optim.Adam(model.parameters())
+        for step in range(24):
+            if not fixed:
+                opt = torch.optim.Adam(model.parameters())  # FINDING:rebuilt
+            loss = model(torch.randn(16, 32)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    found = findings_of(loop, tmp_path)
+    if fixed:
+        assert "optimizer_rebuilt" not in found
+        return
+    named_at(found, "optimizer_rebuilt", "rebuilt")
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_model_moved_every_step(tmp_path, fixed):
+    def move(step, model, opt):
+        if not fixed:
+            model.to("cpu")  # FINDING:move
+    found = findings_of(lambda: train(before_step=move), tmp_path)
+    if fixed:
+        assert "module_moved_every_step" not in found
+        return
+    named_at(found, "module_moved_every_step", "move")
+
+
+@contextlib.contextmanager
+def restored_settings():
+    """The process-wide settings a test switches, as they were."""
+    anomaly, deterministic, threads = torch.is_anomaly_enabled(), torch.are_deterministic_algorithms_enabled(), \
+        torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.autograd.set_detect_anomaly(anomaly)
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_anomaly_detection_left_on(tmp_path, fixed):
+    def loop():
+        with restored_settings():
+            torch.autograd.set_detect_anomaly(not fixed)  # FINDING:anomaly
+            train()
+    found = findings_of(loop, tmp_path)
+    if fixed:
+        assert "anomaly_detection" not in found
+        return
+    finding = named_at(found, "anomaly_detection", "anomaly")
+    assert finding["evidence"]["steps_on"] == finding["evidence"]["steps"] > 0
+
+
+def test_anomaly_detection_in_a_few_steps_is_counted_in_those(tmp_path):
+    def loop():
+        torch.manual_seed(0)
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(24):
+            with torch.autograd.detect_anomaly() if step < 6 else contextlib.nullcontext():  # FINDING:detect
+                loss = model(torch.randn(16, 32)).square().mean()
+                opt.zero_grad()
+                loss.backward()
+            opt.step()
+    with restored_settings():
+        found = findings_of(loop, tmp_path)
+    finding = named_at(found, "anomaly_detection", "detect")
+    assert finding["evidence"]["steps_on"] == 5   # steps 1 to 5: the first is left out
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_deterministic_algorithms_required(tmp_path, fixed):
+    def loop():
+        with restored_settings():
+            torch.use_deterministic_algorithms(not fixed)  # FINDING:deterministic
+            train()
+    found = findings_of(loop, tmp_path)
+    if fixed:
+        assert "deterministic_algorithms" not in found
+        return
+    named_at(found, "deterministic_algorithms", "deterministic")
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_torch_on_one_thread(tmp_path, fixed):
+    def loop():
+        with restored_settings():
+            torch.set_num_threads(2 if fixed else 1)  # FINDING:threads
+            train()
+    found = findings_of(loop, tmp_path)
+    if fixed:
+        assert "one_thread" not in found
+        return
+    named_at(found, "one_thread", "threads")
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_torch_profiler_left_on(tmp_path, fixed):
+    def loop():
+        with torch.profiler.profile() if not fixed else contextlib.nullcontext():  # FINDING:profiler
+            train(steps=12)
+    found = findings_of(loop, tmp_path)
+    if fixed:
+        assert "profiler_left_on" not in found
+        return
+    named_at(found, "profiler_left_on", "profiler")
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_float64_compute(tmp_path, fixed):
+    model = Net(width=256)
+    if not fixed:
+        model = model.double()
+
+    def loop():
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(24):
+            x = torch.randn(64, 32, dtype=torch.float32 if fixed else torch.float64)
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    found = findings_of(loop, tmp_path)
+    if fixed:
+        assert "float64_compute" not in found
+        return
+    named_at(found, "float64_compute", "net_forward")   # where the matrix products are
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_an_evaluation_with_autograd_on(tmp_path, fixed):
+    def evaluate(step, model, opt):
+        if step % 4:
+            return
+        model.eval()
+        with torch.no_grad() if fixed else contextlib.nullcontext():
+            model(torch.randn(256, 32))  # FINDING:eval
+        model.train()
+    found = findings_of(lambda: train(after_step=evaluate), tmp_path)
+    if fixed:
+        assert "eval_with_grad" not in found
+        return
+    finding = named_at(found, "eval_with_grad", "eval")
+    # after the optimizer steps of loops 0, 4, ..., 20: steps 1, 5, ..., 21 (none in the first, left out)
+    assert finding["evidence"]["forwards"] == 6
+
+
+def test_a_frozen_submodule_in_eval_mode_leaves_the_model_training(tmp_path):
+    def freeze(step, model, opt):
+        if step == 0:
+            model.inp.eval()   # (a frozen part: the model trains)
+    found = findings_of(lambda: train(before_step=freeze), tmp_path)
+    assert "eval_with_grad" not in found
+
+
+class ConvBn(nn.Module):
+    """Both as attributes, called as self.bn(self.conv(x)): the norm's input is the conv's output."""
+
+    def __init__(self, bias):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=bias)
+        self.bn = nn.BatchNorm2d(8)
+        self.act = nn.ReLU()
+        self.other = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=True)
+        self.head = nn.Linear(8 * 8 * 8, 4)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))  # FINDING:conv_bn
+        z = torch.relu(self.other(x))   # a conv with a bias, its output not normalized
+        return self.head((y + z).flatten(1))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_convolution_bias_followed_through_the_data(tmp_path, bias):
+    def loop():
+        torch.manual_seed(0)
+        model = ConvBn(bias)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(6):
+            loss = model(torch.randn(4, 3, 16, 16)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    found = findings_of(loop, tmp_path)
+    if not bias:   # the other conv's bias feeds a ReLU, not a norm: silent
+        assert "conv_bias_before_batchnorm" not in found
+        return
+    finding = found["conv_bias_before_batchnorm"]
+    assert finding["where"][-1] == "module ConvBn.conv"
+    assert finding["evidence"]["convolutions"] == 1
+
+
+# ---- the catalogue ------------------------------------------------------------------------------------------
+
+
+def test_every_rule_is_in_the_catalogue_page_with_its_source():
+    rules = subprocess.run([TW_REPORT, "--rules"], capture_output=True, text=True, check=True).stdout.splitlines()
+    kinds = [line.split()[0] for line in rules]
+    assert len(kinds) >= 25 and len(set(kinds)) == len(kinds)
+    with open(os.path.join(SOURCE, "docs", "findings.md")) as page:
+        text = page.read()
+    for kind, line in zip(kinds, rules):
+        assert re.search(rf"^\| `{kind}` \|.*\| [^|]+ \|$", text, re.M), kind   # a row with a source
+        assert line.split(None, 1)[1].strip(), line
