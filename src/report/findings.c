@@ -409,6 +409,8 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
 {
     findings_t *f = (findings_t *)sink;
     (void)kept;
+    if (row->kind == TW_FILE_GPU)
+        findings_gpu_row(f, row);
     if (row->kind != TW_FILE_CALLS)
         return 0;
     site_line_t *line = line_of(f, row);
@@ -419,6 +421,8 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     else
         f->oom = 1;
     follow_switches(f, row, line);
+    if (is(row->api, "torch.set_float32_matmul_precision") && row->args.len > 0)
+        f->fp32_precision_lowered = !has_prefix(row->args, "(('highest'");
     /* the program's own syncs: outermost calls (an Adam step's .item() on its step counts is torch's) */
     int sync = row->fwd_call_id == 0 && row->depth == 0 ? is_sync(row->api) : 0;
     if (sync != 0) { /* keyed "LINE\tAPI" (the API cut at 60 bytes) */
@@ -544,6 +548,7 @@ static void findings_free(report_sink_t *sink)
     }
     for (size_t i = 0; i < FIND_THREADS; i++)
         free(f->threads[i].parts);
+    free(f->gpu.busy);
     report_series_free(&f->series);
     for (size_t i = 0; i < f->nfound; i++)
         for (size_t k = 0; k < f->found[i].nwhere; k++)

@@ -153,6 +153,23 @@ static const rule_t rules[] = {
      .fix = "Wrap evaluation in `with torch.no_grad():` (or torch.inference_mode()): model.eval() changes dropout "
             "and batch norm, not autograd.",
      .source = TUNING ": disable gradient calculation for validation or inference"},
+    /* ---- the GPU (its records: CUPTI's kernels, copies and fills) ---- */
+    {.kind = "gpu_idle", .evaluate = rule_gpu_idle, .medium = 0.30, .high = 0.60,
+     .fix = "Keep the GPU fed: load in worker processes with pinned memory (num_workers, pin_memory=True, "
+            "non_blocking=True copies), move per-step Python and host syncs out of the step, and give the GPU more "
+            "work a launch (a larger batch, torch.compile, CUDA graphs).",
+     .source = "HTA: idle time breakdown; " TUNING ": avoid unnecessary CPU-GPU synchronization"},
+    {.kind = "tiny_kernels", .evaluate = rule_tiny_kernels, .medium = 0.30, .high = 0.60,
+     .fix = "Fewer, larger kernels: torch.compile(model) fuses element-wise chains, a fused or foreach optimizer "
+            "(Adam(fused=True)), CUDA graphs (torch.compile(mode=\"reduce-overhead\")) for launch-bound steps.",
+     .source = "HTA: kernel breakdown and CUDA kernel launch statistics; " TUNING ": use CUDA graphs"},
+    {.kind = "fp32_matmul_gpu", .evaluate = rule_fp32_matmul_gpu, .medium = 0.10, .high = 0.40,
+     .apis = "torch.nn.functional.linear|torch.matmul|torch.mm|torch.bmm|torch.addmm|torch.baddbmm|torch.einsum|"
+             "torch.Tensor.matmul|torch.Tensor.__matmul__|torch.conv1d|torch.conv2d|torch.conv3d|"
+             "torch.nn.functional.scaled_dot_product_attention",
+     .fix = "torch.set_float32_matmul_precision(\"high\") (TF32 on Ampere and newer), or run the forward under "
+            "torch.autocast(\"cuda\", dtype=torch.bfloat16).",
+     .source = TUNING ": use mixed precision and AMP; TorchTidy: FP32MatMulPattern"},
     /* ---- patterns of the calls ---- */
     {.kind = "zero_grad_fills", .evaluate = rule_zero_grad_fills, .medium = 0.01, .high = 0.10,
      .fix = "optimizer.zero_grad(set_to_none=True) (the default): no memset, and backward writes the gradients "

@@ -136,6 +136,13 @@ struct rule {
     const char *source;    /* where the advice comes from */
 };
 
+/* The GPU's busy time by bucket of time from base, and its kernels (findings_gpu.c). */
+typedef struct gpu_time {
+    uint64_t *busy; /* GPU_BUCKETS of them, NULL before the first GPU record */
+    uint64_t base, width;
+    uint64_t kernels, tiny_kernels;
+} gpu_time_t;
+
 /* A process-wide setting followed through the calls that switch it (the catalogue's switches):
  * whether it is on, and the line that last switched it on. */
 typedef struct switch_state {
@@ -154,6 +161,8 @@ typedef struct findings {
     tally_t loader_wait, dataset_lines, syncs, gaps, small_ops, single_tensor_opt, fills, conv_bn, compiles,
         kept_bytes, eval_grad; /* kept_bytes: per line, bytes its outermost calls allocated and did not free */
     series_table_t series;
+    gpu_time_t gpu;
+    int fp32_precision_lowered; /* torch.set_float32_matmul_precision("high" or "medium") was called */
     switch_state_t switches[SWITCHES_MAX];
     const rule_t *switch_rules[SWITCHES_MAX]; /* the catalogue's settings, switches[k]'s rule */
     size_t nswitch_rules;
@@ -232,6 +241,12 @@ void rule_setting(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_dtype(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_eval_with_grad(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_costly_line(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_gpu_idle(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_tiny_kernels(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_fp32_matmul_gpu(findings_t *f, const rule_t *r, const settle_context_t *c);
+
+/* Counts a GPU record (a kernel, copy or fill) into f->gpu (findings_gpu.c). */
+void findings_gpu_row(findings_t *f, const tw_row_t *row);
 
 /* The step anatomy of the steps' thread into f->anatomy, and the typical step into c
  * (findings_anatomy.c). */

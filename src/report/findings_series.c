@@ -211,6 +211,10 @@ void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row
         e->f64_calls++;
         e->f64_ns += row->cost_ns;
     }
+    if (contains(row->args, "f32[") && contains(row->args, "@cuda")) {
+        e->f32_gpu_calls++;
+        e->f32_gpu_ns += row->cost_ns + row->gpu_ns;
+    }
     e->single_calls += first_tensor_single(row->args);
     double elements;
     uint64_t h = read_tensors(row->args, &elements);

@@ -36,6 +36,7 @@ typedef struct series_entry {
     uint64_t steps_seen; /* distinct steps after the first with a call (rows come in step order) */
     int64_t last_step;
     uint64_t f64_calls, f64_ns;   /* calls whose tensors are float64 */
+    uint64_t f32_gpu_calls, f32_gpu_ns; /* calls with float32 CUDA tensors */
     uint64_t single_calls;        /* calls whose first tensor has a leading dimension of 1 */
     uint64_t shape_changes;       /* calls whose tensors' shapes differed from the previous call's */
     uint64_t last_args_hash;

@@ -4,6 +4,7 @@ loop with its mistake planted, at the line that makes it, and stays silent on th
 step's anatomy splits a step into its parts and names its costly lines; every rule of `tw-report
 --rules` is in docs/findings.md with its source."""
 import contextlib
+import json
 import copy
 import inspect
 import os
@@ -437,3 +438,115 @@ def test_every_rule_is_in_the_catalogue_page_with_its_source():
     for kind, line in zip(kinds, rules):
         assert re.search(rf"^\| `{kind}` \|.*\| [^|]+ \|$", text, re.M), kind   # a row with a source
         assert line.split(None, 1)[1].strip(), line
+
+
+# ---- the GPU rules: the fake CUPTI's records (tests/c/fake_cupti.c), and argument summaries ----------------
+
+FAKE = os.environ.get("FAKE_CUPTI") or os.path.join(os.path.dirname(__file__), "..", "c", ".libs", "fake_cupti.so")
+needs_fake = pytest.mark.skipif(not os.path.exists(FAKE) or torch.cuda.is_available(),
+                                reason="the fake CUPTI is built by make check, for machines without a GPU")
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The fake CUPTI, loaded by the profiler on its first GPU session in this process."""
+    import ctypes
+    monkeypatch.setenv("TW_CUPTI_LIBRARY", os.path.abspath(FAKE))
+    lib = ctypes.CDLL(os.path.abspath(FAKE))
+    lib.fake_cupti_launch.restype = ctypes.c_uint32
+    lib.fake_cupti_launch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64,
+                                      ctypes.c_uint32, ctypes.c_uint32]
+    lib.fake_cupti_now.restype = ctypes.c_uint64
+    lib.fake_cupti_reset()
+    yield lib
+    lib.fake_cupti_reset()
+
+
+def gpu_findings(fake, tmp_path, monkeypatch, kernels_of_step):
+    """A training loop whose steps 'launch' the kernels kernels_of_step(start, end) gives (start and
+    end: the step's on the fake's clock), profiled as if torch had found a device."""
+    import torchwrapper._profile as profile_module
+    monkeypatch.setattr(profile_module, "_cuda_available", lambda: True)
+    with tw.profile(out_dir=str(tmp_path / "out"), gpu="on", args="summary"):
+        torch.manual_seed(0)
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(16):
+            start = fake.fake_cupti_now()
+            loss = model(torch.randn(16, 32)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            for begin, end in kernels_of_step(start, fake.fake_cupti_now()):
+                fake.fake_cupti_launch(0, b"kernel", 0, begin, end, 0, 7)
+            opt.step()
+    return {f["kind"]: f for f in tw.findings(str(tmp_path / "out"))}
+
+
+def busy_from_the_last_kernel(split):
+    """Kernels that keep the GPU busy from where the last one ended to now, split in that many."""
+    last = []
+
+    def kernels(start, end):
+        begin = last[0] if last else start
+        last[:] = [end]
+        width = (end - begin) // split
+        return [(begin + k * width, begin + (k + 1) * width) for k in range(split)]
+    return kernels
+
+
+@needs_fake
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_gpu_idle_between_its_kernels(fake, tmp_path, monkeypatch, fixed):
+    def kernels(start, end):   # one short kernel a step (fixed: the GPU busy all along)
+        return [(end - 2000, end - 1000)]
+    if fixed:
+        kernels = busy_from_the_last_kernel(1)
+    found = gpu_findings(fake, tmp_path, monkeypatch, kernels)
+    if fixed:
+        assert "gpu_idle" not in found, found
+        return
+    finding = found["gpu_idle"]
+    assert finding["evidence"]["gpu_busy_share"] < 0.5 and finding["share"] > 0.5
+    assert "tiny_kernels" not in found   # one a step is no launch-bound step
+
+
+@needs_fake
+@pytest.mark.parametrize("fixed", [False, True])
+def test_many_tiny_kernels(fake, tmp_path, monkeypatch, fixed):
+    def kernels(start, end):   # 200 kernels of 2 us a step (fixed: 4 that keep the GPU busy)
+        return [(start + k * 3000, start + k * 3000 + 2000) for k in range(200)]
+    if fixed:
+        kernels = busy_from_the_last_kernel(4)
+    found = gpu_findings(fake, tmp_path, monkeypatch, kernels)
+    if fixed:
+        assert "tiny_kernels" not in found and "gpu_idle" not in found, found
+        return
+    assert found["tiny_kernels"]["evidence"]["tiny_kernels_per_step"] == 200
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_float32_matrix_products_on_a_gpu(tmp_path, fixed):
+    """Records as a CUDA run writes them (argument summaries of CUDA tensors), written here: this
+    machine has no GPU to make them."""
+    rows, call, t = [], 0, 1_800_000_000_000_000_000
+    if fixed:
+        rows.append(("torch.set_float32_matmul_precision", "(('high',), {})", 0))
+    for step in range(12):
+        rows.append(("torch.nn.functional.linear", "((f32[64,512]@cuda:0, f32[512,512]@cuda:0, f32[512]@cuda:0), {})",
+                     step))
+        rows.append(("torch.Tensor.backward", "((f32[]@cuda:0,), {})", step))
+        rows.append(("torch.optim.SGD.step", "((SGD,), {})", step))
+    path = tmp_path / "calls.jsonl"
+    with open(path, "w") as f:
+        for api, args, step in rows:
+            call += 1
+            f.write(json.dumps({"call_id": call, "api": api, "start_ns": t, "cost_ns": 100_000, "self_ns": 100_000,
+                                "gpu_ns": 0, "pid": 1, "tid": 1, "depth": 0, "parent_id": 0, "error": False,
+                                "args": args, "module": None, "step": step, "site": 0}) + "\n")
+            t += 150_000
+    found = {f["kind"]: f for f in tw.findings(str(path))}
+    if fixed:
+        assert "fp32_matmul_gpu" not in found
+        return
+    finding = found["fp32_matmul_gpu"]
+    assert finding["evidence"]["calls"] == 11 and "torch.nn.functional.linear" in finding["message"]  # after the first step
