@@ -12,6 +12,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,7 +200,7 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d,
     }
     for (size_t k = d + 1; k <= t->top; k++) {
         add_subtree(&inside, &t->level[k]);
-        memset(&t->level[k], 0, sizeof t->level[k]);
+        memset(&t->level[k], 0, offsetof(subtree_t, runs)); /* (the runs past nruns = 0 are not read) */
     }
     subtree_t own = {.rows = 1};
     if (has_prefix(row->api, "torch._foreach_"))

@@ -34,8 +34,9 @@ typedef struct subtree {
     uint32_t rows, foreach_calls, fused_calls, inplace_calls, fills, conv_bias;
     uint64_t fill_ns;
     uint64_t forward_ns, backward_ns; /* in the outermost module forwards and backward calls inside */
-    level_run_t runs[LEVEL_RUNS];     /* its calls (the row at the level's own: its children's) */
     uint32_t nruns;
+    level_run_t runs[LEVEL_RUNS]; /* its calls (a level's: its rows' parent's children), [0, nruns) set:
+                                   * last, so that clearing a level clears what comes before it */
 } subtree_t;
 
 /* A convolution whose output the next batch norm may read (its shape, as an argument summary writes

@@ -120,66 +120,56 @@ static void widen(series_table_t *t)
     t->bin_width *= 2;
 }
 
-/* The first tensor of an argument summary ("((Linear, f32[1,16]@cpu), {})") has a leading dimension
- * of 1 and another after it: one sample of a batch. */
-static int first_tensor_single(tw_str_t args)
-{
-    for (size_t i = 1; i + 3 < args.len; i++) {
-        if (args.ptr[i] != '[' || !(args.ptr[i - 1] >= '0' && args.ptr[i - 1] <= '9'))
-            continue;
-        /* a dtype's letters and bits before the bracket: f32[, bf16[, i64[ */
-        size_t k = i - 1;
-        while (k > 0 && args.ptr[k - 1] >= '0' && args.ptr[k - 1] <= '9')
-            k--;
-        if (k == 0 || !(args.ptr[k - 1] >= 'a' && args.ptr[k - 1] <= 'z'))
-            continue;
-        return args.ptr[i + 1] == '1' && args.ptr[i + 2] == ',';
-    }
-    return 0;
-}
+/* What the rules read of an argument summary's tensors ("((Linear, f32[1,16]@cpu), {})"), in one scan:
+ * a hash of their dtypes and sizes and nothing else (a loop over a batch's slices, x[i:i + 1], passes
+ * one shape with another index each time), their elements in all, whether one is float64, or float32
+ * on a CUDA device, and whether the first has a leading dimension of 1 and another after it (one
+ * sample of a batch). */
+typedef struct tensors {
+    uint64_t shapes_hash;
+    double elements;
+    int f64, f32_cuda, first_single;
+} tensors_t;
 
-/* The tensors of an argument summary, read once: a hash of their dtypes and sizes, nothing else (a loop
- * over a batch's slices, x[i:i + 1], passes one shape with another index each time), and their
- * elements in all. */
-static uint64_t read_tensors(tw_str_t args, double *elements)
+static void read_tensors(tw_str_t args, tensors_t *t)
 {
-    uint64_t h = 7;
-    *elements = 0;
-    for (size_t i = 1; i < args.len; i++) {
-        if (args.ptr[i] != '[' || !(args.ptr[i - 1] >= '0' && args.ptr[i - 1] <= '9'))
-            continue;
-        size_t from = i - 1;
-        while (from > 0 && ((args.ptr[from - 1] >= '0' && args.ptr[from - 1] <= '9') ||
-                            (args.ptr[from - 1] >= 'a' && args.ptr[from - 1] <= 'z')))
+    memset(t, 0, sizeof *t);
+    t->shapes_hash = 7;
+    const char *p = args.ptr, *end = args.ptr + args.len;
+    int first = 1;
+    while (p < end && (p = memchr(p, '[', (size_t)(end - p))) != NULL) {
+        /* a dtype's letters and bits before the bracket: f32[, bf16[, i64[ (not a list's "[") */
+        const char *from = p;
+        while (from > args.ptr && from[-1] >= '0' && from[-1] <= '9')
             from--;
-        const char *close = memchr(args.ptr + i, ']', args.len - i);
+        if (from == p || from == args.ptr || !(from[-1] >= 'a' && from[-1] <= 'z')) {
+            p++;
+            continue;
+        }
+        while (from > args.ptr && from[-1] >= 'a' && from[-1] <= 'z')
+            from--;
+        const char *close = memchr(p, ']', (size_t)(end - p));
         if (close == NULL)
             break;
-        size_t to = (size_t)(close - args.ptr) + 1;
-        h = report_hash_bytes(args.ptr + from, to - from, h);
+        t->shapes_hash = report_hash_bytes(from, (size_t)(close + 1 - from), t->shapes_hash);
         double n = 1, size = 0;
-        for (size_t k = i + 1; k < to; k++) { /* "2,3,224,224]" */
-            char c = args.ptr[k];
-            if (c >= '0' && c <= '9') {
-                size = size * 10 + (c - '0');
+        for (const char *k = p + 1; k <= close; k++) { /* "2,3,224,224]" */
+            if (*k >= '0' && *k <= '9') {
+                size = size * 10 + (*k - '0');
             } else {
                 n *= size;
                 size = 0;
             }
         }
-        *elements += n;
-        i = to - 1;
+        t->elements += n;
+        size_t dtype = (size_t)(p - from);
+        t->f64 |= dtype == 3 && memcmp(from, "f64", 3) == 0;
+        t->f32_cuda |= dtype == 3 && memcmp(from, "f32", 3) == 0 && end - close > 5 && memcmp(close + 1, "@cuda", 5) == 0;
+        if (first)
+            t->first_single = close - p > 3 && p[1] == '1' && p[2] == ',';
+        first = 0;
+        p = close + 1;
     }
-    return h;
-}
-
-static int contains(tw_str_t s, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (size_t i = 0; i + n <= s.len; i++)
-        if (s.ptr[i] == needle[0] && memcmp(s.ptr + i, needle, n) == 0)
-            return 1;
-    return 0;
 }
 
 void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row)
@@ -207,19 +197,20 @@ void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row
     e->last_step = row->step;
     if (e->node || row->args.len == 0)
         return;
-    if (contains(row->args, "f64[")) {
+    tensors_t tensors;
+    read_tensors(row->args, &tensors);
+    if (bin < SERIES_BINS)
+        e->bin_elems[bin] += tensors.elements;
+    if (tensors.f64) {
         e->f64_calls++;
         e->f64_ns += row->cost_ns;
     }
-    if (contains(row->args, "f32[") && contains(row->args, "@cuda")) {
+    if (tensors.f32_cuda) {
         e->f32_gpu_calls++;
         e->f32_gpu_ns += row->cost_ns + row->gpu_ns;
     }
-    e->single_calls += first_tensor_single(row->args);
-    double elements;
-    uint64_t h = read_tensors(row->args, &elements);
-    if (bin < SERIES_BINS)
-        e->bin_elems[bin] += elements;
+    e->single_calls += tensors.first_single;
+    uint64_t h = tensors.shapes_hash;
     e->shape_changes += e->calls > 1 && h != e->last_args_hash;
     e->last_args_hash = h;
 }
