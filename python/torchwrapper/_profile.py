@@ -247,7 +247,9 @@ class Profile:
                                     exclude=list(exclude) if exclude is not None else "default"),
                      "python": sys.version.split()[0], "torch": _torch_version(),
                      "argv": list(getattr(sys, "argv", [])),
-                     "peak_flops": self.peak_flops, "peak_flops_source": self.peak_flops_source}
+                     "peak_flops": self.peak_flops, "peak_flops_source": self.peak_flops_source,
+                     # the findings weigh torch's threads against these (one_thread, too_many_threads)
+                     "cpus": _usable_cpus(), "torch_threads": _torch_threads()}
             if rank is not None and os.environ.get("WORLD_SIZE", "").isdigit():
                 extra["world_size"] = int(os.environ["WORLD_SIZE"])   # the trace's distributedInfo
             extra.update(manifest or {})
@@ -537,6 +539,23 @@ def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[
 
 # Config keys the Session takes (the others are Profile's: modules, include, exclude, tensor_stats, track).
 _SESSION_KEYS = _core.SESSION_CONFIG_KEYS
+
+
+def _usable_cpus() -> Optional[int]:
+    """The CPUs this process may run on (its affinity, as torch's default threads count them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def _torch_threads() -> Optional[int]:
+    """torch's intra-op threads now (None before torch is imported)."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()) if torch is not None else None
+    except Exception:  # a torch too broken to say: the manifest says nothing
+        return None
 
 
 def _cuda_available() -> bool:

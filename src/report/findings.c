@@ -322,7 +322,9 @@ static void follow_switches(findings_t *f, const tw_row_t *row, site_line_t *lin
             if (r->switch_kind == SWITCH_FIRST_ARG)
                 on = has_first ? findings_arg_bool(first) : -1;
             else if (r->switch_kind == SWITCH_ONE_THREAD)
-                on = has_first && first.len == 1 && first.ptr[0] == '1';
+                on = has_first && first.len == 1 && first.ptr[0] == '1' && f->cpus != 1;
+            else if (r->switch_kind == SWITCH_MORE_THREADS) /* more threads than the process's CPUs */
+                on = has_first && f->cpus > 0 && strtol(first.ptr, NULL, 10) > f->cpus;
             else
                 on = 1;
         } else if (r->apis_off != NULL && findings_api_in(row->api.ptr, row->api.len, r->apis_off)) {
@@ -378,6 +380,8 @@ static void count_outermost(findings_t *f, thread_state_t *t, const tw_row_t *ro
                             const subtree_t *inside, site_line_t *line)
 {
     step_parts_t *p = parts_of(f, t, row->step);
+    if (f->switches_pid == 0) /* (the settings followed are the first process's) */
+        f->switches_pid = row->pid;
     for (size_t k = 0; k < f->nswitch_rules; k++)
         if (p != NULL && f->switches[k].on && row->pid == f->switches_pid)
             p->switches |= 1u << k;
@@ -559,6 +563,20 @@ static void findings_free(report_sink_t *sink)
     free(f->lines);
     free(f->steps);
     free(f);
+}
+
+void report_findings_use_host(report_sink_t *findings, int64_t cpus, int64_t torch_threads)
+{
+    findings_t *f = (findings_t *)findings;
+    f->cpus = cpus;
+    f->torch_threads = torch_threads;
+    for (size_t k = 0; k < f->nswitch_rules; k++) /* more threads than CPUs from the start */
+        if (f->switch_rules[k]->switch_kind == SWITCH_MORE_THREADS && cpus > 0 && torch_threads > cpus) {
+            f->switches[k].on = 1;
+            f->switches[k].calls_on = 1;
+            snprintf(f->switches[k].where, sizeof f->switches[k].where,
+                     "(start: %" PRId64 " torch threads on %" PRId64 " CPUs; OMP_NUM_THREADS?)", torch_threads, cpus);
+        }
 }
 
 void report_findings_use_ranks(report_sink_t *findings, report_sink_t *ranks)

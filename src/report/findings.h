@@ -57,6 +57,10 @@ typedef struct finding {
     const char *source; /* where the rule's advice comes from */
 } finding_t;
 
+/* The host's usable CPUs and torch's threads when profiling began, from the manifest (0: not said):
+ * what the threads rules weigh torch.set_num_threads against. */
+void report_findings_use_host(report_sink_t *findings, int64_t cpus, int64_t torch_threads);
+
 /* The ranks' analysis (a --ranks sink, settled with the others) gives the straggler finding. */
 void report_findings_use_ranks(report_sink_t *findings, report_sink_t *ranks);
 

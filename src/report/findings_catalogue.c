@@ -140,6 +140,13 @@ static const rule_t rules[] = {
      .fix = "Leave torch's threads at their default (one per physical core) in the training process; one thread is "
             "for DataLoader workers (worker_init_fn) and for processes that share the cores.",
      .source = TUNING ": utilize OpenMP; PyTorch CPU threading notes"},
+    {.kind = "too_many_threads", .evaluate = rule_setting, .medium = 0.30, .high = NEVER,
+     .apis = "torch.set_num_threads", .switch_kind = SWITCH_MORE_THREADS, .affects = COMPUTE,
+     .message = "torch runs more threads than the process has CPUs (torch.set_num_threads, OMP_NUM_THREADS): its "
+                "threads wait for each other at every parallel operator",
+     .fix = "At most one torch thread per CPU the process may use (len(os.sched_getaffinity(0))): the default; "
+            "with DataLoader workers or several processes on one host, divide the CPUs between them.",
+     .source = TUNING ": utilize OpenMP; PyTorch CPU threading notes: oversubscription"},
     {.kind = "float64_compute", .evaluate = rule_dtype, .medium = 0.10, .high = 0.40,
      .apis = "torch.nn.functional.linear|torch.matmul|torch.mm|torch.bmm|torch.addmm|torch.baddbmm|torch.einsum|"
              "torch.Tensor.matmul|torch.Tensor.__matmul__|torch.Tensor.mm|torch.Tensor.bmm|torch.conv1d|torch.conv2d|"

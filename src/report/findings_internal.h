@@ -121,7 +121,9 @@ typedef enum {
     SWITCH_NONE = 0,
     SWITCH_FIRST_ARG, /* on when the call's first argument is True, off when False */
     SWITCH_ENTER,     /* on at the call, off at its pair (apis_off) */
-    SWITCH_ONE_THREAD /* on when the first argument is 1 (torch.set_num_threads(1)) */
+    SWITCH_ONE_THREAD,  /* on when the first argument is 1 (torch.set_num_threads(1)) on a host of more CPUs */
+    SWITCH_MORE_THREADS /* on when the first argument is more than the host's CPUs; on from the start when
+                         * torch's threads were (OMP_NUM_THREADS) */
 } switch_kind_t;
 
 struct rule {
@@ -163,6 +165,7 @@ typedef struct findings {
         kept_bytes, eval_grad; /* kept_bytes: per line, bytes its outermost calls allocated and did not free */
     series_table_t series;
     gpu_time_t gpu;
+    int64_t cpus, torch_threads; /* the manifest's (report_findings_use_host); 0: not said */
     int fp32_precision_lowered; /* torch.set_float32_matmul_precision("high" or "medium") was called */
     switch_state_t switches[SWITCHES_MAX];
     const rule_t *switch_rules[SWITCHES_MAX]; /* the catalogue's settings, switches[k]'s rule */

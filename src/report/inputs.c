@@ -157,6 +157,12 @@ static void read_manifest(inputs_t *in, const char *path)
         const cJSON *peak = cJSON_GetObjectItemCaseSensitive(root, "peak_flops");
         if (cJSON_IsNumber(peak) && peak->valuedouble > 0 && info->peak_flops == 0)
             info->peak_flops = peak->valuedouble;
+        const cJSON *cpus = cJSON_GetObjectItemCaseSensitive(root, "cpus");
+        const cJSON *threads = cJSON_GetObjectItemCaseSensitive(root, "torch_threads");
+        if (info->manifests == 0 && cJSON_IsNumber(cpus) && cpus->valuedouble >= 1)
+            info->cpus = (int64_t)cpus->valuedouble;
+        if (info->manifests == 0 && cJSON_IsNumber(threads) && threads->valuedouble >= 1)
+            info->torch_threads = (int64_t)threads->valuedouble;
         info->manifests++;
     }
     cJSON_Delete(root);

@@ -41,6 +41,8 @@ typedef struct inputs {
         int hosts; /* distinct host names seen: 1, or 2 for "more than one" */
         uint64_t written, dropped;
         double peak_flops; /* FLOP/s MFU is measured against (the first manifest's peak_flops); 0: none */
+        int64_t cpus;          /* the first manifest's process's usable CPUs; 0: not said */
+        int64_t torch_threads; /* its torch threads when profiling began; 0: not said */
     } info;
 } inputs_t;
 

@@ -331,6 +331,22 @@ def test_torch_on_one_thread(tmp_path, fixed):
 
 
 @pytest.mark.parametrize("fixed", [False, True])
+def test_more_torch_threads_than_cpus(tmp_path, fixed):
+    cpus = len(os.sched_getaffinity(0))
+
+    def loop():
+        with restored_settings():
+            torch.set_num_threads(cpus if fixed else 2 * cpus + 1)  # FINDING:oversubscribed
+            train(steps=8)
+    found = findings_of(loop, tmp_path)
+    if fixed:
+        assert "too_many_threads" not in found and "one_thread" not in found
+        return
+    finding = named_at(found, "too_many_threads", "oversubscribed")
+    assert finding["evidence"]["steps_on"] == finding["evidence"]["steps"] > 0
+
+
+@pytest.mark.parametrize("fixed", [False, True])
 def test_torch_profiler_left_on(tmp_path, fixed):
     def loop():
         with torch.profiler.profile() if not fixed else contextlib.nullcontext():  # FINDING:profiler
