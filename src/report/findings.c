@@ -168,16 +168,32 @@ static int is_backward(tw_str_t api)
 }
 
 /* The calls of a run at a level: one more of entry e. */
-static void add_run(subtree_t *level, series_entry_t *e, uint64_t cost_ns)
+static void add_run(subtree_t *level, series_entry_t *e, const tw_row_t *row)
 {
+    long lead = 0;
+    int ndim;
+    if (e->module_forward && !report_series_first_tensor(row->args, &lead, &ndim))
+        lead = 0;
     for (uint32_t i = 0; i < level->nruns; i++)
         if (level->runs[i].entry == e) {
             level->runs[i].count++;
-            level->runs[i].cost_ns += cost_ns;
+            level->runs[i].cost_ns += row->cost_ns;
+            level->runs[i].lead = lead;
             return;
         }
     if (level->nruns < LEVEL_RUNS)
-        level->runs[level->nruns++] = (level_run_t){e, 1, cost_ns};
+        level->runs[level->nruns++] = (level_run_t){e, 1, row->cost_ns, lead};
+}
+
+/* A run of module calls is one a sample: as many calls as the caller's batch (its first tensor's
+ * leading size), each on a tensor of another leading size (1, or the sample without its batch
+ * dimension). A loop over layers that share weights, or over time steps, has other counts. */
+static int per_sample(const level_run_t *run, const tw_row_t *caller)
+{
+    long lead;
+    int ndim;
+    return run->entry->module_forward && run->lead > 0 && report_series_first_tensor(caller->args, &lead, &ndim) &&
+           lead >= 2 && run->count == (uint64_t)lead && run->lead != lead;
 }
 
 /*
@@ -194,9 +210,13 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d,
     subtree_t inside = {0};
     if (d + 1 <= t->top) {
         const subtree_t *children = &t->level[d + 1];
-        for (uint32_t i = 0; i < children->nruns; i++)
-            if (children->runs[i].entry->site != row->site)
-                report_series_program(children->runs[i].entry, children->runs[i].count, children->runs[i].cost_ns);
+        for (uint32_t i = 0; i < children->nruns; i++) {
+            const level_run_t *run = &children->runs[i];
+            if (run->entry->site == row->site)
+                continue; /* torch's own calls inside the row */
+            report_series_program(run->entry, run->count, run->cost_ns);
+            run->entry->per_sample_runs += per_sample(run, row);
+        }
     }
     for (size_t k = d + 1; k <= t->top; k++) {
         add_subtree(&inside, &t->level[k]);
@@ -224,7 +244,7 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d,
     add_subtree(&t->level[d], &own);
     add_subtree(&t->level[d], &carried);
     if (e != NULL && d > 0)
-        add_run(&t->level[d], e, row->cost_ns);
+        add_run(&t->level[d], e, row);
     t->top = d;
     return inside;
 }

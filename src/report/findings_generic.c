@@ -107,15 +107,54 @@ static double growth_of(findings_t *f, const rule_t *r, const settle_context_t *
     if (e->node || !growth_read(f, e, &g))
         return 0;
     double step = mean_step(c), grown = g.last_ns - g.first_ns;
-    int time = g.time_rising && g.last_ns >= 3 * g.first_ns && grown >= 0.002 * step;
+    /* (a line that slowed no more than the whole step did: the machine got busier, not the line) */
+    int time = g.time_rising && g.last_ns >= 3 * g.first_ns && grown >= 0.002 * step &&
+               g.last_ns >= 2 * f->step_growth * g.first_ns;
     int elems = g.elems_rising && g.last_elems >= 3 * g.first_elems && g.last_elems >= 1000 && grown > 0;
     if (!time && !elems)
         return 0;
     return grown > 0.001 * step ? grown : 0.001 * step;
 }
 
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The whole step's last quarter over its first (medians of the steps' times, the first step out); 1
+ * under 8 steps. */
+static double step_growth(const findings_t *f, const thread_state_t *t)
+{
+    double *times = t != NULL && t->nparts > 0 ? malloc(t->nparts * sizeof *times) : NULL;
+    size_t n = 0;
+    for (uint64_t s = 1; times != NULL && s < t->nparts; s++) {
+        if (!t->parts[s].used)
+            continue;
+        double sum = 0;
+        for (int k = 0; k < PARTS; k++)
+            sum += (double)t->parts[s].ns[k];
+        times[n++] = sum;
+    }
+    double growth = 1;
+    size_t q = n / 4;
+    if (n >= 8 && q >= 2) {
+        qsort(times, q, sizeof *times, compare_double);
+        qsort(times + n - q, q, sizeof *times, compare_double);
+        double first = q % 2 ? times[q / 2] : (times[q / 2 - 1] + times[q / 2]) / 2;
+        double *last = times + n - q;
+        double end = q % 2 ? last[q / 2] : (last[q / 2 - 1] + last[q / 2]) / 2;
+        if (first > 0)
+            growth = end / first;
+    }
+    free(times);
+    (void)f;
+    return growth > 1 ? growth : 1;
+}
+
 void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
+    f->step_growth = step_growth(f, c->thread);
     size_t n;
     candidate_t *list = candidates(f, c, r, &n, growth_of);
     if (list == NULL)
@@ -213,7 +252,11 @@ static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, 
             for (size_t i = 0; i < n; i++)
                 findings_add_where_text(x, findings_line_text(f, list[i].e));
             double per_step = (double)e->program_calls * after_first(f, e) / c->per_step;
-            int single = e->single_calls * 2 >= e->calls;
+            int single = e->single_calls * 2 >= e->calls, samples = single || e->per_sample_runs > 0;
+            /* without a sample a call (layers sharing weights, a recurrence over time steps) the loop may be the
+             * model's own design: said, at low */
+            if (modules && !samples)
+                x->severity = "low";
             findings_evidence(x, "calls_per_step", per_step);
             findings_evidence(x, "most_in_one_call", (double)e->max_run);
             findings_evidence(x, "ms_per_step", total / 1e6);
@@ -222,7 +265,9 @@ static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, 
                          "%s%s%s runs %.0f times a step from %s, up to %u times in one call of its caller%s: "
                          "%.2f ms a step, %.1f%% of a step.", e->api, e->module_len ? " (" : "",
                          e->module_len ? e->module : "", per_step, findings_line_text(f, e), e->max_run,
-                         single ? ", one sample at a time (its input's leading dimension is 1)" : "",
+                         single ? ", one sample at a time (its input's leading dimension is 1)"
+                         : samples ? ", once per sample of its caller's batch"
+                                   : " (layers that share weights, or a recurrence over time steps, may need this)",
                          total / 1e6, 100 * total / step);
             else
                 snprintf(x->message, sizeof x->message,

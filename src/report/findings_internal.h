@@ -27,6 +27,7 @@ typedef struct level_run {
     series_entry_t *entry;
     uint32_t count;
     uint64_t cost_ns;
+    long lead; /* the leading size of the last call's first tensor (0: none) */
 } level_run_t;
 
 /* What the calls inside one call did (the rule counters of a subtree). */
@@ -166,7 +167,8 @@ typedef struct findings {
     series_table_t series;
     gpu_time_t gpu;
     int64_t cpus, torch_threads; /* the manifest's (report_findings_use_host); 0: not said */
-    int fp32_precision_lowered; /* torch.set_float32_matmul_precision("high" or "medium") was called */
+    int fp32_precision_lowered;
+    double step_growth; /* settle: the whole step's last quarter over its first (rule_growing_line) */ /* torch.set_float32_matmul_precision("high" or "medium") was called */
     switch_state_t switches[SWITCHES_MAX];
     const rule_t *switch_rules[SWITCHES_MAX]; /* the catalogue's settings, switches[k]'s rule */
     size_t nswitch_rules;

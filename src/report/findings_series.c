@@ -215,6 +215,26 @@ void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row
     e->last_args_hash = h;
 }
 
+int report_series_first_tensor(tw_str_t args, long *lead, int *ndim)
+{
+    const char *p = args.ptr, *end = args.ptr + args.len;
+    while (p < end && (p = memchr(p, '[', (size_t)(end - p))) != NULL) {
+        if (p == args.ptr || !(p[-1] >= '0' && p[-1] <= '9')) { /* a list's bracket, not a dtype's */
+            p++;
+            continue;
+        }
+        const char *close = memchr(p, ']', (size_t)(end - p));
+        if (close == NULL)
+            return 0;
+        *lead = strtol(p + 1, NULL, 10);
+        *ndim = close == p + 1 ? 0 : 1;
+        for (const char *k = p + 1; k < close; k++)
+            *ndim += *k == ',';
+        return 1;
+    }
+    return 0;
+}
+
 void report_series_program(series_entry_t *e, uint32_t count, uint64_t cost_ns)
 {
     e->program_calls += count;

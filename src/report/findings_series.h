@@ -38,6 +38,7 @@ typedef struct series_entry {
     uint64_t f64_calls, f64_ns;   /* calls whose tensors are float64 */
     uint64_t f32_gpu_calls, f32_gpu_ns; /* calls with float32 CUDA tensors */
     uint64_t single_calls;        /* calls whose first tensor has a leading dimension of 1 */
+    uint64_t per_sample_runs;     /* runs of as many calls as their caller's batch, on a sample each */
     uint64_t shape_changes;       /* calls whose tensors' shapes differed from the previous call's */
     uint64_t last_args_hash;
     /* by bucket of steps (the first step left out): self time, and the elements of the tensors passed
@@ -72,6 +73,10 @@ void report_series_program(series_entry_t *e, uint32_t count, uint64_t cost_ns);
 enum { SERIES_SELF, SERIES_ELEMS };
 int report_series_ends(const series_table_t *t, const series_entry_t *e, int which, double *first, double *last,
                        int *rising);
+
+/* The first tensor of an argument summary: its leading size and its number of dimensions; 0 when it
+ * has none (a module instance and numbers before it are skipped). */
+int report_series_first_tensor(tw_str_t args, long *lead, int *ndim);
 
 void report_series_free(series_table_t *t);
 

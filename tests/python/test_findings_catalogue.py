@@ -169,6 +169,26 @@ def test_a_module_called_once_per_sample(tmp_path, fixed):
     assert "per_tensor_loop" not in found   # x[i:i + 1] is the same loop, named once
 
 
+class Shared(nn.Module):
+    """One layer applied twelve times (weights shared, as ALBERT's): a loop the model needs."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(32, 32)
+        self.out = nn.Linear(32, 4)
+
+    def forward(self, x):
+        for _ in range(12):
+            x = torch.relu(self.layer(x))  # FINDING:shared
+        return self.out(x)
+
+
+def test_a_layer_applied_again_and_again_is_said_at_low(tmp_path):
+    found = findings_of(lambda: train(model=Shared()), tmp_path)
+    finding = named_at(found, "repeated_module", "shared")
+    assert finding["severity"] == "low" and "share weights" in finding["message"], finding
+
+
 @pytest.mark.parametrize("fixed", [False, True])
 def test_a_python_loop_over_the_parameters(tmp_path, fixed):
     def clip(step, model, opt):
