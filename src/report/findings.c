@@ -332,11 +332,14 @@ static void follow_switches(findings_t *f, const tw_row_t *row, site_line_t *lin
         f->switches_pid = row->pid;
     if (row->pid != f->switches_pid)
         return;
-    for (size_t k = 0; k < f->nswitch_rules; k++) {
-        const rule_t *r = f->switch_rules[k];
-        switch_state_t *s = &f->switches[k];
-        int on = -1;
-        if (findings_api_in(row->api.ptr, row->api.len, r->apis)) {
+    for (size_t i = 0; i < f->nswitch_names; i++) {
+        const struct switch_name *n = &f->switch_names[i];
+        if (n->len != row->api.len || memcmp(n->name, row->api.ptr, n->len) != 0)
+            continue;
+        const rule_t *r = f->switch_rules[n->rule];
+        switch_state_t *s = &f->switches[n->rule];
+        int on = 0;
+        if (!n->off) {
             tw_str_t first;
             int has_first = findings_first_arg(row->args, &first);
             if (r->switch_kind == SWITCH_FIRST_ARG)
@@ -347,8 +350,6 @@ static void follow_switches(findings_t *f, const tw_row_t *row, site_line_t *lin
                 on = has_first && f->cpus > 0 && strtol(first.ptr, NULL, 10) > f->cpus;
             else
                 on = 1;
-        } else if (r->apis_off != NULL && findings_api_in(row->api.ptr, row->api.len, r->apis_off)) {
-            on = 0;
         }
         if (on == 1) {
             if (!s->on) /* the line that switched it on (a context entered while on changes nothing) */
@@ -662,8 +663,11 @@ int report_findings_new(const options_t *o, const report_sites_t *sites, int hav
         for (size_t l = 0; l < 2; l++)
             for (const char *p = lists[l]; p != NULL && *p != '\0';) {
                 size_t n = strcspn(p, "|");
-                if (n < sizeof f->switch_lengths)
+                if (n < sizeof f->switch_lengths && f->nswitch_names < sizeof f->switch_names / sizeof *f->switch_names) {
                     f->switch_lengths[n] = 1;
+                    f->switch_names[f->nswitch_names++] =
+                        (struct switch_name){p, n, (uint8_t)(f->nswitch_rules - 1), (uint8_t)l};
+                }
                 p += n + (p[n] == '|');
             }
     }

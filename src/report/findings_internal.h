@@ -173,6 +173,13 @@ typedef struct findings {
     const rule_t *switch_rules[SWITCHES_MAX]; /* the catalogue's settings, switches[k]'s rule */
     size_t nswitch_rules;
     unsigned char switch_lengths[256]; /* lengths of their APIs' names: most rows are no switch */
+    struct switch_name {            /* their APIs, split once */
+        const char *name;
+        size_t len;
+        uint8_t rule; /* index in switch_rules */
+        uint8_t off;  /* one of the rule's apis_off */
+    } switch_names[4 * SWITCHES_MAX];
+    size_t nswitch_names;
     int64_t switches_pid; /* the process whose settings switches follows (the first's) */
     int have_memory; /* some row carries allocator reports */
     uint64_t leaf_calls[2], small_calls[2], small_ns[2]; /* all steps, the first step */

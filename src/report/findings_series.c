@@ -125,11 +125,7 @@ static void widen(series_table_t *t)
  * one shape with another index each time), their elements in all, whether one is float64, or float32
  * on a CUDA device, and whether the first has a leading dimension of 1 and another after it (one
  * sample of a batch). */
-typedef struct tensors {
-    uint64_t shapes_hash;
-    double elements;
-    int f64, f32_cuda, first_single;
-} tensors_t;
+typedef struct series_tensors tensors_t;
 
 static void read_tensors(tw_str_t args, tensors_t *t)
 {
@@ -198,7 +194,14 @@ void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row
     if (e->node || row->args.len == 0)
         return;
     tensors_t tensors;
-    read_tensors(row->args, &tensors);
+    if (row->args.len == e->last_args_len && memcmp(row->args.ptr, e->last_args, row->args.len) == 0) {
+        tensors = e->last_tensors;
+    } else {
+        read_tensors(row->args, &tensors);
+        e->last_args_len = row->args.len <= sizeof e->last_args ? row->args.len : 0;
+        memcpy(e->last_args, row->args.ptr, e->last_args_len);
+        e->last_tensors = tensors;
+    }
     if (bin < SERIES_BINS)
         e->bin_elems[bin] += tensors.elements;
     if (tensors.f64) {

@@ -41,6 +41,15 @@ typedef struct series_entry {
     uint64_t per_sample_runs;     /* runs of as many calls as their caller's batch, on a sample each */
     uint64_t shape_changes;       /* calls whose tensors' shapes differed from the previous call's */
     uint64_t last_args_hash;
+    /* the last call's argument summary (when short) and what read_tensors read of it: most calls of a
+     * key pass the same shapes as the one before, and are not read again */
+    char last_args[96];
+    size_t last_args_len; /* 0: none kept */
+    struct series_tensors {
+        uint64_t shapes_hash;
+        double elements;
+        int f64, f32_cuda, first_single;
+    } last_tensors;
     /* by bucket of steps (the first step left out): self time, and the elements of the tensors passed
      * (a tensor or list that grows every step shows there whatever the machine's load does to time) */
     uint64_t bin_self[SERIES_BINS];
