@@ -56,6 +56,7 @@ static site_line_t *line_of(findings_t *f, const tw_row_t *row)
     e->len = len < WHERE_TEXT_MAX ? len : WHERE_TEXT_MAX;
     const char *function = strchr(e->text, ' ');
     e->dataset = function != NULL && (strstr(function, "__getitem__") != NULL || strstr(function, "__getitems__") != NULL);
+    e->library = site != 0 && report_site_is_library(f->sites, row->pid, site);
     return e;
 }
 
@@ -116,36 +117,19 @@ static thread_state_t *thread_of(findings_t *f, int64_t pid, uint64_t tid)
         return f->last_thread;
     size_t h = (size_t)(report_pid_id_hash(pid, tid) % FIND_THREADS);
     for (size_t i = 0; i < FIND_THREADS; i++) {
-        thread_state_t *t = &f->threads[(h + i) % FIND_THREADS];
-        if (!t->used) {
-            memset(t, 0, sizeof *t);
-            t->used = 1, t->pid = pid, t->tid = tid;
-            return f->last_thread = t;
+        thread_state_t **slot = &f->threads[(h + i) % FIND_THREADS];
+        if (*slot == NULL) { /* (a thread's state is ~80 KB: allocated for the threads that come) */
+            if ((*slot = calloc(1, sizeof **slot)) == NULL) {
+                f->oom = 1;
+                return NULL;
+            }
+            (*slot)->used = 1, (*slot)->pid = pid, (*slot)->tid = tid;
+            return f->last_thread = *slot;
         }
-        if (t->pid == pid && t->tid == tid)
-            return f->last_thread = t;
+        if ((*slot)->pid == pid && (*slot)->tid == tid)
+            return f->last_thread = *slot;
     }
     return NULL;
-}
-
-/* The host waits for the device at these calls (on a GPU); on a CPU they are counted all the same.
- * Which one: 1 + its place in the list; 0: none. */
-static int is_sync(tw_str_t api)
-{
-#define SYNC(name) {name, sizeof name - 1}
-    static const struct {
-        const char *name;
-        size_t len;
-    } names[] = {SYNC("torch.Tensor.item"),      SYNC("torch.Tensor.tolist"),    SYNC("torch.Tensor.cpu"),
-                 SYNC("torch.Tensor.numpy"),     SYNC("torch.Tensor.__bool__"),  SYNC("torch.Tensor.__float__"),
-                 SYNC("torch.Tensor.__int__"),   SYNC("torch.Tensor.__index__"), SYNC("torch.Tensor.nonzero"),
-                 SYNC("torch.nonzero"),          SYNC("torch.cuda.synchronize"), SYNC("torch.Tensor.any"),
-                 SYNC("torch.Tensor.all"),       SYNC("torch.masked_select"),    SYNC("torch.unique")};
-#undef SYNC
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if (api.len == names[i].len && memcmp(api.ptr, names[i].name, api.len) == 0)
-            return (int)i + 1;
-    return 0;
 }
 
 /* a += b (the counters; not the runs, which are the level's own) */
@@ -174,7 +158,7 @@ static void add_run(subtree_t *level, series_entry_t *e, const tw_row_t *row)
     int ndim;
     if (e->module_forward && !report_series_first_tensor(row->args, &lead, &ndim))
         lead = 0;
-    for (uint32_t i = 0; i < level->nruns; i++)
+    for (uint32_t i = level->nruns; i-- > 0;) /* (from the last: a loop's calls come one after another) */
         if (level->runs[i].entry == e) {
             level->runs[i].count++;
             level->runs[i].cost_ns += row->cost_ns;
@@ -369,6 +353,8 @@ static void follow_conv_output(findings_t *f, thread_state_t *t, const tw_row_t 
     if (is(row->api, "torch.conv1d") || is(row->api, "torch.conv2d") || is(row->api, "torch.conv3d")) {
         t->conv.set = findings_conv_output(row->args, t->conv.shape, sizeof t->conv.shape, &t->conv.shape_len);
         t->conv.module[0] = '\0';
+        memcpy(t->conv.where, line->text, line->len);
+        t->conv.where_len = line->len;
         return;
     }
     if (!t->conv.set)
@@ -385,7 +371,8 @@ static void follow_conv_output(findings_t *f, thread_state_t *t, const tw_row_t 
     if (is(row->api, "torch.batch_norm") || is(row->api, "torch.nn.functional.batch_norm")) {
         char key[WHERE_TEXT_MAX];
         const char *module = t->conv.module[0] ? t->conv.module : "(the model)";
-        size_t len = join_key(key, line, module, strlen(module));
+        site_line_t conv_line = {.text = t->conv.where, .len = t->conv.where_len}; /* keyed at the conv's line */
+        size_t len = join_key(key, &conv_line, module, strlen(module));
         tally(f, &f->conv_bn, row, NULL, key, len, 1, 0, 0);
         t->conv.set = 0;
     } else if (!(has_prefix(row->api, "torch.Tensor.") &&
@@ -442,6 +429,8 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     site_line_t *line = line_of(f, row);
     char key[WHERE_TEXT_MAX];
     series_entry_t *e = report_series_get(&f->series, row, row->fwd_call_id != 0);
+    if (e != NULL && e->calls == 0)
+        e->library = line->library, e->dataset = line->dataset;
     if (e != NULL)
         report_series_add(&f->series, e, row);
     else
@@ -449,16 +438,6 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     follow_switches(f, row, line);
     if (is(row->api, "torch.set_float32_matmul_precision") && row->args.len > 0)
         f->fp32_precision_lowered = !has_prefix(row->args, "(('highest'");
-    /* the program's own syncs: outermost calls (an Adam step's .item() on its step counts is torch's) */
-    int sync = row->fwd_call_id == 0 && row->depth == 0 ? is_sync(row->api) : 0;
-    if (sync != 0) { /* keyed "LINE\tAPI" (the API cut at 60 bytes) */
-        if (line->sync != sync) {
-            line->sync = sync;
-            line->sync_g[0] = line->sync_g[1] = NULL;
-        }
-        size_t len = join_key(key, line, row->api.ptr, row->api.len < 60 ? row->api.len : 60);
-        tally(f, &f->syncs, row, line->sync_g, key, len, 1, row->cost_ns, 0);
-    }
     if (is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__")) {
         tally_line(f, &f->loader_wait, row, line, LINE_LOADER, 1, row->cost_ns, 0);
         if (f->steps != NULL && row->step >= 0 && (uint64_t)row->step <= f->max_step)
@@ -496,6 +475,7 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
                    inside.inplace_calls > inside.fills ? inside.inplace_calls : inside.fills);
     follow_conv_output(f, t, row, line);
     if (row->depth == 0 && e != NULL) { /* the program's own: a loop over calls counts a step */
+        e->outermost = 1;
         if (e->run_step != row->step)
             e->run_step = row->step, e->run_calls = 0;
         e->run_calls++;
@@ -549,6 +529,10 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
                     len = join_key(key, line, thread, (size_t)n);
                 }
                 tally(f, &f->gaps, row, line->gap, key, len, 1, row->start_ns - t->last_end, 0);
+                if (e != NULL) { /* (an outermost call is the program's own) */
+                    e->program_gap_ns += row->start_ns - t->last_end;
+                    e->first_gap_ns += row->step == 0 ? row->start_ns - t->last_end : 0;
+                }
                 step_parts_t *p = parts_of(f, t, row->step);
                 if (p != NULL)
                     p->ns[PART_PYTHON] += row->start_ns - t->last_end;
@@ -565,7 +549,7 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
 static void findings_free(report_sink_t *sink)
 {
     findings_t *f = (findings_t *)sink;
-    tally_t *tallies[] = {&f->loader_wait, &f->dataset_lines, &f->syncs, &f->gaps, &f->small_ops,
+    tally_t *tallies[] = {&f->loader_wait, &f->dataset_lines, &f->gaps, &f->small_ops,
                           &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles, &f->kept_bytes,
                           &f->eval_grad};
     for (size_t i = 0; i < sizeof tallies / sizeof *tallies; i++) {
@@ -573,7 +557,10 @@ static void findings_free(report_sink_t *sink)
         report_group_table_free(&tallies[i]->first);
     }
     for (size_t i = 0; i < FIND_THREADS; i++)
-        free(f->threads[i].parts);
+        if (f->threads[i] != NULL) {
+            free(f->threads[i]->parts);
+            free(f->threads[i]);
+        }
     free(f->gpu.busy);
     report_series_free(&f->series);
     for (size_t i = 0; i < f->nfound; i++)

@@ -32,6 +32,10 @@ static const rule_t rules[] = {
             "move per-step bookkeeping out of the loop, or run it every N steps.",
      .source = "Lightning docs, speed up model training: avoid work in Python between operations"},
     {.kind = "host_sync", .evaluate = rule_host_sync, .medium = 0.05, .high = 0.20,
+     /* the host waits for the device at these calls (on a GPU); on a CPU they are counted all the same */
+     .apis = "torch.Tensor.item|torch.Tensor.tolist|torch.Tensor.cpu|torch.Tensor.numpy|torch.Tensor.__bool__|"
+             "torch.Tensor.__float__|torch.Tensor.__int__|torch.Tensor.__index__|torch.Tensor.nonzero|torch.nonzero|"
+             "torch.cuda.synchronize|torch.Tensor.any|torch.Tensor.all|torch.masked_select|torch.unique",
      .fix = "Keep values on the device: accumulate metrics as tensors (total += loss.detach()) and call "
             ".item()/.tolist()/.cpu() once every N steps or at the end; avoid `if tensor:` and nonzero() in the "
             "step.",
@@ -238,8 +242,8 @@ static const thread_state_t *steps_thread(const findings_t *f)
 {
     const thread_state_t *best = NULL;
     for (size_t i = 0; i < FIND_THREADS; i++) {
-        const thread_state_t *t = &f->threads[i];
-        if (t->used && t->outer_rows > 0 &&
+        const thread_state_t *t = f->threads[i];
+        if (t != NULL && t->outer_rows > 0 &&
             (best == NULL || t->last_end - t->first_start > best->last_end - best->first_start))
             best = t;
     }
@@ -304,7 +308,7 @@ int findings_settle(report_sink_t *sink)
     }
     f->run_ms = findings_ms(c.run_ns);
     f->nsteps = steps;
-    tally_t *tallies[] = {&f->loader_wait, &f->dataset_lines, &f->syncs, &f->gaps, &f->small_ops,
+    tally_t *tallies[] = {&f->loader_wait, &f->dataset_lines, &f->gaps, &f->small_ops,
                           &f->single_tensor_opt, &f->fills, &f->conv_bn, &f->compiles, &f->kept_bytes,
                           &f->eval_grad};
     for (size_t i = 0; i < sizeof tallies / sizeof *tallies; i++)

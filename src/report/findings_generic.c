@@ -110,7 +110,9 @@ static double growth_of(findings_t *f, const rule_t *r, const settle_context_t *
     /* (a line that slowed no more than the whole step did: the machine got busier, not the line) */
     int time = g.time_rising && g.last_ns >= 3 * g.first_ns && grown >= 0.002 * step &&
                g.last_ns >= 2 * f->step_growth * g.first_ns;
-    int elems = g.elems_rising && g.last_elems >= 3 * g.first_elems && g.last_elems >= 1000 && grown > 0;
+    /* (the tensors' growth beyond every line's typical one: inputs sorted by length grow every line's) */
+    int elems = g.elems_rising && g.last_elems >= 3 * g.first_elems &&
+                g.last_elems >= 2 * f->elems_growth * g.first_elems && grown > 0;
     if (!time && !elems)
         return 0;
     return grown > 0.001 * step ? grown : 0.001 * step;
@@ -152,9 +154,31 @@ static double step_growth(const findings_t *f, const thread_state_t *t)
     return growth > 1 ? growth : 1;
 }
 
+/* The median over the steps' thread's keys of their tensors' growth (last quarter over first); 1 when
+ * none can say. */
+static double elems_growth(const findings_t *f, const settle_context_t *c)
+{
+    double *ratios = malloc((f->series.count + 1) * sizeof *ratios);
+    size_t n = 0;
+    for (size_t i = 0; ratios != NULL && i < f->series.capacity; i++) {
+        const series_entry_t *e = f->series.slots[i];
+        growth_t g;
+        if (on_thread(e, c->thread) && !e->node && growth_read(f, e, &g) && g.first_elems > 0)
+            ratios[n++] = g.last_elems / g.first_elems;
+    }
+    double median = 1;
+    if (n > 0) {
+        qsort(ratios, n, sizeof *ratios, compare_double);
+        median = n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+    }
+    free(ratios);
+    return median > 1 ? median : 1;
+}
+
 void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
     f->step_growth = step_growth(f, c->thread);
+    f->elems_growth = elems_growth(f, c);
     size_t n;
     candidate_t *list = candidates(f, c, r, &n, growth_of);
     if (list == NULL)
@@ -221,8 +245,8 @@ static double repeated_api(findings_t *f, const rule_t *r, const settle_context_
     (void)r;
     /* a torch function or method over tensors of changing shapes: a loop over parameters, not over a
      * batch (a loop over a batch's slices has one shape: the module rule's case, or a metric's) */
-    if (e->module_forward || e->shape_changes * 2 < e->calls)
-        return 0;
+    if (e->module_forward || e->dataset || e->shape_changes * 2 < e->calls)
+        return 0; /* (a Dataset's indexing is the input's: input_bound's) */
     /* a line whose module runs in the loop says it once (repeated_module comes first) */
     const char *line = findings_line_text(f, e);
     for (size_t k = 0; k < f->nfound; k++)
@@ -420,6 +444,16 @@ void rule_dtype(findings_t *f, const rule_t *r, const settle_context_t *c)
     if (share >= 0.01) {
         finding_t *x = findings_add(f, r, share);
         if (x != NULL) {
+            /* where the float64 tensors were made first (a model cast, the default dtype set), then where
+             * they cost */
+            for (size_t i = 0; i < f->series.capacity; i++) {
+                const series_entry_t *e = f->series.slots[i];
+                if (e != NULL && e->program_calls > 0 && !e->node &&
+                    (findings_api_in(e->api, e->api_len, "torch.nn.Module.double|torch.Tensor.double") ||
+                     (e->f64_made && findings_api_in(e->api, e->api_len, "torch.set_default_dtype|torch.Tensor.to|"
+                                                                         "torch.nn.Module.to|torch.tensor|torch.as_tensor"))))
+                    findings_add_where_text(x, findings_line_text(f, e));
+            }
             for (size_t i = 0; i < n; i++)
                 findings_add_where_text(x, findings_line_text(f, list[i].e));
             findings_evidence(x, "ms_per_step", total / c->per_step / 1e6);
@@ -488,4 +522,96 @@ void rule_costly_line(findings_t *f, const rule_t *r, const settle_context_t *c)
                  "%.1f%% of a step at %s: %s (%.2f ms a step). No rule of the catalogue knows its cause: does "
                  "every step need it?", 100 * a->lines[i].share, a->lines[i].where, runs, a->lines[i].ms);
     }
+}
+
+/* ---- the program's syncs with the device, at any depth ---------------------------------------------- */
+
+static double program_syncs(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
+{
+    (void)c;
+    if (e->node || e->program_calls == 0 || !findings_api_in(e->api, e->api_len, r->apis))
+        return 0;
+    return (double)e->program_calls * after_first(f, e); /* (a sync's cost is its wait: the calls count) */
+}
+
+void rule_host_sync(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    size_t n;
+    candidate_t *list = candidates(f, c, r, &n, program_syncs);
+    if (list == NULL || c->run_ns == 0) {
+        free(list);
+        return;
+    }
+    double count = 0, ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        count += list[i].weight;
+        ns += (double)list[i].e->program_cost * after_first(f, list[i].e);
+    }
+    double share = ns / (double)c->run_ns, per = count / c->per_step;
+    finding_t *x = findings_add(f, r, share);
+    if (x == NULL) {
+        free(list);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        findings_add_where_text(x, findings_line_text(f, list[i].e));
+    findings_evidence(x, "syncs_per_step", per);
+    findings_evidence(x, "ms_per_step", ns / c->per_step / 1e6);
+    /* "3 calls in 30 steps" where there is less than one a step ("0.1 calls a step" read oddly) */
+    char rate[64];
+    if (per >= 1)
+        snprintf(rate, sizeof rate, "%.1f calls a step", per);
+    else
+        snprintf(rate, sizeof rate, "%.0f call%s in %.0f steps", count, count < 1.5 ? "" : "s", c->per_step);
+    snprintf(x->message, sizeof x->message,
+             "%s %s a result to the host (%s at %s first): on a GPU each waits for all the work queued before it.",
+             rate, count < 1.5 ? "copies" : "copy", list[0].e->api, findings_line_text(f, list[0].e));
+    free(list);
+}
+
+/* ---- Python between the program's calls into torch ---------------------------------------------------- */
+
+/* The Python before the program's outermost calls, the training loop's. (Inside calls, the gap between
+ * two of the program's calls holds torch's own call machinery and the profiler's recording as much as
+ * the program's Python: a model's forward would look like a Python loop. A Python loop that calls into
+ * torch inside a forward or a closure is named by the calls it makes: host_sync, per_tensor_loop.) */
+static double python_before(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
+{
+    (void)r, (void)c;
+    if (e->node || !e->outermost)
+        return 0;
+    return (double)(e->program_gap_ns - (f->skip_first ? e->first_gap_ns : 0));
+}
+
+void rule_python_outside_torch(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    size_t n;
+    candidate_t *list = candidates(f, c, r, &n, python_before);
+    if (list == NULL || c->run_ns == 0) {
+        free(list);
+        return;
+    }
+    /* a typical step's (the anatomy's: a garbage collection or a one-off pause in a few steps is not the
+     * program's Python of every step) */
+    double gap = 0;
+    for (size_t i = 0; i < n; i++)
+        gap += list[i].weight / c->per_step;
+    double step = mean_step(c);
+    if (c->typical)
+        gap = c->typical_gap, step = c->typical_step;
+    double share = gap / step;
+    /* every eager program spends some of its time in Python between operations: a finding from 15% of
+     * the step (medium), 30% (high), and 1 ms a step (a tiny step's 50 us is no lead) */
+    if (share >= 0.15 && gap >= 1e6) {
+        finding_t *x = findings_add(f, r, share);
+        if (x != NULL) {
+            for (size_t i = 0; i < n; i++)
+                findings_add_where_text(x, findings_line_text(f, list[i].e));
+            findings_evidence(x, "ms_per_step", gap / 1e6);
+            snprintf(x->message, sizeof x->message,
+                     "%.1f%% of a step is Python between calls into torch (%.2f ms a step), most of it before %s.",
+                     100 * share, gap / 1e6, findings_line_text(f, list[0].e));
+        }
+    }
+    free(list);
 }

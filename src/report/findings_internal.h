@@ -19,7 +19,8 @@
 #define SMALL_CALL_NS 5000  /* "a small operation": a call with nothing inside under 5 us */
 #define WHERE_TEXT_MAX 300
 #define SITE_CACHE 1024     /* lines remembered (a power of two): a row's line is looked up once */
-#define LEVEL_RUNS 8        /* distinct keys whose calls a level follows (the program's loops) */
+#define LEVEL_RUNS 32       /* distinct keys whose calls a level follows (the program's loops): a forward
+                            * calls a dozen modules and functions before its loop */
 #define SWITCHES_MAX 16     /* the catalogue's settings followed */
 
 /* Runs of calls of one key at a level: the calls inside one invocation of their caller. */
@@ -47,6 +48,9 @@ typedef struct pending_conv {
     char shape[96];
     size_t shape_len;
     char module[128];
+    char where[WHERE_TEXT_MAX + 1]; /* the convolution's line (the norm's may be the model call's, when the
+                                     * norm's own forward is a private class's and not recorded) */
+    size_t where_len;
 } pending_conv_t;
 
 /* The parts of a step, on one thread (findings.h's PART_*), and the settings on during it. */
@@ -87,9 +91,8 @@ typedef struct site_line {
     const char *text; /* the sites' text (borrowed), or "(no site)" */
     size_t len;       /* the key's length: strlen(text), at most WHERE_TEXT_MAX */
     int dataset;
+    int library; /* in an installed package's or the interpreter's file (site_texts.h) */
     group_t *line[LINE_TALLIES][2];
-    int sync;               /* the host sync API (is_sync's number) whose groups sync holds; 0: none */
-    group_t *sync_g[2];
     uint64_t gap_tid;       /* the thread whose gaps' groups gap holds (the entry's pid's) */
     int gap_set;
     group_t *gap[2];
@@ -159,16 +162,17 @@ typedef struct findings {
     report_sink_t sink;
     const options_t *o;
     const report_sites_t *sites;
-    thread_state_t *threads;
+    thread_state_t **threads; /* FIND_THREADS slots, each allocated when its thread's first row comes */
     thread_state_t *last_thread; /* the last row's: rows come in runs of one thread */
     site_line_t *lines;          /* SITE_CACHE of them */
-    tally_t loader_wait, dataset_lines, syncs, gaps, small_ops, single_tensor_opt, fills, conv_bn, compiles,
+    tally_t loader_wait, dataset_lines, gaps, small_ops, single_tensor_opt, fills, conv_bn, compiles,
         kept_bytes, eval_grad; /* kept_bytes: per line, bytes its outermost calls allocated and did not free */
     series_table_t series;
     gpu_time_t gpu;
     int64_t cpus, torch_threads; /* the manifest's (report_findings_use_host); 0: not said */
     int fp32_precision_lowered;
-    double step_growth; /* settle: the whole step's last quarter over its first (rule_growing_line) */ /* torch.set_float32_matmul_precision("high" or "medium") was called */
+    double step_growth;  /* settle: the whole step's last quarter over its first (rule_growing_line) */
+    double elems_growth; /* and the median key's tensors' growth */ /* torch.set_float32_matmul_precision("high" or "medium") was called */
     switch_state_t switches[SWITCHES_MAX];
     const rule_t *switch_rules[SWITCHES_MAX]; /* the catalogue's settings, switches[k]'s rule */
     size_t nswitch_rules;

@@ -168,6 +168,21 @@ static void read_tensors(tw_str_t args, tensors_t *t)
     }
 }
 
+/* Whether an argument summary passes the dtype float64 itself ("f64" not before a tensor's sizes:
+ * set_default_dtype(torch.float64), x.to(torch.float64), torch.tensor(a, dtype=torch.double)). */
+static int asks_float64(tw_str_t args)
+{
+    for (const char *p = args.ptr, *end = args.ptr + args.len; p + 3 <= end;) {
+        const char *f = memchr(p, 'f', (size_t)(end - p));
+        if (f == NULL || f + 3 > end)
+            return 0;
+        if (f[1] == '6' && f[2] == '4' && (f + 3 == end || f[3] != '[') && (f == args.ptr || f[-1] == ' ' || f[-1] == '('))
+            return 1;
+        p = f + 1;
+    }
+    return 0;
+}
+
 void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row)
 {
     e->calls++;
@@ -213,6 +228,8 @@ void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row
         e->f32_gpu_ns += row->cost_ns + row->gpu_ns;
     }
     e->single_calls += tensors.first_single;
+    if (!e->f64_made)
+        e->f64_made = asks_float64(row->args);
     uint64_t h = tensors.shapes_hash;
     e->shape_changes += e->calls > 1 && h != e->last_args_hash;
     e->last_args_hash = h;

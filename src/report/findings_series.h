@@ -23,6 +23,9 @@ typedef struct series_entry {
     char *api, *module; /* NUL-terminated copies */
     size_t api_len, module_len;
     int node;           /* an autograd node (charged to its forward call's line) */
+    int library;        /* its line is in an installed package's or the interpreter's file */
+    int dataset;        /* its line is in a Dataset's __getitem__ */
+    int outermost;      /* some of its calls were outermost (depth 0) */
     int module_forward; /* an nn.Module's forward */
     uint64_t calls, self_ns, cost_ns;            /* all steps */
     uint64_t first_calls, first_self, first_cost; /* the first step's (taken out at settle) */
@@ -31,11 +34,14 @@ typedef struct series_entry {
      * outermost calls): a Python loop at the line */
     uint64_t program_calls, program_cost;
     uint32_t max_run;
+    uint64_t program_gap_ns, first_gap_ns; /* the Python before its outermost calls (all, the first step's) */
     int64_t run_step;   /* outermost calls: the step run_calls counts */
     uint32_t run_calls;
     uint64_t steps_seen; /* distinct steps after the first with a call (rows come in step order) */
     int64_t last_step;
     uint64_t f64_calls, f64_ns;   /* calls whose tensors are float64 */
+    int f64_made;                 /* a call that asked for float64 (torch.float64 / torch.double among its
+                                   * arguments: set_default_dtype, .to, torch.tensor) */
     uint64_t f32_gpu_calls, f32_gpu_ns; /* calls with float32 CUDA tensors */
     uint64_t single_calls;        /* calls whose first tensor has a leading dimension of 1 */
     uint64_t per_sample_runs;     /* runs of as many calls as their caller's batch, on a sample each */

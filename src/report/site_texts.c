@@ -25,7 +25,7 @@ static size_t slot_of(const report_sites_t *s, int64_t pid, uint64_t id)
     return j;
 }
 
-static int add_site(report_sites_t *s, int64_t pid, uint64_t id, const char *text)
+static int add_site(report_sites_t *s, int64_t pid, uint64_t id, const char *text, int library)
 {
     if ((s->count + 1) * 2 > s->capacity) {
         report_site_t *old = s->slots;
@@ -49,8 +49,16 @@ static int add_site(report_sites_t *s, int64_t pid, uint64_t id, const char *tex
         free(slot->text); /* the same process's file read twice: the same text */
     else
         s->count++;
-    *slot = (report_site_t){pid, id, copy};
+    *slot = (report_site_t){pid, id, copy, library};
     return 0;
+}
+
+#define LIBRARY_BIT (UINT64_C(1) << 63)
+
+int report_site_file_is_library(const char *file)
+{
+    return file != NULL && (strstr(file, "/site-packages/") != NULL || strstr(file, "/dist-packages/") != NULL ||
+                            strstr(file, "/lib/python3") != NULL || file[0] == '<');
 }
 
 /* The sites of one file, gathered until its pid is known (tw_sites_read_json gives it at the end). */
@@ -63,7 +71,7 @@ typedef struct {
 static int gather_site(void *ctx, uint32_t id, const char *file, uint32_t line, const char *function,
                        const char *text)
 {
-    (void)file, (void)line, (void)function;
+    (void)line, (void)function;
     file_sites_t *f = ctx;
     if (f->count == f->capacity) {
         size_t capacity = f->capacity ? 2 * f->capacity : 64;
@@ -78,7 +86,8 @@ static int gather_site(void *ctx, uint32_t id, const char *file, uint32_t line, 
     }
     if ((f->texts[f->count] = strdup(text)) == NULL)
         return TW_ENOMEM;
-    f->ids[f->count++] = id;
+    /* (whether the file is an installed package's or the interpreter's: the high bit, until add_site) */
+    f->ids[f->count++] = id | (report_site_file_is_library(file) ? LIBRARY_BIT : 0);
     return 0;
 }
 
@@ -91,7 +100,7 @@ static void read_sites_file(report_sites_t *s, const char *path)
     char err[256];
     int rc = tw_sites_read_json(path, gather_site, &f, &pid, err, sizeof err);
     for (size_t i = 0; i < f.count; i++) {
-        if (rc == 0 && add_site(s, pid, f.ids[i], f.texts[i]) != 0)
+        if (rc == 0 && add_site(s, pid, f.ids[i] & ~LIBRARY_BIT, f.texts[i], (f.ids[i] & LIBRARY_BIT) != 0) != 0)
             rc = TW_ENOMEM;
         free(f.texts[i]);
     }
@@ -133,6 +142,14 @@ const char *report_site_text(const report_sites_t *s, int64_t pid, uint64_t id)
         return NULL;
     const report_site_t *slot = &s->slots[slot_of(s, pid, id)];
     return slot->text;
+}
+
+int report_site_is_library(const report_sites_t *s, int64_t pid, uint64_t id)
+{
+    if (id == 0 || s->count == 0)
+        return 0;
+    const report_site_t *slot = &s->slots[slot_of(s, pid, id)];
+    return slot->text != NULL && slot->library;
 }
 
 void report_sites_free(report_sites_t *s)

@@ -16,6 +16,7 @@ typedef struct report_site {
     int64_t pid;
     uint64_t id;
     char *text; /* NULL: an empty slot */
+    int library; /* in an installed package's file (site-packages) or the interpreter's, not the program's */
 } report_site_t;
 
 typedef struct report_sites {
@@ -29,6 +30,11 @@ int report_load_sites(report_sites_t *s, const inputs_t *in);
 
 /* The text of site id of process pid, or NULL (no site, or not in a sites file). */
 const char *report_site_text(const report_sites_t *s, int64_t pid, uint64_t id);
+
+/* Whether site id of process pid is in an installed package's or the interpreter's file (transformers,
+ * Lightning, the standard library): code the program runs but did not write. */
+int report_site_is_library(const report_sites_t *s, int64_t pid, uint64_t id);
+int report_site_file_is_library(const char *file);
 
 void report_sites_free(report_sites_t *s);
 

@@ -380,11 +380,10 @@ def test_torch_profiler_left_on(tmp_path, fixed):
 
 @pytest.mark.parametrize("fixed", [False, True])
 def test_float64_compute(tmp_path, fixed):
-    model = Net(width=256)
-    if not fixed:
-        model = model.double()
-
     def loop():
+        model = Net(width=256)
+        if not fixed:
+            model = model.double()  # FINDING:double
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         for _ in range(24):
             x = torch.randn(64, 32, dtype=torch.float32 if fixed else torch.float64)
@@ -396,7 +395,8 @@ def test_float64_compute(tmp_path, fixed):
     if fixed:
         assert "float64_compute" not in found
         return
-    named_at(found, "float64_compute", "net_forward")   # where the matrix products are
+    finding = named_at(found, "float64_compute", "net_forward")   # where the matrix products are
+    assert finding["where"][0].startswith(line_of("double"))      # and first where float64 was asked for
 
 
 @pytest.mark.parametrize("fixed", [False, True])
@@ -457,8 +457,8 @@ def test_a_convolution_bias_followed_through_the_data(tmp_path, bias):
     if not bias:   # the other conv's bias feeds a ReLU, not a norm: silent
         assert "conv_bias_before_batchnorm" not in found
         return
-    finding = found["conv_bias_before_batchnorm"]
-    assert finding["where"][-1] == "module ConvBn.conv"
+    finding = found["conv_bias_before_batchnorm"]   # at the convolution's line, with its module
+    assert finding["where"] == [f"{line_of('conv_bn')}ConvBn.forward", "module ConvBn.conv"], finding
     assert finding["evidence"]["convolutions"] == 1
 
 
