@@ -36,6 +36,7 @@ typedef struct step_anatomy {
         char runs[128];  /* the call that costs the most there ("torch.save") */
         double share;    /* of a step */
         double ms;       /* a step */
+        int library;     /* in an installed package's or the interpreter's file, not the program's */
     } lines[ANATOMY_LINES];
     size_t nlines;
 } step_anatomy_t;

@@ -87,6 +87,7 @@ static void lines_of(findings_t *f, const thread_state_t *t, group_table_t *line
         uint64_t cost = e->cost_ns - (f->skip_first ? e->first_cost : 0);
         g->stats.total_ns += self;
         g->stats.calls += e->calls - (f->skip_first ? e->first_calls : 0);
+        g->stats.errors = (uint64_t)e->library; /* (the group's errors: whether the line is a library's) */
         if (!e->node && cost > g->stats.max_ns) { /* what the line runs: its costliest call */
             char *label = malloc(e->api_len + 1);
             if (label != NULL) {
@@ -139,6 +140,7 @@ void findings_anatomy(findings_t *f, settle_context_t *c)
                      list[i]->detail != NULL ? list[i]->detail : "Python");
             a->lines[a->nlines].share = share;
             a->lines[a->nlines].ms = share * a->step_ms;
+            a->lines[a->nlines].library = list[i]->stats.errors != 0;
             a->nlines++;
         }
     } else if (lines.count > 0) {

@@ -503,7 +503,7 @@ void rule_costly_line(findings_t *f, const rule_t *r, const settle_context_t *c)
         const char *runs = a->lines[i].runs;
         size_t len = strlen(runs);
         /* the model's own parts have their part of the step: a module forward, backward, the optimizer */
-        if (a->lines[i].share < 0.10 || (len > 8 && strcmp(runs + len - 8, ".forward") == 0) ||
+        if (a->lines[i].share < 0.10 || a->lines[i].library || /* (the program's own lines: what it can change) */ (len > 8 && strcmp(runs + len - 8, ".forward") == 0) ||
             strncmp(runs, "torch.optim.", 12) == 0 || strstr(runs, "backward") != NULL ||
             strncmp(runs, "torch.nn.utils.clip_grad", 24) == 0)
             continue;
