@@ -3,8 +3,8 @@
  * Argument summaries, computed on the calling thread before the call, into a bounded buffer.
  *
  * "summary": tensors as dtype, shape and device (f32[2,3]@cpu), ints, floats, bools and None as
- * values, short strings quoted, tuples and lists of up to 8 items, two levels deep, anything else by
- * its type name: no user __repr__ is ever called, and no reference to an argument is kept. Tensor
+ * values, short strings quoted, tuples and lists of up to 8 items (then "... N items"), two levels
+ * deep, anything else by its type name: no user __repr__ is ever called, and no reference to an argument is kept. Tensor
  * metadata is read by the libtorch layer from the tensor itself when it is loaded and the tensor's
  * type uses TensorBase's getters (no Python object made); else through Python attributes (dtype,
  * shape, is_cpu), which make temporary objects: then the only Python allocations of a recorded
@@ -378,8 +378,11 @@ static void put_value(text_t *t, PyObject *obj, int depth)
                 puts_(t, ", ");
             put_value(t, tuple ? PyTuple_GET_ITEM(obj, i) : PyList_GET_ITEM(obj, i), depth + 1);
         }
-        if (n > 8)
-            puts_(t, ", ...");
+        if (n > 8) { /* "..., 48 items": a list's length shows what grows (findings: growing_line) */
+            puts_(t, ", ... ");
+            put_i64(t, (long long)n);
+            puts_(t, " items");
+        }
         if (tuple && n == 1)
             puts_(t, ",");
         puts_(t, tuple ? ")" : "]");

@@ -465,7 +465,10 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     if (has_prefix(row->api, "torch.optim.") && has_suffix(row->api, ".step") && inside.foreach_calls == 0 &&
         inside.fused_calls == 0 && inside.inplace_calls >= 4) {
         size_t len = join_key(key, line, row->api.ptr, row->api.len < 70 ? row->api.len : 70);
-        tally(f, &f->single_tensor_opt, row, NULL, key, len, 1, row->cost_ns, inside.inplace_calls);
+        /* (its own time: a closure's forward and backward inside it, as Lightning runs them, are not) */
+        uint64_t inner = inside.forward_ns + inside.backward_ns;
+        tally(f, &f->single_tensor_opt, row, NULL, key, len, 1, row->cost_ns > inner ? row->cost_ns - inner : 0,
+              inside.inplace_calls);
     }
     /* set_to_none=True touches no gradient; False detaches and zeroes each (one by one, or with
      * torch._foreach_zero_, which is private and not recorded: its detach_/requires_grad_ are) */

@@ -112,10 +112,19 @@ static double growth_of(findings_t *f, const rule_t *r, const settle_context_t *
                g.last_ns >= 2 * f->step_growth * g.first_ns;
     /* (the tensors' growth beyond every line's typical one: inputs sorted by length grow every line's) */
     int elems = g.elems_rising && g.last_elems >= 3 * g.first_elems &&
-                g.last_elems >= 2 * f->elems_growth * g.first_elems && grown > 0;
-    if (!time && !elems)
+                g.last_elems >= 2 * f->elems_growth * g.first_elems;
+    /* or its tensors grew step after step in most steps (a list cleared every epoch), beyond what every
+     * line's did */
+    int stepwise = e->elems_steps >= 8 && ((e->elems_up >= 0.7 * e->elems_steps &&
+                                            (double)e->elems_up / e->elems_steps >= f->elems_up_share + 0.3) ||
+                                           e->items_up >= 0.7 * e->elems_steps);
+    if (!time && !elems && !stepwise)
         return 0;
-    return grown > 0.001 * step ? grown : 0.001 * step;
+    if (!time && !elems) /* (what it costs a step: a cycle's growth is about half of it) */
+        grown = (double)(e->self_ns - (f->skip_first ? e->first_self : 0)) / c->per_step / 2;
+    double weight = grown > 0.001 * step ? grown : 0.001 * step;
+    /* a call given a longer list each step is the cause, ranked before the loops over what it made */
+    return e->elems_steps >= 8 && e->list_up >= 0.7 * e->elems_steps ? weight + step : weight;
 }
 
 static int compare_double(const void *a, const void *b)
@@ -175,17 +184,37 @@ static double elems_growth(const findings_t *f, const settle_context_t *c)
     return median > 1 ? median : 1;
 }
 
+/* The median over the steps' thread's keys of the share of steps whose tensors outgrew the step before's. */
+static double elems_up_share(const findings_t *f, const settle_context_t *c)
+{
+    double *shares = malloc((f->series.count + 1) * sizeof *shares);
+    size_t n = 0;
+    for (size_t i = 0; shares != NULL && i < f->series.capacity; i++) {
+        const series_entry_t *e = f->series.slots[i];
+        if (on_thread(e, c->thread) && !e->node && e->elems_steps >= 8)
+            shares[n++] = (double)e->elems_up / e->elems_steps;
+    }
+    double median = 0;
+    if (n > 0) {
+        qsort(shares, n, sizeof *shares, compare_double);
+        median = n % 2 ? shares[n / 2] : (shares[n / 2 - 1] + shares[n / 2]) / 2;
+    }
+    free(shares);
+    return median;
+}
+
 void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
     f->step_growth = step_growth(f, c->thread);
     f->elems_growth = elems_growth(f, c);
+    f->elems_up_share = elems_up_share(f, c);
     size_t n;
     candidate_t *list = candidates(f, c, r, &n, growth_of);
     if (list == NULL)
         return;
     double step = mean_step(c), grown = 0;
     for (size_t i = 0; i < n; i++)
-        grown += list[i].weight;
+        grown += list[i].weight >= step ? list[i].weight - step : list[i].weight; /* (less the ranking's bonus) */
     finding_t *x = findings_add(f, r, grown / step);
     if (x != NULL) {
         growth_t g;
@@ -198,10 +227,17 @@ void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c
         findings_evidence(x, "last_elements_per_step", g.last_elems);
         findings_evidence(x, "lines", (double)n);
         findings_evidence(x, "grown_ms_per_step", grown / 1e6);
-        char tensors[160] = "";
+        char tensors[200] = "";
+        const series_entry_t *e = list[0].e;
         if (g.elems_rising && g.last_elems >= 3 * g.first_elems)
             snprintf(tensors, sizeof tensors, "; the tensors it is given grew from %.3g to %.3g elements a step",
                      g.first_elems, g.last_elems);
+        else if (e->elems_steps > 0 && e->items_up >= 0.7 * e->elems_steps)
+            snprintf(tensors, sizeof tensors, "; it is given more tensors than the step before in %u of %u steps "
+                     "(a list appended to every step)", e->items_up, e->elems_steps);
+        else if (e->elems_steps > 0 && e->elems_up >= 0.7 * e->elems_steps)
+            snprintf(tensors, sizeof tensors, "; the tensors it is given outgrew the step before's in %u of %u "
+                     "steps (a list grown every step, cleared now and then)", e->elems_up, e->elems_steps);
         snprintf(x->message, sizeof x->message,
                  "%s at %s costs more every step: %.2f ms a step at first, %.2f ms at the end (the first and last "
                  "quarters' medians)%s; %zu line(s) grew by %.2f ms a step in all, %.1f%% of a mean step.",

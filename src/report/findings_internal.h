@@ -172,7 +172,8 @@ typedef struct findings {
     int64_t cpus, torch_threads; /* the manifest's (report_findings_use_host); 0: not said */
     int fp32_precision_lowered;
     double step_growth;  /* settle: the whole step's last quarter over its first (rule_growing_line) */
-    double elems_growth; /* and the median key's tensors' growth */ /* torch.set_float32_matmul_precision("high" or "medium") was called */
+    double elems_growth; /* and the median key's tensors' growth */
+    double elems_up_share; /* and the median key's share of steps whose tensors outgrew the step before's */ /* torch.set_float32_matmul_precision("high" or "medium") was called */
     switch_state_t switches[SWITCHES_MAX];
     const rule_t *switch_rules[SWITCHES_MAX]; /* the catalogue's settings, switches[k]'s rule */
     size_t nswitch_rules;

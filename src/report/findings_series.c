@@ -99,6 +99,7 @@ series_entry_t *report_series_get(series_table_t *t, const tw_row_t *row, int no
     e->module_forward = row->has_module == 1 && has_suffix(row->api, ".forward");
     e->last_step = -1;
     e->run_step = -1;
+    e->elems_step_of = -1;
     t->count++;
     return e;
 }
@@ -158,6 +159,19 @@ static void read_tensors(tw_str_t args, tensors_t *t)
             }
         }
         t->elements += n;
+        t->items += 1;
+        /* a list past its eighth item: "..., ... 48 items]": the rest counted as the last shown */
+        if (end - close > 12 && memcmp(close + 1, "@", 1) == 0) {
+            const char *more = memchr(close + 1, ']', (size_t)(end - close - 1));
+            const char *dots = more != NULL ? memchr(close, '.', (size_t)(more - close)) : NULL;
+            if (dots != NULL && more - dots > 10 && memcmp(dots, "... ", 4) == 0 &&
+                memcmp(more - 6, " items", 6) == 0)
+            {
+                double rest = (double)(strtol(dots + 4, NULL, 10) - 8);
+                t->elements += n * rest;
+                t->items += rest;
+            }
+        }
         size_t dtype = (size_t)(p - from);
         t->f64 |= dtype == 3 && memcmp(from, "f64", 3) == 0;
         t->f32_cuda |= dtype == 3 && memcmp(from, "f32", 3) == 0 && end - close > 5 && memcmp(close + 1, "@cuda", 5) == 0;
@@ -219,6 +233,20 @@ void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row
     }
     if (bin < SERIES_BINS)
         e->bin_elems[bin] += tensors.elements;
+    if (row->step >= 1 && row->step != e->elems_step_of) { /* a new step of this key: the last one done */
+        if (e->elems_step_of >= 2) {
+            e->elems_steps++;
+            e->elems_up += e->elems_step > e->elems_before;
+            e->items_up += e->items_step > e->items_before;
+            e->list_up += e->calls_before > 0 && e->items_step / e->calls_step > e->items_before / e->calls_before;
+        }
+        if (e->elems_step_of >= 1)
+            e->elems_before = e->elems_step, e->items_before = e->items_step, e->calls_before = e->calls_step;
+        e->elems_step = e->items_step = e->calls_step = 0;
+        e->elems_step_of = row->step;
+    }
+    if (row->step >= 1)
+        e->elems_step += tensors.elements, e->items_step += tensors.items, e->calls_step++;
     if (tensors.f64) {
         e->f64_calls++;
         e->f64_ns += row->cost_ns;

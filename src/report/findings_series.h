@@ -53,9 +53,20 @@ typedef struct series_entry {
     size_t last_args_len; /* 0: none kept */
     struct series_tensors {
         uint64_t shapes_hash;
-        double elements;
+        double elements, items;
         int f64, f32_cuda, first_single;
     } last_tensors;
+    /* step after step, the elements of the tensors passed: steps whose total was above the step before's
+     * (a list grown every step and cleared every epoch grows in most steps, not over the run) */
+    double elems_step, elems_before;
+    int64_t elems_step_of;   /* the step elems_step counts (-1: none yet) */
+    uint32_t elems_up, elems_steps; /* steps above the one before, steps compared */
+    /* and the tensors passed, counted (a list of tensors appended to every step: its length grows, where
+     * inputs sorted by length grow their sizes) */
+    double items_step, items_before, calls_step, calls_before;
+    uint32_t items_up;
+    uint32_t list_up; /* steps whose calls were given more tensors each than the step before's: a list
+                       * argument that grows (the cause), not a loop over a growing tensor (its effect) */
     /* by bucket of steps (the first step left out): self time, and the elements of the tensors passed
      * (a tensor or list that grows every step shows there whatever the machine's load does to time) */
     uint64_t bin_self[SERIES_BINS];

@@ -153,7 +153,7 @@ def test_tensor_summaries_read_by_the_libtorch_layer_equal_torch_s_getters():
     assert "(([f32[2,3]@cpu, [f32[2,3]@cpu, tuple]],), {})" in layer  # two levels of containers, then a type name
     assert "(((f32[2,3]@cpu,),), {})" in layer and "(({'a': 1},), {})".replace("{'a': 1}", "dict") in layer
     assert "(([[f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, f32[2,3]@cpu, "\
-           "f32[2,3]@cpu, ...]],), {})" in layer
+           "f32[2,3]@cpu, ... 9 items]],), {})" in layer   # past 8 items, the length (a list that grows shows)
     assert "((), {'obj': f32[2,3]@cpu})" in layer
     # A text longer than 512 bytes is cut there and marked "...": what is kept is the whole text's
     # beginning (the layer cuts inside a tensor's text, the Python path before a number it cannot

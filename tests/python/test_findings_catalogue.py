@@ -140,6 +140,19 @@ def test_a_line_whose_cost_grows_every_step(tmp_path, fixed):
     assert "torch.cat" in finding["message"] and "elements a step" in finding["message"]
 
 
+def test_a_list_grown_every_step_and_cleared_every_epoch(tmp_path):
+    seen = []
+
+    def score(step, model, opt):
+        if step % 12 == 0:   # a new epoch
+            seen.clear()
+        seen.append(torch.randn(2000))
+        torch.cat(seen).sort()  # FINDING:epoch_grow
+    found = findings_of(lambda: train(steps=48, after_step=score), tmp_path)
+    finding = named_at(found, "growing_line", "epoch_grow")
+    assert "more tensors than the step before" in finding["message"], finding
+
+
 class PerSample(nn.Module):
     def __init__(self):
         super().__init__()
