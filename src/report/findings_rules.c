@@ -139,6 +139,7 @@ void rule_input_bound(findings_t *f, const rule_t *r, const settle_context_t *c)
                 findings_add_where(x, lines, nd);
                 findings_add_where(x, list, n);
                 findings_evidence(x, "wait_ms_per_step", wait_ms);
+                findings_evidence(x, "mean_wait_ms_per_step", ms(total) / c->per_step);
                 findings_evidence(x, "batches", (double)count);
                 findings_evidence(x, "dataset_ms", ms(dataset_ns));
                 snprintf(x->message, sizeof x->message,
