@@ -18,13 +18,14 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
 
-for h in "$src"/src/*.h "$src"/src/report/*.h "$src"/python/core/*.h; do
+dirs=$(find "$src/src" "$src/python/core" -type d ! -name '.*' | sort)
+for h in $(for d in $dirs; do ls "$d"/*.h 2>/dev/null; done); do
     case $h in
     */cupti_*.h)
         grep -q '^#define TW_HAVE_CUPTI' "$build/config.h" || continue ;;
     esac
     printf '#include "config.h"\n#include "%s"\n' "$h" > "$tmp/alone.c"
-    if ! $cc -std=c11 -fsyntax-only -Wall -I"$build" -I"$src/include" -I"$src/src" $python_cppflags $cupti_cppflags \
+    if ! $cc -std=c11 -fsyntax-only -Wall -I"$build" -I"$src/include" -I"$src/src" -I"$src/python/core" -I"$src" $python_cppflags $cupti_cppflags \
         "$tmp/alone.c" > "$tmp/err" 2>&1; then
         echo "check-headers: ${h#$src/} does not compile alone:"
         head -n 5 "$tmp/err"
@@ -49,8 +50,8 @@ owner() {
     return 0
 }
 
-for dir in "$src/src" "$src/src/report" "$src/python/core"; do
-    for c in "$dir"/*.c; do
+for dir in $dirs; do
+    for c in $(ls "$dir"/*.c 2>/dev/null); do
         base=$(basename "$c" .c)
         for h in $(includes "$c"); do
             other=$(owner "$h")
@@ -84,9 +85,9 @@ for dir in "$src/src" "$src/src/report" "$src/python/core"; do
         done
     done
 done
-for c in "$src"/python/core/*.c; do
+for c in $(find "$src/python/core" -name '*.c' | sort); do
     own=$(basename "$c" .c).h
-    [ -f "$src/python/core/$own" ] || continue
+    [ -f "$(dirname "$c")/$own" ] || continue
     first=$(includes "$c" | head -n 1)
     if [ "$first" != "$own" ]; then
         echo "check-headers: ${c#$src/} includes $first first, not its own header $own"
@@ -97,13 +98,13 @@ done
 # configure found decides what the system headers declare), then its own header when it has one
 # (x.h beside it, or include/torchwrapper/x.h for src/x.c), before any other include (a conditional
 # between them, #ifdef TW_HAVE_CUPTI, is no include).
-for c in "$src"/src/*.c "$src"/src/report/*.c; do
+for c in $(find "$src/src" -name '*.c' | sort); do
     dir=$(dirname "$c")
     base=$(basename "$c" .c)
     own=""
     if [ -f "$dir/$base.h" ]; then
         own=$base.h
-    elif [ "$dir" = "$src/src" ] && [ -f "$src/include/torchwrapper/$base.h" ]; then
+    elif [ -f "$src/include/torchwrapper/$base.h" ]; then
         own=torchwrapper/$base.h
     fi
     want='"config.h"'

@@ -5,17 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "active.h"
-#include "args.h"
+#include "call/active.h"
+#include "call/args.h"
 #include "core_state.h"
-#include "flops.h"
-#include "memory.h"
-#include "model_watch.h"
+#include "below/flops.h"
+#include "below/memory.h"
+#include "watch/model_watch.h"
 #include "patch.h"
-#include "ranges.h"
+#include "call/ranges.h"
 #include "record_reader.h"
 #include "scan.h"
-#include "session.h"
+#include "session/session.h"
 #include "wrap.h"
 
 

@@ -10,9 +10,9 @@
 #include "torchwrapper/api.h"
 #include <structmember.h>
 
-#include "flops.h"
-#include "hooks.h"
-#include "wrapper.h"
+#include "below/flops.h"
+#include "watch/hooks.h"
+#include "call/wrapper.h"
 
 /* Whether the original binds as a class attribute: functions, method descriptors, and wrappers of them. */
 static int binds_like_function(tw_core_state *state, PyObject *original)

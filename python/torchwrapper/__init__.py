@@ -89,7 +89,7 @@ def region(name: str) -> Iterator[None]:
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext torchwrapper``: the ``%%torchwrapper`` cell magic and ``%torchwrapper`` line magic."""
-    from ._jupyter import load
+    from .integrations.jupyter import load
 
     load(ipython)
 

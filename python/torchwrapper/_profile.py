@@ -398,7 +398,7 @@ class Profile:
         """In a notebook, a stopped profile with files shows tw-report's page (see _jupyter.py)."""
         if self.out_dir is None or self.session.active:
             return None
-        from ._jupyter import Report
+        from .integrations.jupyter import Report
 
         return Report(self.out_dir)._repr_html_()
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/cupti_lib.h"
+#include "../../src/gpu/cupti_lib.h"
 
 static const char *real_path;
 

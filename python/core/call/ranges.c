@@ -12,7 +12,7 @@
 
 #include "active.h"
 #include "call_sites.h"
-#include "memory.h"
+#include "below/memory.h"
 
 #define RANGE_DEPTH 64 /* ranges open at once on one thread; deeper ones are not recorded */
 

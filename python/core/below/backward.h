@@ -12,7 +12,7 @@
 #include "torchwrapper/gpu.h"
 #include "torchwrapper/recorder.h"
 
-#include "../../libtorch/tw_torch.h"
+#include "libtorch/tw_torch.h"
 
 /* Loads the libtorch layer (layer.h; layer_path NULL: not built) and starts: backward nodes go to
  * recorder from now on (gen: the session's generation, not 0), and with operators nonzero every

@@ -10,16 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "active.h"
+#include "call/active.h"
 #include "atfork.h"
-#include "backward.h"
-#include "call_sites.h"
-#include "exc.h"
-#include "flops.h"
-#include "imported.h"
-#include "layer.h"
-#include "memory.h"
-#include "model_watch_tables.h"
+#include "below/backward.h"
+#include "call/call_sites.h"
+#include "call/exc.h"
+#include "below/flops.h"
+#include "call/imported.h"
+#include "below/layer.h"
+#include "below/memory.h"
+#include "watch/model_watch_tables.h"
 
 /* A forked child must not call CUPTI (gpu.h): the wrappers stop pushing correlation ids there. */
 static void gpu_after_fork_in_child(void)

@@ -12,10 +12,10 @@
 
 #include "torchwrapper/api.h"
 
-#include "backward.h"
+#include "below/backward.h"
 #include "hooks.h"
 #include "model_watch_tables.h"
-#include "wrapper.h"
+#include "call/wrapper.h"
 
 static tw_ptr_table_t *table_named(PyObject *name)
 {

@@ -15,7 +15,7 @@
 
 #include "torchwrapper/api.h"
 #include "writer_internal.h"
-#include "queue_internal.h"
+#include "record/queue_internal.h"
 #include "stats_internal.h"
 
 #define STREAM_FIRST_CAPACITY (64 * 1024) /* bytes of a stream's first queue buffer */

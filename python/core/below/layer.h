@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../libtorch/tw_torch.h"
+#include "libtorch/tw_torch.h"
 
 /* What a session uses the layer for: each needs its own entry points, and says its own reason. */
 typedef enum {

@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "call_sites.h"
+#include "call/call_sites.h"
 #include "session_object.h"
 
 typedef struct {

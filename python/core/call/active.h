@@ -13,7 +13,7 @@
 
 #include "torchwrapper/torchwrapper.h"
 
-#include "hooks.h"
+#include "watch/hooks.h"
 
 /*
  * The profiling session that wrappers record into. Process-wide on purpose: the wrappers are

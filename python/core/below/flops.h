@@ -13,7 +13,7 @@
 
 #include "torchwrapper/recorder.h"
 
-#include "../../libtorch/tw_torch.h"
+#include "libtorch/tw_torch.h"
 
 /* The formula of the API named api_name (tw_flops_kind_t; TW_FLOPS_NONE: none). */
 uint32_t tw_flops_kind_of(const char *api_name);

@@ -6,7 +6,7 @@
 #ifndef TW_PY_SESSION_FEATURES_H
 #define TW_PY_SESSION_FEATURES_H
 
-#include "hooks.h"
+#include "watch/hooks.h"
 #include "session_object.h"
 
 /*

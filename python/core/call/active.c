@@ -18,7 +18,7 @@
 
 #include <string.h>
 
-#include "backward.h"
+#include "below/backward.h"
 
 
 tw_active_t tw_active;

@@ -20,7 +20,7 @@
 
 #include "active.h"
 #include "exc.h"
-#include "layer.h"
+#include "below/layer.h"
 #include "wrap.h"
 
 typedef struct {

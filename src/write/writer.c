@@ -30,8 +30,8 @@
 #include "torchwrapper/config_keys.h"
 #include "format.h"
 #include "writer_internal.h"
-#include "config_internal.h"
-#include "queue_internal.h"
+#include "config/config_internal.h"
+#include "record/queue_internal.h"
 
 static uint64_t monotonic_ns(void)
 {

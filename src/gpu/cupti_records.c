@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "torchwrapper/api.h"
-#include "format.h"
-#include "writer_producer.h"
+#include "write/format.h"
+#include "write/writer_producer.h"
 #include "cupti_layout.h"
 #include "cupti_lib.h"
 #include "demangle.h"

@@ -12,7 +12,7 @@
 
 #include "torchwrapper/torchwrapper.h"
 
-#include "hooks.h"
+#include "watch/hooks.h"
 
 typedef enum { SESSION_NEW, SESSION_ACTIVE, SESSION_STOPPED } session_state_t;
 

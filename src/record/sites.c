@@ -18,8 +18,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "fileset.h"
-#include "format.h"
+#include "write/fileset.h"
+#include "write/format.h"
 #include "atfork.h"
 
 typedef struct {

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "active.h"
+#include "call/active.h"
 #include "layer.h"
 
 /* The APIs with a formula, by the names discovery gives them (F.conv2d is torch.conv2d, F.linear is

@@ -9,12 +9,12 @@
 
 #include <string.h>
 
-#include "active.h"
+#include "call/active.h"
 #include "session_config.h"
 #include "session_features.h"
 #include "session_object.h"
 #include "session_output.h"
-#include "wrapper.h"
+#include "call/wrapper.h"
 
 /*
  * Session(**config keys, rank, manifest, per_process_names, gpu_device, cupti_paths, model_watch,

@@ -20,8 +20,8 @@ import shlex
 import tempfile
 from typing import Any, Optional
 
-from . import _config, _core
-from ._profile import profile, report_text
+from .. import _config, _core
+from .._profile import profile, report_text
 
 TOP = 15
 

@@ -16,13 +16,13 @@
 
 #include "active.h"
 #include "args.h"
-#include "backward.h"
+#include "below/backward.h"
 #include "call_sites.h"
 #include "exc.h"
-#include "flops.h"
-#include "hooks.h"
-#include "memory.h"
-#include "model_watch_tables.h"
+#include "below/flops.h"
+#include "watch/hooks.h"
+#include "below/memory.h"
+#include "watch/model_watch_tables.h"
 
 
 
