@@ -1,15 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * --trace's two parts (not an interface of the report): chrome_trace.c writes the files (one, or
- * one per rank under a directory) in the layout torch.profiler's Kineto writes, with their metadata,
- * the GPU tracks, the steps and the flow arrows; chrome_trace_nest.c holds each thread's calls until
- * the outermost call around them has come (a call's row comes after those of the calls inside it),
- * so that each complete event is written inside its parent (clipped to it: Perfetto mis-draws
- * overlapping slices of one thread) and the CUDA calls that launched GPU work inside the calls that
- * made them.
+ * --trace's state, shared by its parts (not an interface of the report), each above the ones it uses:
+ * the sink (chrome_trace.c: processes, threads, rows) holds each thread's calls until the outermost
+ * call around them has come (chrome_trace_nest.c), writes them as events (chrome_trace_events.c:
+ * a call's fields, arrows to its backward nodes) beside the GPU work, its launches and the steps
+ * (chrome_trace_tracks.c), through the output files (chrome_trace_out.c).
  */
-#ifndef TW_REPORT_CHROME_TRACE_INTERNAL_H
-#define TW_REPORT_CHROME_TRACE_INTERNAL_H
+#ifndef TW_REPORT_CHROME_TRACE_TYPES_H
+#define TW_REPORT_CHROME_TRACE_TYPES_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -130,61 +128,5 @@ typedef struct trace {
     report_index_t *index;
     uint64_t flows;    /* arrows drawn: the next one's id */
 } trace_t;
-
-/* ---- chrome_trace.c, for chrome_trace_nest.c ---------------------------------------------------- */
-
-/* Writes to output o (opened, again if it was closed). */
-void trace_out_put(trace_t *t, trace_out_t *o, const char *s, size_t len);
-void trace_out_printf(trace_t *t, trace_out_t *o, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* s as a JSON string, quotes included */
-void trace_out_string(trace_t *t, trace_out_t *o, const char *s, size_t len);
-/* 1 when track (pid, tid) of o was named before; else noted (the caller names it) and 0 */
-int trace_track_seen(trace_out_t *o, int64_t pid, uint64_t tid);
-/* A flow event (phase 's' or 'f', id a JSON value), and an arrow of two with a new id. */
-void trace_flow(trace_t *t, size_t proc, char phase, const char *cat, const char *id, int64_t pid, uint64_t tid,
-                int64_t ts);
-void trace_arrow(trace_t *t, size_t proc, const char *cat, int64_t from_pid, uint64_t from_tid, int64_t from_ts,
-                 int64_t to_pid, uint64_t to_tid, int64_t to_ts);
-
-/* Writes to process proc's output. */
-void trace_put(trace_t *t, size_t proc, const char *s, size_t len);
-void trace_printf(trace_t *t, size_t proc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* ,"key":us.nnn (microseconds, exact to the nanosecond) */
-void trace_time(trace_t *t, size_t proc, const char *key, int64_t ns);
-
-/* Formats a call row's event fields (after its times) at the end of th's text; 0 or TW_ENOMEM. */
-int trace_format_call(trace_t *t, trace_thread_t *th, const tw_row_t *row, size_t *text, uint32_t *len);
-
-/* ---- chrome_trace_tracks.c ------------------------------------------------------------------------ */
-
-/* Writes a GPU row of process proc at ts, and keeps its CUDA call for the call that made it. 0, or
- * TW_ENOMEM. */
-int trace_gpu_event(trace_t *t, size_t proc, const tw_row_t *row, int64_t ts);
-
-/* The first launch of call (pid, call_id), or TRACE_NONE; *arrow: an arrow from the call is drawn. */
-uint32_t trace_launches_of(trace_t *t, int64_t pid, uint64_t call_id, int *arrow);
-
-/* A call of step `step` held no call of another: [ts, end] is in that step. */
-void trace_step_seen(trace_t *t, size_t proc, int64_t step, int64_t ts, int64_t end);
-
-/* Writes ProfilerStep#N for each step of process proc, as torch.profiler's: a step lasts until the
- * next begins. */
-void trace_write_steps(trace_t *t, size_t proc);
-
-/* Writes a node of th at its final times, with its arrows, and notes its step. */
-void trace_write_node(trace_t *t, trace_thread_t *th, const trace_node_t *n);
-
-
-
-/* ---- chrome_trace_nest.c ------------------------------------------------------------------------ */
-
-/* Takes a call row of thread th: held until the outermost call around it has come, then written with
- * it. 0, or TW_ENOMEM (the call is not drawn). */
-int trace_nest_call(trace_t *t, trace_thread_t *th, const tw_row_t *row, int64_t ts);
-
-/* Writes whatever th still holds (calls whose parent never came), as outermost events. */
-void trace_nest_flush(trace_t *t, trace_thread_t *th);
-
-void trace_nest_free(trace_thread_t *th);
 
 #endif
