@@ -26,6 +26,7 @@
 #include "findings.h"
 #include "ranks.h"
 #include "flame.h"
+#include "flame_output.h"
 #include "table.h"
 #include "groups.h"
 #include "util.h"

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
-/* The flame graph's stacks (flame.c builds them, flame_output.c writes them): shared by those two
- * files only. */
-#ifndef TORCHWRAPPER_REPORT_FLAME_INTERNAL_H
-#define TORCHWRAPPER_REPORT_FLAME_INTERNAL_H
+/* The flame graph's stacks (flame.c builds them, flame_output.c writes them): their types, shared by
+ * those two files only. */
+#ifndef TORCHWRAPPER_REPORT_FLAME_STACKS_H
+#define TORCHWRAPPER_REPORT_FLAME_STACKS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "flame.h"
 #include "index.h"
+#include "site_texts.h"
+#include "sink.h"
+
+typedef struct flame flame_t;
 
 /* A frame's name, interned: nodes compare names by pointer. */
 typedef struct frame_name {
