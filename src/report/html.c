@@ -29,6 +29,7 @@
 #include "flame_output.h"
 #include "table.h"
 #include "groups.h"
+#include "html_page.h"
 #include "util.h"
 
 #define HTML_MAX_APIS 1500    /* per-API rows, the most total time first */

@@ -14,7 +14,7 @@
 
 #include "torchwrapper/common.h"
 
-#include "html.h"
+#include "html_page.h"
 #include "ranks.h"
 #include "util.h"
 
