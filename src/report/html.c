@@ -25,6 +25,7 @@
 #include "aggregate.h"
 #include "findings.h"
 #include "ranks.h"
+#include "ranks_output.h"
 #include "flame.h"
 #include "flame_output.h"
 #include "table.h"

@@ -5,6 +5,7 @@
  * --html's section.
  */
 #include "config.h"
+#include "ranks_output.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -15,7 +16,6 @@
 #include "torchwrapper/common.h"
 
 #include "html_page.h"
-#include "ranks.h"
 #include "util.h"
 
 #define RANK_COLUMNS_MAX 8 /* the steps table shows each rank's time up to this many ranks */

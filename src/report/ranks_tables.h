@@ -1,15 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tw-report --ranks, inside: what the sink (ranks.c) gathers and the analysis (ranks_analysis.c)
- * reads.
+ * tw-report --ranks, inside: the tables the sink (ranks.c) gathers and the analysis
+ * (ranks_analysis.c) reads; types, and one inline reading.
  */
-#ifndef TW_REPORT_RANKS_INTERNAL_H
-#define TW_REPORT_RANKS_INTERNAL_H
+#ifndef TW_REPORT_RANKS_TABLES_H
+#define TW_REPORT_RANKS_TABLES_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ranks.h"
+#include "cli.h"
+#include "inputs.h"
+#include "ranks_result.h"
+#include "sink.h"
 
 /* Steps one series spans at most: a record's step is a 32-bit number, and a malformed or hostile file
  * could otherwise ask for terabytes (--diff's bound). */
@@ -60,18 +63,5 @@ static inline uint64_t series_get(const series_t *s, int64_t step)
 {
     return s->len > 0 && step >= s->first && step < s->first + (int64_t)s->len ? s->v[step - s->first] : 0;
 }
-
-/* ranks_analysis.c: the analysis of what r gathered into res (zeroed by the caller; freed with
- * report_ranks_result_free whatever the result). 0 or TW_ENOMEM. */
-int report_ranks_compute(const ranks_t *r, ranks_result_t *res);
-void report_ranks_result_free(ranks_result_t *res);
-
-/* The two-sided p value of the Wilcoxon signed-rank test of the pairs (x[k], y[k]), k < n: exact
- * with up to 25 pairs that differ, the normal approximation beyond (ranks_analysis.c says why).
- * NAN and *oom set when out of memory. */
-double report_signed_rank_p(const double *x, const double *y, size_t n, int *oom);
-
-/* P(X >= k) for X binomial(n, q), 0 < q < 1. */
-double report_binomial_tail(size_t k, size_t n, double q);
 
 #endif
