@@ -36,6 +36,7 @@
 #define TORCHWRAPPER_WRITER_H
 
 #include "torchwrapper/clock.h"
+#include "torchwrapper/config_keys.h"
 #include "torchwrapper/escape.h"
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/schedule.h"
@@ -44,11 +45,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum { TW_FORMAT_CSV = 0, TW_FORMAT_JSON = 1 } tw_format_t;
-
-/* How record files are written: as they are, or each one gzip member (".csv.gz", ".jsonl.gz"). */
-typedef enum { TW_COMPRESS_NONE = 0, TW_COMPRESS_GZIP = 1 } tw_compress_t;
 
 typedef struct tw_writer_config {
     const char *out_dir;          /* created if missing (one level) */
@@ -74,6 +70,10 @@ typedef struct tw_writer_config {
                                      compressed size file_max_size bounds; every flush ends in a sync
                                      point, so that a killed process's files read up to its last flush */
 } tw_writer_config_t;
+
+/* The writer's part of config into out (its strings point into config). rank, manifest_json,
+ * per_process_names and sites are the caller's to set. */
+TW_API void tw_config_writer(const tw_config_t *config, tw_writer_config_t *out);
 
 typedef struct tw_writer tw_writer_t;
 

@@ -16,8 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "config_tree.h"
-#include "config_internal.h"
+#include "config_keys_internal.h"
 #include "schedule_check.h"
 
 /* ---- the configuration validator ------------------------------------------------------------- */
@@ -701,4 +700,13 @@ int tw_config_normalize_for(tw_config_defaults_t defaults, const char *json_in, 
 const char *tw_config_tensor_stats_metrics(void)
 {
     return STATS_METRICS;
+}
+
+int tw_config_check_file_max_size(uint64_t bytes, const char *given, char *err, size_t err_size)
+{
+    if (bytes >= TW_CONFIG_MIN_FILE_SIZE)
+        return 0;
+    snprintf(err, err_size, "config key 'file_max_size': %s is too small: at least %d bytes are needed for a header "
+                            "and any record", given, TW_CONFIG_MIN_FILE_SIZE);
+    return TW_EINVAL;
 }

@@ -5,6 +5,7 @@
  * configuration text again. The words of each choice and their enum values are in one table here.
  */
 #include "config.h"
+#include "config_typed.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -14,8 +15,8 @@
 #include <cjson/cJSON.h>
 
 #include "torchwrapper/config_keys.h"
-#include "config_internal.h"
-#include "config_tree.h"
+
+#include "config_keys_internal.h"
 
 typedef struct {
     const char *word;
@@ -152,28 +153,4 @@ const tw_config_t *tw_config_defaults(tw_config_defaults_t defaults)
     pthread_once(&defaults_once, load_defaults);
     unsigned d = (unsigned)defaults < TW_CONFIG_DEFAULTS_COUNT ? defaults : 0;
     return defaults_loaded[d] ? &defaults_of[d] : NULL;
-}
-
-void tw_config_writer(const tw_config_t *config, tw_writer_config_t *out)
-{
-    out->out_dir = config->out_dir;
-    out->format = config->format;
-    out->compress = config->compress;
-    out->file_max_size = config->file_max_size;
-    out->file_name_spec = config->file_name_spec;
-    out->max_files = config->max_files;
-    out->flush_interval_ns = config->flush_interval_ns;
-    out->buffer_bytes = config->buffer_bytes;
-    out->block_when_full = config->block_when_full;
-    out->schedule = config->schedule;
-    out->summary_only = config->summary_only;
-}
-
-int tw_config_check_file_max_size(uint64_t bytes, const char *given, char *err, size_t err_size)
-{
-    if (bytes >= TW_CONFIG_MIN_FILE_SIZE)
-        return 0;
-    snprintf(err, err_size, "config key 'file_max_size': %s is too small: at least %d bytes are needed for a header "
-                            "and any record", given, TW_CONFIG_MIN_FILE_SIZE);
-    return TW_EINVAL;
 }

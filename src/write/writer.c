@@ -30,7 +30,8 @@
 #include "torchwrapper/config_keys.h"
 #include "format.h"
 #include "writer_internal.h"
-#include "config/config_internal.h"
+#include "config/config_keys_internal.h"
+#include "config/config_typed.h"
 #include "record/queue_internal.h"
 
 static uint64_t monotonic_ns(void)
@@ -490,6 +491,21 @@ static const tw_queue_consumer_t consumer_ops = {ring_from_queue, ensure_thread,
                                                  fork_child, writer_help};
 
 /* ---- public API ---------------------------------------------------------------------------------- */
+
+void tw_config_writer(const tw_config_t *config, tw_writer_config_t *out)
+{
+    out->out_dir = config->out_dir;
+    out->format = config->format;
+    out->compress = config->compress;
+    out->file_max_size = config->file_max_size;
+    out->file_name_spec = config->file_name_spec;
+    out->max_files = config->max_files;
+    out->flush_interval_ns = config->flush_interval_ns;
+    out->buffer_bytes = config->buffer_bytes;
+    out->block_when_full = config->block_when_full;
+    out->schedule = config->schedule;
+    out->summary_only = config->summary_only;
+}
 
 int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const tw_clock_t *clock,
                      tw_writer_t **out, char *err, size_t err_size)
