@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The writer: its thread and doorbell, the producers' help, create and close, fork, the manifest and
- * the sites file. The thread drains sources (writer_internal.h): the call records (writer_calls.c)
- * and the row streams (writer_streams.c), into out_dir's files and the captures'
- * (writer_captures.c). See writer.h.
+ * The writer: its thread, the producers' help, create and close, fork. The thread drains sources
+ * (writer_state.h): the call records (writer_calls.c) and the row streams (writer_streams.c), into
+ * out_dir's files (writer_outdir.c) and the captures' (writer_captures.c). See writer.h.
  */
 #include "config.h"
 #include "torchwrapper/writer.h"
@@ -29,7 +28,11 @@
 #include "torchwrapper/api.h"
 #include "torchwrapper/config_keys.h"
 #include "format.h"
-#include "writer_internal.h"
+#include "writer_calls.h"
+#include "writer_captures.h"
+#include "writer_outdir.h"
+#include "writer_producer.h"
+#include "writer_state.h"
 #include "config/config_keys_internal.h"
 #include "config/config_typed.h"
 #include "record/queue_internal.h"
@@ -39,68 +42,6 @@ static uint64_t monotonic_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-writer_source_t *tw_writer_sources(tw_writer_t *w)
-{
-    return &w->calls; /* the first; the calls source is never removed */
-}
-
-tw_manifest_drops_t tw_writer_source_drops(const writer_source_t *s)
-{
-    return (tw_manifest_drops_t){atomic_load(&s->dropped_full), atomic_load(&s->dropped_invalid),
-                                 atomic_load(&s->dropped_closed), s->files.dropped,
-                                 atomic_load(&s->dropped_upstream)};
-}
-
-/* ---- the manifest and the sites file ----------------------------------------------------------- */
-
-/* sites.json, when sites were added since it was written (or at close, for the overflow count). */
-static void write_sites(tw_writer_t *w)
-{
-    tw_sites_stats_t st;
-    tw_sites_stats(w->sites, &st);
-    if (w->sites_file_written && st.count == w->sites_written && w->end_ns == 0)
-        return;
-    int err = tw_sites_write_json(w->sites, w->sites_path, w->env.pid);
-    if (err != 0) {
-        tw_fileset_warn(&w->env, "writing", w->sites_path, err);
-    } else {
-        w->sites_written = st.count;
-        w->sites_file_written = 1;
-    }
-}
-
-void tw_writer_write_manifest(tw_writer_t *w)
-{
-    tw_manifest_kind_t kinds[WRITER_SOURCES_MAX];
-    size_t count = 0;
-    pthread_mutex_lock(&w->lock);
-    uint64_t truncated = w->truncated;
-    char *captures = tw_captures_json(w);
-    /* a copy: tw_writer_set_manifest_key may replace it meanwhile (NULL when out of memory: the
-     * manifest is then written without the caller's keys, and again with them at the next write) */
-    char *extra = w->manifest_extra != NULL ? strdup(w->manifest_extra) : NULL;
-    pthread_mutex_unlock(&w->lock);
-    /* the source list's links never change once added; the file counters are read under env.lock */
-    for (writer_source_t *s = tw_writer_sources(w); s != NULL && count < WRITER_SOURCES_MAX; s = s->next)
-        kinds[count++] = (tw_manifest_kind_t){s->kind, &s->files, tw_writer_source_drops(s), 0};
-    kinds[0].truncated = truncated;
-    kinds[0].drops.full += tw_queue_dropped(w->queue); /* records the recorder could not queue */
-    uint64_t used, peak, limit;
-    tw_queue_memory(w->queue, &used, &peak, &limit);
-    tw_manifest_t m = {extra, w->clock.source, w->start_ns, w->end_ns, kinds, count,
-                       w->buffer_bytes, peak, captures, NULL, NULL};
-    tw_sites_stats_t sites;
-    if (w->sites != NULL) {
-        write_sites(w);
-        tw_sites_stats(w->sites, &sites);
-        m.sites_file = strrchr(w->sites_path, '/') + 1;
-        m.sites = &sites;
-    }
-    tw_manifest_write(&w->env, w->manifest_path, &m);
-    free(captures);
-    free(extra);
 }
 
 int tw_writer_set_manifest_key(tw_writer_t *w, const char *key, const char *json_value)
@@ -129,21 +70,7 @@ int tw_writer_set_manifest_key(tw_writer_t *w, const char *key, const char *json
     return text != NULL ? 0 : TW_ENOMEM;
 }
 
-void tw_writer_append(tw_writer_t *w, tw_fileset_t *fs, const char *line, size_t len)
-{
-    if (tw_fileset_append(&w->env, fs, line, len))
-        tw_writer_write_manifest(w);
-}
-
 /* ---- the thread and its doorbell ---------------------------------------------------------------- */
-
-void tw_writer_ring(tw_writer_t *w)
-{
-    pthread_mutex_lock(&w->lock);
-    w->rung = 1;
-    pthread_cond_signal(&w->bell);
-    pthread_mutex_unlock(&w->lock);
-}
 
 /* The queue rings it at each chunk pushed, with the queue's lock held (queue -> writer). */
 static void ring_from_queue(void *arg)
@@ -184,7 +111,7 @@ static void flush_interval(tw_writer_t *w, int stopping)
         tw_fileset_flush(&w->env, &s->files);
     tw_captures_advance(w, stopping);
     if (w->sites != NULL && !stopping)
-        write_sites(w);
+        tw_writer_write_sites(w);
     if (w->summary_changes > 0 && !stopping) {
         tw_summary_write(&w->env, w->summary_path, &w->stats);
         w->summary_changes = 0;

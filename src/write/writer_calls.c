@@ -1,22 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The call records as a source of the writer (writer_internal.h): chunks taken from the chunk queue,
+ * The call records as a source of the writer (writer_calls.h, writer_state.h): chunks taken from the chunk queue,
  * each record formatted (format.c), counted in the summary, and written where its step says: to
  * out_dir's files in the steps the schedule records, to a capture's files in the capture's steps.
  */
 #include "config.h"
+#include "writer_calls.h"
 
 #include <stdatomic.h>
 #include <string.h>
 
 #include "torchwrapper/api.h"
 #include "format.h"
-#include "writer_internal.h"
+#include "writer_captures.h"
+#include "writer_outdir.h"
+#include "writer_state.h"
+
+static const writer_source_ops_t calls_ops;
 
 void tw_writer_calls_init(tw_writer_t *w)
 {
     writer_source_t *s = &w->calls;
-    s->ops = &tw_writer_calls_ops;
+    s->ops = &calls_ops;
     s->index = 0;
     strcpy(s->kind, "calls");
     s->files.kind = s->kind;
@@ -121,5 +126,5 @@ static void calls_nothing(writer_source_t *s)
     (void)s;
 }
 
-const writer_source_ops_t tw_writer_calls_ops = {calls_drain, calls_write, NULL, NULL, NULL, calls_nothing,
+static const writer_source_ops_t calls_ops = {calls_drain, calls_write, NULL, NULL, NULL, calls_nothing,
                                                  calls_nothing};

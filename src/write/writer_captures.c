@@ -3,10 +3,11 @@
  * On-demand captures (writer.h, tw_writer_capture): the records of every kind of a capture's steps,
  * written besides what the schedule writes to out_dir, to files of their own in the capture's
  * directory, with its manifest and summary. Sources hand each row of a capture's steps to
- * tw_capture_append() (writer_internal.h); the writer thread finishes a capture one flush interval
+ * tw_capture_append() (writer_captures.h); the writer thread finishes a capture one flush interval
  * after its steps are over.
  */
 #include "config.h"
+#include "writer_captures.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,47 +17,8 @@
 #include <cjson/cJSON.h>
 
 #include "format.h"
-#include "writer_internal.h"
-
-static const char *const capture_state_names[] = {"recording", "ending", "done"};
-
-/* A capture's "id", "steps" (first and last, both included, as tw-report --steps) and "steps_asked". */
-static void add_capture_steps(cJSON *o, const capture_t *c)
-{
-    cJSON_AddItemToObject(o, "id", tw_json_uint(c->id));
-    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
-    cJSON_AddItemToArray(steps, tw_json_uint(c->from));
-    cJSON_AddItemToArray(steps, tw_json_uint(c->to - 1));
-    cJSON_AddItemToObject(o, "steps_asked", tw_json_uint(c->asked));
-}
-
-/* "captures" of out_dir's manifest (a JSON array, malloc'd; NULL when none); the writer's lock held
- * (it guards the capture list, the states and the file lists). */
-char *tw_captures_json(tw_writer_t *w)
-{
-    if (w->capture_count == 0)
-        return NULL;
-    cJSON *array = cJSON_CreateArray();
-    for (size_t i = 0; array != NULL && i < w->capture_count; i++) {
-        const capture_t *c = w->captures[i];
-        cJSON *o = cJSON_CreateObject();
-        if (o == NULL)
-            break;
-        add_capture_steps(o, c);
-        cJSON_AddStringToObject(o, "dir", c->dir);
-        cJSON_AddStringToObject(o, "state", capture_state_names[c->state]);
-        cJSON_AddItemToObject(o, "records_written", tw_json_uint(c->files[0].written));
-        cJSON_AddItemToObject(o, "records_late", tw_json_uint(atomic_load(&c->late)));
-        cJSON *files = cJSON_AddArrayToObject(o, "files"); /* of every kind: the calls', then each stream's */
-        for (unsigned k = 0; files != NULL && k < WRITER_SOURCES_MAX; k++)
-            for (size_t f = 0; f < c->files[k].file_count; f++)
-                cJSON_AddItemToArray(files, cJSON_CreateString(c->files[k].files[f].name));
-        cJSON_AddItemToArray(array, o);
-    }
-    char *text = array != NULL ? cJSON_PrintUnformatted(array) : NULL;
-    cJSON_Delete(array);
-    return text;
-}
+#include "writer_outdir.h"
+#include "writer_state.h"
 
 /* A capture's own manifest, in its dir: the run's keys, its "capture", its files of every kind. */
 static void write_capture_manifest(tw_writer_t *w, capture_t *c)
@@ -262,7 +224,7 @@ static char *capture_manifest_extra(const tw_writer_t *w, const capture_t *c)
     cJSON *o = root != NULL ? cJSON_AddObjectToObject(root, "capture") : NULL;
     char *text = NULL;
     if (o != NULL) {
-        add_capture_steps(o, c);
+        tw_capture_steps_json(o, c);
         cJSON_AddStringToObject(o, "run_dir", w->out_dir);
         text = cJSON_PrintUnformatted(root);
     }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Row streams as sources of the writer (writer_internal.h): rows of another kind (GPU activity,
+ * Row streams as sources of the writer (writer_state.h; their API is writer.h's): rows of another kind (GPU activity,
  * tensor statistics, parameter updates), formatted by their producer, queued with their step under
  * the stream's lock, and written by the writer thread where their step says, as call records are:
  * out_dir's files in the steps the schedule records, a capture's files in the capture's steps. The
@@ -14,7 +14,10 @@
 #include <string.h>
 
 #include "torchwrapper/api.h"
-#include "writer_internal.h"
+#include "writer_captures.h"
+#include "writer_outdir.h"
+#include "writer_producer.h"
+#include "writer_state.h"
 #include "record/queue_internal.h"
 #include "stats_internal.h"
 
@@ -153,7 +156,7 @@ static void stream_free(writer_source_t *source)
     free(s);
 }
 
-const writer_source_ops_t tw_writer_stream_ops = {stream_drain, stream_write, stream_close, stream_fork_prepare,
+static const writer_source_ops_t stream_ops = {stream_drain, stream_write, stream_close, stream_fork_prepare,
                                                   stream_fork_parent, stream_fork_child, stream_free};
 
 /* ---- public API ------------------------------------------------------------------------------------ */
@@ -201,7 +204,7 @@ int tw_writer_add_stream(tw_writer_t *w, const char *kind, const char *csv_heade
     }
     pthread_mutex_init(&s->lock, NULL);
     s->w = w;
-    s->base.ops = &tw_writer_stream_ops;
+    s->base.ops = &stream_ops;
     strcpy(s->base.kind, kind);
     s->base.files.kind = s->base.kind;
     s->base.files.header = header;
@@ -288,7 +291,7 @@ int tw_writer_stream_put(tw_writer_stream_t *s, const tw_stream_row_t *row)
         atomic_fetch_add(&s->base.dropped_invalid, 1);
         return TW_EINVAL;
     }
-    uint64_t step = row->step == TW_STEP_NOW ? tw_writer_step(s->w) : row->step;
+    uint64_t step = row->step == TW_STEP_NOW ? atomic_load(&s->w->step) : row->step;
     size_t need = sizeof(queued_row_t) + ((total + 7) & ~(size_t)7);
     int ring = 0, rc;
     pthread_mutex_lock(&s->lock);

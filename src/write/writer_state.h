@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The writer's parts (not public API). The writer thread drains sources: the call records of the
- * chunk queue (writer_calls.c) and each row stream (writer_streams.c: GPU rows, tensor statistics,
- * parameter updates), all through one interface; every row carries its step, so that each source
- * follows the schedule and lands in the capture of its step (writer_captures.c). writer.c holds the
- * thread, its doorbell, create/close and fork; the files are fileset.c's, the manifest manifest.c's.
+ * The writer's state, shared by its parts (not public API), each above the ones it uses. The writer
+ * thread (writer.c: the thread, create/close and fork) drains sources: the call records of the chunk
+ * queue (writer_calls.c) and each row stream (writer_streams.c: GPU rows, tensor statistics,
+ * parameter updates), all through one interface (writer_source_ops_t); every row carries its step,
+ * so that each source follows the schedule and lands in the capture of its step
+ * (writer_captures.c); all of them write through out_dir's files and manifest (writer_outdir.c). The
+ * files are fileset.c's, the manifest's JSON manifest.c's.
  *
  * Memory: every byte waiting for the writer (chunks of call records with their argument text, rows
  * queued on streams) is charged to one budget, the chunk queue's (queue.h), bounded by buffer_size.
@@ -22,8 +24,8 @@
  * not take the pen (the queue's handler, which takes the queue's lock first, calls the writer's): a
  * forked child makes it anew, as it makes its writer thread.
  */
-#ifndef TW_WRITER_INTERNAL_H
-#define TW_WRITER_INTERNAL_H
+#ifndef TW_WRITER_STATE_H
+#define TW_WRITER_STATE_H
 
 #include <limits.h>
 #include <pthread.h>
@@ -35,7 +37,6 @@
 #include "torchwrapper/writer.h"
 #include "fileset.h"
 #include "manifest.h"
-#include "writer_producer.h"
 
 #define WRITER_SOURCES_MAX 8   /* the calls and up to 7 streams */
 #define WRITER_TIMELINE 256     /* step boundaries remembered, to find the step of a moment */
@@ -166,45 +167,14 @@ struct tw_writer {
     size_t first_open_capture; /* of the view: the captures before it are done */
 };
 
-/* ---- writer.c ---- */
-
-/* The first source (the calls); links never change once added. */
-writer_source_t *tw_writer_sources(tw_writer_t *w);
-/* Rings the writer's doorbell: the thread drains its sources now rather than at the next interval. */
-void tw_writer_ring(tw_writer_t *w);
-/* The manifest as it stands (the pen held, or the closing thread once the writer thread ended). */
-void tw_writer_write_manifest(tw_writer_t *w);
-/* Appends a line to fs of out_dir; a new file brings a new manifest. */
-void tw_writer_append(tw_writer_t *w, tw_fileset_t *fs, const char *line, size_t len);
-/* A source's drop counters, the files' own (write errors) added. */
-tw_manifest_drops_t tw_writer_source_drops(const writer_source_t *s);
-
-/* ---- writer_calls.c ---- */
-
-extern const writer_source_ops_t tw_writer_calls_ops;
-/* Sets up w->calls (format and header from env). */
-void tw_writer_calls_init(tw_writer_t *w);
-
-/* ---- writer_streams.c ---- */
-
-/* Frees what a stream holds; the writer's close and destroy. */
-extern const writer_source_ops_t tw_writer_stream_ops;
-
-/* ---- writer_captures.c ---- */
-
-/* The capture whose steps hold step, or NULL (pen). A done capture counts the record as late and
- * gives NULL. */
-capture_t *tw_capture_of(tw_writer_t *w, uint64_t step);
-/* Appends a line of source index and step to capture c's files; a new file brings new manifests. */
-void tw_capture_append(tw_writer_t *w, capture_t *c, unsigned index, uint64_t step, const char *line, size_t len);
-/* Takes a new copy of the capture list when it grew (the pen and the writer's lock held). */
-void tw_captures_refresh_view(tw_writer_t *w);
-/* At each flush interval: flushes open captures, finishes those whose steps are over; closing:
- * finishes every one. */
-void tw_captures_advance(tw_writer_t *w, int closing);
-/* "captures" of out_dir's manifest (JSON array text, malloc'd; NULL when none); writer's lock held. */
-char *tw_captures_json(tw_writer_t *w);
-/* Frees every capture (destroy, and a forked child, where they are the parent's). */
-void tw_captures_free(tw_writer_t *w, int forked);
+/* Rings the writer's doorbell: the thread drains its sources now rather than at the next interval
+ * (whoever brings work: the queue, a stream filling up, a capture asked). */
+static inline void tw_writer_ring(tw_writer_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+    w->rung = 1;
+    pthread_cond_signal(&w->bell);
+    pthread_mutex_unlock(&w->lock);
+}
 
 #endif
