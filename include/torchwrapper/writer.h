@@ -38,6 +38,7 @@
 #include "torchwrapper/clock.h"
 #include "torchwrapper/config_keys.h"
 #include "torchwrapper/escape.h"
+#include "torchwrapper/gpu.h"
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/schedule.h"
 #include "torchwrapper/sites.h"
@@ -182,6 +183,10 @@ TW_API int tw_writer_stream_write(tw_writer_stream_t *stream, const char *row, s
  * TW_API_ID_NONE adds nothing). */
 TW_API int tw_writer_stream_write_gpu(tw_writer_stream_t *stream, const char *row, size_t len, uint32_t api_id,
                                       uint64_t gpu_ns);
+
+/* The writer as where a GPU session's rows go (gpu.h, tw_gpu_start): its "gpu" stream, added when
+ * the session opens it, in the writer's format. The writer must outlive the session. */
+TW_API void tw_writer_gpu_rows(tw_writer_t *writer, tw_gpu_rows_t *out);
 
 /* Counts rows lost before they reached the stream (e.g. CUPTI's dropped activity records); they
  * appear in the manifest's "streams" section. Thread-safe. */

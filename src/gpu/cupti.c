@@ -7,7 +7,8 @@
  * thread, or on whichever thread calls cuptiActivityFlushAll: our flush thread, or tw_gpu_stop().
  * Buffers are processed one at a time under deliver_lock, which also guards the correlation ring
  * and the records waiting for their correlation; cupti_records.c turns their records into rows.
- * Rows go to the writer's "gpu" stream, which is thread-safe and never blocks on I/O.
+ * Rows go where the caller's tw_gpu_rows_t says (the writer's "gpu" stream), thread-safe and never
+ * blocking on I/O.
  *
  * Fork: CUDA and CUPTI cannot be used in a forked child; a session started in the parent is
  * recognised by its pid, and its stop makes no CUPTI call there. deliver_lock may have been held by
@@ -30,9 +31,7 @@
 
 #include "torchwrapper/api.h"
 #include "torchwrapper/gpu.h"
-#include "torchwrapper/queue.h"
-#include "record/queue_internal.h"
-#include "write/writer_producer.h"
+#include "clock_internal.h"
 #include "cupti_layout.h"
 #include "cupti_lib.h"
 #include "cupti_records.h"
@@ -42,7 +41,7 @@ const char *tw_gpu_library_path(void);
 #ifndef TW_HAVE_CUPTI
 
 /* Built without CUPTI headers: say so, once per start, and let the caller profile CPU time. */
-int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_clock_t *clock, tw_gpu_t **out,
+int tw_gpu_start(const tw_gpu_config_t *config, const tw_gpu_rows_t *rows, const tw_clock_t *clock, tw_gpu_t **out,
                  char *reason, size_t reason_size)
 {
     snprintf(reason, reason_size, "this torchwrapper was built without CUPTI headers (configure found no "
@@ -124,7 +123,7 @@ static void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, 
             tw_cupti_process_buffer(g, buffer, valid);
         if (dropped > 0) {
             g->stats.dropped += dropped;
-            tw_writer_stream_add_dropped(g->stream, dropped);
+            g->rows.lost(g->rows.context, dropped);
         }
     }
     pthread_mutex_unlock(&deliver_lock);
@@ -235,10 +234,10 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
     /* Subscribed only to hold CUPTI (so another tool learns it is in use); no domain is enabled. */
 }
 
-int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_clock_t *clock, tw_gpu_t **out,
+int tw_gpu_start(const tw_gpu_config_t *config, const tw_gpu_rows_t *rows, const tw_clock_t *clock, tw_gpu_t **out,
                  char *reason, size_t reason_size)
 {
-    if (config == NULL || writer == NULL || clock == NULL || out == NULL) {
+    if (config == NULL || rows == NULL || clock == NULL || out == NULL) {
         snprintf(reason, reason_size, "tw_gpu_start: a required argument is NULL");
         return TW_EINVAL;
     }
@@ -281,7 +280,7 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
     }
     if (rc == 0) {
         g->pid = getpid();
-        g->format = tw_writer_format(writer);
+        g->rows = *rows;
         g->stats.cupti_version = tw_cupti.version;
         g->flush_interval_ns = config->flush_interval_ns ? config->flush_interval_ns : 1000000000u;
         CUptiResult r = tw_cupti.subscribe(&g->subscriber, on_callback, NULL);
@@ -318,13 +317,13 @@ int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_cl
         }
     }
     if (rc == 0) {
-        const char *header = g->format == TW_FORMAT_CSV
+        const char *header = g->rows.format == TW_FORMAT_CSV
                                  ? "call_id,api,kind,name,start_ns,end_ns,device,stream,correlation_id,pid,"
                                    "launch_start_ns,launch_end_ns,launch"
                                  : NULL;
-        int src = tw_writer_add_stream(writer, "gpu", header, &g->stream);
+        int src = g->rows.open(g->rows.context, header);
         if (src != 0) {
-            snprintf(reason, reason_size, "cannot add the gpu record stream to the writer: %s", tw_strerror(src));
+            snprintf(reason, reason_size, "cannot open the gpu record stream: %s", tw_strerror(src));
             rc = src;
         }
     }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * CUPTI's activity records into rows of the writer's "gpu" stream (see cupti_records.h): kernels,
+ * CUPTI's activity records into rows (tw_gpu_rows_t: the writer's "gpu" stream; see cupti_records.h): kernels,
  * copies and sets, each attributed to the profiled call whose external correlation id its CUDA call
  * carried, through a ring of the last correlations seen; a record whose correlation has not come yet
  * waits (parked) for it, or for a flush to go by. Called by cupti.c under its deliver_lock.
@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "torchwrapper/api.h"
-#include "write/format.h"
-#include "write/writer_producer.h"
+#include "torchwrapper/common.h"
+#include "torchwrapper/escape.h"
 #include "cupti_layout.h"
 #include "cupti_lib.h"
 #include "demangle.h"
@@ -78,8 +78,7 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
     /* The row's step is the step of its launch (the CPU runs ahead of the GPU: a kernel launched at
      * the end of a step often runs in the next); without the launch's time, the kernel's start. */
     uint64_t launch = e != NULL && e->launch != 0 ? e->launch : start;
-    uint64_t step = launch != 0 ? tw_writer_step_at(tw_writer_stream_writer(g->stream), to_epoch(g, launch))
-                                : TW_STEP_NOW;
+    uint64_t step = launch != 0 ? g->rows.step_at(g->rows.context, to_epoch(g, launch)) : TW_GPU_STEP_NOW;
     uint64_t call_id = attributed ? tw_gpu_external_call_id(external_id) : 0;
     uint32_t api_id = attributed ? tw_gpu_external_api_id(external_id) : TW_API_ID_NONE;
     const char *api = attributed ? tw_api_name(api_id) : NULL;
@@ -105,7 +104,7 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
     char row[6 * (NAME_MAX_BYTES + TW_API_NAME_MAX) + 640];
     for (int attempt = 0; attempt < 2; attempt++) {
         char *p = row;
-        if (g->format == TW_FORMAT_CSV) {
+        if (g->rows.format == TW_FORMAT_CSV) {
             p = tw_format_u64(p, call_id);
             *p++ = ',';
             p = tw_csv_field(p, api, api_len);
@@ -162,8 +161,7 @@ static void emit(tw_gpu_t *g, unsigned kind, const char *name, uint64_t start, u
             *p++ = '}';
         }
         *p++ = '\n';
-        tw_stream_row_t r = {row, (size_t)(p - row), step, api_id, duration};
-        int rc = tw_writer_stream_put(g->stream, &r);
+        int rc = g->rows.put(g->rows.context, row, (size_t)(p - row), step, api_id, duration);
         if (rc == TW_EINVAL && attempt == 0 && name_len > 64) {
             name_len = tw_utf8_cut(name, name_len, 64); /* too long for a small file_max_size: shorter */
             continue;

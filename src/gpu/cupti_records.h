@@ -2,7 +2,7 @@
 /*
  * CUPTI's activity records into rows (cupti_records.c; not public API): a GPU timing session's state
  * (struct tw_gpu), shared with cupti.c, which starts, flushes and stops it, and what turns the
- * buffers CUPTI completes into rows of the writer's "gpu" stream, each attributed to the profiled
+ * buffers CUPTI completes into rows (tw_gpu_rows_t, the writer's "gpu" stream), each attributed to the profiled
  * call that launched its work through the external correlation ids. Only built with CUPTI headers.
  */
 #ifndef TW_CUPTI_RECORDS_H
@@ -16,7 +16,6 @@
 #include <cupti.h>
 
 #include "torchwrapper/gpu.h"
-#include "torchwrapper/writer.h"
 
 #define RING_SIZE (1u << 16)    /* external correlations remembered: the last 65,536 CUDA API calls */
 #define PENDING_MAX (1u << 16)  /* records waiting for their correlation */
@@ -50,8 +49,7 @@ typedef struct {
 } pending_t;
 
 struct tw_gpu {
-    tw_writer_stream_t *stream;
-    tw_format_t format;
+    tw_gpu_rows_t rows;  /* where the rows go (the caller's, copied) */
     int64_t offset_ns;   /* epoch ns = CUPTI timestamp + offset_ns */
     pid_t pid;
     int stopped;

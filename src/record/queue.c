@@ -180,15 +180,6 @@ static void register_fork_handlers(void)
 
 /* ---- the queue ------------------------------------------------------------------------------------ */
 
-void tw_cond_init_monotonic(pthread_cond_t *cond)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(cond, &attr);
-    pthread_condattr_destroy(&attr);
-}
-
 int tw_queue_create(tw_queue_t **out)
 {
     tw_queue_t *q = calloc(1, sizeof *q);

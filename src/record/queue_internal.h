@@ -24,8 +24,4 @@ void tw_queue_room(tw_queue_t *q);
 /* Whether the consumer's thread runs (0 once joined). */
 void tw_queue_set_running(tw_queue_t *q, int running);
 
-/* pthread_cond_init for waits with CLOCK_MONOTONIC deadlines (the default, CLOCK_REALTIME, makes
- * every such wait return at once: the waiting thread spins). */
-void tw_cond_init_monotonic(pthread_cond_t *cond);
-
 #endif

@@ -31,11 +31,11 @@
 #include "writer_calls.h"
 #include "writer_captures.h"
 #include "writer_outdir.h"
-#include "writer_producer.h"
 #include "writer_state.h"
 #include "config/config_keys_internal.h"
 #include "config/config_typed.h"
 #include "record/queue_internal.h"
+#include "clock_internal.h"
 
 static uint64_t monotonic_ns(void)
 {
@@ -650,11 +650,6 @@ const char *tw_writer_manifest_path(tw_writer_t *w)
     return w->manifest_path;
 }
 
-tw_format_t tw_writer_format(const tw_writer_t *w)
-{
-    return w->env.format;
-}
-
 /* ---- steps ---------------------------------------------------------------------------------------- */
 
 void tw_writer_set_step(tw_writer_t *w, uint64_t step)
@@ -690,4 +685,35 @@ uint64_t tw_writer_step_at(tw_writer_t *w, int64_t epoch_ns)
     }
     pthread_mutex_unlock(&w->timeline_lock);
     return step;
+}
+
+/* ---- the rows of a GPU session (gpu.h) ------------------------------------------------------------- */
+
+_Static_assert(TW_GPU_STEP_NOW == TW_STEP_NOW, "a GPU row of the step in progress is the stream's");
+
+static int gpu_open(void *context, const char *csv_header)
+{
+    tw_writer_t *w = context;
+    return tw_writer_add_stream(w, "gpu", csv_header, &w->gpu);
+}
+
+static int gpu_put(void *context, const char *row, size_t len, uint64_t step, uint32_t api_id, uint64_t gpu_ns)
+{
+    tw_stream_row_t r = {row, len, step, api_id, gpu_ns};
+    return tw_writer_stream_put(((tw_writer_t *)context)->gpu, &r);
+}
+
+static void gpu_lost(void *context, uint64_t rows)
+{
+    tw_writer_stream_add_dropped(((tw_writer_t *)context)->gpu, rows);
+}
+
+static uint64_t gpu_step_at(void *context, int64_t epoch_ns)
+{
+    return tw_writer_step_at(context, epoch_ns);
+}
+
+void tw_writer_gpu_rows(tw_writer_t *w, tw_gpu_rows_t *out)
+{
+    *out = (tw_gpu_rows_t){w, w->env.format, gpu_open, gpu_put, gpu_lost, gpu_step_at};
 }

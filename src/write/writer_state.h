@@ -136,6 +136,7 @@ struct tw_writer {
     int closed;
     pthread_t thread;
     writer_source_t calls;       /* the first source; the streams follow it */
+    tw_writer_stream_t *gpu;     /* the stream a GPU session opened (tw_writer_gpu_rows), or NULL */
     unsigned source_count;
     capture_t **captures;        /* appended under lock, oldest first; freed by tw_writer_destroy */
     tw_chunk_t *batch;           /* the chunk being written (popped, not released yet): a forked

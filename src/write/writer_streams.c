@@ -16,7 +16,6 @@
 #include "torchwrapper/api.h"
 #include "writer_captures.h"
 #include "writer_outdir.h"
-#include "writer_producer.h"
 #include "writer_state.h"
 #include "record/queue_internal.h"
 #include "stats_internal.h"
@@ -244,11 +243,6 @@ int tw_writer_add_stream(tw_writer_t *w, const char *kind, const char *csv_heade
 tw_format_t tw_writer_stream_format(const tw_writer_stream_t *s)
 {
     return s->w->env.format;
-}
-
-tw_writer_t *tw_writer_stream_writer(const tw_writer_stream_t *s)
-{
-    return s->w;
 }
 
 /* Makes room for need more bytes in the queue, charging what the buffer grows by to the budget.

@@ -53,8 +53,10 @@ static int start_gpu(tw_session_object *self)
         tw_atfork_register(TW_ATFORK_GPU, NULL, NULL, gpu_after_fork_in_child);
         tw_gpu_config_t config = {.candidates = (const char *const *)self->cupti_paths, .device_available = 1,
                                   .flush_interval_ns = self->config.flush_interval_ns};
+        tw_gpu_rows_t rows; /* into the writer's "gpu" stream */
+        tw_writer_gpu_rows(self->writer, &rows);
         Py_BEGIN_ALLOW_THREADS /* loading CUPTI and starting it take milliseconds; nothing here needs Python */
-        rc = tw_gpu_start(&config, self->writer, &self->clock, &self->gpu, reason, reason_size);
+        rc = tw_gpu_start(&config, &rows, &self->clock, &self->gpu, reason, reason_size);
         Py_END_ALLOW_THREADS
     }
     if (rc == 0)
