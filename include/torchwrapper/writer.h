@@ -126,6 +126,16 @@ TW_API int tw_writer_set_manifest_key(tw_writer_t *writer, const char *key, cons
 /* The path of the manifest this writer writes. */
 TW_API const char *tw_writer_manifest_path(tw_writer_t *writer);
 
+/* ---- the call sites' file ---------------------------------------------------------------------------- */
+
+/*
+ * Writes the table to path as JSON, atomically (a temporary file, then rename):
+ *   {"sites_version": 1, "pid": PID, "count": N, "cap": CAP, "overflow": CALLS, "overflow_id": ID,
+ *    "sites": {"1": {"file": ..., "line": ..., "function": ..., "text": ...}, ...}}
+ * pid < 0 leaves "pid" out. Returns 0, or a negative errno value (tw_strerror() names it).
+ */
+TW_API int tw_sites_write_json(tw_sites_t *sites, const char *path, int64_t pid);
+
 /* ---- extra record streams -------------------------------------------------------------------- */
 
 #define TW_STREAM_KIND_MAX 16          /* bytes of a stream's kind: [a-z0-9_], not "calls" */

@@ -1,25 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The call-site table: (file, line, function) interned into ids, bounded, and written as JSON. See
- * sites.h. Interning is the slow path of the extension's per-code cache (a site's first call), so a
+ * The call-site table: (file, line, function) interned into ids, bounded. See sites.h; the table is
+ * written to sites.json by the writer (write/manifest.c) and read back by the readers
+ * (read/sites_file.c). Interning is the slow path of the extension's per-code cache (a site's first call), so a
  * mutex and a hash of the texts are cheap enough; the hot path never comes here.
  */
 #include "config.h"
 #include "torchwrapper/sites.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include <cjson/cJSON.h>
-
-#include "write/fileset.h"
-#include "write/format.h"
 #include "atfork.h"
 
 typedef struct {
@@ -256,137 +250,4 @@ int tw_sites_get(tw_sites_t *s, uint32_t id, char *file, uint32_t *line, char *f
     }
     pthread_mutex_unlock(&s->lock);
     return found;
-}
-
-/* fputs of s as a JSON string. */
-static void put_json_string(FILE *f, const char *s)
-{
-    char buf[6 * TW_SITE_TEXT_MAX + 2];
-    size_t n = strlen(s);
-    if (n > TW_SITE_TEXT_MAX)
-        n = TW_SITE_TEXT_MAX;
-    char *end = tw_json_escape(buf, s, n);
-    fwrite(buf, 1, (size_t)(end - buf), f);
-}
-
-int tw_sites_write_json(tw_sites_t *s, const char *path, int64_t pid)
-{
-    char tmp[PATH_MAX];
-    int fd = tw_atomic_open(path, tmp, sizeof tmp, 0644);
-    if (fd < 0)
-        return fd;
-    FILE *f = fdopen(fd, "w");
-    if (f == NULL) {
-        int err = -errno;
-        close(fd);
-        return tw_atomic_commit(tmp, path, err);
-    }
-    uint64_t overflow = __atomic_load_n(&s->overflow, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&s->lock);
-    fprintf(f, "{\"sites_version\": 1");
-    if (pid >= 0)
-        fprintf(f, ", \"pid\": %lld", (long long)pid);
-    fprintf(f, ", \"count\": %u, \"cap\": %u, \"overflow\": %llu, \"overflow_id\": %u,\n \"sites\": {", s->count,
-            s->cap, (unsigned long long)overflow, s->cap + 1);
-    for (uint32_t i = 0; i < s->count; i++) {
-        const site_t *e = &s->sites[i];
-        fprintf(f, "%s\n  \"%u\": {\"file\": ", i ? "," : "", i + 1);
-        put_json_string(f, e->file);
-        fprintf(f, ", \"line\": %u, \"function\": ", e->line);
-        put_json_string(f, e->function);
-        fputs(", \"text\": ", f);
-        put_json_string(f, e->text);
-        fputc('}', f);
-    }
-    pthread_mutex_unlock(&s->lock);
-    fputs("\n }}\n", f);
-    int err = ferror(f) ? TW_EIO : 0;
-    if (fclose(f) != 0 && err == 0)
-        err = -errno;
-    return tw_atomic_commit(tmp, path, err);
-}
-
-/* The whole of a small file (a sites file: at most cap sites of 3 KiB), NUL-terminated; NULL with
- * errno set. */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    size_t capacity = 1 << 16, n = 0;
-    char *text = malloc(capacity);
-    while (text != NULL) {
-        n += fread(text + n, 1, capacity - 1 - n, f);
-        if (n < capacity - 1)
-            break;
-        char *bigger = realloc(text, capacity * 2);
-        if (bigger == NULL) {
-            free(text);
-            text = NULL;
-            errno = ENOMEM;
-            break;
-        }
-        text = bigger;
-        capacity *= 2;
-    }
-    if (text != NULL && ferror(f)) {
-        free(text);
-        text = NULL;
-        errno = EIO;
-    }
-    fclose(f);
-    if (text != NULL) {
-        text[n] = '\0';
-        *len = n;
-    }
-    return text;
-}
-
-int tw_sites_read_json(const char *path, tw_site_fn fn, void *ctx, int64_t *pid, char *err, size_t err_size)
-{
-    *pid = -1;
-    size_t len = 0;
-    char *text = slurp(path, &len);
-    if (text == NULL) {
-        int saved = errno;
-        snprintf(err, err_size, "cannot read the sites file %s: %s", path, strerror(saved));
-        errno = saved;
-        return saved == ENOMEM ? TW_ENOMEM : TW_EIO;
-    }
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    const cJSON *sites = cJSON_GetObjectItemCaseSensitive(root, "sites");
-    if (!cJSON_IsObject(root) || (sites != NULL && !cJSON_IsObject(sites))) {
-        snprintf(err, err_size, "%s is not a TorchWrapper sites file: not a JSON object with an object \"sites\"", path);
-        cJSON_Delete(root);
-        return TW_EINVAL;
-    }
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "pid");
-    if (cJSON_IsNumber(p))
-        *pid = (int64_t)p->valuedouble;
-    const cJSON *site;
-    int rc = 0;
-    cJSON_ArrayForEach(site, sites)
-    {
-        char *end;
-        errno = 0;
-        unsigned long long id = strtoull(site->string, &end, 10);
-        const cJSON *file = cJSON_GetObjectItemCaseSensitive(site, "file");
-        const cJSON *line = cJSON_GetObjectItemCaseSensitive(site, "line");
-        const cJSON *function = cJSON_GetObjectItemCaseSensitive(site, "function");
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(site, "text");
-        if (*site->string == '\0' || *end != '\0' || errno != 0 || id > UINT32_MAX || !cJSON_IsString(file) ||
-            !cJSON_IsNumber(line) || line->valuedouble < 0 || line->valuedouble > UINT32_MAX ||
-            !cJSON_IsString(function) || !cJSON_IsString(t)) {
-            snprintf(err, err_size, "%s: site '%.40s' is not {\"file\": text, \"line\": number, \"function\": text, "
-                     "\"text\": text}", path, site->string);
-            rc = TW_EINVAL;
-            break;
-        }
-        if ((rc = fn(ctx, (uint32_t)id, file->valuestring, (uint32_t)line->valuedouble, function->valuestring,
-                     t->valuestring)) != 0)
-            break;
-    }
-    cJSON_Delete(root);
-    return rc;
 }

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "torchwrapper/common.h"
-#include "torchwrapper/sites.h"
+#include "torchwrapper/reader.h"
 
 #include "groups.h"
 #include "util.h"

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * manifest.json and summary.json: built with cJSON (int64 values written exactly, as raw numbers)
- * and replaced atomically. See manifest.h.
+ * and replaced atomically (see manifest.h); and sites.json, the call-site table (record/sites.c) as
+ * the records' site column refers to it (see writer.h).
  */
 #include "config.h"
 #include "manifest.h"
@@ -17,6 +18,9 @@
 
 #include "torchwrapper/api.h"
 #include "torchwrapper/common.h"
+#include "torchwrapper/escape.h"
+#include "torchwrapper/sites.h"
+#include "torchwrapper/writer.h"
 
 static cJSON *raw_int(int64_t v)
 {
@@ -227,3 +231,56 @@ void tw_summary_write(tw_fileset_env_t *env, const char *path, const tw_stats_t 
         tw_fileset_warn(env, "writing", path, err);
 }
 
+/* ---- sites.json -------------------------------------------------------------------------------------- */
+
+/* fputs of s as a JSON string. */
+static void put_json_string(FILE *f, const char *s)
+{
+    char buf[6 * TW_SITE_TEXT_MAX + 2];
+    size_t n = strlen(s);
+    if (n > TW_SITE_TEXT_MAX)
+        n = TW_SITE_TEXT_MAX;
+    char *end = tw_json_escape(buf, s, n);
+    fwrite(buf, 1, (size_t)(end - buf), f);
+}
+
+int tw_sites_write_json(tw_sites_t *s, const char *path, int64_t pid)
+{
+    char tmp[PATH_MAX];
+    int fd = tw_atomic_open(path, tmp, sizeof tmp, 0644);
+    if (fd < 0)
+        return fd;
+    FILE *f = fdopen(fd, "w");
+    if (f == NULL) {
+        int err = -errno;
+        close(fd);
+        return tw_atomic_commit(tmp, path, err);
+    }
+    /* the sites interned by now (a site never changes once interned: those that come meanwhile are
+     * in the next file) */
+    tw_sites_stats_t st;
+    tw_sites_stats(s, &st);
+    fprintf(f, "{\"sites_version\": 1");
+    if (pid >= 0)
+        fprintf(f, ", \"pid\": %lld", (long long)pid);
+    fprintf(f, ", \"count\": %u, \"cap\": %u, \"overflow\": %llu, \"overflow_id\": %u,\n \"sites\": {", st.count,
+            st.cap, (unsigned long long)st.overflow, tw_sites_overflow_id(s));
+    char file[TW_SITE_TEXT_MAX + 1], function[TW_SITE_TEXT_MAX + 1], text[TW_SITE_TEXT_MAX + 1];
+    for (uint32_t id = 1; id <= st.count; id++) {
+        uint32_t line = 0;
+        if (!tw_sites_get(s, id, file, &line, function, text))
+            break;
+        fprintf(f, "%s\n  \"%u\": {\"file\": ", id > 1 ? "," : "", id);
+        put_json_string(f, file);
+        fprintf(f, ", \"line\": %u, \"function\": ", line);
+        put_json_string(f, function);
+        fputs(", \"text\": ", f);
+        put_json_string(f, text);
+        fputc('}', f);
+    }
+    fputs("\n }}\n", f);
+    int err = ferror(f) ? TW_EIO : 0;
+    if (fclose(f) != 0 && err == 0)
+        err = -errno;
+    return tw_atomic_commit(tmp, path, err);
+}
