@@ -31,7 +31,6 @@
 #include <string.h>
 
 #include "torchwrapper/common.h"
-#include "torchwrapper/writer.h"
 
 #include "flame_output.h"
 #include "flame_stacks.h"

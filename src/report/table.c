@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "torchwrapper/stats.h"
-#include "torchwrapper/writer.h"
 
 #include "chrome_trace.h"
 #include "util.h"
