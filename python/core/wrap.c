@@ -450,14 +450,6 @@ static PyType_Spec method_wrapper_spec = {
     .slots = method_wrapper_slots,
 };
 
-PyObject *tw_wrapper_original(PyObject *obj)
-{
-    /* Both types, and any subclass, call through tw_wrapper_vectorcall: what makes a wrapper. */
-    if (PyVectorcall_Function(obj) != tw_wrapper_vectorcall)
-        return NULL;
-    return ((tw_wrapper_object *)obj)->wrapped;
-}
-
 int tw_wrapper_add_types(PyObject *core, tw_core_state *state)
 {
     state->wrapper_type = (PyTypeObject *)PyType_FromModuleAndSpec(core, &wrapper_spec, NULL);

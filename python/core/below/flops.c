@@ -4,7 +4,6 @@
 
 #include <string.h>
 
-#include "call/active.h"
 #include "layer.h"
 
 /* The APIs with a formula, by the names discovery gives them (F.conv2d is torch.conv2d, F.linear is
@@ -58,14 +57,14 @@ uint32_t tw_flops_kind_of(const char *api_name)
 }
 
 unsigned tw_flops_measure(uint32_t kind, tw_frame_t *frame, PyObject *const *args, size_t nargsf, PyObject *kwnames,
-                          PyObject *result, const tw_torch_flops_node_t **nodes)
+                          PyObject *result, uint64_t (*seq_peek)(void), const tw_torch_flops_node_t **nodes)
 {
     if (frame->child_flops != 0 || tw_layer.flops == NULL)
         return 0;
     uint64_t begin = 0, end = 0;
-    if (tw_active.seq_peek != NULL) { /* backward nodes recorded: they can carry FLOPs */
+    if (seq_peek != NULL) { /* backward nodes recorded: they can carry FLOPs */
         begin = frame->seq_begin;
-        end = tw_active.seq_peek();
+        end = seq_peek();
     }
     unsigned n = 0;
     frame->flops = tw_layer.flops((int)kind, args, (size_t)PyVectorcall_NARGS(nargsf), kwnames, result, begin, end,

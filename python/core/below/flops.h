@@ -20,12 +20,13 @@ uint32_t tw_flops_kind_of(const char *api_name);
 
 /*
  * A call of a wrapper with formula kind returned result (not NULL): its own FLOPs into frame->flops,
- * and the backward FLOPs of the compute nodes it created (when backward nodes are recorded): *nodes
+ * and the backward FLOPs of the compute nodes it created (when backward nodes are recorded: seq_peek,
+ * the autograd sequence number's reader, is then the session's, else NULL): *nodes
  * points to them, by sequence number, in the layer's array for this thread (valid until the next
  * measure on this thread); returns how many. Nothing when a recorded call inside it counted FLOPs
  * already (Tensor.__rmatmul__ calling torch.matmul): those are its FLOPs, in flops_total.
  */
 unsigned tw_flops_measure(uint32_t kind, tw_frame_t *frame, PyObject *const *args, size_t nargsf, PyObject *kwnames,
-                          PyObject *result, const tw_torch_flops_node_t **nodes);
+                          PyObject *result, uint64_t (*seq_peek)(void), const tw_torch_flops_node_t **nodes);
 
 #endif

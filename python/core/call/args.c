@@ -20,8 +20,8 @@
 
 #include "active.h"
 #include "exc.h"
+#include "wrapper_object.h"
 #include "below/layer.h"
-#include "wrap.h"
 
 typedef struct {
     char *p;
@@ -49,8 +49,12 @@ static void guard(text_t *t)
  * miss CPython's type attribute cache (measured: ~1 us per tensor instead of ~0.25 us). */
 static PyObject *name_dtype, *name_shape, *name_is_cpu, *name_device;
 
-int tw_args_init(void)
+/* The wrappers' vectorcall entry: both wrapper types, and any subclass, call through it. */
+static vectorcallfunc wrapper_entry;
+
+int tw_args_init(vectorcallfunc entry)
 {
+    wrapper_entry = entry;
     if (name_dtype == NULL) {
         name_dtype = PyUnicode_InternFromString("dtype");
         name_shape = PyUnicode_InternFromString("shape");
@@ -385,7 +389,8 @@ static void put_value(text_t *t, PyObject *obj, int depth)
         puts_(t, tuple ? ")" : "]");
     } else if (strcmp(Py_TYPE(obj)->tp_name, "torch.dtype") == 0) {
         puts_(t, dtype_name(t, obj));
-    } else if ((original = tw_wrapper_original(obj)) != NULL) {
+    } else if (wrapper_entry != NULL && PyVectorcall_Function(obj) == wrapper_entry &&
+               (original = ((tw_wrapper_object *)obj)->wrapped) != NULL) {
         /* one of the profiler's wrappers (an optimizer's hook gets the step it wraps): named as what
          * it stands for, so that a summary reads the same as without the profiler */
         puts_(t, Py_TYPE(original)->tp_name);

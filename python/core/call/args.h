@@ -10,9 +10,10 @@
 
 #include "torchwrapper/config_keys.h"
 
-/* Once, when the extension is executed: the attribute names summaries look up, interned. 0, or -1 with
+/* Once, when the extension is executed: the attribute names summaries look up, interned, and the
+ * wrappers' vectorcall entry (wrapper.c's), which tells a wrapper among the arguments. 0, or -1 with
  * an exception. */
-int tw_args_init(void);
+int tw_args_init(vectorcallfunc wrapper_entry);
 
 /* Writes a summary of a call's arguments (summary or repr mode) into buf; returns its length. */
 uint32_t tw_summarize_args(char *buf, size_t size, PyObject *const *args, size_t nargsf, PyObject *kwnames,

@@ -391,7 +391,8 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         const tw_torch_flops_node_t *nodes = NULL;
         unsigned n_nodes = 0;
         if (flops && frame != NULL && result != NULL) /* a constant 0 on the common path */
-            n_nodes = tw_flops_measure(self->flops_kind, frame, args, nargsf, kwnames, result, &nodes);
+            n_nodes = tw_flops_measure(self->flops_kind, frame, args, nargsf, kwnames, result, tw_active.seq_peek,
+                                       &nodes);
         if (TW_UNLIKELY(tw_active.seq_peek != NULL) && frame != NULL)
             tw_backward_link_call(t, frame, nodes, n_nodes); /* the autograd nodes this call created are its own */
         tw_call_end_args(t, frame, self->api_id, start, end, result == NULL ? TW_RECORD_ERROR : 0, args_text,

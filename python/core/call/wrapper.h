@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The wrapper object, shared by the two files of the wrapper: wrapper.c (the hot path) and wrap.c
- * (the types, and making wrappers). Private to the extension module.
+ * The hot path's entry (wrapper.c) and what it offers on the calling thread. Private to the
+ * extension module; the wrapper object's layout is wrapper_object.h's.
  */
 #ifndef TW_CORE_WRAPPER_H
 #define TW_CORE_WRAPPER_H
@@ -10,17 +10,8 @@
 #include <Python.h>
 #include <stdint.h>
 
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *wrapped;   /* the original callable (strong) */
-    vectorcallfunc call; /* wrapped's own vectorcall entry, where it can never change; else NULL */
-    PyObject *dict;      /* instance __dict__, created on demand */
-    PyObject *weakrefs;
-    uint32_t api_id;
-    uint32_t kind;       /* TW_KIND_*: what the model watch looks at around a call (hooks.h) */
-    uint32_t flops_kind; /* tw_flops_kind_t: its FLOP formula (flops.h), TW_FLOPS_NONE for most */
-} tw_wrapper_object;
+#include "wrapper_object.h"
+
 
 /* The wrappers' vectorcall entry: the profiled call (wrapper.c). */
 PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames);

@@ -324,10 +324,10 @@ static PyType_Spec session_spec = {
     .slots = session_slots,
 };
 
-int tw_session_add_type(PyObject *core, tw_core_state *state)
+int tw_session_add_type(PyObject *core, PyTypeObject **type)
 {
-    state->session_type = (PyTypeObject *)PyType_FromModuleAndSpec(core, &session_spec, NULL);
-    if (state->session_type == NULL || PyModule_AddType(core, state->session_type) < 0)
+    *type = (PyTypeObject *)PyType_FromModuleAndSpec(core, &session_spec, NULL);
+    if (*type == NULL || PyModule_AddType(core, *type) < 0)
         return -1;
     /* The names of records()' tuple fields, in the order append_chunk_records builds them, so that
      * Python reads each by name (torchwrapper.records) and a field added here cannot shift another. */

@@ -6,9 +6,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "core_state.h"
-
-/* Makes the Session type into _core and its state. 0, or -1 with an exception. */
-int tw_session_add_type(PyObject *core, tw_core_state *state);
+/* Makes the Session type into _core, and into *type (the module's state holds it). 0, or -1 with an
+ * exception. */
+int tw_session_add_type(PyObject *core, PyTypeObject **type);
 
 #endif

@@ -11,11 +11,10 @@
 #include "model_watch.h"
 
 #include "torchwrapper/api.h"
+#include "torchwrapper/recorder.h"
 
-#include "below/backward.h"
 #include "hooks.h"
 #include "model_watch_tables.h"
-#include "call/wrapper.h"
 
 static tw_ptr_table_t *table_named(PyObject *name)
 {
@@ -109,12 +108,6 @@ static PyObject *core_table_clear(PyObject *core, PyObject *name)
     return out;
 }
 
-/* backward_stray_hooks() -> how many libtorch hooks ran while no session recorded (backward.c). */
-static PyObject *core_backward_stray_hooks(PyObject *core, PyObject *unused)
-{
-    return PyLong_FromUnsignedLongLong(tw_backward_stray_hooks());
-}
-
 /* table_size(table) -> (entries, slots): live entries and the slots they take (tombstones included). */
 static PyObject *core_table_size(PyObject *core, PyObject *name)
 {
@@ -160,16 +153,6 @@ static PyObject *core_module_path(PyObject *core, PyObject *arg)
     return PyUnicode_FromString(path);
 }
 
-/* current_call() -> (call_id, outer_call_id, outer_site): the recorded calls in progress on this thread
- * and the outermost one's call site, or (0, 0, 0). */
-static PyObject *core_current_call(PyObject *core, PyObject *unused)
-{
-    uint64_t call_id = 0, outer_id = 0;
-    uint32_t outer_site = 0;
-    tw_current_call(&call_id, &outer_id, &outer_site);
-    return Py_BuildValue("(KKI)", (unsigned long long)call_id, (unsigned long long)outer_id, (unsigned int)outer_site);
-}
-
 static PyMethodDef model_watch_methods[] = {
     {"table_set", (PyCFunction)(void (*)(void))core_table_set, METH_FASTCALL,
      "table_set(table, obj, value)\n--\n\nPuts obj (by address) in the 'modules' or 'tracked' table with value."},
@@ -179,16 +162,11 @@ static PyMethodDef model_watch_methods[] = {
      "table_get(table, obj) -> (value, count) or None"},
     {"table_clear", core_table_clear, METH_O,
      "table_clear(table) -> [(address, value, count)]\n--\n\nEmpties the table; returns what it held."},
-    {"backward_stray_hooks", core_backward_stray_hooks, METH_NOARGS,
-     "backward_stray_hooks() -> count\n--\n\nlibtorch hooks that ran while no session recorded backward nodes."},
     {"table_size", core_table_size, METH_O,
      "table_size(table) -> (entries, slots)\n--\n\nHow many objects the table holds, and its capacity."},
     {"intern_path", core_intern_path, METH_O,
      "intern_path(path) -> module id\n--\n\nThe id records carry for a module path (\"\" is the root)."},
     {"module_path", core_module_path, METH_O, "module_path(module_id) -> path or None"},
-    {"current_call", core_current_call, METH_NOARGS,
-     "current_call() -> (call_id, outer_call_id, outer_site)\n--\n\nThe innermost and outermost recorded calls "
-     "in progress on this thread and the outermost one's call site, or (0, 0, 0)."},
     {NULL, NULL, 0, NULL},
 };
 
