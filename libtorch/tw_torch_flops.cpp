@@ -31,7 +31,8 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "tw_torch.h"
-#include "tw_torch_flops.h"
+#include "tw_torch_flops_rnn.h"
+#include "tw_torch_sizes.h"
 
 using namespace tw_flops;
 

@@ -2,8 +2,8 @@
 // What tw_torch_flops.cpp (the entry point, products, convolutions, attention, the autograd nodes)
 // and tw_torch_flops_rnn.cpp (recurrent networks) share: tensors' sizes as plain integers, and
 // the call's arguments.
-#ifndef TORCHWRAPPER_TORCH_FLOPS_H
-#define TORCHWRAPPER_TORCH_FLOPS_H
+#ifndef TORCHWRAPPER_TORCH_SIZES_H
+#define TORCHWRAPPER_TORCH_SIZES_H
 
 #include <cstdint>
 
@@ -103,11 +103,6 @@ inline bool metadata_shape(const Node &node, uint32_t input, Shape &out)
 }
 
 } // namespace
-
-// Recurrent networks (tw_torch_flops_rnn.cpp).
-uint64_t rnn_flops(PyObject *const *args, size_t nargs, PyObject *kwnames, uint64_t *backward);
-uint64_t rnn_cell_flops(PyObject *const *args, size_t nargs, PyObject *kwnames);
-uint64_t mkldnn_rnn_backward(const gen::MkldnnRnnLayerBackward0 &node);
 
 } // namespace tw_flops
 
