@@ -21,7 +21,8 @@ from typing import Any, Optional
 import transformers
 from transformers import TrainerCallback
 
-from .._profile import Profile, report_text
+from .._profile import Profile
+from .._tw_report import report_text
 
 OLDEST = (4, 30)   # TrainerState.max_steps, TrainingArguments.process_index and world_size, use_cpu
 

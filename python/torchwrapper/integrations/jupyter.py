@@ -14,44 +14,13 @@ then raised as usual; torch is restored either way.
 from __future__ import annotations
 
 import argparse
-import html
-import os
 import shlex
 import tempfile
 from typing import Any, Optional
 
-from .. import _config, _core
-from .._profile import profile, report_text
-
-TOP = 15
-
-
-class Report:
-    """What a profiled cell recorded (files in ``out_dir``), shown as text or as HTML."""
-
-    def __init__(self, out_dir: str, top: int = TOP) -> None:
-        self.out_dir = out_dir
-        self.top = top
-
-    def text(self) -> str:
-        return report_text(self.out_dir, self.top)
-
-    def __repr__(self) -> str:
-        return self.text()
-
-    def _repr_html_(self) -> str:
-        with tempfile.TemporaryDirectory(prefix="torchwrapper-page-") as scratch:   # not in out_dir: its files
-            page = os.path.join(scratch, "report.html")                               # are the run's records
-            status, _, messages = _core.report_output(["tw-report", "--html", page, "--top", str(self.top),
-                                                       self.out_dir])
-            if status != 0:
-                return f"<pre>{html.escape(messages)}</pre>"
-            with open(page, encoding="utf-8") as f:
-                document = f.read()
-        # the page in a frame of its own: its styles and scripts stay out of the notebook's
-        return (f'<iframe srcdoc="{html.escape(document, quote=True)}" style="width:100%;height:720px;border:0" '
-                f'title="torchwrapper report" sandbox="allow-scripts"></iframe>'
-                f"<p>torchwrapper: {html.escape(self.out_dir)}</p>")
+from .. import _config
+from .._profile import profile
+from .._tw_report import TOP, Report
 
 
 def _parser(line_magic: bool) -> argparse.ArgumentParser:

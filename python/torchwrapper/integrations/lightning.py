@@ -22,7 +22,8 @@ import re
 from typing import Any, List, Optional, Tuple
 
 from .. import _core
-from .._profile import Profile, report_text
+from .._profile import Profile
+from .._tw_report import report_text
 
 OLDEST = (2, 0)   # the Profiler(dirpath, filename) with setup(stage, ...), in both packages
 PACKAGES = ("lightning.pytorch", "pytorch_lightning")
