@@ -5,7 +5,7 @@
  * [[4, 8], [], [8]]. One pass, no allocation: tw-report's --by shape runs it on every row and
  * load() on every call record.
  *
- * The summary's grammar (python/core/args.c): positional arguments in a tuple, then keyword values
+ * The summary's grammar (python/core/call/args.c): positional arguments in a tuple, then keyword values
  * in a dict; a value is a tensor (dtype[d0,d1,...]@device), a number, None, True, False, a quoted
  * string (its first 32 bytes, then ...'; never escaped), a dtype name, a type name, or a tuple or
  * list of up to 8 of them (", ..." for more) two levels deep. A text longer than TW_ARGS_MAX ends in
