@@ -56,7 +56,7 @@ TW_TORCH_API int tw_torch_tensor_summary(struct _object *tensor, char *out, size
 
 /*
  * FLOPs (tw_torch_flops.cpp): the formula a wrapped API takes, chosen once when its wrapper is made
- * (python/core/flops.c, by API name). Each counts what torch.utils.flop_counter.FlopCounterMode
+ * (python/core/below/flops.c, by API name). Each counts what torch.utils.flop_counter.FlopCounterMode
  * counts for the aten operators the call dispatches to.
  */
 typedef enum {
@@ -99,7 +99,7 @@ TW_TORCH_API uint64_t tw_torch_flops(int kind, struct _object *const *args, size
                                      const tw_torch_flops_node_t **nodes, unsigned *n_nodes);
 
 /* The version of the table of entry points below (their names and signatures): the extension loads
- * a layer only when it is the one it was built with (python/core/layer.c). Raised at each change. */
+ * a layer only when it is the one it was built with (python/core/below/layer.c). Raised at each change. */
 #define TW_TORCH_LAYER_VERSION 1u
 TW_TORCH_API unsigned tw_torch_layer_version(void);
 
@@ -115,7 +115,7 @@ TW_TORCH_API int tw_torch_start(const tw_torch_hooks_t *hooks, int operators);
 
 /* Removes the callbacks. A hook already running on another thread may still run after this returns
  * (an end callback of a node begun before): the caller makes its hooks inert before (see
- * python/core/backward.c). */
+ * python/core/below/backward.c). */
 TW_TORCH_API void tw_torch_stop(void);
 
 /* ---- memory (tw_torch_memory.cpp) ----------------------------------------------------------------

@@ -14,7 +14,7 @@
 //
 // Backward: each compute node's FLOPs are known when the call ends (its shapes, and which inputs need
 // a gradient: the node's next edges), so they are computed then, once, and travel with the node's
-// link (python/core/backward.c) to the node's record when backward runs it, as often as it runs.
+// link (python/core/below/backward.c) to the node's record when backward runs it, as often as it runs.
 // The nodes are found from the result's grad_fn, among those created during the call on this thread
 // (sequence numbers [seq_begin, seq_end)): a call's compute node is not always its result's grad_fn
 // (linear on a 3-D input ends in a view).
@@ -31,7 +31,8 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "tw_torch.h"
-#include "tw_torch_flops.h"
+#include "tw_torch_flops_rnn.h"
+#include "tw_torch_sizes.h"
 
 using namespace tw_flops;
 

@@ -20,7 +20,8 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/generated/Functions.h>
 
-#include "tw_torch_flops.h"
+#include "tw_torch_flops_rnn.h"
+#include "tw_torch_sizes.h"
 
 namespace tw_flops {
 

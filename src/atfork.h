@@ -18,8 +18,8 @@ typedef enum {
     TW_ATFORK_RECORDERS = 0, /* recorder.c */
     TW_ATFORK_QUEUES,        /* queue.c, and through it each queue's consumer (writer.c) */
     TW_ATFORK_SITES,         /* sites.c */
-    TW_ATFORK_GPU,           /* the extension's GPU session (python/core/session.c) */
-    TW_ATFORK_BACKWARD,      /* the extension's backward nodes (python/core/backward.c) */
+    TW_ATFORK_GPU,           /* the extension's GPU session (python/core/session/session.c) */
+    TW_ATFORK_BACKWARD,      /* the extension's backward nodes (python/core/below/backward.c) */
     TW_ATFORK_SLOTS
 } tw_atfork_slot_t;
 

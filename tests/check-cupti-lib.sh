@@ -5,8 +5,8 @@
 # runtime's and the compiler's headers that cupti.h includes), in a throwaway virtualenv:
 #   - configure finds cupti.h in the wheel by itself (PYTHON's site-packages, before any toolkit);
 #   - the library, the fake CUPTI and the C tests build against that header, which checks at build
-#     time the entry points' types and the activity records' layouts (src/cupti_layout.h,
-#     src/cupti_lib.c), then the fake CUPTI's tests pass with records laid out as that release's;
+#     time the entry points' types and the activity records' layouts (src/gpu/cupti_layout.h,
+#     src/gpu/cupti_lib.c), then the fake CUPTI's tests pass with records laid out as that release's;
 #   - the Python side finds libcupti.so.* in the wheel's layout as it would beside a CUDA torch, and
 #     the C side loads it with every entry point and reads its version; starting GPU timing without a
 #     driver fails with one line naming the cause, and CPU records are still written

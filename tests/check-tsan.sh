@@ -4,7 +4,7 @@
 # the libtorch layer) and runs (1) the cmocka tests, whose recorder and writer tests run threads,
 # and (2) tests/tsan_backward.py in the regular interpreter with the TSan runtime preloaded: backward
 # passes on several threads without the GIL (autograd's nodes recorded there) while sessions start
-# and stop on another, which is the handshake of python/core/backward.c (every other session timing
+# and stop on another, which is the handshake of python/core/below/backward.c (every other session timing
 # the GPU against the fake CUPTI, so that nodes push their ids there). Any TSan report fails it.
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Shared definitions of the torchwrapper C library: export macro, error codes. */
+/* Shared definitions of the torchwrapper C library: export macro, a record's bounds, number formatting, error
+ * codes. */
 #ifndef TORCHWRAPPER_COMMON_H
 #define TORCHWRAPPER_COMMON_H
 
@@ -21,6 +22,11 @@
 #define TW_LIKELY(x) (x)
 #define TW_UNLIKELY(x) (x)
 #endif
+
+/* What a record holds at most: kept to by the recorder (recorder.h), sized by what reads records
+ * back. */
+#define TW_MAX_DEPTH 512       /* nesting tracked per thread; deeper calls are counted, not recorded */
+#define TW_ARGS_MAX 512        /* bytes of argument text per record, at most */
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,6 @@
 
 #include "torchwrapper/common.h"
 #include "torchwrapper/schedule.h"
-#include "torchwrapper/writer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -100,6 +99,11 @@ TW_API const char *tw_config_default(const char *key, tw_config_defaults_t defau
 
 /* ---- the configuration as C takes it ---------------------------------------------------------------- */
 
+/* How record files are written: CSV or JSON lines ("format"); as they are, or each one gzip member,
+ * ".csv.gz" / ".jsonl.gz" ("compress"). */
+typedef enum { TW_FORMAT_CSV = 0, TW_FORMAT_JSON = 1 } tw_format_t;
+typedef enum { TW_COMPRESS_NONE = 0, TW_COMPRESS_GZIP = 1 } tw_compress_t;
+
 typedef enum { TW_ARGS_NONE = 0, TW_ARGS_SUMMARY = 1, TW_ARGS_REPR = 2 } tw_args_mode_t;
 typedef enum { TW_GPU_OFF = 0, TW_GPU_AUTO = 1, TW_GPU_ON = 2 } tw_gpu_mode_t;
 typedef enum { TW_SITES_OFF = 0, TW_SITES_BOUNDARY = 1, TW_SITES_ALL = 2 } tw_sites_mode_t;
@@ -149,10 +153,6 @@ TW_API int tw_config_load(tw_config_defaults_t defaults, const char *json_in, in
 
 /* Frees what tw_config_load() allocated in config (not config itself). */
 TW_API void tw_config_free(tw_config_t *config);
-
-/* The writer's part of config into out (its strings point into config). rank, manifest_json,
- * per_process_names and sites are the caller's to set. */
-TW_API void tw_config_writer(const tw_config_t *config, tw_writer_config_t *out);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * GPU timing through CUPTI's activity API: every kernel, memory copy and memset, attributed to the
- * innermost profiled call that launched it, written as rows of a "gpu" stream of the writer
- * (writer.h). CUPTI is loaded with dlopen at tw_gpu_start(); its headers are needed only at build
- * time, and a library built without them reports GPU timing as unavailable.
+ * innermost profiled call that launched it, handed as rows to where the caller says (tw_gpu_rows_t;
+ * in the library, a "gpu" stream of the writer: tw_writer_gpu_rows() in writer.h). CUPTI is loaded
+ * with dlopen at tw_gpu_start(); its headers are needed only at build time, and a library built
+ * without them reports GPU timing as unavailable.
  *
  * Attribution: on entry, a profiled call pushes a CUPTI external correlation id that encodes both
  * its call id and its API id (tw_gpu_external_id), and pops it on exit. CUPTI then emits, for each
@@ -27,7 +28,7 @@
 #define TORCHWRAPPER_GPU_H
 
 #include "torchwrapper/clock.h"
-#include "torchwrapper/writer.h"
+#include "torchwrapper/config_keys.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -78,6 +79,30 @@ typedef struct tw_gpu_config {
     uint64_t flush_interval_ns;  /* CUPTI's buffers are flushed this often; 0 means 1 s */
 } tw_gpu_config_t;
 
+/* A row's step when it is not known: the step in progress when the row is put (writer.h's TW_STEP_NOW). */
+#define TW_GPU_STEP_NOW UINT64_MAX
+
+/*
+ * Where a GPU session's rows go: in the library, the writer's "gpu" stream (tw_writer_gpu_rows(),
+ * writer.h). Called on CUPTI's threads and the session's flush thread: each function is thread-safe
+ * and never blocks on I/O.
+ */
+typedef struct tw_gpu_rows {
+    void *context;       /* passed to each function */
+    tw_format_t format;  /* the rows' format: CSV lines or JSON objects */
+    /* Opens the rows' stream, whose CSV files begin with csv_header (NULL in JSON), once the session
+     * is sure to start: 0, or an error code, with which tw_gpu_start() fails. */
+    int (*open)(void *context, const char *csv_header);
+    /* One row (one line in format, its '\n' included) of step (TW_GPU_STEP_NOW: the step in
+     * progress), whose GPU time gpu_ns adds to api_id's total (TW_API_ID_NONE: none's). 0, or an
+     * error code: the row is lost and counted (TW_EINVAL: too long, the session tries it shorter). */
+    int (*put)(void *context, const char *row, size_t len, uint64_t step, uint32_t api_id, uint64_t gpu_ns);
+    /* Rows lost before they were made (CUPTI dropped its records for want of buffer space). */
+    void (*lost)(void *context, uint64_t rows);
+    /* The step that was in progress at epoch_ns (a row's step is its launch's). */
+    uint64_t (*step_at)(void *context, int64_t epoch_ns);
+} tw_gpu_rows_t;
+
 typedef struct tw_gpu tw_gpu_t;
 
 typedef struct tw_gpu_stats {
@@ -96,14 +121,14 @@ typedef struct tw_gpu_stats {
  * Loads CUPTI (once per process; it stays loaded), checks for a device, subscribes, enables the
  * activity kinds (concurrent kernels, memcpy, memset, external correlation, runtime and driver API,
  * the last two only so that CUPTI emits external correlations), calibrates CUPTI's clock against
- * clock, adds the "gpu" stream to writer and starts a thread that flushes CUPTI's buffers every
+ * clock, opens the rows' stream (rows, copied) and starts a thread that flushes CUPTI's buffers every
  * flush interval. Returns 0 and the session in *out; otherwise nothing is left enabled or subscribed,
  * reason says why in a sentence, and the result is TW_EUNAVAIL (no CUPTI library, no device, CUPTI
  * refused to start, a forked child of a process that used CUPTI, a build without CUPTI headers),
  * TW_EBUSY (another CUPTI subscriber, e.g. torch.profiler or Nsight, or another GPU session of
  * ours), TW_EINVAL or TW_ENOMEM.
  */
-TW_API int tw_gpu_start(const tw_gpu_config_t *config, tw_writer_t *writer, const tw_clock_t *clock,
+TW_API int tw_gpu_start(const tw_gpu_config_t *config, const tw_gpu_rows_t *rows, const tw_clock_t *clock,
                         tw_gpu_t **out, char *reason, size_t reason_size);
 
 /* The hooks for the wrappers (see above). */
@@ -119,8 +144,9 @@ TW_API int tw_gpu_flush(tw_gpu_t *gpu, int forced);
 
 /*
  * Ends the session: stops the flush thread, flushes CUPTI (forced), disables what start enabled,
- * writes every record left, and unsubscribes. Call it before tw_writer_close(). In a forked child it
- * makes no CUPTI call (CUDA and CUPTI do not survive fork) and only frees memory. Idempotent.
+ * writes every record left, and unsubscribes. Call it before the rows' stream closes (before
+ * tw_writer_close()). In a forked child it makes no CUPTI call (CUDA and CUPTI do not survive fork)
+ * and only frees memory. Idempotent.
  */
 TW_API void tw_gpu_stop(tw_gpu_t *gpu);
 

@@ -183,6 +183,20 @@ TW_API long tw_csv_split(const char *data, size_t len, tw_str_t *fields, size_t 
  */
 TW_API int tw_args_shapes(const char *args, size_t args_len, char *out, size_t size);
 
+/* ---- call sites' files (sites.json, written by tw_sites_write_json, writer.h) ------------------------- */
+
+/* Called for each site of a sites file read back; the strings are valid during the call only. A
+ * non-zero return stops the reading and is returned by tw_sites_read_json. */
+typedef int (*tw_site_fn)(void *ctx, uint32_t id, const char *file, uint32_t line, const char *function,
+                          const char *text);
+
+/*
+ * Reads a file written by tw_sites_write_json (the readers' one parser of the format): *pid gets its
+ * "pid" (-1 when absent) and fn each site in the file's order. Returns 0, fn's value, TW_EIO (errno
+ * kept), TW_ENOMEM, or TW_EINVAL for a file that is not a sites file, with a message naming the path.
+ */
+TW_API int tw_sites_read_json(const char *path, tw_site_fn fn, void *ctx, int64_t *pid, char *err, size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif

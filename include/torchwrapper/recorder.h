@@ -24,10 +24,8 @@ extern "C" {
 #endif
 
 #define TW_CHUNK_RECORDS 1024  /* records per chunk: 64 KiB */
-#define TW_MAX_DEPTH 512       /* nesting tracked per thread; deeper calls are counted, not recorded */
 #define TW_CALL_ID_BLOCK 4096  /* call ids reserved per thread at a time */
 #define TW_CHUNK_TEXT (64 * 1024) /* bytes of argument text per chunk */
-#define TW_ARGS_MAX 512        /* bytes of argument text per record, at most */
 
 enum {
     TW_RECORD_ERROR = 1u << 0,    /* the call raised */

@@ -7,7 +7,8 @@
  * Ids: TW_SITE_NONE (0) means no site; interned sites are 1 .. cap; the overflow id is cap + 1.
  *
  * Threading: tw_sites_intern() and the readers take the table's lock, so the writer thread may
- * write the sites file while the program interns (a new site is rare: its caller caches the id).
+ * write the sites file (tw_sites_write_json, writer.h) while the program interns (a new site is
+ * rare: its caller caches the id). The file is read back with tw_sites_read_json (reader.h).
  * The strings are copied: the table never refers to the caller's memory (nor to Python objects).
  */
 #ifndef TORCHWRAPPER_SITES_H
@@ -61,26 +62,6 @@ TW_API void tw_sites_stats(tw_sites_t *sites, tw_sites_stats_t *stats);
  * skip): 1 when id is an interned site, 0 otherwise (none, overflow, unknown).
  */
 TW_API int tw_sites_get(tw_sites_t *sites, uint32_t id, char *file, uint32_t *line, char *function, char *text);
-
-/*
- * Writes the table to path as JSON, atomically (a temporary file, then rename):
- *   {"sites_version": 1, "pid": PID, "count": N, "cap": CAP, "overflow": CALLS, "overflow_id": ID,
- *    "sites": {"1": {"file": ..., "line": ..., "function": ..., "text": ...}, ...}}
- * pid < 0 leaves "pid" out. Returns 0, or a negative errno value (tw_strerror() names it).
- */
-TW_API int tw_sites_write_json(tw_sites_t *sites, const char *path, int64_t pid);
-
-/* Called for each site of a sites file read back; the strings are valid during the call only. A
- * non-zero return stops the reading and is returned by tw_sites_read_json. */
-typedef int (*tw_site_fn)(void *ctx, uint32_t id, const char *file, uint32_t line, const char *function,
-                          const char *text);
-
-/*
- * Reads a file written by tw_sites_write_json (the readers' one parser of the format): *pid gets its
- * "pid" (-1 when absent) and fn each site in the file's order. Returns 0, fn's value, TW_EIO (errno
- * kept), TW_ENOMEM, or TW_EINVAL for a file that is not a sites file, with a message naming the path.
- */
-TW_API int tw_sites_read_json(const char *path, tw_site_fn fn, void *ctx, int64_t *pid, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

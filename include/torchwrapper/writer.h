@@ -36,7 +36,9 @@
 #define TORCHWRAPPER_WRITER_H
 
 #include "torchwrapper/clock.h"
+#include "torchwrapper/config_keys.h"
 #include "torchwrapper/escape.h"
+#include "torchwrapper/gpu.h"
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/schedule.h"
 #include "torchwrapper/sites.h"
@@ -44,11 +46,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum { TW_FORMAT_CSV = 0, TW_FORMAT_JSON = 1 } tw_format_t;
-
-/* How record files are written: as they are, or each one gzip member (".csv.gz", ".jsonl.gz"). */
-typedef enum { TW_COMPRESS_NONE = 0, TW_COMPRESS_GZIP = 1 } tw_compress_t;
 
 typedef struct tw_writer_config {
     const char *out_dir;          /* created if missing (one level) */
@@ -74,6 +71,10 @@ typedef struct tw_writer_config {
                                      compressed size file_max_size bounds; every flush ends in a sync
                                      point, so that a killed process's files read up to its last flush */
 } tw_writer_config_t;
+
+/* The writer's part of config into out (its strings point into config). rank, manifest_json,
+ * per_process_names and sites are the caller's to set. */
+TW_API void tw_config_writer(const tw_config_t *config, tw_writer_config_t *out);
 
 typedef struct tw_writer tw_writer_t;
 
@@ -124,6 +125,16 @@ TW_API int tw_writer_set_manifest_key(tw_writer_t *writer, const char *key, cons
 
 /* The path of the manifest this writer writes. */
 TW_API const char *tw_writer_manifest_path(tw_writer_t *writer);
+
+/* ---- the call sites' file ---------------------------------------------------------------------------- */
+
+/*
+ * Writes the table to path as JSON, atomically (a temporary file, then rename):
+ *   {"sites_version": 1, "pid": PID, "count": N, "cap": CAP, "overflow": CALLS, "overflow_id": ID,
+ *    "sites": {"1": {"file": ..., "line": ..., "function": ..., "text": ...}, ...}}
+ * pid < 0 leaves "pid" out. Returns 0, or a negative errno value (tw_strerror() names it).
+ */
+TW_API int tw_sites_write_json(tw_sites_t *sites, const char *path, int64_t pid);
 
 /* ---- extra record streams -------------------------------------------------------------------- */
 
@@ -182,6 +193,10 @@ TW_API int tw_writer_stream_write(tw_writer_stream_t *stream, const char *row, s
  * TW_API_ID_NONE adds nothing). */
 TW_API int tw_writer_stream_write_gpu(tw_writer_stream_t *stream, const char *row, size_t len, uint32_t api_id,
                                       uint64_t gpu_ns);
+
+/* The writer as where a GPU session's rows go (gpu.h, tw_gpu_start): its "gpu" stream, added when
+ * the session opens it, in the writer's format. The writer must outlive the session. */
+TW_API void tw_writer_gpu_rows(tw_writer_t *writer, tw_gpu_rows_t *out);
 
 /* Counts rows lost before they reached the stream (e.g. CUPTI's dropped activity records); they
  * appear in the manifest's "streams" section. Thread-safe. */

@@ -5,17 +5,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "active.h"
-#include "args.h"
+#include "call/active.h"
+#include "call/args.h"
+#include "below/backward.h"
 #include "core_state.h"
-#include "flops.h"
-#include "memory.h"
-#include "model_watch.h"
+#include "below/flops.h"
+#include "below/memory.h"
+#include "watch/model_watch.h"
 #include "patch.h"
-#include "ranges.h"
+#include "call/ranges.h"
+#include "call/wrapper.h"
 #include "record_reader.h"
 #include "scan.h"
-#include "session.h"
+#include "session/session.h"
 #include "wrap.h"
 
 
@@ -183,6 +185,22 @@ static PyObject *core_active_session(PyObject *core, PyObject *unused)
     return Py_NewRef(tw_active.session ? tw_active.session : Py_None);
 }
 
+/* current_call() -> (call_id, outer_call_id, outer_site): the recorded calls in progress on this thread
+ * and the outermost one's call site, or (0, 0, 0). */
+static PyObject *core_current_call(PyObject *core, PyObject *unused)
+{
+    uint64_t call_id = 0, outer_id = 0;
+    uint32_t outer_site = 0;
+    tw_current_call(&call_id, &outer_id, &outer_site);
+    return Py_BuildValue("(KKI)", (unsigned long long)call_id, (unsigned long long)outer_id, (unsigned int)outer_site);
+}
+
+/* backward_stray_hooks() -> how many libtorch hooks ran while no session recorded (backward.c). */
+static PyObject *core_backward_stray_hooks(PyObject *core, PyObject *unused)
+{
+    return PyLong_FromUnsignedLongLong(tw_backward_stray_hooks());
+}
+
 static PyMethodDef core_methods[] = {
     {"wrap", (PyCFunction)(void (*)(void))tw_wrap, METH_FASTCALL | METH_KEYWORDS,
      "wrap(original, api_name, /, *, bind=None, kind=0)\n--\n\n"
@@ -227,6 +245,11 @@ static PyMethodDef core_methods[] = {
      "The active session's step, counted from 0 (the schedule's), or None when none records."},
     {"step_recorded", core_step_recorded, METH_NOARGS,
      "Whether the active session records the current step's calls (schedule, capture)."},
+    {"current_call", core_current_call, METH_NOARGS,
+     "current_call() -> (call_id, outer_call_id, outer_site)\n--\n\nThe innermost and outermost recorded calls "
+     "in progress on this thread and the outermost one's call site, or (0, 0, 0)."},
+    {"backward_stray_hooks", core_backward_stray_hooks, METH_NOARGS,
+     "backward_stray_hooks() -> count\n--\n\nlibtorch hooks that ran while no session recorded backward nodes."},
     {"report", core_report, METH_O,
      "report(argv) -> status: runs tw-report (argv[0] is the program name) on the process's stdout/stderr."},
     {"report_output", core_report_output, METH_O,
@@ -238,7 +261,7 @@ static PyMethodDef core_methods[] = {
 static int core_exec(PyObject *core)
 {
     tw_core_state *state = PyModule_GetState(core);
-    if (tw_wrapper_add_types(core, state) < 0 || tw_session_add_type(core, state) < 0 || tw_args_init() < 0 ||
+    if (tw_wrapper_add_types(core, state) < 0 || tw_session_add_type(core, &state->session_type) < 0 || tw_args_init(tw_wrapper_vectorcall) < 0 ||
         tw_model_watch_add_functions(core) < 0 || tw_memory_add_functions(core) < 0 ||
         tw_reader_add_functions(core, state) < 0)
         return -1;

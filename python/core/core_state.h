@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The state of the extension torchwrapper._core (not public API): its types, made by the files that
- * define them (wrap.c, session.c, record_reader.c) when the extension is executed (core.c). */
+ * define them (wrap.c, session/session.c, record_reader.c) when the extension is executed (core.c). */
 #ifndef TW_PY_CORE_STATE_H
 #define TW_PY_CORE_STATE_H
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * torchwrapper._core's record reader: the C reader (src/reader.c) handing Python batches of rows,
+ * torchwrapper._core's record reader: the C reader (src/read/reader.c) handing Python batches of rows,
  * a list or bytes per column, rather than an object per field per call; the kind of a file
  * (record_kind) and the sites files (read_sites). Python's readers (_files.py) are built on it, so
  * kind detection, torn lines and the root module are decided in one place, tw-report's.

@@ -10,9 +10,9 @@
 #include "torchwrapper/api.h"
 #include <structmember.h>
 
-#include "flops.h"
-#include "hooks.h"
-#include "wrapper.h"
+#include "below/flops.h"
+#include "watch/hooks.h"
+#include "call/wrapper.h"
 
 /* Whether the original binds as a class attribute: functions, method descriptors, and wrappers of them. */
 static int binds_like_function(tw_core_state *state, PyObject *original)
@@ -449,14 +449,6 @@ static PyType_Spec method_wrapper_spec = {
     .flags = TW_WRAPPER_FLAGS | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .slots = method_wrapper_slots,
 };
-
-PyObject *tw_wrapper_original(PyObject *obj)
-{
-    /* Both types, and any subclass, call through tw_wrapper_vectorcall: what makes a wrapper. */
-    if (PyVectorcall_Function(obj) != tw_wrapper_vectorcall)
-        return NULL;
-    return ((tw_wrapper_object *)obj)->wrapped;
-}
 
 int tw_wrapper_add_types(PyObject *core, tw_core_state *state)
 {

@@ -15,7 +15,4 @@ int tw_wrapper_add_types(PyObject *core, tw_core_state *state);
 PyObject *tw_wrap(PyObject *core, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *tw_wrap_many(PyObject *core, PyObject *const *args, Py_ssize_t nargs);
 
-/* The callable obj stands for when it is one of the profiler's wrappers (borrowed), else NULL. */
-PyObject *tw_wrapper_original(PyObject *obj);
-
 #endif

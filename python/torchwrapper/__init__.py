@@ -7,9 +7,8 @@ Underneath: the C wrapper type (``wrap``), recording sessions (``Session``), dis
 """
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
-from typing import Iterable, Iterator, List
+from typing import Iterable, Iterator
 
 from . import _core
 from ._core import MethodWrapper, Session, Wrapper, wrap
@@ -17,7 +16,7 @@ from ._api import TorchWrapper, getAPIName, getAttributes
 from ._config import load_config
 from ._flops import flops_table
 from ._memory_table import memory_table
-from ._files import STATS_COLUMNS, UPDATES_COLUMNS, Record, load, load_modules, load_sites, load_stats, load_updates
+from ._files import STATS_COLUMNS, UPDATES_COLUMNS, Record, load, load_modules, load_sites, load_stats, load_updates, records
 from ._discover import DEFAULT_EXCLUDE, SKIP_ATTRIBUTES, SKIP_MODULES, Plan, discover, resolve_exclude
 from ._patch import Patcher, resolve
 from ._schema import schema
@@ -30,17 +29,6 @@ from ._findings import findings, step_anatomy
 from ._ranks import RANKS_COLUMNS, ranks
 
 __version__ = _core.version
-
-
-def records(session: Session) -> List[Record]:
-    """The records of a stopped session as ``Record`` tuples, in the order the calls started.
-
-    (The session holds them in the order the calls ended, children before their parents.)
-    """
-    fields, pid = _core.RECORD_FIELDS, os.getpid()
-    rows = [Record(**dict(zip(fields, row)), pid=pid) for row in session.records()]
-    rows.sort(key=lambda r: (r.start_ns, r.call_id))
-    return rows
 
 
 def step() -> int:
@@ -89,7 +77,7 @@ def region(name: str) -> Iterator[None]:
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext torchwrapper``: the ``%%torchwrapper`` cell magic and ``%torchwrapper`` line magic."""
-    from ._jupyter import load
+    from .integrations.jupyter import load
 
     load(ipython)
 

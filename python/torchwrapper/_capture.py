@@ -4,7 +4,7 @@
 Asks a running profiled process (started with "on_demand": true, or `run --set on_demand=true`)
 to record its next N steps into a directory of their own, whatever its schedule. PID may be the
 `python -m torchwrapper run` process of a job: then every profiled process of that job (each
-DDP rank) is asked. The process answers at its next step boundary (src/ondemand.c); this command
+DDP rank) is asked. The process answers at its next step boundary (src/write/ondemand.c); this command
 waits for the answers and says what each process does (--wait: until the captures are written).
 
 The control directory ($TORCHWRAPPER_CONTROL_DIR, else /tmp/torchwrapper-UID) holds each profiled

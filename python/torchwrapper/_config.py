@@ -3,7 +3,7 @@
 
 Priority, lowest first (a later source's key replaces an earlier one's, key by key):
 
-1. the defaults (the C validator's table, src/config_keys.c);
+1. the defaults (the C validator's table, src/config/config_keys.c);
 2. the JSON file named by ``$TORCHWRAPPER_CONFIG``;
 3. ``$TORCHWRAPPER_<KEY>`` variables (``TORCHWRAPPER_FORMAT=csv``; values are text, read as the
    validator reads strings: ``"10MB"``, ``"a, b"`` for a list);

@@ -56,6 +56,17 @@ class Record(NamedTuple):
     # be again, and a row unpacked by position silently shifts (callRecords' Arguments became the step).
 
 
+def records(session: Any) -> List[Record]:
+    """The records of a stopped session as ``Record`` tuples, in the order the calls started.
+
+    (The session holds them in the order the calls ended, children before their parents.)
+    """
+    fields, pid = _core.RECORD_FIELDS, os.getpid()
+    rows = [Record(**dict(zip(fields, row)), pid=pid) for row in session.records()]
+    rows.sort(key=lambda r: (r.start_ns, r.call_id))
+    return rows
+
+
 def iter_rows(path: str) -> Iterator[Record]:
     """The call records of one file as Records, each field read by its column's name (a file of an
     older version lacks some columns: the schema's missing value; a newer one may add columns: they

@@ -31,8 +31,9 @@ module's root when a child is added to it; a path seen for the first time is che
 the running models. modules.json is rewritten when the tree changed, at most once per flush
 interval, and at stop.
 
-Tensor statistics are in _tensor_stats.py, parameter updates in _updates.py, reading the streams back in
-_files.py; their public names stay importable from here.
+Tensor statistics are in _tensor_stats.py, parameter updates in _updates.py: they read what the watch
+is underneath (its names, its rows' format and sink: WatchBase, _watch_base.py) and never call the
+watch back. Reading the streams back is _files.py's; their public names stay importable from here.
 """
 from __future__ import annotations
 
@@ -42,15 +43,15 @@ import os
 import sys
 import threading
 import time
-import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _core
 from ._files import (MODULES_FILE, STATS_COLUMNS, UPDATES_COLUMNS, load_modules, load_stats, load_updates,  # noqa: F401
                      read_stream)
-from ._tensor_stats import BUILTIN_METRICS, StatsOptions, _StatsEngine, _csv_text, _json_number, _number  # noqa: F401
+from ._tensor_stats import BUILTIN_METRICS, StatsOptions, _StatsEngine  # noqa: F401
 from ._updates import _Tracker
+from ._watch_base import WatchBase
 
 
 class _Root:
@@ -74,24 +75,19 @@ class _Root:
         return path[len(self.name) + 1:]
 
 
-class ModelWatch:
-    """Hooks called by the C wrappers of a session (see python/core/hooks.h, tw_hooks_t)."""
+class ModelWatch(WatchBase):
+    """Hooks called by the C wrappers of a session (see python/core/watch/hooks.h, tw_hooks_t)."""
 
     def __init__(self, out_dir: Optional[str] = None, stats: Optional[StatsOptions] = None, track: Sequence[str] = (),
                  format: Optional[str] = None, flush_interval: float = 1.0) -> None:
+        super().__init__(format)
         self.out_dir = out_dir
         self.flush_interval = flush_interval   # modules.json is rewritten at most this often (seconds)
-        self.format = format  # the normalized config's "format" (rows are JSON unless "csv"), used with out_dir
         self.kinds = _core.KIND_MODULE_FORWARD
-        self.names: Dict[int, Tuple[Any, str]] = {}   # id -> (object, public API name): a discovery plan's
-        self._class_names: Any = weakref.WeakKeyDictionary()   # type -> name (classes made in a loop die)
-        self._api_names: Dict[int, str] = {}
         # Wraps a module class's own forward (Patcher.install_forward, bound to the session's patcher
         # and kinds), set by the profile; classes already looked at (they die with their last module).
         self.forward_installer: Optional[Callable[[type], bool]] = None
         self._forward_classes: Any = weakref.WeakSet()
-        # (kind, rows text[, step]) -> a stream of the writer, which keeps the rows of recorded steps
-        self.sink: Optional[Callable[..., Any]] = None
         self.session: Any = None
         self.stats = _StatsEngine(stats, self) if stats is not None else None
         if stats is not None:
@@ -129,30 +125,11 @@ class ModelWatch:
         # What resolution did, for tests of what must not grow with the run: instances resolved,
         # walks of a model to find whether it contains one, modules put in the table, writes.
         self.counters = {"resolves": 0, "contains_walks": 0, "registered_modules": 0, "modules_writes": 0}
-        self._owner: Dict[int, _Root] = {}     # id(module) -> its root
         self._refs: Dict[int, weakref.ref] = {}
-        self._path: Dict[int, str] = {}        # id(module) -> path
         self._info: Dict[str, Dict[str, Any]] = {}   # path -> modules.json entry
         self._calls: Dict[str, int] = {}       # path -> calls of dead instances
-        self._warned: set = set()
         self._call_codes: Optional[frozenset] = None
         self._root_count = 0
-        self.closed = False
-
-    def class_name(self, cls: type) -> str:
-        """A module class's public name (torch.nn.Conv2d), else module.qualname."""
-        name = self._class_names.get(cls)
-        if name is None:
-            entry = self.names.get(id(cls))
-            name = entry[1] if entry is not None and entry[0] is cls else f"{cls.__module__}.{cls.__qualname__}"
-            self._class_names[cls] = name
-        return name
-
-    def api_name(self, api_id: int) -> str:
-        name = self._api_names.get(api_id)
-        if name is None:
-            name = self._api_names[api_id] = _core.api_name(api_id)
-        return name
 
     def attach(self, session: Any) -> None:
         """Once the session records: streams for the rows of statistics and updates."""
@@ -187,41 +164,6 @@ class ModelWatch:
             self.warn_once("flush", f"tensor statistics of the last step are lost: {error!r}")
         finally:
             self.session.resume_thread()
-
-    def format_row(self, values: Sequence[Any], columns: Sequence[str] = STATS_COLUMNS) -> str:
-        """One row in the writer's format (CSV line or JSON object line)."""
-        if self.format == "csv":
-            out = []
-            for v in values:
-                if v is None:
-                    out.append("")
-                elif isinstance(v, str):
-                    out.append(_csv_text(v))
-                elif isinstance(v, float):
-                    out.append(_number(v))
-                elif isinstance(v, list):   # a shape
-                    out.append('"[' + ",".join(map(str, v)) + ']"' if len(v) > 1 else "[" + ",".join(map(str, v)) + "]")
-                elif isinstance(v, dict):
-                    out.append(_csv_text(json.dumps(v, separators=(",", ":"), default=_json_default)))
-                else:
-                    out.append(str(v))
-            return ",".join(out) + "\n"
-        parts = []
-        for key, v in zip(columns, values):
-            if v is None:
-                text = "null"
-            elif isinstance(v, str):
-                text = json.dumps(v, ensure_ascii=False)
-            elif isinstance(v, float):
-                text = _json_number(v)
-            elif isinstance(v, bool):
-                text = "true" if v else "false"
-            elif isinstance(v, int):
-                text = str(v)
-            else:
-                text = json.dumps(_finite(v), separators=(",", ":"), ensure_ascii=False)
-            parts.append(f'"{key}":{text}')
-        return "{" + ",".join(parts) + "}\n"
 
     # ---- called from C -------------------------------------------------------------------------
 
@@ -285,12 +227,6 @@ class ModelWatch:
         """An in-place API ran on a tracked tensor (site: where the outermost call in progress was made)."""
         try:
             self.tracker.update(subject, api_id, call_id, outer_id, site)
-        except Exception as error:  # noqa: BLE001
-            self.warn_once("track", f"parameter tracking failed: {error!r}")
-
-    def attribute_set(self, module: Any, name: str, value: Any) -> None:
-        try:
-            self.tracker.attribute_set(module, name, value, self._path.get(id(module)))
         except Exception as error:  # noqa: BLE001
             self.warn_once("track", f"parameter tracking failed: {error!r}")
 
@@ -553,16 +489,6 @@ class ModelWatch:
 
     # ---- results -------------------------------------------------------------------------------
 
-    def module_path(self, module: Any) -> Optional[str]:
-        """The path recorded for a module instance, or None if none of its calls was seen."""
-        return self._path.get(id(module))
-
-    def name_in_model(self, module: Any, path: str) -> str:
-        """module's name in its model, as named_modules() gives it ("" for the model itself): its
-        path without the model's class."""
-        root = self._owner.get(id(module))
-        return root.name_in_model(path) if root is not None else path.partition(".")[2]
-
     def modules(self) -> Dict[str, Any]:
         """The tree: {"roots": [{"path", "class"}], "modules": [{"path", "class", "parent",
         "parameters": {name: shape}, "calls"}]} (calls: recorded forward calls of the instance)."""
@@ -634,11 +560,6 @@ class ModelWatch:
             self.write_modules()
         self.session = self.sink = None
 
-    def warn_once(self, key: str, message: str) -> None:
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        warnings.warn(f"torchwrapper: {message}", RuntimeWarning, stacklevel=2)
 
 
 # Bounds of what the model watch keeps for the run (each is far above what real models reach): paths in
@@ -651,21 +572,6 @@ def _own_parameters(name: str, module: Any) -> Any:
     """(dotted name under the root, parameter) of module's own parameters."""
     for n, p in module.named_parameters(recurse=False):
         yield (f"{name}.{n}" if name else n), p
-
-
-def _json_default(value: Any) -> Any:
-    return str(value)
-
-
-def _finite(value: Any) -> Any:
-    """value with NaN and infinities as None (JSON has none)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 __all__ = ["BUILTIN_METRICS", "MODULES_FILE", "ModelWatch", "STATS_COLUMNS", "StatsOptions", "UPDATES_COLUMNS",

@@ -19,11 +19,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import _config, _core
 from ._clocks import ClockSync
 from ._discover import Plan, _Globs, discover, optimizer_steps, resolve_exclude
-from ._files import read_rows, read_stream, record_files
+from ._files import read_rows, read_stream, record_files, records
 from ._flops import peak_flops as _peak_flops
 from ._memory import ProfilerGuard
 from ._patch import WRAPPER_TYPES, Patcher
 from ._tensor_stats import StatsOptions
+from ._tw_report import Report
 from ._compile_watch import CompileWatch
 from ._model_watch import ModelWatch
 
@@ -397,17 +398,13 @@ class Profile:
         self.stop()
 
     def _repr_html_(self) -> Optional[str]:
-        """In a notebook, a stopped profile with files shows tw-report's page (see _jupyter.py)."""
+        """In a notebook, a stopped profile with files shows tw-report's page (_tw_report.Report)."""
         if self.out_dir is None or self.session.active:
             return None
-        from ._jupyter import Report
-
         return Report(self.out_dir)._repr_html_()
 
     def records(self) -> list:
         """Every record, in the order the calls started (from the files when out_dir was given)."""
-        from . import records
-
         if self.out_dir is None:
             return records(self.session)
         return read_rows(self.files)
@@ -515,20 +512,6 @@ def defined_at(obj: Any) -> Optional[str]:
     if found is None and isinstance(owner, type):
         found = walk(owner.__module__, f"{owner.__qualname__}.{getattr(obj, '__name__', '')}")
     return found
-
-
-def report_text(out_dir: str, top: int) -> str:
-    """tw-report's per-API table of the files in out_dir, its top rows (or what tw-report said
-    instead): read by the C reader, streaming, whatever the run's length."""
-    from . import _core
-
-    status, output, messages = _core.report_output(["tw-report", "--top", str(top), out_dir])
-    if status != 0:
-        return messages
-    from ._findings import summary_text
-
-    found = summary_text(out_dir)
-    return output + ("\n" + found if found else "")
 
 
 def profile(modules: Optional[Sequence[str]] = None, include: Optional[Sequence[str]] = None,

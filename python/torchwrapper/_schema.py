@@ -3,7 +3,7 @@
 types, units, nullability and the version of each kind, as plain data. It is the one description
 our readers (_files.py: load(), load_stats(), load_updates(), the polars and DuckDB engines) and the
 Python writers of the model watch's streams (stats, updates) take their columns from; the C writer's
-headers (src/format.h, src/cupti.c) are checked against it by tests/python/test_schema.py."""
+headers (src/write/format.h, src/gpu/cupti.c) are checked against it by tests/python/test_schema.py."""
 from __future__ import annotations
 
 import copy

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Tensor statistics of module calls (``tensor_stats``): which calls are sampled, the snapshots of
 their inputs, outputs, weights and gradients, reduced in float64 on their device, and the rows of the
-"stats" stream. Driven by the model watch (ModelWatch, _model_watch.py)."""
+"stats" stream. Driven by the model watch (ModelWatch, _model_watch.py), whose names and rows it reads
+through what the watch is underneath (WatchBase, _watch_base.py), never calling the watch back."""
 from __future__ import annotations
 
 import difflib
@@ -14,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, TYPE_CHECKING,
 from . import _core
 
 if TYPE_CHECKING:
-    from ._model_watch import ModelWatch
+    from ._watch_base import WatchBase
 
 
 BUILTIN_METRICS = tuple(_core.TENSOR_STATS_METRICS.split())   # the validator's list (config_keys.c)
@@ -51,27 +52,6 @@ class StatsOptions:
         self.sample = config.get("sample")
 
 
-def _csv_text(text: str) -> str:
-    if "," in text or '"' in text or "\n" in text or "\r" in text or text[:1] == " " or text[-1:] == " ":
-        return '"' + text.replace('"', '""') + '"'
-    return text
-
-
-def _number(value: float) -> str:
-    """A float exactly (repr round-trips), or an integer value without ".0"."""
-    if value != value or value in (math.inf, -math.inf):
-        return repr(value)
-    if value == int(value) and abs(value) < 2 ** 53:
-        return str(int(value))
-    return repr(value)
-
-
-def _json_number(value: float) -> str:
-    if value != value or value in (math.inf, -math.inf):
-        return "null"  # JSON has no NaN or Infinity; the nan and inf counts say which
-    return _number(value)
-
-
 class _Group:
     """Snapshots of tensors of one device and dtype, flattened into buffers, not reduced yet."""
 
@@ -98,7 +78,7 @@ class _StatsEngine:
     instead (one op per statistic, no copy), their results joining the others for the host copy.
     """
 
-    def __init__(self, options: StatsOptions, watch: "ModelWatch") -> None:
+    def __init__(self, options: StatsOptions, watch: "WatchBase") -> None:
         import torch
 
         self.torch = torch

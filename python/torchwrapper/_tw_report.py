@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Asking tw-report from Python: call_tree(), flops_table() and memory_table() read its JSON (--tree,
---by), so that the program and the functions compute the same thing once, in C.
+--by), so that the program and the functions compute the same thing once, in C; and an output
+directory's text table and page (report_text, Report), which a profile shows in a notebook and the
+integrations print.
 
 tw-report reads record files. A source that is already files (an out_dir, a record file, a profile
 that wrote some) goes to it as it is; records held in memory (a profile without out_dir, a list of
@@ -10,6 +12,7 @@ record file first, which tw-report reads as it reads the files the writer makes.
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import os
 import tempfile
@@ -141,3 +144,48 @@ def record_paths(source: Any) -> Iterator[Optional[List[str]]]:
     with tempfile.TemporaryDirectory(prefix="torchwrapper-report-") as folder:
         path = os.path.join(folder, "records.jsonl")
         yield [path] if _write_rows(path, _in_memory_rows(records)) else None
+
+
+# ---- tw-report's text and page of an output directory (the notebook, the trainers' summaries) ---------
+
+TOP = 15   # rows of the per-API table a report shows unless asked otherwise
+
+
+def report_text(out_dir: str, top: int) -> str:
+    """tw-report's per-API table of the files in out_dir, its top rows (or what tw-report said
+    instead): read by the C reader, streaming, whatever the run's length."""
+    status, output, messages = _core.report_output(["tw-report", "--top", str(top), out_dir])
+    if status != 0:
+        return messages
+    from ._findings import summary_text
+
+    found = summary_text(out_dir)
+    return output + ("\n" + found if found else "")
+
+
+class Report:
+    """What a profiled cell recorded (files in ``out_dir``), shown as text or as HTML."""
+
+    def __init__(self, out_dir: str, top: int = TOP) -> None:
+        self.out_dir = out_dir
+        self.top = top
+
+    def text(self) -> str:
+        return report_text(self.out_dir, self.top)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        with tempfile.TemporaryDirectory(prefix="torchwrapper-page-") as scratch:   # not in out_dir: its files
+            page = os.path.join(scratch, "report.html")                               # are the run's records
+            status, _, messages = _core.report_output(["tw-report", "--html", page, "--top", str(self.top),
+                                                       self.out_dir])
+            if status != 0:
+                return f"<pre>{html.escape(messages)}</pre>"
+            with open(page, encoding="utf-8") as f:
+                document = f.read()
+        # the page in a frame of its own: its styles and scripts stay out of the notebook's
+        return (f'<iframe srcdoc="{html.escape(document, quote=True)}" style="width:100%;height:720px;border:0" '
+                f'title="torchwrapper report" sandbox="allow-scripts"></iframe>'
+                f"<p>torchwrapper: {html.escape(self.out_dir)}</p>")

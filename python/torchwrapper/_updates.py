@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Parameter and gradient tracking (``track``): in-place updates of parameters and their gradients,
-as events of the "updates" stream. Driven by the model watch (ModelWatch, _model_watch.py)."""
+as events of the "updates" stream. Driven by the model watch (ModelWatch, _model_watch.py), whose names,
+module paths and rows it reads through what the watch is underneath (WatchBase, _watch_base.py), never
+calling the watch back."""
 from __future__ import annotations
 
 import weakref
@@ -10,7 +12,7 @@ from . import _core
 from ._files import UPDATES_COLUMNS
 
 if TYPE_CHECKING:
-    from ._model_watch import ModelWatch
+    from ._watch_base import WatchBase
 
 
 class _Tracked:
@@ -39,7 +41,7 @@ class _Tracker:
     through nn.Module.__setattr__, replaced while profiling.
     """
 
-    def __init__(self, watch: "ModelWatch", kinds: frozenset) -> None:
+    def __init__(self, watch: "WatchBase", kinds: frozenset) -> None:
         import torch
 
         self.torch = torch
@@ -157,14 +159,14 @@ class _Tracker:
     def install_setattr(self) -> None:
         Module = self.torch.nn.Module
         original = Module.__dict__["__setattr__"]
-        watch = weakref.ref(self.watch)
+        tracker = weakref.ref(self)
         Tensor = self.torch.Tensor
 
         def __setattr__(module: Any, name: str, value: Any) -> None:
             original(module, name, value)
             if isinstance(value, Tensor):
-                t = watch()
-                if t is not None and not t.closed:
+                t = tracker()
+                if t is not None and not t.watch.closed:
                     t.attribute_set(module, name, value)
 
         __setattr__.__wrapped__ = original
@@ -182,7 +184,14 @@ class _Tracker:
             Module.__setattr__ = self.setattr_original
         self.setattr_original = self.setattr_installed = None
 
-    def attribute_set(self, module: Any, name: str, value: Any, path: Optional[str]) -> None:
+    def attribute_set(self, module: Any, name: str, value: Any) -> None:
+        """module.name = value, a tensor: a tracked module's parameter replaced is an event."""
+        try:
+            self._attribute_set(module, name, value, self.watch.module_path(module))
+        except Exception as error:  # noqa: BLE001
+            self.watch.warn_once("track", f"parameter tracking failed: {error!r}")
+
+    def _attribute_set(self, module: Any, name: str, value: Any, path: Optional[str]) -> None:
         if path is None or name not in module._parameters:
             return
         full = f"{path}.{name}" if path else name

@@ -15,7 +15,6 @@
 
 #include "torchwrapper/common.h"
 #include "torchwrapper/reader.h"
-#include "torchwrapper/recorder.h"
 #include "torchwrapper/stats.h"
 #include "../stats_internal.h"
 

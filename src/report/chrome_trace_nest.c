@@ -5,20 +5,22 @@
  * to its parent and to the sibling before it: complete events of one thread nest strictly, as
  * Perfetto needs to draw them right (it mis-draws overlapping slices). With one clock the records
  * nest already and nothing moves; clipping is for what does not (the CUDA calls of CUPTI's clock,
- * records of a process whose clock was moved...). See chrome_trace_internal.h.
+ * records of a process whose clock was moved...). See chrome_trace_types.h.
  *
  * Memory: the events inside one outermost call of a thread. Past TRACE_HOLD_MAX of them (a call
  * around a whole epoch), what the thread holds is written as it is, each held subtree nested in
  * itself; the call that comes later is not clipped around them.
  */
 #include "config.h"
+#include "chrome_trace_nest.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "torchwrapper/common.h"
 
-#include "chrome_trace_internal.h"
+#include "chrome_trace_events.h"
+#include "chrome_trace_tracks.h"
 
 #define TRACE_HOLD_MAX (1u << 17)
 

@@ -6,6 +6,7 @@
  * See chrome_trace.c.
  */
 #include "config.h"
+#include "chrome_trace_tracks.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,9 +14,9 @@
 #include <string.h>
 
 #include "torchwrapper/common.h"
-#include "torchwrapper/writer.h"
+#include "torchwrapper/escape.h"
 
-#include "chrome_trace_internal.h"
+#include "chrome_trace_out.h"
 #include "groups.h"
 
 static struct trace_launcher *launcher_slot(trace_t *t, int64_t pid, uint64_t call_id)

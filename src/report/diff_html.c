@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "diff.h"
-#include "html.h"
+#include "html_page.h"
 #include "util.h"
 
 static void text(FILE *out, const char *s)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The row filters (filter.c): --api, --pid, --tid, --window, --steps. The drivers apply them (the
- * report's pass in main.c, --diff's in diff.c); the sinks see each row with its verdict.
+ * report's pass in pass.c, --diff's in diff.c); the sinks see each row with its verdict.
  */
 #ifndef TW_REPORT_FILTER_H
 #define TW_REPORT_FILTER_H

@@ -20,7 +20,10 @@
 #include "torchwrapper/common.h"
 
 #include "findings_args.h"
-#include "findings_internal.h"
+#include "findings_catalogue.h"
+#include "findings_gpu.h"
+#include "findings_output.h"
+#include "findings_state.h"
 #include "ranks.h"
 
 static int has_prefix(tw_str_t s, const char *prefix)
@@ -617,6 +620,23 @@ const finding_t *report_findings_result(const report_sink_t *sink, size_t *count
 const step_anatomy_t *report_findings_anatomy(const report_sink_t *sink)
 {
     return &((const findings_t *)sink)->anatomy;
+}
+
+void report_findings_print_rules(FILE *out)
+{
+    size_t n;
+    const rule_t *rules = findings_rules(&n);
+    for (size_t i = 0; i < n; i++) {
+        const rule_t *r = &rules[i];
+        fprintf(out, "%-28s", r->kind);
+        if (r->medium >= FINDINGS_NEVER)
+            fputs(" low always      ", out);
+        else if (r->high >= FINDINGS_NEVER)
+            fprintf(out, " medium >= %3.0f%%  ", 100 * r->medium);
+        else
+            fprintf(out, " %3.0f%% / %3.0f%%    ", 100 * r->medium, 100 * r->high);
+        fprintf(out, "%s\n", r->source);
+    }
 }
 
 static const report_sink_ops_t findings_ops = {

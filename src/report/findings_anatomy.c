@@ -8,13 +8,14 @@
  * is named inside the forward as well as outside it, whatever a rule knows of its cause.
  */
 #include "config.h"
+#include "findings_anatomy.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "findings_internal.h"
+#include "findings_tally.h"
 
 static int compare_u64(const void *a, const void *b)
 {

@@ -8,13 +8,15 @@
  * takes the first step out when settle leaves it out.
  */
 #include "config.h"
+#include "findings_generic.h"
+#include "findings_output.h"
+#include "findings_tally.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "findings_internal.h"
 
 static int on_thread(const series_entry_t *e, const thread_state_t *t)
 {

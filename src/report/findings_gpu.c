@@ -7,13 +7,15 @@
  * length); overlapping work of several streams counts a bucket busy once.
  */
 #include "config.h"
+#include "findings_gpu.h"
+#include "findings_output.h"
+#include "findings_tally.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "findings_internal.h"
 
 #define GPU_BUCKETS 4096
 #define TINY_KERNEL_NS 10000 /* a kernel under 10 us: its launch costs about what it runs */

@@ -2,15 +2,18 @@
 /* tw-report --findings' outputs: text (the default), JSON, Markdown and the HTML page's section, from
  * a list of findings and the step's anatomy (it knows neither the sink nor the rules). */
 #include "config.h"
+#include "findings_output.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "findings.h"
-#include "html.h"
+#include "html_page.h"
 #include "util.h"
+
+const char *const report_part_names[PARTS] = {"data", "forward", "backward", "optimizer", "evaluation",
+                                              "other torch", "Python"};
 
 static void anatomy_json(const step_anatomy_t *a, FILE *out)
 {

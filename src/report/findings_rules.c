@@ -5,6 +5,7 @@
  * its entry's thresholds), lines, evidence and message; the fix and source are the entry's.
  */
 #include "config.h"
+#include "findings_rules.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -14,9 +15,9 @@
 
 #include "torchwrapper/common.h"
 
-#include "findings_internal.h"
 #include "ranks.h"
 #include "util.h"
+#include "findings_tally.h"
 
 #define ms findings_ms
 
@@ -276,46 +277,4 @@ void rule_recompilation(findings_t *f, const rule_t *r, const settle_context_t *
         }
     }
     free(list);
-}
-
-void findings_add_stragglers(findings_t *f)
-{
-    if (f->ranks == NULL || f->ranks_done)
-        return;
-    f->ranks_done = 1;
-    const ranks_result_t *r = report_ranks_result(f->ranks);
-    for (size_t k = 0; r != NULL && k < r->nranks; k++) {
-        const ranks_rank_t *rank = &r->by_rank[r->order[k]];
-        if (!rank->straggler && !rank->likely)
-            continue;
-        /* its extra busy time a step, of the median rank's step: what every rank waits for */
-        double share = r->step_time_ns > 0 ? rank->change_ns / r->step_time_ns : 0;
-        finding_t *x = findings_add(f, findings_rule("straggler"), share);
-        if (x == NULL)
-            return;
-        if (!rank->straggler) /* slowest more often than chance, too few steps for the test */
-            x->severity = "low";
-        char where[64];
-        snprintf(where, sizeof where, "rank %" PRId64, rank->rank >= 0 ? rank->rank : rank->pid);
-        if ((x->where[0] = malloc(strlen(where) + 1)) != NULL) {
-            strcpy(x->where[0], where);
-            x->nwhere = 1;
-        }
-        for (size_t a = 0; a < rank->napis && x->nwhere < FINDING_WHERE_MAX; a++)
-            if ((x->where[x->nwhere] = malloc(strlen(rank->apis[a].api) + 1)) != NULL)
-                strcpy(x->where[x->nwhere++], rank->apis[a].api);
-        findings_evidence(x, "slowest_steps", (double)rank->slowest_steps);
-        findings_evidence(x, "steps", (double)r->nsteps);
-        findings_evidence(x, "extra_ms_per_step", rank->change_ns / 1e6);
-        findings_evidence(x, "p_value", rank->p_value);
-        if (!rank->straggler)
-            findings_evidence(x, "more_steps", (double)rank->more_steps);
-        snprintf(x->message, sizeof x->message,
-                 "%s is %sslower than the other ranks: slowest in %zu of %zu steps, +%.2f ms busy a step (%.1f%% of a "
-                 "step), which every rank waits for in its collectives%s%s.", where,
-                 rank->straggler ? "" : "likely ", rank->slowest_steps, r->nsteps,
-                 rank->change_ns / 1e6, 100 * share, rank->napis > 0 ? "; most of it in " : "",
-                 rank->napis > 0 ? rank->apis[0].api : "");
-    }
-    findings_sort(f);
 }

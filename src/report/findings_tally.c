@@ -2,15 +2,12 @@
 /* What every findings rule uses at settle (findings_internal.h): tallies ranked, findings made from a
  * catalogue entry, their lines and evidence. */
 #include "config.h"
+#include "findings_tally.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "findings_internal.h"
 #include "site_texts.h"
-
-const char *const report_part_names[PARTS] = {"data", "forward", "backward", "optimizer", "evaluation",
-                                              "other torch", "Python"};
 
 void findings_tally_settle(findings_t *f, tally_t *t)
 {

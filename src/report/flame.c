@@ -31,9 +31,9 @@
 #include <string.h>
 
 #include "torchwrapper/common.h"
-#include "torchwrapper/writer.h"
 
-#include "flame_internal.h"
+#include "flame_output.h"
+#include "flame_stacks.h"
 #include "groups.h"
 
 

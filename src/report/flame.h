@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The flame graph's stacks (flame.c builds them as the rows stream by, flame_output.c writes them):
+ * The flame graph's stacks (flame.c builds them as the rows stream by; flame_output.h writes them):
  * the sink of --folded and --flamegraph, whose stacks --html embeds.
  */
 #ifndef TW_REPORT_FLAME_H
@@ -32,16 +32,6 @@ const flame_t *report_flame_of(const report_sink_t *sink);
 
 /* All the self time counted: what the stacks sum to. */
 uint64_t report_flame_self_ns(const flame_t *f);
-
-/* --folded FILE, --flamegraph FILE: 0, or after a message on err the -errno of the failed open,
- * TW_EIO (a write failed) or TW_ENOMEM. */
-int report_flame_write_folded(const flame_t *f, const char *path, FILE *err);
-int report_flame_write_svg_file(const flame_t *f, const char *path, FILE *err);
-
-/* The <svg> element (id: unique in its page; fluid: as wide as its container), at most max_frames
- * frames; 0 or TW_ENOMEM. */
-int report_flame_write_svg(const flame_t *f, FILE *out, const char *id, const char *title, size_t max_frames,
-                           int fluid);
 
 /* The module a row is the forward of (--by module's frame, --html's modules): its length, 0 for none. */
 size_t report_module_label(const tw_row_t *row, const char **label);

@@ -4,6 +4,7 @@
  * folded stacks or as a self-contained interactive SVG flame graph (also embedded by --html).
  */
 #include "config.h"
+#include "flame_output.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,7 +14,6 @@
 
 #include "torchwrapper/common.h"
 
-#include "flame_internal.h"
 #include "util.h"
 
 /* ---- folded stacks ------------------------------------------------------------------------------ */

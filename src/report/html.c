@@ -24,10 +24,14 @@
 
 #include "aggregate.h"
 #include "findings.h"
+#include "findings_output.h"
 #include "ranks.h"
+#include "ranks_output.h"
 #include "flame.h"
+#include "flame_output.h"
 #include "table.h"
 #include "groups.h"
+#include "html_page.h"
 #include "util.h"
 
 #define HTML_MAX_APIS 1500    /* per-API rows, the most total time first */

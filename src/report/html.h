@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * --html (html.c): one self-contained page of the run, a sink gathering its own aggregates (steps,
- * processes, modules) and showing the flame sink's stacks and the aggregate's per-API table; and the
- * page's parts that diff_html.c's page reuses (html_page.c).
+ * processes, modules) and showing the flame sink's stacks and the aggregate's per-API table. Every
+ * page's frame is html_page.h's.
  */
 #ifndef TW_REPORT_HTML_H
 #define TW_REPORT_HTML_H
@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "html_page.h" /* for the pages that include this header for the frame (findings_output.c) */
 #include "sink.h"
 
 /*
@@ -21,14 +22,5 @@
  */
 int report_html_open(const options_t *o, const report_sink_t *flame, const report_sink_t *aggregate,
                      report_sink_t *ranks, const report_sink_t *findings, report_sink_t **sink);
-
-/* For other pages: the page's head (styles) and end (scripts: sortable tables, the flame graph's
- * search box), and text escaped for HTML. */
-void report_html_begin(FILE *out, const char *title);
-void report_html_end(FILE *out);
-void report_html_text(FILE *out, const char *s, size_t len);
-
-/* The same for a name in a table's first column: it wraps between its dotted or slashed parts. */
-void report_html_name(FILE *out, const char *s, size_t len);
 
 #endif

@@ -1,15 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The frame of tw-report's HTML pages (html.h): the head with its styles, the end with its scripts
+ * The frame of tw-report's HTML pages (html_page.h): the head with its styles, the end with its scripts
  * (sortable tables, the flame graph's search box), and text escaped for HTML; used by --html's page
  * (html.c) and --diff's (diff_html.c).
  */
 #include "config.h"
+#include "html_page.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#include "html.h"
 
 void report_html_text(FILE *out, const char *s, size_t len)
 {

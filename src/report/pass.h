@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The pass over the record files (main.c), shared with its reading on several threads (jobs.c):
- * each thread has a pass of its own, with sinks of its own, fed by report_pass_row.
+ * The pass over the record files (pass.c), run by the driver (main.c) on its thread and by jobs.c on
+ * several: each thread has a pass of its own, with sinks of its own, fed by report_pass_row.
  */
 #ifndef TW_REPORT_PASS_H
 #define TW_REPORT_PASS_H
@@ -37,7 +37,7 @@ typedef struct pass {
 int report_pass_row(void *ctx, const tw_row_t *row);
 
 /*
- * The sinks the options ask for, into p (main.c), given p's index (p must not move while they live:
+ * The sinks the options ask for, into p, given p's index (p must not move while they live:
  * free them, then report_index_free). 0, or a negative errno after a message on err; the
  * sinks opened are in p either way.
  */

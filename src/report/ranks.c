@@ -17,7 +17,9 @@
 #include "torchwrapper/common.h"
 
 #include "groups.h"
-#include "ranks_internal.h"
+#include "ranks_analysis.h"
+#include "ranks_output.h"
+#include "ranks_tables.h"
 
 /* ---- the tables ----------------------------------------------------------------------------------- */
 

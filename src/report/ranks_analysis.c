@@ -25,14 +25,13 @@
  * explain its time at p < 0.05.
  */
 #include "config.h"
+#include "ranks_analysis.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "torchwrapper/common.h"
-
-#include "ranks_internal.h"
 
 #define DEFAULT_ALPHA 0.001    /* --diff's */
 #define DEFAULT_MIN_CHANGE 4.0 /* --diff's */

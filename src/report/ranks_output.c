@@ -5,6 +5,7 @@
  * --html's section.
  */
 #include "config.h"
+#include "ranks_output.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -14,8 +15,7 @@
 
 #include "torchwrapper/common.h"
 
-#include "html.h"
-#include "ranks.h"
+#include "html_page.h"
 #include "util.h"
 
 #define RANK_COLUMNS_MAX 8 /* the steps table shows each rank's time up to this many ranks */

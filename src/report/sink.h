@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A sink: one output of tw-report (the table's groups, the call tree, the trace, the flame graph's
- * stacks, the HTML page's aggregates), fed row by row by the pass over the record files (main.c),
+ * stacks, the HTML page's aggregates), fed row by row by the pass over the record files (pass.c),
  * which knows none of them by name:
  *
  *   row     every row the sink asked for (rows: the ones the filters kept, left out, or both), with

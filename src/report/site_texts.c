@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "torchwrapper/common.h"
-#include "torchwrapper/sites.h"
+#include "torchwrapper/reader.h"
 
 #include "groups.h"
 #include "util.h"
@@ -91,7 +91,7 @@ static int gather_site(void *ctx, uint32_t id, const char *file, uint32_t line, 
     return 0;
 }
 
-/* Reads one sites file with the library's one parser of them (src/sites.c); one that does not parse
+/* Reads one sites file with the library's one parser of them (src/read/sites_file.c); one that does not parse
  * is not used (its sites show as ids). */
 static void read_sites_file(report_sites_t *s, const char *path)
 {

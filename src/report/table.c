@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "torchwrapper/stats.h"
-#include "torchwrapper/writer.h"
 
 #include "chrome_trace.h"
 #include "util.h"
@@ -59,7 +58,7 @@ typedef struct row_values {
 
 /*
  * The APIs that surely compute, below torch's Python surface (in C++, where no wrapper sees the
- * products they make), and have no FLOP formula in torchwrapper (python/core/flops.c): products
+ * products they make), and have no FLOP formula in torchwrapper (python/core/below/flops.c): products
  * FlopCounterMode counts through the mm or bmm they run, convolutions outside conv*d, factorizations
  * and solvers, FFTs. Not listed: what FlopCounterMode itself leaves at 0 by rule (elementwise work,
  * reductions, norms, products of vectors: dot, mv, outer, kron) and Python functions whose products

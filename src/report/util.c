@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "torchwrapper/common.h"
-#include "torchwrapper/writer.h"
+#include "torchwrapper/escape.h"
 
 int report_has_suffix(const char *s, const char *suffix)
 {

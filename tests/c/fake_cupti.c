@@ -25,7 +25,7 @@
 #include <cupti.h>
 
 /* the records a real library of this header's release writes (and the layout checks) */
-#include "../../src/cupti_layout.h"
+#include "../../src/gpu/cupti_layout.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define STACK_MAX 64

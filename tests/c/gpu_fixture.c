@@ -83,7 +83,9 @@ void open_writer(fixture_t *f, tw_format_t format)
 int start_gpu(fixture_t *f, uint64_t flush_interval_ns, char *reason, size_t size)
 {
     tw_gpu_config_t config = {.candidates = NULL, .device_available = 1, .flush_interval_ns = flush_interval_ns};
-    int rc = tw_gpu_start(&config, f->writer, &f->clock, &f->gpu, reason, size);
+    tw_gpu_rows_t rows;
+    tw_writer_gpu_rows(f->writer, &rows);
+    int rc = tw_gpu_start(&config, &rows, &f->clock, &f->gpu, reason, size);
     f->hooks = rc == 0 ? tw_gpu_hooks(f->gpu) : NULL;
     return rc;
 }

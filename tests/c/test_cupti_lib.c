@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/cupti_lib.h"
+#include "../../src/gpu/cupti_lib.h"
 
 static const char *real_path;
 
@@ -60,7 +60,9 @@ static void the_real_cupti_loads_and_says_in_one_line_why_gpu_timing_cannot_star
     tw_gpu_t *gpu = NULL;
     char reason[1024] = "";
     unsetenv("TW_CUPTI_LIBRARY");
-    int rc = tw_gpu_start(&config, writer, &clock, &gpu, reason, sizeof reason);
+    tw_gpu_rows_t rows;
+    tw_writer_gpu_rows(writer, &rows);
+    int rc = tw_gpu_start(&config, &rows, &clock, &gpu, reason, sizeof reason);
 
     /* loaded from the wheel's path: tw_cupti_load takes a library only when every entry point resolves */
     assert_string_equal(tw_gpu_library_path(), real_path);

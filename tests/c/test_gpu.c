@@ -43,8 +43,10 @@ static void no_device_means_unavailable_and_nothing_left_behind(void **state)
     fake.reset();
     open_writer(&f, TW_FORMAT_CSV);
     tw_gpu_config_t config = {.device_available = 0};
+    tw_gpu_rows_t rows;
+    tw_writer_gpu_rows(f.writer, &rows);
     char reason[512];
-    assert_int_equal(tw_gpu_start(&config, f.writer, &f.clock, &f.gpu, reason, sizeof reason), TW_EUNAVAIL);
+    assert_int_equal(tw_gpu_start(&config, &rows, &f.clock, &f.gpu, reason, sizeof reason), TW_EUNAVAIL);
     assert_string_equal(reason, "no CUDA device (torch.cuda.is_available() is False)");
     assert_null(f.gpu);
     assert_string_equal(tw_gpu_library_path(), fake_path); /* loaded, then found no device */

@@ -10,7 +10,7 @@
 
 #include <math.h>
 
-#include "ranks_internal.h"
+#include "ranks_analysis.h"
 
 /* cmocka 1.1 has no assert_double_equal. */
 #define assert_near(got, want, tolerance) near_at((got), (want), (tolerance), __LINE__)

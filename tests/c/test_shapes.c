@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tw_args_shapes: argument summaries (python/core/args.c's text) read back as input shapes. */
+/* tw_args_shapes: argument summaries (python/core/call/args.c's text) read back as input shapes. */
 #include "tw_test.h"
 
 #include <stdio.h>

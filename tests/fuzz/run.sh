@@ -14,7 +14,7 @@ if ! command -v "$CC_FUZZ" >/dev/null 2>&1; then
 fi
 out="$top_builddir/build/fuzz"
 mkdir -p "$out"
-sources=$(ls "$top_srcdir"/src/*.c | grep -v '/tw-report\.c$')
+sources=$(find "$top_srcdir/src" -name '*.c' ! -path '*/report/*' | sort)
 libs="$(pkg-config --libs libcjson zlib) -lcsv -lpthread -lm"
 status=0
 for spec in reader_csv:fuzz_reader.c:-DFUZZ_CSV reader_json:fuzz_reader.c: size:fuzz_size.c: \
@@ -24,7 +24,7 @@ for spec in reader_csv:fuzz_reader.c:-DFUZZ_CSV reader_json:fuzz_reader.c: size:
     bin="$out/fuzz_$name"
     # shellcheck disable=SC2086
     "$CC_FUZZ" -g -O1 -std=c11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-        -I"$top_srcdir/include" -I"$top_builddir" $(pkg-config --cflags libcjson) -DFUZZ_NAME="\"$name\"" $define \
+        -I"$top_srcdir/include" -I"$top_srcdir/src" -I"$top_builddir" $(pkg-config --cflags libcjson) -DFUZZ_NAME="\"$name\"" $define \
         $sources "$top_srcdir/tests/fuzz/$file" $libs -o "$bin"
     mkdir -p "$out/$name"
     echo "==> fuzzing $name for ${seconds}s"

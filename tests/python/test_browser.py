@@ -233,7 +233,7 @@ def test_the_diff_page_renders_offline_and_sorts(page, tmp_path):
 def test_the_notebook_output_shows_the_report_in_its_frame(page, pages, tmp_path):
     """What %%torchwrapper (and a profile as a cell's value) puts under a notebook cell: the report
     page in a sandboxed frame, its scripts running, nothing fetched, no error."""
-    from torchwrapper._jupyter import Report
+    from torchwrapper.integrations.jupyter import Report
 
     html, _ = pages
     output = Report(str(html.parent / "run"))._repr_html_()

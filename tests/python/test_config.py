@@ -13,7 +13,7 @@ import pytest
 import torchwrapper as tw
 from torchwrapper import _config
 from torchwrapper._api import TorchWrapper
-from torchwrapper._jupyter import _options
+from torchwrapper.integrations.jupyter import _options
 
 PACKAGE = os.path.dirname(os.path.abspath(tw.__file__))
 

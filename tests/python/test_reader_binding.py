@@ -134,18 +134,19 @@ def test_sites_files_are_read_by_the_c_parser(tmp_path):
 
 
 def imports(module):
-    """The torchwrapper modules a module's source imports (at any depth of its code)."""
-    path = os.path.join(os.path.dirname(tw.__file__), module + ".py")
+    """The torchwrapper modules a module's source imports (at any depth of its code); module is dotted
+    under the package (integrations.spark), whose own modules it imports with as many dots."""
+    path = os.path.join(os.path.dirname(tw.__file__), *module.split(".")) + ".py"
     tree = ast.parse(open(path).read())
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
+        if isinstance(node, ast.ImportFrom) and node.level == module.count(".") + 1:
             found.update([node.module] if node.module else [alias.name for alias in node.names])
     return found
 
 
 def test_one_module_finds_the_files_and_the_readers_import_no_circle():
     assert imports("_outdir") <= {"_core"}
-    for reader in ("_engines", "spark"):
+    for reader in ("_engines", "integrations.spark"):
         assert "_files" not in imports(reader) and "_outdir" in imports(reader), reader
     assert "_outdir" in imports("_files")
