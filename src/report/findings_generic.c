@@ -117,9 +117,12 @@ static double growth_of(findings_t *f, const rule_t *r, const settle_context_t *
                 g.last_elems >= 2 * f->elems_growth * g.first_elems;
     /* or its tensors grew step after step in most steps (a list cleared every epoch), beyond what every
      * line's did */
-    int stepwise = e->elems_steps >= 8 && ((e->elems_up >= 0.7 * e->elems_steps &&
-                                            (double)e->elems_up / e->elems_steps >= f->elems_up_share + 0.3) ||
-                                           e->items_up >= 0.7 * e->elems_steps);
+    /* (and three times over at least between a step's least and most: a batch size cycling from 8 to 15 goes
+     * up in most steps too) */
+    int stepwise = e->elems_steps >= 8 &&
+                   ((e->elems_up >= 0.7 * e->elems_steps && e->elems_max >= 3 * e->elems_min &&
+                     (double)e->elems_up / e->elems_steps >= f->elems_up_share + 0.3) ||
+                    (e->items_up >= 0.7 * e->elems_steps && e->items_max >= 3 * e->items_min));
     if (!time && !elems && !stepwise)
         return 0;
     if (!time && !elems) /* (what it costs a step: a cycle's growth is about half of it) */

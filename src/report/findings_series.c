@@ -235,6 +235,14 @@ void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row
         e->bin_elems[bin] += tensors.elements;
     if (row->step >= 1 && row->step != e->elems_step_of) { /* a new step of this key: the last one done */
         if (e->elems_step_of >= 2) {
+            if (e->elems_steps == 0 || e->elems_step < e->elems_min)
+                e->elems_min = e->elems_step;
+            if (e->elems_step > e->elems_max)
+                e->elems_max = e->elems_step;
+            if (e->elems_steps == 0 || e->items_step < e->items_min)
+                e->items_min = e->items_step;
+            if (e->items_step > e->items_max)
+                e->items_max = e->items_step;
             e->elems_steps++;
             e->elems_up += e->elems_step > e->elems_before;
             e->items_up += e->items_step > e->items_before;

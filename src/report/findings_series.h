@@ -65,6 +65,7 @@ typedef struct series_entry {
      * inputs sorted by length grow their sizes) */
     double items_step, items_before, calls_step, calls_before;
     uint32_t items_up;
+    double elems_min, elems_max, items_min, items_max; /* over the steps compared: how far they grew */
     uint32_t list_up; /* steps whose calls were given more tensors each than the step before's: a list
                        * argument that grows (the cause), not a loop over a growing tensor (its effect) */
     /* by bucket of steps (the first step left out): self time, and the elements of the tensors passed

@@ -153,6 +153,21 @@ def test_a_list_grown_every_step_and_cleared_every_epoch(tmp_path):
     assert "more tensors than the step before" in finding["message"], finding
 
 
+def test_a_batch_size_that_cycles_is_no_growth(tmp_path):
+    """Batches of 8 to 15 samples in turn grow in seven steps of eight, and never three times over."""
+    def loop():
+        torch.manual_seed(0)
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(48):
+            loss = model(torch.randn(8 + step % 8, 32)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    found = findings_of(loop, tmp_path)
+    assert "growing_line" not in found, found
+
+
 class PerSample(nn.Module):
     def __init__(self):
         super().__init__()
