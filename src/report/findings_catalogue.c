@@ -243,18 +243,6 @@ static const thread_state_t *steps_thread(const findings_t *f)
     return best;
 }
 
-static int compare_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_of(uint64_t *v, size_t n)
-{
-    qsort(v, n, sizeof *v, compare_u64);
-    return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
-}
-
 /* The medians over the steps after the first of their gaps, waits and times; -1 under 3 steps. */
 static int typical_step_ns(const findings_t *f, double *gap_ns, double *loader_ns, double *step_ns)
 {
@@ -272,9 +260,9 @@ static int typical_step_ns(const findings_t *f, double *gap_ns, double *loader_n
         }
     int rc = n >= 3 ? 0 : -1;
     if (rc == 0) {
-        *gap_ns = median_of(gaps, n);
-        *loader_ns = median_of(loads, n);
-        *step_ns = median_of(spans, n);
+        *gap_ns = findings_median_u64(gaps, n);
+        *loader_ns = findings_median_u64(loads, n);
+        *step_ns = findings_median_u64(spans, n);
     }
     free(gaps);
     free(loads);

@@ -21,18 +21,6 @@
 
 #define ms findings_ms
 
-static int compare_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_of(uint64_t *v, size_t n)
-{
-    qsort(v, n, sizeof *v, compare_u64);
-    return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
-}
-
 /* Step time drifting: the last quarter of the steps slower than the first beyond their spread. */
 void rule_step_time_drift(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
@@ -51,7 +39,7 @@ void rule_step_time_drift(findings_t *f, const rule_t *r, const settle_context_t
     if (first != NULL && last != NULL) {
         memcpy(first, times + 1, q * sizeof *first); /* the first step (warm-up) left out */
         memcpy(last, times + n - q, q * sizeof *last);
-        double a = median_of(first, q), b = median_of(last, q);
+        double a = findings_median_u64(first, q), b = findings_median_u64(last, q);
         /* every last-quarter step slower than the slowest of the first quarter (a rank test's
          * extreme: p = 1/C(2q, q) <= 0.001 from q = 6 by chance alone), and by half in the median */
         int all_slower = 1;

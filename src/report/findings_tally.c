@@ -163,3 +163,15 @@ void findings_sort(findings_t *f)
 {
     qsort(f->found, f->nfound, sizeof *f->found, by_severity_then_share);
 }
+
+static int compare_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+double findings_median_u64(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof *v, compare_u64);
+    return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
+}

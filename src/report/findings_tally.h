@@ -22,6 +22,8 @@ void findings_evidence(finding_t *x, const char *key, double value);
 /* f's findings, most severe first, then by share. */
 void findings_sort(findings_t *f);
 double findings_ms(uint64_t ns);
+/* The median of v[0..n) (n > 0), sorting v. */
+double findings_median_u64(uint64_t *v, size_t n);
 /* The text of e's line ("train.py:42 main"), or "(no site)". */
 const char *findings_line_text(const findings_t *f, const series_entry_t *e);
 /* Whether api is one of the '|'-separated names of list (a trailing '*': a prefix). */

@@ -506,24 +506,8 @@ def test_every_rule_is_in_the_catalogue_page_with_its_source():
 
 # ---- the GPU rules: the fake CUPTI's records (tests/c/fake_cupti.c), and argument summaries ----------------
 
-FAKE = os.environ.get("FAKE_CUPTI") or os.path.join(os.path.dirname(__file__), "..", "c", ".libs", "fake_cupti.so")
-needs_fake = pytest.mark.skipif(not os.path.exists(FAKE) or torch.cuda.is_available(),
-                                reason="the fake CUPTI is built by make check, for machines without a GPU")
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    """The fake CUPTI, loaded by the profiler on its first GPU session in this process."""
-    import ctypes
-    monkeypatch.setenv("TW_CUPTI_LIBRARY", os.path.abspath(FAKE))
-    lib = ctypes.CDLL(os.path.abspath(FAKE))
-    lib.fake_cupti_launch.restype = ctypes.c_uint32
-    lib.fake_cupti_launch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64,
-                                      ctypes.c_uint32, ctypes.c_uint32]
-    lib.fake_cupti_now.restype = ctypes.c_uint64
-    lib.fake_cupti_reset()
-    yield lib
-    lib.fake_cupti_reset()
+# the fake CUPTI and its fixture, as the GPU tests load it (tests/c/fake_cupti.c, built by make check)
+from test_gpu_fake import cpu_only, fake, needs_fake  # noqa: E402,F401 (fake: a fixture)
 
 
 def gpu_findings(fake, tmp_path, monkeypatch, kernels_of_step):
@@ -558,6 +542,7 @@ def busy_from_the_last_kernel(split):
     return kernels
 
 
+@cpu_only
 @needs_fake
 @pytest.mark.parametrize("fixed", [False, True])
 def test_a_gpu_idle_between_its_kernels(fake, tmp_path, monkeypatch, fixed):
@@ -574,6 +559,7 @@ def test_a_gpu_idle_between_its_kernels(fake, tmp_path, monkeypatch, fixed):
     assert "tiny_kernels" not in found   # one a step is no launch-bound step
 
 
+@cpu_only
 @needs_fake
 @pytest.mark.parametrize("fixed", [False, True])
 def test_many_tiny_kernels(fake, tmp_path, monkeypatch, fixed):
