@@ -12,7 +12,6 @@ import json
 import math
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -62,12 +61,6 @@ dist.destroy_process_group()
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(directory, outside=False, **variables):
     """Runs TRAIN under torchrun with 4 ranks, profiled by `python -m torchwrapper run` in each rank (or,
     outside: run around torchrun, the ranks profiled from their first import of torch); the output dir."""
@@ -80,8 +73,9 @@ def torchrun(directory, outside=False, **variables):
                    **variables)
     for key in [k for k in environ if k.startswith("TORCHWRAPPER_") or k in ("RANK", "WORLD_SIZE")]:
         del environ[key]
-    launch = ["-m", "torch.distributed.run", "--nproc_per_node=4", "--rdzv_backend=c10d",
-              f"--rdzv_endpoint=localhost:{free_port()}"]
+    # --standalone: the rendezvous store listens on a port the kernel picks as it binds (a port found
+    # free beforehand could be taken by another test's job before torchrun binds it)
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node=4", "--standalone"]
     ours = ["-m", "torchwrapper", "run", "--no-report", "-o", "out", "--set", "format=csv"]
     args = [sys.executable] + (ours + launch if outside else launch + ours) + ["train.py"]
     result = subprocess.run(args, cwd=directory, env=environ, capture_output=True, text=True, timeout=600)
