@@ -123,10 +123,15 @@ def test_ranks_names_the_straggler_its_steps_and_the_planted_api_first(runs, pla
     assert sum(s["slowest_rank"] == 2 for s in steps) > len(steps) * 3 // 4
     assert len(frame) == 4 * len(steps)
     assert (frame.groupby("step").slowest.sum() == 1).all()
-    # the others wait for it in DDP's allreduce (inside backward), shown as wait, blamed on no one
+    # the others wait for it in DDP's allreduce (inside backward), shown as wait, blamed on no one: step by
+    # step, each waits longer than rank 2. Compared within each step, not as each rank's median over the
+    # steps: a loaded machine's delays (ms, against rank 2's ~1 ms of extra work) fall on a step's ranks
+    # alike and cancel in the difference, while the medians of different steps' waits had rank 0's below
+    # rank 2's (4.76 ms against 4.82) with rank 0 waiting longer in 30 of 39 steps, by a median 0.93 ms.
+    wait = frame.pivot(index="step", columns="rank", values="wait_ns")
     for other in (0, 1, 3):
         assert not ranks[other]["straggler"] and ranks[other]["apis"] == []
-        assert ranks[other]["wait_ns"] > ranks[2]["wait_ns"]
+        assert (wait[other] - wait[2]).median() > 0, (wait / 1e6).round(2).to_string()
     assert not any(a["api"].startswith("torch.distributed") or "backward" in a["api"] for a in ranks[2]["apis"])
     text = report("--ranks", runs[plant])
     assert "Rank 2 is slower than the others beyond noise" in text
