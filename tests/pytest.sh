@@ -10,8 +10,12 @@ cd "$top_srcdir"
 # With pytest-randomly (./quickstart installs it) the tests run in a new random order each time, so
 # that no test can come to rely on another having run first; the seed is printed at the top of the
 # log, and TW_TEST_SEED=N replays that order.
+# TW_TEST_ORDER=reverse runs them in the reverse of the files' order instead (conftest.py; make check-load).
 order=""
-if "$PYTHON" -c "import pytest_randomly" 2>/dev/null; then
+if [ "${TW_TEST_ORDER:-}" = reverse ]; then
+    echo "pytest order: reverse (TW_TEST_ORDER=reverse)"
+    order="-p no:randomly"
+elif "$PYTHON" -c "import pytest_randomly" 2>/dev/null; then
     seed=${TW_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
     echo "pytest order: --randomly-seed=$seed (TW_TEST_SEED=$seed replays it)"
     order="-p randomly --randomly-seed=$seed"

@@ -7,6 +7,14 @@ import pytest
 import torchwrapper as tw
 
 
+def pytest_collection_modifyitems(config, items):
+    """TW_TEST_ORDER=reverse runs the files, and the tests in each, in the reverse of their order
+    (make check-load; pytest.sh then leaves pytest-randomly out): a test that needs another to have run
+    before it fails one way or the other."""
+    if os.environ.get("TW_TEST_ORDER") == "reverse":
+        items.reverse()
+
+
 @pytest.fixture
 def session():
     """A recording session, stopped after the test if the test did not stop it."""

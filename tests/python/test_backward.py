@@ -472,8 +472,8 @@ DDP_PROGRAM = """
 import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp, torchwrapper as tw
 
 def main(rank, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    # a file store: no port to find free first, which another test's job could take meanwhile
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=rank, world_size=2)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 2)))
     x = torch.randn(4, 8) + rank
@@ -489,17 +489,13 @@ if __name__ == "__main__":
 
 
 def test_ddp_with_gloo_its_allreduce_runs_inside_backward_and_every_node_is_recorded(tmp_path):
-    import socket
     import subprocess
     import sys
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     (tmp_path / "ddp.py").write_text(DDP_PROGRAM)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    done = subprocess.run([sys.executable, str(tmp_path / "ddp.py"), str(tmp_path / "out"), str(port)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(tmp_path / "ddp.py"), str(tmp_path / "out"), str(tmp_path / "store")],
+                          env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     for rank in ("0", "1"):
         frame = tw.load(str(tmp_path / "out" / rank))

@@ -5,7 +5,6 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -212,15 +211,10 @@ def test_the_programs_own_sigusr2_handler_is_there_after_stop(tmp_path, set_by_t
     assert got == [signal.SIGUSR2]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def test_one_command_captures_every_rank_of_a_run_launched_ddp_job(tmp_path, job_env):
-    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv_backend=c10d",
-                f"--rdzv_endpoint=localhost:{free_port()}"]
+    # --standalone: the rendezvous store listens on a port the kernel picks as it binds (a port found
+    # free beforehand could be taken by another test's job before torchrun binds it)
+    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
     (tmp_path / "train.py").write_text(DDP_LOOP)
     process = subprocess.Popen([sys.executable, "-m", "torchwrapper", "run", "--no-report", "-o", str(tmp_path / "out"),
                                 "--set", "on_demand=true", "--set", "format=csv", *torchrun, "train.py",

@@ -10,7 +10,6 @@ sitecustomize.py that calls site.addsitedir on it), so that the real .pth file i
 import collections
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -194,17 +193,12 @@ dist.destroy_process_group()
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("form", ["run-outside", "torchrun-outside"])
 def test_torchrun_ddp_ranks_write_their_own_files(tmp_path, env, form):
     (tmp_path / "train.py").write_text(TRAIN)
-    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv_backend=c10d",
-                f"--rdzv_endpoint=localhost:{free_port()}"]
+    # --standalone: the rendezvous store listens on a port the kernel picks as it binds (a port found
+    # free beforehand could be taken by another test's job before torchrun binds it)
+    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
     ours = ["-m", "torchwrapper", "run", "--no-report", "-o", "out", "--set", "format=csv"]
     # python -m torchwrapper run -m torch.distributed.run ... train.py (the launcher profiled too,
     # its workers through the hook), or torchrun ... -m torchwrapper run train.py (each rank runs

@@ -23,7 +23,11 @@ def kernel_path(monkeypatch):
 def run_notebook(cells, tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    # A cell's outputs come on IOPub until the kernel says it is idle: wait for that message (and for
+    # the kernel's start) as long as a cell may run. nbclient's defaults give up on the outputs after
+    # 4 s and go on without them, silently, and on a start after 60 s, which a loaded machine can take.
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                                     startup_timeout=300, iopub_timeout=300, raise_on_iopub_timeout=True,
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     return nb.cells

@@ -11,7 +11,6 @@ import gzip
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -92,12 +91,6 @@ print(json.dumps(out, default=str))
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def report(*args):
     done = subprocess.run([TW_REPORT, *map(str, args)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -125,8 +118,10 @@ def ranks_run(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OMP_NUM_THREADS="1")
     for key in [k for k in env if k.startswith("TORCHWRAPPER_") or k in ("RANK", "WORLD_SIZE")]:
         del env[key]
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv_backend=c10d",
-                           f"--rdzv_endpoint=localhost:{free_port()}", "train.py", "out"], cwd=directory, env=env,
+    # --standalone: the rendezvous store listens on a port the kernel picks as it binds (a port found
+    # free beforehand could be taken by another test's job before torchrun binds it)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
+                           "train.py", "out"], cwd=directory, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return directory / "out"
