@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tw-report --findings: the rules over the pass's rows (see findings.h for the subtree counters).
- * Each rule adds to tallies keyed by the program's line (a site's text); settle turns the tallies
- * into findings with a share of the run's time, and findings_output.c prints them.
+ * tw-report --findings, the sink and its pass over the rows (findings.h): per row, its key's series
+ * (findings_series.c), the tallies keyed by the program's line (a site's text), the subtree counters
+ * of its thread (the calls inside a call, and the runs of the program's own calls among its children:
+ * a Python loop), the outermost calls' parts of their step (the anatomy's), the settings switched by
+ * the calls that switch them, and a convolution's output followed to the batch norm that reads it.
+ * Settle (findings_catalogue.c) turns all of it into findings; findings_output.c prints them.
  *
  * The run's time: the span of the outermost calls of the busiest thread (the one that ran the
  * steps), first start to last end; its steps: the distinct steps of its rows.
@@ -485,8 +488,8 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
         if (e->run_step != row->step)
             e->run_step = row->step, e->run_calls = 0;
         e->run_calls++;
-        report_series_program(e, 0, row->cost_ns);
         e->program_calls++;
+        e->program_cost += row->cost_ns;
         if (e->run_calls > e->max_run)
             e->max_run = e->run_calls;
     }

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tw-report --findings (findings.c, findings_output.c): what is wrong in a run, where (the program's
- * lines), what it costs and how to fix it, from the call records in the one pass every report makes.
+ * tw-report --findings (findings.c): a typical step's anatomy, then what is wrong in a run, where (the
+ * program's lines), what it costs and how to fix it, from the call records in the one pass every report
+ * makes; the rules are the catalogue's (findings_catalogue.c, docs/findings.md).
  *
  * A sink of the pass that keeps per thread a few counters per call depth: records are written when a
  * call returns, so the calls inside a call are the rows of its thread read just before it, deeper
  * than it; each row closes the subtree above it (its counts) in O(1), with no table of pending
- * calls. Memory is flat: per thread, per step and per (rule, line), never per call.
+ * calls. Memory is flat: per thread, per step and per (rule, line) or (line, API, module), never per
+ * call.
  */
 #ifndef TW_REPORT_FINDINGS_H
 #define TW_REPORT_FINDINGS_H
