@@ -308,6 +308,35 @@ def test_a_model_moved_every_step(tmp_path, fixed):
     named_at(found, "module_moved_every_step", "move")
 
 
+@pytest.mark.parametrize("fixed", [False, True])
+def test_the_allocator_cache_emptied_every_step(tmp_path, fixed):
+    def empty(step, model, opt):
+        if not fixed:
+            torch.cuda.empty_cache()  # FINDING:empty_cache
+    found = findings_of(lambda: train(after_step=empty), tmp_path)
+    if fixed:
+        assert "cache_emptied_every_step" not in found
+        return
+    named_at(found, "cache_emptied_every_step", "empty_cache")
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_many_small_operations(tmp_path, fixed):
+    def bookkeeping(step, model, opt):
+        counts = torch.zeros(1000)
+        if fixed:
+            counts += 1
+        else:
+            for i in range(1000):
+                counts[i].add_(1)  # FINDING:small_ops
+    found = findings_of(lambda: train(after_step=bookkeeping), tmp_path)
+    if fixed:
+        assert "many_small_ops" not in found
+        return
+    finding = named_at(found, "many_small_ops", "small_ops")
+    assert finding["evidence"]["small_ops_per_step"] >= 200
+
+
 @contextlib.contextmanager
 def restored_settings():
     """The process-wide settings a test switches, as they were."""
