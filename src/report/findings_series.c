@@ -97,6 +97,10 @@ series_entry_t *report_series_get(series_table_t *t, const tw_row_t *row, int no
     e->api_len = row->api.len, e->module_len = row->module.len;
     e->node = node;
     e->module_forward = row->has_module == 1 && has_suffix(row->api, ".forward");
+    static const char *const setters[] = {"torch.set_default_dtype", "torch.Tensor.to", "torch.nn.Module.to",
+                                          "torch.tensor", "torch.as_tensor", "torch.from_numpy"};
+    for (size_t i = 0; i < sizeof setters / sizeof *setters; i++)
+        e->dtype_setter |= row->api.len == strlen(setters[i]) && memcmp(row->api.ptr, setters[i], row->api.len) == 0;
     e->last_step = -1;
     e->run_step = -1;
     e->elems_step_of = -1;
@@ -160,17 +164,15 @@ static void read_tensors(tw_str_t args, tensors_t *t)
         }
         t->elements += n;
         t->items += 1;
-        /* a list past its eighth item: "..., ... 48 items]": the rest counted as the last shown */
-        if (end - close > 12 && memcmp(close + 1, "@", 1) == 0) {
-            const char *more = memchr(close + 1, ']', (size_t)(end - close - 1));
-            const char *dots = more != NULL ? memchr(close, '.', (size_t)(more - close)) : NULL;
-            if (dots != NULL && more - dots > 10 && memcmp(dots, "... ", 4) == 0 &&
-                memcmp(more - 6, " items", 6) == 0)
-            {
-                double rest = (double)(strtol(dots + 4, NULL, 10) - 8);
-                t->elements += n * rest;
-                t->items += rest;
-            }
+        /* a list past its eighth item: "..., ... 48 items]": the rest counted as the last shown (the device's
+         * few letters skipped to what follows the tensor) */
+        const char *after = close + 1;
+        while (after < end && *after != ',' && *after != ')' && *after != ']')
+            after++;
+        if (end - after > 12 && after[0] == ',' && after[2] == '.' && memcmp(after, ", ... ", 6) == 0) {
+            double rest = (double)(strtol(after + 6, NULL, 10) - 8);
+            t->elements += n * rest;
+            t->items += rest;
         }
         size_t dtype = (size_t)(p - from);
         t->f64 |= dtype == 3 && memcmp(from, "f64", 3) == 0;
@@ -264,7 +266,7 @@ void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row
         e->f32_gpu_ns += row->cost_ns + row->gpu_ns;
     }
     e->single_calls += tensors.first_single;
-    if (!e->f64_made)
+    if (e->dtype_setter && !e->f64_made)
         e->f64_made = asks_float64(row->args);
     uint64_t h = tensors.shapes_hash;
     e->shape_changes += e->calls > 1 && h != e->last_args_hash;

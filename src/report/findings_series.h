@@ -40,6 +40,7 @@ typedef struct series_entry {
     uint64_t steps_seen; /* distinct steps after the first with a call (rows come in step order) */
     int64_t last_step;
     uint64_t f64_calls, f64_ns;   /* calls whose tensors are float64 */
+    int dtype_setter;             /* an API that can ask for a dtype (.to, set_default_dtype, torch.tensor) */
     int f64_made;                 /* a call that asked for float64 (torch.float64 / torch.double among its
                                    * arguments: set_default_dtype, .to, torch.tensor) */
     uint64_t f32_gpu_calls, f32_gpu_ns; /* calls with float32 CUDA tensors */
