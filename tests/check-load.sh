@@ -4,7 +4,7 @@
 # many busy processes as there are CPUs, in the reverse of the files' order (TW_TEST_ORDER=reverse):
 # what a user's machine under other work does to the tests. Every test must pass here as alone: a test
 # that waits on a time instead of an event, bounds a wall time, or needs another test to run first
-# fails here. The busy processes are this script's children, killed when it exits however it exits.
+# fails here. The busy processes are this script's children, killed when it exits, done or interrupted.
 set -eu
 cpus=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 busy=$((2 * cpus))
