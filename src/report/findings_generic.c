@@ -4,7 +4,8 @@
  * (findings_catalogue.c) that read the per-line series (findings_series.h) rather than a tally of
  * their own: a line whose cost grows over the run, a call repeated in a Python loop, calls a
  * training step does not need, settings that slow every call, float64 compute, evaluations with
- * autograd on, and any costly line no other rule explains. Each reads only the steps' thread, and
+ * autograd on, the program's syncs with the device at any depth, the Python before its outermost
+ * calls, and any costly line of the program's own that no other rule explains. Each reads only the steps' thread, and
  * takes the first step out when settle leaves it out.
  */
 #include "config.h"
@@ -415,7 +416,7 @@ void rule_setting(findings_t *f, const rule_t *r, const settle_context_t *c)
     if (k == f->nswitch_rules || t == NULL || f->switches[k].calls_on == 0)
         return;
     uint64_t on = 0, steps = 0;
-    double part_ns = 0, all_ns = 0; /* of the steps it was on in: the parts it slows, and all */
+    double part_ns = 0; /* of the steps it was on in: the parts it slows */
     for (uint64_t s = f->skip_first ? 1 : 0; s < t->nparts; s++) {
         const step_parts_t *p = &t->parts[s];
         if (!p->used)
@@ -425,7 +426,6 @@ void rule_setting(findings_t *f, const rule_t *r, const settle_context_t *c)
             continue;
         on++;
         for (int part = 0; part < PARTS; part++) {
-            all_ns += (double)p->ns[part];
             if (r->affects == 0 || r->affects & 1 << part)
                 part_ns += (double)p->ns[part];
         }
@@ -458,7 +458,6 @@ void rule_setting(findings_t *f, const rule_t *r, const settle_context_t *c)
     snprintf(x->message, sizeof x->message,
              "%s: on in %" PRIu64 " of %" PRIu64 " steps, switched on at %s; it slows %s, %.1f%% of the run.",
              r->message, on, steps, f->switches[k].where, parts, 100 * share);
-    (void)all_ns;
 }
 
 /* ---- matrix products and convolutions in float64 --------------------------------------------------- */
