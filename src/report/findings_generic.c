@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The findings' rules over the step (findings_internal.h), entries of the catalogue
+ * The findings' rules over the step (findings_state.h), entries of the catalogue
  * (findings_catalogue.c) that read the per-line series (findings_series.h) rather than a tally of
  * their own: a line whose cost grows over the run, a call repeated in a Python loop, calls a
  * training step does not need, settings that slow every call, float64 compute, evaluations with
  * autograd on, the program's syncs with the device at any depth, the Python before its outermost
- * calls, and any costly line of the program's own that no other rule explains. Each reads only the steps' thread, and
- * takes the first step out when settle leaves it out.
+ * calls, and any costly line of the program's own that no other rule explains. Each reads only the
+ * steps' thread, and takes the first step out when settle leaves it out.
  */
 #include "config.h"
 #include "findings_generic.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The findings' GPU rules (findings_internal.h): from the GPU files' records (CUPTI's kernels, copies
+ * The findings' GPU rules (findings_state.h): from the GPU files' records (CUPTI's kernels, copies
  * and fills, read before the calls) how busy the device was during the steps, how many of its kernels
  * were tiny; from the calls' argument summaries, matrix products on float32 CUDA tensors. The busy
  * time is kept in buckets of time that double in width as the run grows (memory flat in the run's

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The findings' first rules (findings_internal.h), entries of the catalogue (findings_catalogue.c): at
+ * The findings' first rules (findings_state.h), entries of the catalogue (findings_catalogue.c): at
  * settle each turns its tallies (findings.c) into a finding with its share of the run, severity (from
  * its entry's thresholds), lines, evidence and message; the fix and source are the entry's.
  */

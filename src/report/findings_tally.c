@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* What every findings rule uses at settle (findings_internal.h): tallies ranked, findings made from a
+/* What every findings rule uses at settle (findings_state.h): tallies ranked, findings made from a
  * catalogue entry, their lines and evidence. */
 #include "config.h"
 #include "findings_tally.h"
