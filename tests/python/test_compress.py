@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import zlib
 
 import pytest
@@ -165,12 +164,20 @@ prof.start()
 x = torch.ones(4)
 for _ in range(3000):
     x = torch.add(x, 1)
-end = time.time() + 0.5
-# Calls go on: the recording thread hands its records over, until the writer has written the adds.
-# Under load the writer (at SCHED_IDLE) may not have run for a while: the time alone did not tell
-# whether the file being written had anything in it yet.
-while time.time() < end or prof.stats()["records_written"] < 3000:
+# Calls go on until the writer has written the adds (torch.ones(4) and 3,000 torch.add): the recording
+# thread hands its records over, and writes them itself when the writer thread (at SCHED_IDLE, which
+# other programs' load starves) is late.
+while prof.stats()["records_written"] < 3001:
     torch.ones(1)
+# Then no call: the writer writes what was handed over (rotating files, the manifest rewritten at each
+# new file), and the kill comes once it has, when no rotation is half done. Killed at a time instead
+# (0.5 s), a starved writer had closed one file and created the next but not yet listed them: two files
+# looked cut, one of them whole.
+while True:
+    s = prof.stats()
+    if s["records_written"] + s["writer_dropped"] >= s["records"]:
+        break
+    time.sleep(0.01)
 print("flushed", flush=True)
 time.sleep(60)
 """
@@ -179,14 +186,14 @@ time.sleep(60)
 @pytest.fixture(scope="module", params=["csv", "json"])
 def killed(request, tmp_path_factory):
     """The out_dir of a profiled child (compress "gzip") killed with SIGKILL after 3,000 torch.add
-    calls and several flush intervals."""
+    calls, once its writer has written every record handed over (the last file cut, as a kill
+    leaves the file being written)."""
     out = tmp_path_factory.mktemp(f"killed-{request.param}") / "out"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     child = subprocess.Popen([sys.executable, "-c", KILLED, str(out), request.param], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "flushed\n", child.stderr.read()
-        time.sleep(0.5)               # several flush intervals
         child.send_signal(signal.SIGKILL)
     finally:
         child.kill()
