@@ -275,6 +275,22 @@ extern "C" int tw_torch_start(const tw_torch_hooks_t *given, int operators)
     return 0;
 }
 
+extern "C" void tw_torch_observe(int on)
+{
+    try {
+        for (at::CallbackHandle handle : {backward_handle, operator_handle}) {
+            if (handle == 0)
+                continue;
+            if (on)
+                at::reenableCallback(handle);
+            else
+                at::disableCallback(handle);
+        }
+    } catch (...) {
+        // a handle torch no longer knows: nothing to switch
+    }
+}
+
 extern "C" void tw_torch_stop(void)
 {
     if (backward_handle != 0)

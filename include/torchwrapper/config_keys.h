@@ -135,7 +135,18 @@ typedef struct tw_config {
     double peak_flops;          /* FLOP/s for MFU (config peak_flops); 0: not given */
     int memory;                 /* memory: bytes allocated, freed and the peak per call (allocator reports) */
     tw_compress_t compress;     /* compress: record files as gzip members (.csv.gz, .jsonl.gz) */
+    int detail_sampled;         /* detail "sampled": the detail in the first TW_DETAIL_FIRST steps, then one
+                                 * step in TW_DETAIL_EVERY (steps >= TW_DETAIL_FIRST whose number it divides) */
 } tw_config_t;
+
+#define TW_DETAIL_FIRST 10
+#define TW_DETAIL_EVERY 20
+
+/* Whether step carries the detail under detail "sampled". */
+static inline int tw_detail_step(uint64_t step)
+{
+    return step < TW_DETAIL_FIRST || step % TW_DETAIL_EVERY == 0;
+}
 
 /* The built-in metrics of tensor_stats, space-separated, in the stats files' column order (the one
  * list: the validator's and the Python layer's). Static text. */

@@ -91,6 +91,11 @@ typedef struct tw_writer_stats {
     uint64_t memory_peak;        /* the most bytes waiting at once, measured */
     uint64_t helped;             /* times a recording thread wrote for the writer thread, which runs at the
                                     lowest priority: the budget had passed half (or was full) */
+    /* What writing cost (the profiler's own cost): ns recording threads spent writing for the writer
+     * thread (helped), the writer thread's CPU time, ns the closing thread spent on the last writing */
+    uint64_t help_ns;
+    uint64_t thread_cpu_ns;
+    uint64_t close_ns;
 } tw_writer_stats_t;
 
 /*

@@ -122,6 +122,7 @@ def _report(wrapper: Any, top: int) -> None:
         for name, a in zip(names, apis[:top]):
             print(f"{name:{width}} {a['calls']:9d} {a['total_ns'] / 1e6:10.2f} {a['self_ns'] / 1e6:10.2f} "
                   f"{a['p50_ns'] / 1e3:9.1f} {a['p99_ns'] / 1e3:9.1f}", file=sys.stderr)
+        _print_own_cost(processes)
         _print_findings(out_dir)
         return
     # Several processes: sums, means and maxima merge exactly, percentiles do not (each process's
@@ -147,7 +148,17 @@ def _report(wrapper: Any, top: int) -> None:
     for name, (api, m) in zip(names, rows):
         print(f"{name:{width}} {m['calls']:9d} {m['total_ns'] / 1e6:10.2f} {m['self_ns'] / 1e6:10.2f} "
               f"{m['total_ns'] / m['calls'] / 1e3:9.1f} {m['max_ns'] / 1e3:9.1f} {m['procs']:5d}", file=sys.stderr)
+    _print_own_cost(processes)
     _print_findings(out_dir)
+
+
+def _print_own_cost(processes: List[Tuple[Dict[str, Any], List[Dict[str, Any]]]]) -> None:
+    """What profiling cost the program, as the run's manifests say it."""
+    from ._own_cost import text
+
+    line = text(m for m, _ in processes)
+    if line:
+        print(line, file=sys.stderr)
 
 
 def _print_findings(out_dir: str) -> None:

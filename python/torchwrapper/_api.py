@@ -63,7 +63,7 @@ class TorchWrapper:
                                 args=c["args"], gpu=c["gpu"], tensor_stats=c["tensor_stats"], track=c["track"],
                                 schedule=c["schedule"], records=c["records"], on_demand=c["on_demand"], sites=c["sites"],
                                 aten=c["aten"], flops=c["flops"], peak_flops=c["peak_flops"], memory=c["memory"],
-                                compress=c["compress"],
+                                compress=c["compress"], detail=c["detail"],
                                 metrics=self._metrics if c["tensor_stats"] is not None else None)
         self._call_records = None
         self._profile.start()

@@ -210,13 +210,13 @@ class Profile:
                  records: Optional[str] = None, on_demand: Any = None, sites: Optional[str] = None,
                  aten: Optional[str] = None, flops: Optional[bool] = None,
                  peak_flops: Optional[float] = None, memory: Optional[bool] = None,
-                 compress: Optional[str] = None) -> None:
+                 compress: Optional[str] = None, detail: Optional[str] = None) -> None:
         given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
                  "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
                  "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
                  "gpu": gpu, "tensor_stats": tensor_stats, "track": track, "schedule": schedule, "records": records,
                  "on_demand": on_demand, "sites": sites, "aten": aten, "flops": flops, "peak_flops": peak_flops,
-                 "memory": memory, "compress": compress}
+                 "memory": memory, "compress": compress, "detail": detail}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
         c = _config.normalize(given, defaults="profile")

@@ -81,6 +81,11 @@ static const struct config_key {
      * ~0.8 us a record, 4-6% of a small BERT's step on these 2-core machines, taken from the training
      * (NEWS, make bench: bench_compress.py) */
     {"compress", KEY_CHOICE, {"\"none\""}, "none gzip"},
+    /* sampled: the costly detail (argument summaries, autograd nodes, FLOPs, memory) in the first
+     * TW_DETAIL_FIRST steps, then one in TW_DETAIL_EVERY, so that a profile costs little enough to
+     * stay on; all: in every step. Not given: all where args, aten, flops or memory is given (what a
+     * user sets is kept in every step), else the entry point's (see resolve_detail) */
+    {"detail", KEY_CHOICE, {"\"sampled\"", "\"all\"", "\"all\""}, "sampled all"},
 };
 
 /* The default of key for an entry point (JSON text). */
@@ -600,6 +605,18 @@ int tw_config_normalize(const char *json_in, int from_strings, char **json_out, 
     return tw_config_normalize_for(TW_CONFIG_DEFAULTS_TORCHWRAPPER, json_in, from_strings, json_out, err, err_size);
 }
 
+/* Whether the configuration in sets one of the keys the detail is made of (args, aten, flops,
+ * memory): then "detail", when not given, is "all". The normalized configuration always has
+ * "detail", so that normalizing it again keeps it. */
+static int detail_given_by_others(const cJSON *in)
+{
+    static const char *const keys[] = {"args", "aten", "flops", "memory"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(in, keys[i]) != NULL)
+            return 1;
+    return 0;
+}
+
 int tw_config_normalize_tree(tw_config_defaults_t defaults, const char *json_in, int from_strings, cJSON **tree,
                              char *err, size_t err_size)
 {
@@ -653,7 +670,9 @@ int tw_config_normalize_tree(tw_config_defaults_t defaults, const char *json_in,
     for (size_t i = 0; out != NULL && i < CONFIG_KEY_COUNT; i++) {
         const cJSON *given = cJSON_GetObjectItemCaseSensitive(in, config_keys[i].name);
         cJSON *value;
-        if (given != NULL) {
+        if (given == NULL && strcmp(config_keys[i].name, "detail") == 0 && detail_given_by_others(in)) {
+            value = cJSON_CreateString("all"); /* what the user set is kept in every step */
+        } else if (given != NULL) {
             value = check_value(&config_keys[i], given, from_strings, defaults, err, err_size);
         } else {
             value = cJSON_Parse(fallback_of(&config_keys[i], defaults));

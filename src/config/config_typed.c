@@ -35,6 +35,7 @@ static const choice_t on_full_choices[] = {{"drop", 0}, {"wait", 1}, {NULL, 0}};
 static const choice_t compress_choices[] = {
     {"none", TW_COMPRESS_NONE}, {"gzip", TW_COMPRESS_GZIP}, {NULL, 0}};
 static const choice_t records_choices[] = {{"all", 0}, {"summary", 1}, {NULL, 0}};
+static const choice_t detail_choices[] = {{"sampled", 0}, {"all", 1}, {NULL, 0}};
 
 /* The value of a validated choice (the validator accepted nothing else: an unknown word is a bug in
  * the tables, and is -1). */
@@ -93,6 +94,7 @@ static int typed(const cJSON *root, tw_config_t *out)
     const cJSON *peak = cJSON_GetObjectItemCaseSensitive(root, "peak_flops");
     out->peak_flops = cJSON_IsNumber(peak) ? peak->valuedouble : 0;
     out->memory = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "memory"));
+    out->detail_sampled = choice(root, "detail", detail_choices) == 0;
     char *schedule = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(root, "schedule"));
     failed |= schedule == NULL || tw_schedule_from_json(schedule, &out->schedule) != 0;
     free(schedule);

@@ -19,6 +19,7 @@
 #include "../stats_internal.h"
 
 #include "flame.h"
+#include "own_cost.h"
 #include "table.h"
 
 #define SITE_APIS_SHOWN 4 /* APIs listed per site in --by site; more are counted as "+N more" */
@@ -324,14 +325,19 @@ static int aggregate_row(report_sink_t *sink, const tw_row_t *row, int kept)
             k = tw_format_i64(k, row->pid);
         rc = count_row(report_group_get(&a->groups, key, (size_t)(k - key)), row, gpu, row->flops, 1);
         break;
-    case BY_STEP:
+    case BY_STEP: {
+        group_t *g;
         if (row->step < 0) {
-            rc = count_row(group_for(a, "(no step)"), row, gpu, row->flops, 1);
+            g = group_for(a, "(no step)");
         } else {
             k = tw_format_i64(k, row->step);
-            rc = count_row(report_group_get(&a->groups, key, (size_t)(k - key)), row, gpu, row->flops, 1);
+            g = report_group_get(&a->groups, key, (size_t)(k - key));
         }
+        rc = count_row(g, row, gpu, row->flops, 1);
+        if (g != NULL && report_row_is_node(row))
+            g->nodes++;
         break;
+    }
     case BY_SHAPE: {
         /* "torch.mm [[4, 8], [8, 16]]"; the API alone for a call recorded without a summary (args
          * "none", an autograd node) */

@@ -596,6 +596,13 @@ void report_findings_use_host(report_sink_t *findings, int64_t cpus, int64_t tor
         }
 }
 
+void report_findings_use_detail(report_sink_t *findings, int64_t first, int64_t every)
+{
+    findings_t *f = (findings_t *)findings;
+    f->series.detail_first = first;
+    f->series.detail_every = every;
+}
+
 void report_findings_use_ranks(report_sink_t *findings, report_sink_t *ranks)
 {
     ((findings_t *)findings)->ranks = ranks;

@@ -24,6 +24,10 @@ int report_findings_new(const options_t *o, const report_sites_t *sites, int hav
  * what the threads rules weigh torch.set_num_threads against. */
 void report_findings_use_host(report_sink_t *findings, int64_t cpus, int64_t torch_threads);
 
+/* The steps whose calls carry the detail (argument summaries, nodes, FLOPs), as the manifest says:
+ * the first `first`, then one in `every` (every 0: all steps). */
+void report_findings_use_detail(report_sink_t *findings, int64_t first, int64_t every);
+
 /* The ranks' analysis (a --ranks sink, settled with the others) gives the straggler finding. */
 void report_findings_use_ranks(report_sink_t *findings, report_sink_t *ranks);
 

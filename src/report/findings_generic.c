@@ -287,7 +287,7 @@ static double repeated_api(findings_t *f, const rule_t *r, const settle_context_
     (void)r;
     /* a torch function or method over tensors of changing shapes: a loop over parameters, not over a
      * batch (a loop over a batch's slices has one shape: the module rule's case, or a metric's) */
-    if (e->module_forward || e->dataset || e->shape_changes * 2 < e->calls)
+    if (e->module_forward || e->dataset || e->shape_changes * 2 * report_series_detail_scale(e) < e->calls)
         return 0; /* (a Dataset's indexing is the input's: input_bound's) */
     /* a line whose module runs in the loop says it once (repeated_module comes first) */
     const char *line = findings_line_text(f, e);
@@ -318,7 +318,8 @@ static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, 
             for (size_t i = 0; i < n; i++)
                 findings_add_where_text(x, findings_line_text(f, list[i].e));
             double per_step = (double)e->program_calls * after_first(f, e) / c->per_step;
-            int single = e->single_calls * 2 >= e->calls, samples = single || e->per_sample_runs > 0;
+            int single = e->single_calls * 2 * report_series_detail_scale(e) >= e->calls;
+            int samples = single || e->per_sample_runs > 0;
             /* without a sample a call (layers sharing weights, a recurrence over time steps) the loop may be the
              * model's own design: said, at low */
             if (modules && !samples)
@@ -467,7 +468,7 @@ static double float64(findings_t *f, const rule_t *r, const settle_context_t *c,
     (void)c;
     if (e->node || e->f64_calls == 0 || !findings_api_in(e->api, e->api_len, r->apis))
         return 0;
-    return (double)e->f64_ns * after_first(f, e);
+    return (double)e->f64_ns * report_series_detail_scale(e) * after_first(f, e);
 }
 
 void rule_dtype(findings_t *f, const rule_t *r, const settle_context_t *c)
@@ -479,7 +480,7 @@ void rule_dtype(findings_t *f, const rule_t *r, const settle_context_t *c)
     double total = 0;
     uint64_t calls = 0;
     for (size_t i = 0; i < n; i++)
-        total += list[i].weight, calls += list[i].e->f64_calls;
+        total += list[i].weight, calls += list[i].e->f64_calls * report_series_detail_scale(list[i].e);
     double share = total / (double)c->run_ns;
     if (share >= 0.01) {
         finding_t *x = findings_add(f, r, share);

@@ -134,7 +134,7 @@ static double fp32_on_gpu(findings_t *f, const rule_t *r, const settle_context_t
         !findings_api_in(e->api, e->api_len, r->apis))
         return 0;
     /* the steps the rules count: the first step's share of the calls out */
-    return (double)e->f32_gpu_ns * (f->skip_first && e->calls > 0 ? (double)(e->calls - e->first_calls) / (double)e->calls : 1);
+    return (double)e->f32_gpu_ns * report_series_detail_scale(e) * (f->skip_first && e->calls > 0 ? (double)(e->calls - e->first_calls) / (double)e->calls : 1);
 }
 
 void rule_fp32_matmul_gpu(findings_t *f, const rule_t *r, const settle_context_t *c)

@@ -201,6 +201,7 @@ static int asks_float64(tw_str_t args)
 
 void report_series_add(series_table_t *t, series_entry_t *e, const tw_row_t *row)
 {
+    e->detail_calls += report_series_detail_step(t, row->step);
     e->calls++;
     e->self_ns += row->self_ns;
     e->cost_ns += row->cost_ns;
@@ -313,22 +314,46 @@ static double median(double *v, size_t n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+double report_series_detail_scale(const series_entry_t *e)
+{
+    return e->detail_calls > 0 && e->detail_calls < e->calls ? (double)e->calls / (double)e->detail_calls : 1.0;
+}
+
+int report_series_detail_step(const series_table_t *t, int64_t step)
+{
+    return t->detail_every <= 0 || step < t->detail_first || step % t->detail_every == 0;
+}
+
+/* The steps of [from, to] whose calls carry argument summaries (all, unless detail is sampled). */
+static uint64_t detail_steps(const series_table_t *t, uint64_t from, uint64_t to)
+{
+    if (t->detail_every <= 0)
+        return to - from + 1;
+    uint64_t n = 0;
+    for (uint64_t s = from; s <= to; s++)
+        n += s < (uint64_t)t->detail_first || s % (uint64_t)t->detail_every == 0;
+    return n;
+}
+
 int report_series_ends(const series_table_t *t, const series_entry_t *e, int which, double *first, double *last,
                        int *rising)
 {
     if (t->last_step < 2)
         return -1;
-    /* the buckets that hold steps: the last may hold fewer than its width */
-    size_t used = (size_t)((t->last_step - 1) / t->bin_width) + 1;
-    if (used < 8)
-        return -1;
+    /* the buckets that hold steps: the last may hold fewer than its width; for elements, those with
+     * steps whose calls carry summaries (a bucket without is left out) */
+    size_t buckets = (size_t)((t->last_step - 1) / t->bin_width) + 1, used = 0;
     double means[SERIES_BINS];
-    for (size_t b = 0; b < used; b++) {
+    for (size_t b = 0; b < buckets; b++) {
         uint64_t from = b * t->bin_width + 1, to = from + t->bin_width - 1;
         if (to > t->last_step)
             to = t->last_step;
-        means[b] = (which == SERIES_SELF ? (double)e->bin_self[b] : e->bin_elems[b]) / (double)(to - from + 1);
+        uint64_t steps = which == SERIES_SELF ? to - from + 1 : detail_steps(t, from, to);
+        if (steps > 0)
+            means[used++] = (which == SERIES_SELF ? (double)e->bin_self[b] : e->bin_elems[b]) / (double)steps;
     }
+    if (used < 8)
+        return -1;
     size_t q = used / 4;
     double a[SERIES_BINS / 4 + 1], z[SERIES_BINS / 4 + 1];
     double last_min = -1;

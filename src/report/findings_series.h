@@ -39,6 +39,7 @@ typedef struct series_entry {
     uint32_t run_calls;
     uint64_t steps_seen; /* distinct steps after the first with a call (rows come in step order) */
     int64_t last_step;
+    uint64_t detail_calls;        /* calls in the steps whose calls carry argument summaries (detail) */
     uint64_t f64_calls, f64_ns;   /* calls whose tensors are float64 */
     int dtype_setter;             /* an API that can ask for a dtype (.to, set_default_dtype, torch.tensor) */
     int f64_made;                 /* a call that asked for float64 (torch.float64 / torch.double among its
@@ -81,8 +82,19 @@ typedef struct series_table {
     size_t count;
     uint64_t bin_width; /* steps a bucket */
     uint64_t last_step; /* the highest step seen */
+    /* the steps whose calls carry argument summaries (config detail "sampled": the first
+     * detail_first, then one in detail_every; detail_every 0: every step): a bucket's elements are
+     * averaged over those */
+    int64_t detail_first, detail_every;
     int oom;
 } series_table_t;
+
+/* What e's counts from argument summaries (f64_ns, single_calls, shape_changes, ...) are multiplied
+ * by to stand for all of its calls: 1, unless detail is sampled (calls / calls in the steps with it). */
+double report_series_detail_scale(const series_entry_t *e);
+
+/* Whether step's calls carry the detail (argument summaries): t's detail_first and detail_every. */
+int report_series_detail_step(const series_table_t *t, int64_t step);
 
 /* The entry of the row's key, created if missing; NULL when out of memory. */
 series_entry_t *report_series_get(series_table_t *t, const tw_row_t *row, int node);

@@ -23,6 +23,7 @@ typedef struct group {
     uint64_t flops;      /* its records' own FLOPs (config flops); modules: their forwards' flops_total */
     uint64_t bwd_flops;  /* those of the autograd nodes charged to its calls (as bwd_ns) */
     uint64_t node_flops; /* of flops, the autograd nodes' among its own records (--by api, step, ...) */
+    uint64_t nodes;      /* of its calls, autograd nodes' records (--by step: the profiler's own cost) */
     /* config memory: bytes its records' allocators reported (modules: their forwards'), summed; the
      * peak is the highest of theirs; bwd_mem: allocated by the autograd nodes charged to its calls */
     uint64_t mem_alloc, mem_self, mem_freed, mem_peak, bwd_mem;

@@ -32,6 +32,7 @@
 #include "table.h"
 #include "groups.h"
 #include "html_page.h"
+#include "own_cost.h"
 #include "util.h"
 
 #define HTML_MAX_APIS 1500    /* per-API rows, the most total time first */
@@ -237,6 +238,11 @@ static void section_summary(FILE *out, const page_t *pg)
     card(out, value, "from the first call to the last return");
     snprintf(value, sizeof value, "%.3f s", (double)report_flame_self_ns(pg->flame) / 1e9);
     card(out, value, "time in recorded calls (self, all threads)");
+    const report_own_t *own = &info->own;
+    if (own->manifests > 0 && own->run_ns > 0) {
+        snprintf(value, sizeof value, "%.2f%%", 100.0 * (double)report_own_program_ns(own) / (double)own->run_ns);
+        card(out, value, "the profiler's own cost (of the recording, on the program's threads)");
+    }
     fputs("</div>\n<p class=\"note\">", out);
     size_t files = pg->pass->in->count;
     fprintf(out, "%zu record file%s, %.1f MB", files, files == 1 ? "" : "s", (double)stats->bytes / 1e6);
@@ -250,7 +256,15 @@ static void section_summary(FILE *out, const page_t *pg)
         fprintf(out, "; %" PRIu64 " records left out by the filters", pg->pass->filtered);
     if (pg->pass->oom || h->oom)
         fputs("; <b>out of memory: some calls are not counted</b>", out);
-    fputs("</p></section>\n", out);
+    fputs("</p>\n", out);
+    char own_text[1024];
+    report_own_text(own, own_text, sizeof own_text);
+    if (own_text[0] != '\0') {
+        fputs("<p class=\"note\" id=\"own-cost\">", out);
+        text(out, own_text);
+        fputs("</p>\n", out);
+    }
+    fputs("</section>\n", out);
 }
 
 static int compare_total(const void *a, const void *b)

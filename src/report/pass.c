@@ -63,8 +63,10 @@ int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const r
         rc = report_tree_new(o, sites, &tree);
     } else if (o->findings) {
         rc = report_findings_new(o, sites, p->out.have_gpu_files, &findings);
-        if (rc == 0)
+        if (rc == 0) {
             report_findings_use_host(findings, in->info.cpus, in->info.torch_threads);
+            report_findings_use_detail(findings, in->info.own.detail_first, in->info.own.detail_every);
+        }
         if (rc == 0 && in->nranks >= 2) /* stragglers: the ranks' analysis, not printed (findings.h) */
             rc = report_ranks_new(o, in, &ranks);
         if (rc == 0 && ranks != NULL)
@@ -78,8 +80,10 @@ int report_open_sinks(pass_t *p, const options_t *o, const inputs_t *in, const r
             rc = report_flame_open(o, sites, &p->index, &flame);
         if (rc == 0 && o->html) /* the page opens with the findings */
             rc = report_findings_new(o, sites, p->out.have_gpu_files, &findings);
-        if (rc == 0 && o->html)
+        if (rc == 0 && o->html) {
             report_findings_use_host(findings, in->info.cpus, in->info.torch_threads);
+            report_findings_use_detail(findings, in->info.own.detail_first, in->info.own.detail_every);
+        }
         if (rc == 0 && o->html && ranks != NULL)
             report_findings_use_ranks(findings, ranks);
         if (rc == 0 && o->html)

@@ -11,6 +11,7 @@
 #include "torchwrapper/stats.h"
 
 #include "chrome_trace.h"
+#include "own_cost.h"
 #include "util.h"
 
 static uint64_t sort_value(const group_t *g, sort_key_t key)
@@ -235,13 +236,22 @@ fail:
 typedef struct columns {
     int gpu, bwd, flops, mem, bwd_mem;
     double peak; /* FLOP/s (MFU) */
+    const report_own_t *own; /* --by step: the profiler's own cost a step (the manifests say it); NULL: none */
 } columns_t;
+
+/* The profiler's own time in step group g (--by step): its calls and nodes at the run's rates. */
+static uint64_t own_of(const group_t *g, const report_own_t *own)
+{
+    int64_t step = g->key[0] >= '0' && g->key[0] <= '9' ? strtoll(g->key, NULL, 10) : -1;
+    uint64_t nodes = g->nodes < g->stats.calls ? g->nodes : g->stats.calls;
+    return report_own_step_ns(own, report_own_detail_step(own, step), g->stats.calls - nodes, nodes);
+}
 
 /* Whether the table shows column c (of print_rows' heads). */
 static int shown_column(int c, const columns_t *k)
 {
     return (c != 3 || k->bwd) && (c != 4 || k->gpu) && (c < 12 || c > 14 || k->flops) && (c != 14 || k->peak > 0) &&
-           (c < 15 || k->mem) && (c != 19 || k->bwd_mem);
+           (c < 15 || c > 19 || k->mem) && (c != 19 || k->bwd_mem) && (c != 20 || k->own != NULL);
 }
 
 /* Bytes as MiB, blank for 0 (a group with no allocator report). */
@@ -266,16 +276,17 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
 {
     static const char *const heads[] = {"calls", "total ms", "self ms", "bwd ms", "gpu ms", "mean us", "min us",
                                         "p50 us", "p95 us", "p99 us", "max us", "share %", "GFLOP", "TFLOP/s",
-                                        "MFU %", "alloc MiB", "self MiB", "freed MiB", "peak MiB", "bwd MiB"};
-    enum { NCOLS = 20 };
+                                        "MFU %", "alloc MiB", "self MiB", "freed MiB", "peak MiB", "bwd MiB",
+                                        "own ms"};
+    enum { NCOLS = 21 };
     int any_bwd = k->bwd, any_flops = k->flops;
     double peak = k->peak;
     if (o->format == OUT_CSV) {
         /* bwd_gpu_ns last: the columns before it stay where they were */
-        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share%s%s%s%s%s\n",
+        fprintf(out, "%s,calls,errors,total_ns,self_ns,gpu_ns,mean_ns,min_ns,p50_ns,p95_ns,p99_ns,max_ns,share%s%s%s%s%s%s\n",
                 group_title(o->by), any_bwd ? ",bwd_ns" : "", any_flops ? ",flops,bwd_flops,flop_s" : "",
                 any_flops && peak > 0 ? ",mfu" : "", k->mem ? ",mem_alloc,mem_self,mem_freed,mem_peak,bwd_mem" : "",
-                any_bwd && k->gpu ? ",bwd_gpu_ns" : "");
+                any_bwd && k->gpu ? ",bwd_gpu_ns" : "", k->own != NULL ? ",own_ns" : "");
         for (size_t i = 0; i < n; i++) {
             row_values_t v = values_of(order[i], all_self, o->by, peak);
             report_csv_text(out, v.key);
@@ -295,6 +306,8 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                         v.mem_freed, v.mem_peak, v.bwd_mem);
             if (any_bwd && k->gpu)
                 fprintf(out, ",%" PRIu64, order[i]->bwd_gpu_ns);
+            if (k->own != NULL)
+                fprintf(out, ",%" PRIu64, own_of(order[i], k->own));
             fputc('\n', out);
         }
         return;
@@ -331,6 +344,8 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
                 fprintf(out, ",\"mem_alloc\":%" PRIu64 ",\"mem_self\":%" PRIu64 ",\"mem_freed\":%" PRIu64
                              ",\"mem_peak\":%" PRIu64 ",\"bwd_mem\":%" PRIu64,
                         v.mem_alloc, v.mem_self, v.mem_freed, v.mem_peak, v.bwd_mem);
+            if (k->own != NULL) /* the profiler's own time in the step (its calls and nodes at the run's rates) */
+                fprintf(out, ",\"own_ns\":%" PRIu64, own_of(order[i], k->own));
             fputc('}', out);
         }
         fputs("\n]}\n", out);
@@ -373,6 +388,8 @@ static void print_rows(FILE *out, const options_t *o, group_t **order, size_t n,
         print_mib(cells[i][17], 24, v.mem_freed);
         print_mib(cells[i][18], 24, v.mem_peak);
         print_mib(cells[i][19], 24, v.bwd_mem);
+        if (k->own != NULL)
+            print_ms(cells[i][20], 24, own_of(order[i], k->own));
         for (int c = 0; c < NCOLS; c++)
             if (strlen(cells[i][c]) > width[c + 1])
                 width[c + 1] = strlen(cells[i][c]);
@@ -422,7 +439,8 @@ int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const 
         n = kept;
     }
     uint64_t all_self = 0;
-    columns_t k = {pass->have_gpu_files, 0, 0, 0, 0, in->info.peak_flops};
+    columns_t k = {pass->have_gpu_files, 0, 0, 0, 0, in->info.peak_flops,
+                   o->by == BY_STEP && in->info.own.manifests > 0 ? &in->info.own : NULL};
     for (size_t i = 0; i < n; i++) {
         const group_t *g = order[i];
         all_self += g->stats.self_ns;
@@ -466,5 +484,9 @@ int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const 
         }
         fputc('\n', note);
     }
+    char own[1024];
+    report_own_text(&in->info.own, own, sizeof own);
+    if (table && own[0] != '\0') /* what recording this cost the program, under every terminal table */
+        fprintf(out, "%s%s\n", own, k.own != NULL ? " (own ms: a step's calls and nodes at these rates)" : "");
     return 0;
 }

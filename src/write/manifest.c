@@ -159,6 +159,15 @@ void tw_manifest_write(tw_fileset_env_t *env, const char *path, const tw_manifes
             cJSON_AddItemToObject(o, "peak_bytes", raw_int((int64_t)m->memory_peak));
         }
     }
+    if (m->writer_cost != NULL) { /* the profiler's own cost: its writing's part */
+        cJSON *o = cJSON_AddObjectToObject(root, "writer");
+        if (o != NULL) {
+            cJSON_AddItemToObject(o, "helped", raw_int((int64_t)m->writer_cost[TW_MANIFEST_HELPED]));
+            cJSON_AddItemToObject(o, "help_ns", raw_int((int64_t)m->writer_cost[TW_MANIFEST_HELP_NS]));
+            cJSON_AddItemToObject(o, "thread_cpu_ns", raw_int((int64_t)m->writer_cost[TW_MANIFEST_THREAD_CPU_NS]));
+            cJSON_AddItemToObject(o, "close_ns", raw_int((int64_t)m->writer_cost[TW_MANIFEST_CLOSE_NS]));
+        }
+    }
     cJSON *captures = m->captures_json != NULL ? cJSON_Parse(m->captures_json) : NULL;
     if (captures != NULL)
         cJSON_AddItemToObject(root, "captures", captures);

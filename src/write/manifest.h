@@ -53,7 +53,13 @@ typedef struct {
     const char *captures_json;  /* "captures": a JSON array of the on-demand captures; NULL: none */
     const char *sites_file;     /* the call sites file's name (in out_dir); NULL: none */
     const tw_sites_stats_t *sites;
+    /* "writer": what writing cost the program (tw_writer_stats_t's help_ns, thread_cpu_ns, close_ns,
+     * helped); NULL: not said (a capture's manifest: those are the process's) */
+    const uint64_t *writer_cost;
 } tw_manifest_t;
+
+/* writer_cost's entries */
+enum { TW_MANIFEST_HELPED, TW_MANIFEST_HELP_NS, TW_MANIFEST_THREAD_CPU_NS, TW_MANIFEST_CLOSE_NS, TW_MANIFEST_WRITER_COSTS };
 
 /* An exact JSON number for v (cJSON keeps numbers as doubles, exact only below 2^53). */
 cJSON *tw_json_uint(uint64_t v);

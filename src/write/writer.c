@@ -170,6 +170,15 @@ static void writer_thread_raise(tw_writer_t *w, int force)
 #endif
 }
 
+/* The calling thread's CPU time (ns), 0 where it cannot be read. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void *writer_main(void *arg)
 {
     tw_writer_t *w = arg;
@@ -220,7 +229,11 @@ static void *writer_main(void *arg)
             atomic_store_explicit(&w->flushed_ns, drained_from, memory_order_release);
             next_flush = now + w->flush_interval_ns;
         }
+        /* a clock read a round (a round is a flush interval or a chunk's worth): what the manifest's
+         * "writer" says this thread cost, read by whoever writes it */
+        atomic_store_explicit(&w->thread_cpu_ns, thread_cpu_ns(), memory_order_relaxed);
     }
+    atomic_store_explicit(&w->thread_cpu_ns, thread_cpu_ns(), memory_order_relaxed);
     return NULL;
 }
 
@@ -255,6 +268,7 @@ static void writer_help(void *arg, int urgency)
         if (!writer_late(w, now))
             return;
     }
+    uint64_t began = now != 0 ? now : monotonic_ns(); /* the program's time from here: help_ns */
     if (pthread_mutex_trylock(&w->pen) != 0) {
         /* late: whoever holds the pen leaves the rest to this one after its chunk, then the flush
          * comes here, so that a late thread's records reach the files now, whoever writes them */
@@ -267,6 +281,7 @@ static void writer_help(void *arg, int urgency)
         /* another late producer, or the thread, flushed meanwhile: nothing is late any more */
         if (urgency == TW_QUEUE_HELP_IF_LATE && !writer_late(w, now)) {
             pthread_mutex_unlock(&w->pen);
+            atomic_fetch_add_explicit(&w->help_ns, monotonic_ns() - began, memory_order_relaxed);
             return;
         }
     }
@@ -288,6 +303,7 @@ static void writer_help(void *arg, int urgency)
     }
     pthread_mutex_unlock(&w->pen);
     tw_queue_room(w->queue); /* producers waiting for room (on_full "wait") */
+    atomic_fetch_add_explicit(&w->help_ns, monotonic_ns() - began, memory_order_relaxed);
 }
 
 /* The last writing, on the closing thread, so that it never waits for CPU time the writer thread may
@@ -387,6 +403,9 @@ static void fork_child(void *arg)
     w->pen_closed = 0;
     atomic_store(&w->pen_waiting, 0);
     atomic_store(&w->helped, 0);
+    atomic_store(&w->help_ns, 0);
+    atomic_store(&w->thread_cpu_ns, 0); /* the parent's thread: the child's starts at its first chunk */
+    atomic_store(&w->close_ns, 0);
     atomic_store(&w->boosted, 0);
     atomic_store(&w->tid, 0);
     tw_cond_init_monotonic(&w->bell);
@@ -580,6 +599,7 @@ int tw_writer_close(tw_writer_t *w)
     pthread_cond_signal(&w->bell);
     int running = w->thread_running;
     pthread_mutex_unlock(&w->lock);
+    uint64_t closing = monotonic_ns();
     final_writing(w);
     if (running) {
         /* It has only to see stopping and leave, but at the lowest priority on busy cores (torch's
@@ -590,6 +610,7 @@ int tw_writer_close(tw_writer_t *w)
         w->thread_running = 0;
         pthread_mutex_unlock(&w->lock);
     }
+    atomic_store(&w->close_ns, monotonic_ns() - closing); /* the stop's wait for the files, in the manifest */
     pthread_mutex_lock(&w->lock);
     w->closed = 1;
     pthread_mutex_unlock(&w->lock);
@@ -639,6 +660,9 @@ void tw_writer_stats(tw_writer_t *w, tw_writer_stats_t *stats)
     stats->wakeups = w->wakeups;
     pthread_mutex_unlock(&w->lock);
     stats->helped = atomic_load(&w->helped);
+    stats->help_ns = atomic_load(&w->help_ns);
+    stats->thread_cpu_ns = atomic_load(&w->thread_cpu_ns);
+    stats->close_ns = atomic_load(&w->close_ns);
     uint64_t used;
     tw_queue_memory(w->queue, &used, &stats->memory_peak, &stats->memory_budget);
     if (stats->memory_budget == 0) /* detached: the budget as it was applied */

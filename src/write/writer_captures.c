@@ -29,7 +29,7 @@ static void write_capture_manifest(tw_writer_t *w, capture_t *c)
         if (k == 0 || c->files[k].kind != NULL) /* the calls always; a stream once it had a row */
             kinds[count++] = (tw_manifest_kind_t){k == 0 ? "calls" : c->files[k].kind, &c->files[k], {0}, 0};
     tw_manifest_t m = {c->manifest_extra, w->clock.source, c->start_ns, c->end_ns, kinds, count, 0, 0, NULL,
-                       NULL, NULL};
+                       NULL, NULL, NULL};
     tw_sites_stats_t sites;
     char sites_path[PATH_MAX];
     if (w->sites != NULL && snprintf(sites_path, sizeof sites_path, "%s/sites%s", c->dir,

@@ -106,8 +106,11 @@ void tw_writer_write_manifest(tw_writer_t *w)
     kinds[0].drops.full += tw_queue_dropped(w->queue); /* records the recorder could not queue */
     uint64_t used, peak, limit;
     tw_queue_memory(w->queue, &used, &peak, &limit);
+    uint64_t writer_cost[TW_MANIFEST_WRITER_COSTS] = {
+        [TW_MANIFEST_HELPED] = atomic_load(&w->helped), [TW_MANIFEST_HELP_NS] = atomic_load(&w->help_ns),
+        [TW_MANIFEST_THREAD_CPU_NS] = atomic_load(&w->thread_cpu_ns), [TW_MANIFEST_CLOSE_NS] = atomic_load(&w->close_ns)};
     tw_manifest_t m = {extra, w->clock.source, w->start_ns, w->end_ns, kinds, count,
-                       w->buffer_bytes, peak, captures, NULL, NULL};
+                       w->buffer_bytes, peak, captures, NULL, NULL, writer_cost};
     tw_sites_stats_t sites;
     if (w->sites != NULL) {
         tw_writer_write_sites(w);

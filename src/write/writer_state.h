@@ -121,6 +121,12 @@ struct tw_writer {
     int pen_closed;              /* closed: nobody writes any more, the files are closed (pen) */
     _Atomic unsigned pen_waiting; /* producers with no room waiting for the pen: the thread leaves them the work */
     _Atomic uint64_t helped;     /* times a producer wrote for the writer thread */
+    /* What writing cost the program (the profiler's own cost, the manifest's "writer"): ns producers
+     * spent writing for the thread (waiting for the pen included), the thread's CPU time (read by the
+     * thread itself after each round), ns the closing thread spent on the last writing */
+    _Atomic uint64_t help_ns;
+    _Atomic uint64_t thread_cpu_ns;
+    _Atomic uint64_t close_ns;
     _Atomic uint64_t flushed_ns; /* the files were last flushed with all queued by then (monotonic time) */
     _Atomic int boosted;         /* the thread was raised to normal priority: it goes back to the lowest */
     _Atomic pid_t tid;           /* the writer thread's, once it runs (Linux) */

@@ -74,10 +74,12 @@ static uint64_t link_tag(uint64_t thread, int64_t seq)
 #define NODE_DEPTH 64      /* nodes open at once on one thread (reentrant backward) */
 #define NAME_CACHE 256     /* node names -> API ids, per thread */
 #define MAX_THREADS 1024   /* threads that ever ran a hook while recording */
+#define NODE_OWN_PERIOD 64 /* the hooks' own time is measured around one node in this many */
 
 typedef struct {
     int begun;             /* tw_call_begin() was called (its frame may still be NULL: too deep) */
     int is_op;             /* an operator's (aten "all"), not a node's */
+    int measured;          /* the hooks' own time is measured around this node (one in NODE_OWN_PERIOD) */
     tw_frame_t *frame;
     uint64_t start;
     uint32_t api_id;
@@ -90,6 +92,13 @@ typedef struct {
     uint64_t gen;          /* the session the fields below belong to */
     tw_thread_t *t;        /* its recorder state for this thread */
     uint32_t open;         /* nodes begun and not ended on this thread */
+    /* The hooks' own cost in this session (tw_backward_own_cost): nodes recorded, and the ticks of
+     * the hooks' own work around one node in NODE_OWN_PERIOD (from the begin hook's entry to the
+     * node's start, from its end to the end hook's exit); read once the hooks stopped */
+    uint64_t nodes_recorded;
+    uint64_t own_samples;
+    uint64_t own_ticks;
+    uint32_t own_countdown;
     node_open_t nodes[NODE_DEPTH];
     struct {
         uint64_t hash;
@@ -121,6 +130,18 @@ static _Atomic int hooks_idle;
 void tw_backward_set_idle(int idle)
 {
     atomic_store_explicit(&hooks_idle, idle, memory_order_relaxed);
+}
+
+/* Whether the current step has the detail, and whether libtorch calls the hooks now (GIL held) */
+static int detail_wanted = 1, observing;
+
+void tw_backward_set_detail(int on)
+{
+    detail_wanted = on;
+    if (observing != on && atomic_load(&recording_gen) != 0) {
+        tw_layer.observe(on);
+        observing = on;
+    }
 }
 
 uint64_t tw_backward_stray_hooks(void)
@@ -159,6 +180,8 @@ static node_thread_t *hook_enter(void)
     if (st->gen != gen) {
         st->gen = gen;
         st->open = 0;
+        st->nodes_recorded = st->own_samples = st->own_ticks = 0;
+        st->own_countdown = NODE_OWN_PERIOD;
         st->t = tw_recorder_attach(recording_recorder);
         tw_memory_attach(st->t); /* config memory: autograd's threads inherit the reporter */
     }
@@ -321,6 +344,7 @@ static node_open_t *open_record(node_thread_t *st, const char *name, int is_op)
     node_open_t *node = &st->nodes[st->open++];
     node->begun = 0;
     node->is_op = is_op;
+    node->measured = 0;
     tw_thread_t *t = st->t;
     if (name == NULL || t == NULL || t->paused || atomic_load_explicit(&hooks_idle, memory_order_relaxed))
         return NULL;
@@ -340,16 +364,17 @@ static node_open_t *open_record(node_thread_t *st, const char *name, int is_op)
     return node;
 }
 
-/* Closes the record open_record() opened last on this thread; a node's carries its link. */
-static void close_record(node_thread_t *st, uint64_t end, int is_node)
+/* Closes the record open_record() opened last on this thread; a node's carries its link. Returns
+ * whether the hooks' own time is measured around it (node->measured). */
+static int close_record(node_thread_t *st, uint64_t end, int is_node)
 {
     if (st->open == 0) /* begun before this session recorded */
-        return;
+        return 0;
     if (--st->open >= NODE_DEPTH)
-        return;
+        return 0;
     node_open_t *node = &st->nodes[st->open];
     if (!node->begun)
-        return;
+        return 0;
     if (is_node) {
         char link[TW_BACKWARD_LINK_SIZE];
         tw_backward_link_pack(link, node->fwd_call_id, node->fwd_api);
@@ -357,6 +382,7 @@ static void close_record(node_thread_t *st, uint64_t end, int is_node)
     } else {
         tw_call_end(st->t, node->frame, node->api_id, node->start, end, 0);
     }
+    return node->measured;
 }
 
 static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread)
@@ -368,8 +394,10 @@ static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread
     node_thread_t *st = hook_enter();
     if (st == NULL)
         return;
+    uint64_t entry = --st->own_countdown == 0 ? tw_clock_ticks(recording_clock) : 0;
     node_open_t *node = open_record(st, name, 0);
     if (node != NULL) {
+        st->nodes_recorded++;
         uint32_t fwd_api = 0, module_id = TW_MODULE_NONE, site = 0;
         uint64_t flops = 0;
         node->fwd_call_id = find_link(seq, forward_thread, &fwd_api, &module_id, &site, &flops);
@@ -385,7 +413,14 @@ static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread
                 gpu_nodes.pushed[level] = gpu;
         }
         node->start = tw_clock_ticks(recording_clock);
+        if (entry != 0) {
+            node->measured = 1;
+            st->own_samples++;
+            st->own_ticks += node->start - entry;
+        }
     }
+    if (entry != 0)
+        st->own_countdown = NODE_OWN_PERIOD;
     hook_leave(st);
 }
 
@@ -403,7 +438,8 @@ static void on_node_end(void)
     node_thread_t *st = hook_enter();
     if (st == NULL)
         return;
-    close_record(st, end, 1);
+    if (close_record(st, end, 1))
+        st->own_ticks += tw_clock_ticks(recording_clock) - end;
     hook_leave(st);
 }
 
@@ -475,7 +511,25 @@ int tw_backward_session_start(const char *layer_path, const char *torch_version,
         snprintf(why, why_size, "the libtorch layer cannot register its callbacks: %s", tw_strerror(rc));
         return -1;
     }
+    observing = 1; /* registered enabled: as the step that began has it */
+    tw_backward_set_detail(detail_wanted);
     return 0;
+}
+
+void tw_backward_own_cost(uint64_t gen, tw_backward_own_t *out)
+{
+    *out = (tw_backward_own_t){0};
+    unsigned n = atomic_load(&thread_count);
+    if (n > MAX_THREADS)
+        n = MAX_THREADS;
+    for (unsigned i = 0; i < n; i++) {
+        node_thread_t *st = atomic_load(&threads[i]);
+        if (st == NULL || st->gen != gen)
+            continue;
+        out->nodes += st->nodes_recorded;
+        out->samples += st->own_samples;
+        out->ticks += st->own_ticks;
+    }
 }
 
 uint64_t tw_backward_stop(void)
@@ -492,6 +546,7 @@ uint64_t tw_backward_stop(void)
             sched_yield(); /* a hook finishing its record: one append at most */
     }
     tw_layer.stop();
+    observing = 0;
     /* No hook touches a ring now (busy marks are clear and recording has ended): free them, so that
      * a next session starts with no link from this one. */
     for (unsigned i = 0; i < LINK_RINGS; i++)

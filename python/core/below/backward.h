@@ -22,6 +22,20 @@ int tw_backward_session_start(const char *layer_path, const char *torch_version,
                               tw_clock_source_t clock, const tw_gpu_hooks_t *gpu, uint64_t gen, int operators,
                               char *why, size_t why_size);
 
+/* The current step's detail (config detail "sampled", active.c): without it, libtorch stops calling
+ * the hooks (no node is recorded, and torch makes no RecordFunction for one); with the GIL held. */
+void tw_backward_set_detail(int on);
+
+/* The node hooks' own cost in session gen (the profiler's own cost): the nodes recorded, and the ticks
+ * of the hooks' own work measured around one node in 64 (samples of them). Read after
+ * tw_backward_stop(), when no hook runs. */
+typedef struct {
+    uint64_t nodes;
+    uint64_t samples;
+    uint64_t ticks;
+} tw_backward_own_t;
+void tw_backward_own_cost(uint64_t gen, tw_backward_own_t *out);
+
 /* Ends recording: when it returns, no hook touches the recorder; the callbacks are removed from
  * libtorch. Returns the nodes whose forward call was not found (overwritten in its ring). */
 uint64_t tw_backward_stop(void);

@@ -39,7 +39,7 @@ uint64_t tw_active_begin(const tw_active_config_t *c)
     tw_active.writer = c->writer; /* before the steps' state, which depends on it */
     tw_active.gpu_session = c->gpu_session;
     tw_active.gpu_recording = 1; /* tw_gpu_start enabled the activities */
-    tw_steps_start(c->schedule, c->args_mode);
+    tw_steps_start(c->schedule, c->args_mode, c->detail_sampled);
     tw_active.ondemand = c->ondemand;
     tw_active.session = Py_NewRef(c->session);
     tw_active.gpu = c->gpu;
@@ -47,23 +47,33 @@ uint64_t tw_active_begin(const tw_active_config_t *c)
     return tw_active.gen;
 }
 
-void tw_active_set_seq_peek(uint64_t (*seq_peek)(void))
+/* The detail's parts on the hot path (linking autograd nodes, FLOPs) as the current step has it. */
+static void apply_detail(void)
 {
-    tw_active.seq_peek = seq_peek;
-}
-
-void tw_active_set_flops(int on)
-{
-    if (on)
+    tw_active.seq_peek = tw_active.detail ? tw_active.seq_peek_configured : NULL;
+    if (tw_active.detail && tw_active.flops_configured)
         tw_active.hooks.kinds |= TW_KIND_FLOPS; /* those wrappers leave the common path */
     else
         tw_active.hooks.kinds &= ~(uint32_t)TW_KIND_FLOPS;
 }
 
+void tw_active_set_seq_peek(uint64_t (*seq_peek)(void))
+{
+    tw_active.seq_peek_configured = seq_peek;
+    apply_detail();
+}
+
+void tw_active_set_flops(int on)
+{
+    tw_active.flops_configured = on;
+    apply_detail();
+}
+
 PyObject *tw_active_end(void)
 {
     tw_active.gen = 0;
-    tw_active.seq_peek = NULL;
+    tw_active.seq_peek = tw_active.seq_peek_configured = NULL;
+    tw_active.flops_configured = 0;
     tw_active.idle = 0;
     tw_active.recorder = NULL;
     tw_active.writer = NULL;
@@ -108,16 +118,27 @@ static void apply_state(void)
         tw_gpu_set_recording(tw_active.gpu_session, gpu_on) == 0) /* refused: the next boundary tries again */
         tw_active.gpu_recording = gpu_on;
     tw_active.step_recorded = state == TW_STEP_ACTIVE;
+    /* The costly detail (argument summaries, autograd nodes, FLOPs, memory) where the schedule
+     * records and, under detail "sampled", in the first steps and one in TW_DETAIL_EVERY after
+     * (a capture's steps have it all): the argument summaries here, the rest in apply_detail and
+     * the node hooks, whose callbacks libtorch stops calling in the steps without. */
+    tw_active.detail = state != TW_STEP_IDLE && (!tw_active.detail_sampled || captured ||
+                                                 tw_detail_step(tw_active.step));
+    if (!tw_active.detail)
+        tw_active.args_mode = TW_ARGS_NONE;
+    apply_detail();
+    tw_backward_set_detail(tw_active.detail);
     /* A session that keeps its records in memory has no summary.json to count idle steps' calls for:
      * they are not recorded at all, so that memory holds the recorded steps only. */
     tw_active.idle = state == TW_STEP_IDLE && (tw_active.schedule.summary_active || tw_active.writer == NULL);
     tw_backward_set_idle(tw_active.idle); /* autograd's nodes follow the same schedule */
 }
 
-void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode)
+void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode, int detail_sampled)
 {
     tw_active.schedule = *schedule;
     tw_active.args_configured = args_mode;
+    tw_active.detail_sampled = detail_sampled;
     tw_active.step_recorded = 0;
     tw_active.step = 0;
     tw_active.manual_steps = 0;

@@ -30,7 +30,11 @@ typedef struct {
     uint32_t manual_steps;         /* the program marks steps (Session.step()): optimizer steps do not */
     uint32_t step;                 /* the current step, counted from 0 (also in the recorder) */
     uint32_t step_recorded;        /* the schedule or a capture records the current step's calls */
+    uint32_t detail;               /* the current step has the costly detail (own_cost.h counts it apart) */
     tw_args_mode_t args_configured; /* the session's args mode; args_mode is NONE outside active steps */
+    uint32_t detail_sampled;       /* detail "sampled": the costly detail in some steps only (tw_detail_step) */
+    uint32_t flops_configured;     /* the session measures FLOPs (in the steps with detail) */
+    uint64_t (*seq_peek_configured)(void); /* aten "backward"'s, in the steps with detail (seq_peek) */
     tw_schedule_t schedule;
     /* On-demand capture (config on_demand): the capture recording, steps [capture_from, capture_to),
      * active whatever the schedule; capture_to == 0: none. */
@@ -70,6 +74,7 @@ typedef struct {
     tw_writer_t *writer;
     tw_ondemand_t *ondemand;
     const tw_schedule_t *schedule;
+    int detail_sampled;            /* config detail "sampled" */
     const tw_gpu_hooks_t *gpu;
     tw_gpu_t *gpu_session;
     PyObject *session;             /* a new reference is taken */
@@ -97,7 +102,7 @@ void tw_active_forget_gpu(void);
 /* ---- steps ---- */
 
 /* Sets tw_active's step fields for a session that starts recording at step 0 under schedule. */
-void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode);
+void tw_steps_start(const tw_schedule_t *schedule, tw_args_mode_t args_mode, int detail_sampled);
 
 /* Ends the current step (with the GIL held, in the active session): the next one begins, and the
  * schedule says whether wrappers record in it. */

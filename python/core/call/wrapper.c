@@ -22,6 +22,7 @@
 #include "below/flops.h"
 #include "watch/hooks.h"
 #include "below/memory.h"
+#include "own_cost.h"
 #include "watch/model_watch_tables.h"
 
 
@@ -33,6 +34,7 @@ typedef struct {
     uint64_t gen;
     uint32_t module_depth; /* nn.Module.__call__ calls in progress (model watch) */
     int sampling;          /* tensor statistics are taken in the current step */
+    uint32_t own_countdown; /* recorded calls until the next measured one (own_cost.h) */
 } tw_thread_cache_t;
 
 static _Thread_local tw_thread_cache_t thread_cache;
@@ -45,6 +47,7 @@ static tw_thread_t *attach_thread(uint64_t gen)
     thread_cache.gen = gen;
     thread_cache.module_depth = 0;
     thread_cache.sampling = 0;
+    thread_cache.own_countdown = TW_OWN_PERIOD;
     return thread_cache.thread;
 }
 
@@ -111,7 +114,9 @@ static PyObject *run_hook(tw_thread_t *t, tw_clock_source_t source, PyObject *ho
         PyErr_WriteUnraisable(hook);
     }
     tw_exc_restore(&saved);
-    tw_thread_exclude(t, tw_clock_ticks(source) - h0);
+    uint64_t ticks = tw_clock_ticks(source) - h0;
+    tw_thread_exclude(t, ticks);
+    tw_own_calls.hook_ticks += ticks; /* the profiler's own cost, every hook (the GIL is held) */
     return out;
 }
 
@@ -495,17 +500,11 @@ static __attribute__((noinline)) PyObject *idle_call(tw_wrapper_object *self, ui
     return call_original(self, args, nargsf, kwnames);
 }
 
-PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* A recorded call, by the kinds its wrapper has in this session. */
+static inline __attribute__((always_inline)) PyObject *
+recorded_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
+                    PyObject *kwnames)
 {
-    tw_wrapper_object *self = (tw_wrapper_object *)callable;
-    uint64_t gen = tw_active.gen;
-    if (gen == 0)
-        return call_original(self, args, nargsf, kwnames);
-    if (TW_UNLIKELY(tw_active.idle)) /* outside the schedule's steps: the one check it costs */
-        return idle_call(self, gen, args, nargsf, kwnames);
-    tw_thread_t *t = TW_LIKELY(thread_cache.gen == gen) ? thread_cache.thread : attach_thread(gen);
-    if (TW_UNLIKELY(t == NULL || t->paused)) /* not recorded; an optimizer step still ends a step */
-        return idle_call(self, gen, args, nargsf, kwnames);
     uint32_t kind = self->kind & tw_active.hooks.kinds;
     if (TW_UNLIKELY(kind != 0)) {
         if (kind == TW_KIND_MODULE_FORWARD)
@@ -520,4 +519,42 @@ PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_
     if (TW_UNLIKELY(gpu != NULL))
         return record_call_gpu(self, t, gen, args, nargsf, kwnames, gpu);
     return record_call(self, t, gen, args, nargsf, kwnames, NULL, TW_MODULE_NONE, 0, 0);
+}
+
+/*
+ * One recorded call in TW_OWN_PERIOD: the same, with the clock read at its entry and exit, so that
+ * the profiler's own time in it is known (own_cost.h). flatten: its own copy of what it calls (see
+ * record_call_gpu), so that the common path keeps its inlining.
+ */
+static __attribute__((noinline, flatten)) PyObject *
+measured_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
+                    PyObject *kwnames)
+{
+    thread_cache.own_countdown = TW_OWN_PERIOD;
+    tw_clock_source_t source = tw_active.clock_source;
+    int kind = tw_active.detail ? TW_OWN_DETAIL : TW_OWN_PLAIN;
+    uint64_t id = t->next_id != t->id_end ? t->next_id : 0; /* the id the call takes (0: a new block's) */
+    uint64_t excluded = t->excluded_ticks;
+    uint64_t entry = tw_clock_ticks(source);
+    PyObject *result = recorded_vectorcall(self, t, gen, args, nargsf, kwnames);
+    uint64_t exit = tw_clock_ticks(source);
+    if (TW_LIKELY(tw_active.gen == gen)) /* else t belongs to an ended session */
+        tw_own_sample(t, kind, id, entry, exit, excluded);
+    return result;
+}
+
+PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    tw_wrapper_object *self = (tw_wrapper_object *)callable;
+    uint64_t gen = tw_active.gen;
+    if (gen == 0)
+        return call_original(self, args, nargsf, kwnames);
+    if (TW_UNLIKELY(tw_active.idle)) /* outside the schedule's steps: the one check it costs */
+        return idle_call(self, gen, args, nargsf, kwnames);
+    tw_thread_t *t = TW_LIKELY(thread_cache.gen == gen) ? thread_cache.thread : attach_thread(gen);
+    if (TW_UNLIKELY(t == NULL || t->paused)) /* not recorded; an optimizer step still ends a step */
+        return idle_call(self, gen, args, nargsf, kwnames);
+    if (TW_UNLIKELY(--thread_cache.own_countdown == 0)) /* the profiler's own cost, measured */
+        return measured_vectorcall(self, t, gen, args, nargsf, kwnames);
+    return recorded_vectorcall(self, t, gen, args, nargsf, kwnames);
 }

@@ -21,6 +21,9 @@
 #include "below/memory.h"
 #include "watch/model_watch_tables.h"
 
+#define TW_STR2(x) #x
+#define TW_STR(x) TW_STR2(x)
+
 /* A forked child must not call CUPTI (gpu.h): the wrappers stop pushing correlation ids there. */
 static void gpu_after_fork_in_child(void)
 {
@@ -306,7 +309,15 @@ static int recording_start(tw_session_object *self)
         self->tensor_type = find_tensor_type();
     tw_active_config_t active = {self->recorder, self->clock.source, self->args_mode,
                                  (PyTypeObject *)self->tensor_type, &self->hooks, self->writer, self->ondemand,
-                                 &self->schedule, tw_gpu_hooks(self->gpu), self->gpu, (PyObject *)self};
+                                 &self->schedule, self->settings.detail_sampled, tw_gpu_hooks(self->gpu), self->gpu,
+                                 (PyObject *)self};
+    if (self->writer != NULL) /* the steps with detail, for the reports (tables, findings, --by step) */
+        (void)tw_writer_set_manifest_key(self->writer, "detail", self->settings.detail_sampled
+                                         ? "{\"sampled\":true,\"first\":" TW_STR(TW_DETAIL_FIRST) ",\"every\":"
+                                           TW_STR(TW_DETAIL_EVERY) "}" : "{\"sampled\":false}");
+    tw_own_begin();
+    self->own_known = 0;
+    self->started_ticks = tw_clock_ticks(self->clock.source);
     self->gen = tw_active_begin(&active);
     self->state = SESSION_ACTIVE;
     return 1;
@@ -314,6 +325,13 @@ static int recording_start(tw_session_object *self)
 
 static void recording_stop(tw_session_object *self, int discard)
 {
+    /* What the profiler cost, now that no call and no node hook records (those stopped first): in the
+     * manifest the writer writes at its close, which comes after, and in stats(). */
+    tw_own_figures(&self->clock, self->gen, 1, tw_clock_ticks(self->clock.source) - self->started_ticks, &self->own);
+    self->own_known = 1;
+    char own[512];
+    if (self->writer != NULL && tw_own_json(&self->own, own, sizeof own) > 0)
+        (void)tw_writer_set_manifest_key(self->writer, "own_cost", own); /* out of memory: the manifest goes without */
     /* tw_active's reference to this session: the caller of stop holds another */
     Py_DECREF(tw_active_end());
     /* With the GIL held and the generation changed, no thread is inside tw_call_* for this recorder

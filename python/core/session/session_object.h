@@ -12,6 +12,7 @@
 
 #include "torchwrapper/torchwrapper.h"
 
+#include "call/own_cost.h"
 #include "watch/hooks.h"
 
 typedef enum { SESSION_NEW, SESSION_ACTIVE, SESSION_STOPPED } session_state_t;
@@ -71,6 +72,9 @@ typedef struct {
     char *torch_version;     /* torch.__version__ of the running torch */
     uint64_t backward_unlinked; /* nodes whose forward call was not found */
     uint64_t gen;            /* the generation tw_active_begin gave this session */
+    uint64_t started_ticks;  /* the clock when it began recording (the own cost's run time) */
+    int own_known;           /* own is the stopped session's (own_cost.h) */
+    tw_own_figures_t own;
     /* memory per call (config memory, memory.h) */
     int memory_asked;
     char memory_note[512];    /* what stop could not undo, "" when all was */

@@ -229,6 +229,22 @@ PyObject *tw_session_sites(PyObject *op, PyObject *unused)
     return out;
 }
 
+/* "own_cost": the profiler's own cost (own_cost.h): the stopped session's, or so far (the node hooks'
+ * part once stopped); None before it records. 0, or -1 with an exception. */
+static int add_own_cost(tw_session_object *self, PyObject *out)
+{
+    tw_own_figures_t now;
+    const tw_own_figures_t *f = &self->own;
+    if (!self->own_known && self->state == SESSION_ACTIVE) {
+        tw_own_figures(&self->clock, self->gen, 0, tw_clock_ticks(self->clock.source) - self->started_ticks, &now);
+        f = &now;
+    }
+    PyObject *own = self->own_known || self->state == SESSION_ACTIVE ? tw_own_dict(f) : Py_NewRef(Py_None);
+    int rc = own != NULL ? PyDict_SetItemString(out, "own_cost", own) : -1;
+    Py_XDECREF(own);
+    return rc;
+}
+
 PyObject *tw_session_stats(PyObject *op, PyObject *unused)
 {
     tw_session_object *self = (tw_session_object *)op;
@@ -240,7 +256,7 @@ PyObject *tw_session_stats(PyObject *op, PyObject *unused)
                                   self->clock.source == TW_CLOCK_TSC ? "tsc" : "monotonic", "ticks_per_ns",
                                   self->clock.ticks_per_ns, "step", (unsigned int)tw_recorder_step(self->recorder));
     if (out == NULL || add_gpu_stats(self, out) < 0 || add_sites_stats(self, out) < 0 ||
-        add_backward_stats(self, out) < 0 || add_memory_stats(self, out) < 0) {
+        add_backward_stats(self, out) < 0 || add_memory_stats(self, out) < 0 || add_own_cost(self, out) < 0) {
         Py_XDECREF(out);
         return NULL;
     }
