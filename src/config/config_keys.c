@@ -83,8 +83,8 @@ static const struct config_key {
     {"compress", KEY_CHOICE, {"\"none\""}, "none gzip"},
     /* sampled: the costly detail (argument summaries, autograd nodes, FLOPs, memory) in the first
      * TW_DETAIL_FIRST steps, then one in TW_DETAIL_EVERY, so that a profile costs little enough to
-     * stay on; all: in every step. Not given: all where args, aten, flops or memory is given (what a
-     * user sets is kept in every step), else the entry point's (see resolve_detail) */
+     * stay on; all: in every step. Not given: all where args, aten, flops, memory or a schedule is
+     * given (what a user sets is kept in every step), else the entry point's (detail_given_by_others) */
     {"detail", KEY_CHOICE, {"\"sampled\"", "\"all\"", "\"all\""}, "sampled all"},
 };
 
@@ -606,11 +606,12 @@ int tw_config_normalize(const char *json_in, int from_strings, char **json_out, 
 }
 
 /* Whether the configuration in sets one of the keys the detail is made of (args, aten, flops,
- * memory): then "detail", when not given, is "all". The normalized configuration always has
- * "detail", so that normalizing it again keeps it. */
+ * memory), or a schedule (whose few recorded steps are the ones asked for): then "detail", when not
+ * given, is "all". The normalized configuration always has "detail", so that normalizing it again
+ * keeps it. */
 static int detail_given_by_others(const cJSON *in)
 {
-    static const char *const keys[] = {"args", "aten", "flops", "memory"};
+    static const char *const keys[] = {"args", "aten", "flops", "memory", "schedule"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (cJSON_GetObjectItemCaseSensitive(in, keys[i]) != NULL)
             return 1;

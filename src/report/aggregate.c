@@ -19,7 +19,7 @@
 #include "../stats_internal.h"
 
 #include "flame.h"
-#include "own_cost.h"
+#include "own_cost_report.h"
 #include "table.h"
 
 #define SITE_APIS_SHOWN 4 /* APIs listed per site in --by site; more are counted as "+N more" */
@@ -456,6 +456,7 @@ static int aggregate_merge(report_sink_t *into_sink, report_sink_t *from_sink)
         g->flops += f->flops;
         g->bwd_flops += f->bwd_flops;
         g->node_flops += f->node_flops;
+        g->nodes += f->nodes;
         g->mem_alloc += f->mem_alloc;
         g->mem_self += f->mem_self;
         g->mem_freed += f->mem_freed;

@@ -32,7 +32,7 @@
 #include "table.h"
 #include "groups.h"
 #include "html_page.h"
-#include "own_cost.h"
+#include "own_cost_report.h"
 #include "util.h"
 
 #define HTML_MAX_APIS 1500    /* per-API rows, the most total time first */

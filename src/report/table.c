@@ -11,7 +11,7 @@
 #include "torchwrapper/stats.h"
 
 #include "chrome_trace.h"
-#include "own_cost.h"
+#include "own_cost_report.h"
 #include "util.h"
 
 static uint64_t sort_value(const group_t *g, sort_key_t key)

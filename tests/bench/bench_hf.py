@@ -28,6 +28,11 @@ in-process part's second pass sets one thread). Measured:
     `run` modes with another build's package on PYTHONPATH (DIR: e.g. the main branch's build/python),
     in the same rotation, for a before/after. Each profiled process's records dropped (its manifests)
     are summed beside its ratios: a bench whose profiler dropped records measured less than its work.
+    Beside the measured ratios, the profiler's own estimate of its cost (the manifests' own_cost and
+    writer: 1 / (1 - its time on the program's threads / the recording's), median) and the bytes it
+    wrote a step. `run`'s defaults sample the detail (config detail "sampled"); `--set args=none`,
+    set explicitly, keeps autograd nodes and FLOPs in every step. BENCH_HF_PROC_STEPS and
+    BENCH_HF_PROC_BLOCKS set the blocks (1000 and 11: 10,000 steps after the warm-up block).
   a long run: BERT and GPT-2 under `run --set args=none` for LONG_BLOCKS blocks of 200 steps after
     a warm-up block, next to the same plain program; per process, the last block's time per step
     over the first's, the median of the last three over that of the first three, and the slope of a
@@ -85,6 +90,13 @@ SIZES = {
 }[MODE]
 REPS = int(os.environ.get("BENCH_REPS", 0)) or SIZES["reps"]
 SIZES["proc_reps"] = int(os.environ.get("BENCH_HF_PROC_REPS", 0)) or SIZES["proc_reps"]
+# a long run through `run` (the issue's 10,000 steps: BENCH_HF_PROC_STEPS=1000 BENCH_HF_PROC_BLOCKS=11)
+SIZES["proc_steps"] = int(os.environ.get("BENCH_HF_PROC_STEPS", 0)) or SIZES["proc_steps"]
+SIZES["proc_blocks"] = int(os.environ.get("BENCH_HF_PROC_BLOCKS", 0)) or SIZES["proc_blocks"]
+# instructions with the detail sampled as `run`'s defaults sample it (steps 0-9, then one in 20): blocks
+# of 20 steps past the first (BENCH_HF_CG_STEPS=20 BENCH_HF_CG_BLOCKS=3) hold one step with it each
+SIZES["cg_steps"] = int(os.environ.get("BENCH_HF_CG_STEPS", 0)) or SIZES["cg_steps"]
+SIZES["cg_blocks"] = int(os.environ.get("BENCH_HF_CG_BLOCKS", 0)) or SIZES["cg_blocks"]
 SOAK = MODE in ("full", "smoke") or os.environ.get("BENCH_SOAK") == "1"
 MODELS = os.environ.get("BENCH_HF_MODELS", "bert,gpt2,llama").split(",")
 # in separate processes through `run` (each one imports torch and transformers): smoke, the first only
@@ -316,6 +328,21 @@ def dropped(out_dir: str) -> Tuple[int, int]:
     return total, peak
 
 
+def own_cost(out_dir: str) -> Tuple[float, int]:
+    """What the profiler says it cost, by the manifests in out_dir: its time on the program's threads
+    over the recording's (its own calls, nodes, hooks, writing), and the bytes it wrote."""
+    own = run = written = 0
+    for file in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
+        if file.startswith("manifest") and file.endswith(".json"):
+            with open(os.path.join(out_dir, file)) as f:
+                manifest = json.load(f)
+            cost, writer = manifest.get("own_cost") or {}, manifest.get("writer") or {}
+            own += cost.get("total_ns", 0) + writer.get("help_ns", 0) + writer.get("close_ns", 0)
+            run += cost.get("run_ns", 0)
+            written += sum(kind.get("bytes_written", 0) for kind in manifest.get("records", {}).values())
+    return (own / run if run else 0.0), written
+
+
 def run_worker(cmd: List[str]) -> List[dict]:
     """Runs one worker process; its blocks ({"block", "ns", "rss_kb"})."""
     cmd, env = split_env(cmd)
@@ -385,6 +412,8 @@ def through_run(name: str, tmp: str) -> dict:
     loops: Dict[str, List[Tuple[int, int]]] = {key: [] for key in cmds}
     drops = {key: 0 for key in cmds}
     peaks = {key: 0 for key in cmds}
+    owns: Dict[str, List[float]] = {key: [] for key in cmds}
+    written: Dict[str, List[int]] = {key: [] for key in cmds}
     load = [os.getloadavg()[0]]   # the machine's (shared: other jobs' too), at the start and end
     for rep in range(SIZES["proc_reps"]):
         keys = list(cmds)
@@ -395,6 +424,9 @@ def through_run(name: str, tmp: str) -> dict:
             lost, peak = dropped(out_dir)
             drops[key] += lost
             peaks[key] = max(peaks[key], peak)
+            share, n = own_cost(out_dir)
+            owns[key].append(share)
+            written[key].append(n)
     load.append(os.getloadavg()[0])
     plain = loops.pop("plain")
     steady_steps = steps * (SIZES["proc_blocks"] - 1)
@@ -405,7 +437,11 @@ def through_run(name: str, tmp: str) -> dict:
         cpu = [v[1] / p[1] for v, p in zip(values, plain)]
         row[key] = {"wall": round(statistics.median(wall), 4), "wall_min": round(min(wall), 4),
                     "cpu": round(statistics.median(cpu), 4), "dropped": drops[key],
-                    "memory_peak_mib": round(peaks[key] / 2**20, 2)}
+                    "memory_peak_mib": round(peaks[key] / 2**20, 2),
+                    # the profiler's own word: the recording's time over what it would have been
+                    # without its own share, beside the measured wall ratio
+                    "own_estimate": round(1 / (1 - statistics.median(owns[key])), 4) if owns[key] else None,
+                    "bytes_per_step": round(statistics.median(written[key]) / (steps * SIZES["proc_blocks"]))}
     row["load_average"] = [round(v, 2) for v in load]
     if CALLGRIND:
         # The work of a flush interval (summary.json rewritten: ~7 M instructions for these models,
@@ -543,8 +579,9 @@ def print_model(name: str, inproc: Optional[dict], run: Optional[dict]) -> None:
         if isinstance(v, dict):   # loop time and CPU time (separate processes), instructions
             print(f"    python -m torchwrapper {key:24} wall {v['wall']:.3f}x (min {v['wall_min']:.3f}x), "
                   f"CPU {v['cpu']:.3f}x" + (f", instructions {v['instructions']:.3f}x" if "instructions" in v else "") +
-                  f", {v['dropped']} records dropped (peak {v['memory_peak_mib']:.1f} MiB waiting)",
-                  flush=True)
+                  (f"; its own estimate {v['own_estimate']:.3f}x" if v.get("own_estimate") else "") +
+                  f"; {v['bytes_per_step']:,} bytes/step; {v['dropped']} records dropped "
+                  f"(peak {v['memory_peak_mib']:.1f} MiB waiting)", flush=True)
 
 
 def print_long(name: str, row: dict) -> None:

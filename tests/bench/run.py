@@ -176,6 +176,16 @@ def bench_everything_wrapped(a, b):
     ]
     for name, plain, profiled, target in cases:
         rows.append(row(name, *interleave(plain, profiled, begin, end), target))
+
+    def begin_defaults():
+        # `run`'s defaults (args "summary", detail "sampled") in a step without the detail: the path
+        # most of a long run's calls take (steps 10.. but one in 20)
+        holder["p"] = tw.profile(args="summary", detail="sampled").start()
+        for _ in range(11):
+            holder["p"].session.step()
+
+    rows.append(row("torch.add, run's defaults, a step without detail",
+                    *interleave(cases[0][1], cases[0][2], begin_defaults, end), 30))
     return rows
 
 

@@ -50,6 +50,10 @@ KEYS = {
     "memory": "Bytes the allocators reported per call (allocated, freed, peak).",
     "compress": "Record files compressed as they are written (.csv.gz, .jsonl.gz; file_max_size counts "
                 "compressed bytes; readable to the last flush after a kill).",
+    "detail": "sampled: argument summaries, autograd nodes and FLOPs in steps 0-9 and one in 20 after (every call is "
+              "still timed in every step; the reports say which steps have them), so that a profile costs little "
+              "enough to leave on; all: in every step. Not given: all where args, aten, flops, memory or a "
+              "schedule is given.",
 }
 ENTRY_POINTS = [("torchwrapper", "TorchWrapper, run"), ("profile", "profile()"), ("session", "Session")]
 

@@ -262,15 +262,18 @@ def test_defaults_are_the_original_tools():
 
 
 def test_profile_and_torchwrapper_take_their_defaults_from_the_one_validator():
-    """The defaults that differ on purpose (records in memory, no argument text for profile()) come
-    from the C validator's table, as does every other; a bad value gets the validator's message."""
+    """The defaults that differ on purpose (records in memory, no argument text and all the detail for
+    profile()) come from the C validator's table, as does every other; a bad value gets the
+    validator's message."""
     prof = tw.profile()
     expected = json.loads(tw._core.normalize_config("{}", defaults="profile"))
     assert prof.config == expected
     assert prof.config["out_dir"] is None and prof.config["args"] == "none" and prof.out_dir is None
     wrapper = json.loads(tw._core.normalize_config("{}"))
     assert wrapper["out_dir"] == "./output" and wrapper["args"] == "summary"
-    assert {k for k in expected if expected[k] != wrapper[k]} == {"out_dir", "args"}
+    # (detail: TorchWrapper's and run's defaults sample it, to cost little enough to leave on)
+    assert wrapper["detail"] == "sampled" and prof.config["detail"] == "all"
+    assert {k for k in expected if expected[k] != wrapper[k]} == {"out_dir", "args", "detail"}
     with pytest.raises(ValueError, match="config key 'on_full': \"block\" is not accepted: give one of: drop wait"):
         tw.profile(on_full="block")
     with pytest.raises(ValueError, match="config key 'flush_interval': 0 is not accepted"):

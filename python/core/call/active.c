@@ -118,12 +118,12 @@ static void apply_state(void)
         tw_gpu_set_recording(tw_active.gpu_session, gpu_on) == 0) /* refused: the next boundary tries again */
         tw_active.gpu_recording = gpu_on;
     tw_active.step_recorded = state == TW_STEP_ACTIVE;
-    /* The costly detail (argument summaries, autograd nodes, FLOPs, memory) where the schedule
-     * records and, under detail "sampled", in the first steps and one in TW_DETAIL_EVERY after
-     * (a capture's steps have it all): the argument summaries here, the rest in apply_detail and
-     * the node hooks, whose callbacks libtorch stops calling in the steps without. */
-    tw_active.detail = state != TW_STEP_IDLE && (!tw_active.detail_sampled || captured ||
-                                                 tw_detail_step(tw_active.step));
+    /* The costly detail (argument summaries, autograd nodes, FLOPs): under detail "sampled", in the
+     * first steps and one in TW_DETAIL_EVERY after (a capture's steps have it all), else in every
+     * step (nodes and FLOPs outside the schedule's recorded steps too, for the summary's counts):
+     * the argument summaries here, the rest in apply_detail and the node hooks, whose callbacks
+     * libtorch stops calling in the steps without. */
+    tw_active.detail = !tw_active.detail_sampled || captured || tw_detail_step(tw_active.step);
     if (!tw_active.detail)
         tw_active.args_mode = TW_ARGS_NONE;
     apply_detail();

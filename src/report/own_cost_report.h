@@ -3,8 +3,8 @@
  * The profiler's own cost in the reports: the line every report shows, and the share of it a step
  * carries (--by step), from what the manifests say (inputs.h's report_own_t).
  */
-#ifndef TW_REPORT_OWN_COST_H
-#define TW_REPORT_OWN_COST_H
+#ifndef TW_REPORT_OWN_COST_REPORT_H
+#define TW_REPORT_OWN_COST_REPORT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The profiler's own cost in the reports (own_cost.h).
+ * The profiler's own cost in the reports (own_cost_report.h).
  */
 #include "config.h"
-#include "own_cost.h"
+#include "own_cost_report.h"
 
 #include <inttypes.h>
 #include <stdio.h>
