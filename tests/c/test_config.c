@@ -334,7 +334,7 @@ static void configs_the_fuzzer_found_are_refused_with_a_reason(void **state)
     assert_null(out);
 }
 
-/* The entry points' defaults differ on purpose, in out_dir, args and gpu only, and come from one table. */
+/* The entry points' defaults differ on purpose, in out_dir, args, gpu and detail only, and come from one table. */
 static void each_entry_point_fills_in_its_own_defaults(void **state)
 {
     char *tw = NULL, *prof = NULL, *session = NULL, err[512] = "";
@@ -347,9 +347,28 @@ static void each_entry_point_fills_in_its_own_defaults(void **state)
     assert_non_null(strstr(prof, "\"args\":\"none\",\"gpu\":\"auto\""));
     assert_non_null(strstr(session, "\"out_dir\":null"));
     assert_non_null(strstr(session, "\"args\":\"none\",\"gpu\":\"off\""));
-    /* everything else is the same */
-    assert_string_equal(strstr(tw, "\"max_files\""), strstr(prof, "\"max_files\""));
-    assert_string_equal(strstr(tw, "\"max_files\""), strstr(session, "\"max_files\""));
+    /* TorchWrapper's (and run's) sample the costly detail, to cost little enough to leave on */
+    assert_non_null(strstr(tw, "\"detail\":\"sampled\"}"));
+    assert_non_null(strstr(prof, "\"detail\":\"all\"}"));
+    assert_non_null(strstr(session, "\"detail\":\"all\"}"));
+    /* what the user sets of the detail keeps every step; an explicit detail wins; normalizing again keeps it */
+    char *given = NULL, *again = NULL;
+    assert_int_equal(tw_config_normalize_for(TW_CONFIG_DEFAULTS_TORCHWRAPPER, "{\"args\": \"none\"}", 0, &given, err,
+                                             sizeof err), 0);
+    assert_non_null(strstr(given, "\"detail\":\"all\"}"));
+    free(given);
+    assert_int_equal(tw_config_normalize_for(TW_CONFIG_DEFAULTS_TORCHWRAPPER,
+                                             "{\"args\": \"summary\", \"detail\": \"sampled\"}", 0, &given, err,
+                                             sizeof err), 0);
+    assert_non_null(strstr(given, "\"detail\":\"sampled\"}"));
+    assert_int_equal(tw_config_normalize_for(TW_CONFIG_DEFAULTS_PROFILE, tw, 0, &again, err, sizeof err), 0);
+    assert_non_null(strstr(again, "\"detail\":\"sampled\"}"));
+    free(given);
+    free(again);
+    /* everything else is the same (detail, last, left out) */
+    const char *from = strstr(tw, "\"max_files\""), *to = strstr(tw, ",\"detail\"");
+    assert_memory_equal(from, strstr(prof, "\"max_files\""), (size_t)(to - from));
+    assert_memory_equal(from, strstr(session, "\"max_files\""), (size_t)(to - from));
     assert_memory_equal(strstr(tw, "\"format\""), strstr(prof, "\"format\""),
                         (size_t)(strstr(tw, "\"args\"") - strstr(tw, "\"format\"")));
     free(tw);
