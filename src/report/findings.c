@@ -27,6 +27,7 @@
 #include "findings_gpu.h"
 #include "findings_output.h"
 #include "findings_state.h"
+#include "own_cost_report.h"
 #include "ranks.h"
 
 static int has_prefix(tw_str_t s, const char *prefix)
@@ -612,10 +613,14 @@ static int findings_print(report_sink_t *sink, const report_pass_t *pass, FILE *
 {
     findings_t *f = (findings_t *)sink;
     findings_add_stragglers(f);
-    (void)pass;
     (void)err;
-    if (f->o->findings) /* (for --html alone, the page shows them) */
-        report_findings_print(f->o, f->found, f->nfound, &f->anatomy, f->run_ms, f->nsteps, out);
+    if (!f->o->findings) /* (for --html alone, the page shows them) */
+        return 0;
+    report_findings_print(f->o, f->found, f->nfound, &f->anatomy, f->run_ms, f->nsteps, out);
+    char own[1024];
+    report_own_text(&pass->in->info.own, own, sizeof own);
+    if (f->o->format != OUT_JSON && own[0] != '\0') /* what the run's profiling cost, and its detail's steps */
+        fprintf(out, "%s%s\n", f->o->format == OUT_MARKDOWN ? "\n" : "", own);
     return 0;
 }
 

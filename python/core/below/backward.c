@@ -98,7 +98,9 @@ typedef struct {
     uint64_t nodes_recorded;
     uint64_t own_samples;
     uint64_t own_ticks;
+    uint64_t own_outliers;
     uint32_t own_countdown;
+    uint64_t begin_ticks;  /* the measured node's begin hook's own ticks, counted with its end's */
     node_open_t nodes[NODE_DEPTH];
     struct {
         uint64_t hash;
@@ -126,6 +128,10 @@ static _Atomic uint64_t stray_hooks;
 /* tw_active.idle, for hooks on threads without the GIL (relaxed: a node at a step boundary may go
  * either way, as a call on another thread would) */
 static _Atomic int hooks_idle;
+
+/* measured nodes past this are left out (own_cost.h TW_OWN_SAMPLE_MAX_NS); set before a session records,
+ * read by the hooks after they see its generation */
+static uint64_t own_max_ticks = UINT64_MAX;
 
 void tw_backward_set_idle(int idle)
 {
@@ -180,7 +186,7 @@ static node_thread_t *hook_enter(void)
     if (st->gen != gen) {
         st->gen = gen;
         st->open = 0;
-        st->nodes_recorded = st->own_samples = st->own_ticks = 0;
+        st->nodes_recorded = st->own_samples = st->own_ticks = st->own_outliers = 0;
         st->own_countdown = NODE_OWN_PERIOD;
         st->t = tw_recorder_attach(recording_recorder);
         tw_memory_attach(st->t); /* config memory: autograd's threads inherit the reporter */
@@ -413,10 +419,9 @@ static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread
                 gpu_nodes.pushed[level] = gpu;
         }
         node->start = tw_clock_ticks(recording_clock);
-        if (entry != 0) {
+        if (entry != 0) { /* counted with its end hook's part (on_node_end) */
             node->measured = 1;
-            st->own_samples++;
-            st->own_ticks += node->start - entry;
+            st->begin_ticks = node->start - entry;
         }
     }
     if (entry != 0)
@@ -438,8 +443,15 @@ static void on_node_end(void)
     node_thread_t *st = hook_enter();
     if (st == NULL)
         return;
-    if (close_record(st, end, 1))
-        st->own_ticks += tw_clock_ticks(recording_clock) - end;
+    if (close_record(st, end, 1)) { /* a measured node: both hooks' own time, or an outlier (own_cost.h) */
+        uint64_t own = st->begin_ticks + (tw_clock_ticks(recording_clock) - end);
+        if (own > own_max_ticks) {
+            st->own_outliers++;
+        } else {
+            st->own_samples++;
+            st->own_ticks += own;
+        }
+    }
     hook_leave(st);
 }
 
@@ -516,6 +528,11 @@ int tw_backward_session_start(const char *layer_path, const char *torch_version,
     return 0;
 }
 
+void tw_backward_own_bound(uint64_t max_ticks)
+{
+    own_max_ticks = max_ticks;
+}
+
 void tw_backward_own_cost(uint64_t gen, tw_backward_own_t *out)
 {
     *out = (tw_backward_own_t){0};
@@ -529,6 +546,7 @@ void tw_backward_own_cost(uint64_t gen, tw_backward_own_t *out)
         out->nodes += st->nodes_recorded;
         out->samples += st->own_samples;
         out->ticks += st->own_ticks;
+        out->outliers += st->own_outliers;
     }
 }
 

@@ -33,8 +33,13 @@ typedef struct {
     uint64_t nodes;
     uint64_t samples;
     uint64_t ticks;
+    uint64_t outliers; /* measured nodes whose hooks took longer than the bound: left out */
 } tw_backward_own_t;
 void tw_backward_own_cost(uint64_t gen, tw_backward_own_t *out);
+
+/* Measured nodes whose hooks take longer than max_ticks are outliers (a preempted thread); set before
+ * a session records (own_cost.h's TW_OWN_SAMPLE_MAX_NS). */
+void tw_backward_own_bound(uint64_t max_ticks);
 
 /* Ends recording: when it returns, no hook touches the recorder; the callbacks are removed from
  * libtorch. Returns the nodes whose forward call was not found (overwritten in its ring). */

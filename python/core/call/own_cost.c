@@ -12,9 +12,17 @@
 
 tw_own_calls_t tw_own_calls;
 
-void tw_own_begin(void)
+/* ns in clock's ticks */
+static uint64_t ticks_of(const tw_clock_t *clock, uint64_t ns)
+{
+    return (uint64_t)((double)ns * (clock->ticks_per_ns > 0 ? clock->ticks_per_ns : 1.0));
+}
+
+void tw_own_begin(const tw_clock_t *clock)
 {
     memset(&tw_own_calls, 0, sizeof tw_own_calls);
+    tw_own_calls.max_ticks = ticks_of(clock, TW_OWN_SAMPLE_MAX_NS);
+    tw_backward_own_bound(tw_own_calls.max_ticks);
 }
 
 static double per_ns(const tw_clock_t *clock, uint64_t ticks, uint64_t count)
@@ -41,6 +49,7 @@ void tw_own_figures(const tw_clock_t *clock, uint64_t gen, int with_nodes, uint6
         tw_backward_own_cost(gen, &nodes);
     out->nodes = nodes.nodes;
     out->node_ns = per_ns(clock, nodes.ticks, nodes.samples);
+    out->outliers = tw_own_calls.outliers + nodes.outliers;
     out->nodes_ns = (uint64_t)(out->node_ns * (double)nodes.nodes + 0.5);
     out->total_ns = out->calls_ns + out->hooks_ns + out->nodes_ns;
     out->run_ns = tw_clock_duration_ns(clock, run_ticks);
@@ -49,11 +58,11 @@ void tw_own_figures(const tw_clock_t *clock, uint64_t gen, int with_nodes, uint6
 int tw_own_json(const tw_own_figures_t *f, char *out, size_t size)
 {
     int n = snprintf(out, size,
-                     "{\"sample_every\":%d,\"calls\":%llu,\"samples\":%llu,\"call_ns\":{\"detail\":%.1f,"
+                     "{\"sample_every\":%d,\"calls\":%llu,\"samples\":%llu,\"outliers\":%llu,\"call_ns\":{\"detail\":%.1f,"
                      "\"plain\":%.1f},\"calls_ns\":%llu,\"hooks_ns\":%llu,\"nodes\":%llu,\"node_ns\":%.1f,"
                      "\"nodes_ns\":%llu,\"total_ns\":%llu,\"run_ns\":%llu}",
                      TW_OWN_PERIOD, (unsigned long long)f->calls, (unsigned long long)f->samples,
-                     f->call_ns[TW_OWN_DETAIL], f->call_ns[TW_OWN_PLAIN], (unsigned long long)f->calls_ns,
+                     (unsigned long long)f->outliers, f->call_ns[TW_OWN_DETAIL], f->call_ns[TW_OWN_PLAIN], (unsigned long long)f->calls_ns,
                      (unsigned long long)f->hooks_ns, (unsigned long long)f->nodes, f->node_ns,
                      (unsigned long long)f->nodes_ns, (unsigned long long)f->total_ns,
                      (unsigned long long)f->run_ns);
@@ -62,8 +71,9 @@ int tw_own_json(const tw_own_figures_t *f, char *out, size_t size)
 
 PyObject *tw_own_dict(const tw_own_figures_t *f)
 {
-    return Py_BuildValue("{sisKsKs{sdsd}sKsKsKsdsKsKsK}", "sample_every", TW_OWN_PERIOD, "calls",
-                         (unsigned long long)f->calls, "samples", (unsigned long long)f->samples, "call_ns",
+    return Py_BuildValue("{sisKsKsKs{sdsd}sKsKsKsdsKsKsK}", "sample_every", TW_OWN_PERIOD, "calls",
+                         (unsigned long long)f->calls, "samples", (unsigned long long)f->samples, "outliers",
+                         (unsigned long long)f->outliers, "call_ns",
                          "detail", f->call_ns[TW_OWN_DETAIL], "plain", f->call_ns[TW_OWN_PLAIN], "calls_ns",
                          (unsigned long long)f->calls_ns, "hooks_ns", (unsigned long long)f->hooks_ns, "nodes",
                          (unsigned long long)f->nodes, "node_ns", f->node_ns, "nodes_ns",

@@ -21,6 +21,13 @@
 
 #define TW_OWN_PERIOD 64 /* one recorded call in this many on a thread is measured */
 
+/* A measured span above this is not the profiler's work but the thread's time off the CPU (a busy
+ * machine preempts one sample in some thousands, for milliseconds: a few of them made the mean per
+ * call 6 us instead of 0.5) or writing for a late writer thread (counted apart: the writer's
+ * help_ns): left out of the mean, counted as an outlier. The costliest own work of a call (an
+ * argument summary of many tensors, a new call site's walk) takes a few microseconds. */
+#define TW_OWN_SAMPLE_MAX_NS 50000
+
 /* Steps with detail (argument summaries, autograd nodes, FLOPs: the costly part) and steps without
  * cost differently a call: counted apart. */
 enum { TW_OWN_PLAIN, TW_OWN_DETAIL, TW_OWN_KINDS };
@@ -29,13 +36,15 @@ typedef struct {
     uint64_t periods[TW_OWN_KINDS]; /* measured calls attempted: TW_OWN_PERIOD recorded calls each */
     uint64_t samples[TW_OWN_KINDS]; /* of which measured (the call's record found) */
     uint64_t ticks[TW_OWN_KINDS];   /* the wrappers' own ticks in those */
+    uint64_t outliers;              /* measured calls left out: a span past max_ticks */
+    uint64_t max_ticks;             /* TW_OWN_SAMPLE_MAX_NS in the session's clock's ticks */
     uint64_t hook_ticks;            /* the model watch's hooks, every one */
 } tw_own_calls_t;
 
 extern tw_own_calls_t tw_own_calls;
 
-/* A session starts recording: counts from zero. */
-void tw_own_begin(void);
+/* A session starts recording (its clock): counts from zero. */
+void tw_own_begin(const tw_clock_t *clock);
 
 /*
  * A measured call (wrapper.c's measured path) on t: entry and exit read around all of its wrapper,
@@ -51,14 +60,20 @@ static inline void tw_own_sample(const tw_thread_t *t, int kind, uint64_t id, ui
         return; /* a new id block, a chunk handed over, a call past the depth: not this one's record */
     uint64_t span = exit - entry;
     uint64_t inside = chunk->records[chunk->count - 1].cost + (t->excluded_ticks - excluded_before);
+    uint64_t own = span > inside ? span - inside : 0;
+    if (own > tw_own_calls.max_ticks) {
+        tw_own_calls.outliers++;
+        return;
+    }
     tw_own_calls.samples[kind]++;
-    tw_own_calls.ticks[kind] += span > inside ? span - inside : 0;
+    tw_own_calls.ticks[kind] += own;
 }
 
 /* The figures a run reports, in ns (the clock's ticks converted). */
 typedef struct {
     uint64_t calls;                 /* recorded calls the samples stand for */
     uint64_t samples;               /* measured calls */
+    uint64_t outliers;              /* measured calls and nodes left out (TW_OWN_SAMPLE_MAX_NS) */
     double call_ns[TW_OWN_KINDS];   /* own time per recorded call (0: none measured) */
     uint64_t calls_ns;              /* the wrappers' own time, all calls */
     uint64_t hooks_ns;              /* the model watch's hooks */

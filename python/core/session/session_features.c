@@ -315,7 +315,7 @@ static int recording_start(tw_session_object *self)
         (void)tw_writer_set_manifest_key(self->writer, "detail", self->settings.detail_sampled
                                          ? "{\"sampled\":true,\"first\":" TW_STR(TW_DETAIL_FIRST) ",\"every\":"
                                            TW_STR(TW_DETAIL_EVERY) "}" : "{\"sampled\":false}");
-    tw_own_begin();
+    tw_own_begin(&self->clock);
     self->own_known = 0;
     self->started_ticks = tw_clock_ticks(self->clock.source);
     self->gen = tw_active_begin(&active);
