@@ -80,6 +80,7 @@ typedef struct {
     int begun;             /* tw_call_begin() was called (its frame may still be NULL: too deep) */
     int is_op;             /* an operator's (aten "all"), not a node's */
     int measured;          /* the hooks' own time is measured around this node (one in NODE_OWN_PERIOD) */
+    uint64_t begin_ticks;  /* measured: its begin hook's own ticks, counted with its end hook's */
     tw_frame_t *frame;
     uint64_t start;
     uint32_t api_id;
@@ -100,7 +101,6 @@ typedef struct {
     uint64_t own_ticks;
     uint64_t own_outliers;
     uint32_t own_countdown;
-    uint64_t begin_ticks;  /* the measured node's begin hook's own ticks, counted with its end's */
     node_open_t nodes[NODE_DEPTH];
     struct {
         uint64_t hash;
@@ -351,6 +351,7 @@ static node_open_t *open_record(node_thread_t *st, const char *name, int is_op)
     node->begun = 0;
     node->is_op = is_op;
     node->measured = 0;
+    node->begin_ticks = 0;
     tw_thread_t *t = st->t;
     if (name == NULL || t == NULL || t->paused || atomic_load_explicit(&hooks_idle, memory_order_relaxed))
         return NULL;
@@ -371,8 +372,8 @@ static node_open_t *open_record(node_thread_t *st, const char *name, int is_op)
 }
 
 /* Closes the record open_record() opened last on this thread; a node's carries its link. Returns
- * whether the hooks' own time is measured around it (node->measured). */
-static int close_record(node_thread_t *st, uint64_t end, int is_node)
+ * whether the hooks' own time is measured around it, with its begin hook's part in *begin_ticks. */
+static int close_record(node_thread_t *st, uint64_t end, int is_node, uint64_t *begin_ticks)
 {
     if (st->open == 0) /* begun before this session recorded */
         return 0;
@@ -388,6 +389,7 @@ static int close_record(node_thread_t *st, uint64_t end, int is_node)
     } else {
         tw_call_end(st->t, node->frame, node->api_id, node->start, end, 0);
     }
+    *begin_ticks = node->begin_ticks;
     return node->measured;
 }
 
@@ -421,7 +423,7 @@ static void on_node_begin(const char *name, int64_t seq, uint64_t forward_thread
         node->start = tw_clock_ticks(recording_clock);
         if (entry != 0) { /* counted with its end hook's part (on_node_end) */
             node->measured = 1;
-            st->begin_ticks = node->start - entry;
+            node->begin_ticks = node->start - entry;
         }
     }
     if (entry != 0)
@@ -443,8 +445,9 @@ static void on_node_end(void)
     node_thread_t *st = hook_enter();
     if (st == NULL)
         return;
-    if (close_record(st, end, 1)) { /* a measured node: both hooks' own time, or an outlier (own_cost.h) */
-        uint64_t own = st->begin_ticks + (tw_clock_ticks(recording_clock) - end);
+    uint64_t begin_ticks;
+    if (close_record(st, end, 1, &begin_ticks)) { /* a measured node: both hooks' own time, or an outlier */
+        uint64_t own = begin_ticks + (tw_clock_ticks(recording_clock) - end);
         if (own > own_max_ticks) {
             st->own_outliers++;
         } else {
@@ -480,7 +483,8 @@ static void on_op_end(void)
     node_thread_t *st = hook_enter();
     if (st == NULL)
         return;
-    close_record(st, end, 0);
+    uint64_t unused;
+    (void)close_record(st, end, 0, &unused); /* (operators are not measured) */
     hook_leave(st);
 }
 
