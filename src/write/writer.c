@@ -83,7 +83,7 @@ static void ring_from_queue(void *arg)
 static void wait_for_work(tw_writer_t *w, uint64_t deadline_ns)
 {
     pthread_mutex_lock(&w->lock);
-    while (!w->rung && !w->stopping) {
+    while (!atomic_load(&w->rung) && !w->stopping) {
         uint64_t now = monotonic_ns();
         if (now >= deadline_ns)
             break;
@@ -99,7 +99,7 @@ static void wait_for_work(tw_writer_t *w, uint64_t deadline_ns)
         pthread_cond_timedwait(&w->bell, &w->lock, &deadline);
         w->wakeups++;
     }
-    w->rung = 0;
+    atomic_store(&w->rung, 0);
 }
 
 /* What every flush interval brings: the files' buffers written, captures moved on, the sites and the
@@ -410,7 +410,7 @@ static void fork_child(void *arg)
     atomic_store(&w->tid, 0);
     tw_cond_init_monotonic(&w->bell);
     w->thread_running = 0;
-    w->rung = 0;
+    atomic_store(&w->rung, 0);
     /* The chunk the parent's writer was writing: the parent writes it; the child's copy would be
      * lost with the thread that held it. */
     while (w->batch != NULL) {

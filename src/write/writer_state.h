@@ -134,7 +134,7 @@ struct tw_writer {
     /* guarded by lock */
     pthread_mutex_t lock;
     pthread_cond_t bell;   /* the doorbell: the thread waits on it (CLOCK_MONOTONIC deadlines) */
-    int rung;              /* work came: chunks pushed, a stream filling up, a capture asked */
+    _Atomic int rung;      /* work came: chunks pushed, a stream filling up, a capture asked (set without the lock) */
     int stopping;          /* tw_writer_close: drain once more and end */
     uint64_t wakeups;      /* timed waits that returned */
     int thread_running;
@@ -174,14 +174,22 @@ struct tw_writer {
     size_t first_open_capture; /* of the view: the captures before it are done */
 };
 
-/* Rings the writer's doorbell: the thread drains its sources now rather than at the next interval
- * (whoever brings work: the queue, a stream filling up, a capture asked). */
+/*
+ * Rings the writer's doorbell: the thread drains its sources now rather than at the next interval
+ * (whoever brings work: the queue, a stream filling up, a capture asked). Never waits for the lock:
+ * the writer thread, at the lowest priority, holds it while it rewrites the manifest, and beside busy
+ * processes it got no CPU for a minute while a recording thread waited here (make check-load:
+ * test_pipeline's child did not exit 60 s after SIGINT). The flag is seen by the thread before it
+ * sleeps (wait_for_work reads it under the lock); the signal is sent when the lock is free, and a
+ * signal missed costs a wait of at most the flush interval, never a record.
+ */
 static inline void tw_writer_ring(tw_writer_t *w)
 {
-    pthread_mutex_lock(&w->lock);
-    w->rung = 1;
-    pthread_cond_signal(&w->bell);
-    pthread_mutex_unlock(&w->lock);
+    atomic_store(&w->rung, 1);
+    if (pthread_mutex_trylock(&w->lock) == 0) {
+        pthread_cond_signal(&w->bell);
+        pthread_mutex_unlock(&w->lock);
+    }
 }
 
 #endif
