@@ -331,7 +331,7 @@ static uint64_t detail_steps(const series_table_t *t, uint64_t from, uint64_t to
         return to - from + 1;
     uint64_t n = 0;
     for (uint64_t s = from; s <= to; s++)
-        n += s < (uint64_t)t->detail_first || s % (uint64_t)t->detail_every == 0;
+        n += report_series_detail_step(t, (int64_t)s);
     return n;
 }
 

@@ -77,5 +77,6 @@ int report_row_is_node(const tw_row_t *row)
 
 int report_own_detail_step(const report_own_t *o, int64_t step)
 {
-    return o->detail_every <= 0 || step < 0 || step < o->detail_first || (step - o->detail_first) % o->detail_every == 0;
+    /* as the recorder decides it (tw_detail_step): the first steps, then every multiple of detail_every */
+    return o->detail_every <= 0 || step < o->detail_first || step % o->detail_every == 0;
 }

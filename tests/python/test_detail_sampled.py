@@ -65,6 +65,16 @@ def test_the_defaults_sample_the_detail_and_time_every_call(sampled):
     assert m["detail"] == {"sampled": True, "first": 10, "every": 20}
     rates = m["own_cost"]["call_ns"]
     assert rates["detail"] > 0 and rates["plain"] > 0             # both kinds of step measured
+    # --by step charges each step at the rate of its kind: the steps the recorder gave the detail
+    rows = json.loads(subprocess.run([TW_REPORT, out, "--by", "step", "--format", "json"], capture_output=True,
+                                     text=True, check=True).stdout)["rows"]
+    nodes = dict(tw.sql(out, f"SELECT step, count(*) FROM calls WHERE {NODE} GROUP BY step").fetchall())
+    for row in rows:
+        step = int(row["key"])
+        n = nodes.get(step, 0)
+        rate = rates["detail"] if step in DETAIL_STEPS else rates["plain"]
+        expected = rate * (row["calls"] - n) + m["own_cost"]["node_ns"] * n
+        assert abs(row["own_ns"] - expected) <= 0.5 + 1e-9 * expected, row
 
 
 @pytest.mark.parametrize("config", [{"args": "summary"}, {"aten": "backward"}, {"flops": True}, {"detail": "all"}])
