@@ -113,6 +113,14 @@ static double growth_of(findings_t *f, const rule_t *r, const settle_context_t *
     /* (a line that slowed no more than the whole step did: the machine got busier, not the line) */
     int time = g.time_rising && g.last_ns >= 3 * g.first_ns && grown >= 0.002 * step &&
                g.last_ns >= 2 * f->step_growth * g.first_ns;
+    /* where its tensors were measured, a time grown past what they explain (the square of their growth:
+     * a pairwise op's) is the machine's: a call of a few hundred µs that waits for a preempted intra-op
+     * thread takes ms while the step around it slows far less. The time alone speaks for the calls
+     * whose inputs are no tensors (torch.tensor of a growing Python list). */
+    if (time && (g.first_elems > 0 || g.last_elems > 0)) {
+        double tensors = g.first_elems > 0 ? g.last_elems / g.first_elems : 0;
+        time = g.last_ns <= tensors * tensors * g.first_ns;
+    }
     /* (the tensors' growth beyond every line's typical one: inputs sorted by length grow every line's) */
     int elems = g.elems_rising && g.last_elems >= 3 * g.first_elems &&
                 g.last_elems >= 2 * f->elems_growth * g.first_elems;

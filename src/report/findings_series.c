@@ -354,8 +354,8 @@ int report_series_ends(const series_table_t *t, const series_entry_t *e, int whi
     }
     if (used < 8)
         return -1;
-    size_t q = used / 4;
-    double a[SERIES_BINS / 4 + 1], z[SERIES_BINS / 4 + 1];
+    size_t q = used / 4, half = (used - 2 * q) / 2;
+    double a[SERIES_BINS], b[SERIES_BINS], c[SERIES_BINS], z[SERIES_BINS];
     double last_min = -1;
     for (size_t i = 0; i < q; i++) {
         a[i] = means[i];
@@ -363,11 +363,23 @@ int report_series_ends(const series_table_t *t, const series_entry_t *e, int whi
         if (last_min < 0 || z[i] < last_min)
             last_min = z[i];
     }
+    /* the middle buckets in two halves: the second and third quarters */
+    for (size_t i = 0; i < half; i++)
+        b[i] = means[q + i];
+    for (size_t i = q + half; i < used - q; i++)
+        c[i - q - half] = means[i];
     *first = median(a, q);
     *last = median(z, q);
-    /* every bucket of the last quarter above the first quarter's median: a trend, not a few slow
-     * steps (a busy machine's spikes land in either quarter, and move a median little) */
-    *rising = last_min > *first;
+    double second = median(b, half), third = median(c, used - q - half - q), span = *last - *first;
+    /* every bucket of the last quarter above the first quarter's median (a trend, not a few slow steps:
+     * a busy machine's spikes land in either quarter, and move a median little), and a ramp: the second
+     * quarter above the first and the last above the third, by a part of the rise. A cost that steps up
+     * once (a call started late in the run, a curriculum's longer inputs, a machine busy from some
+     * point on) leaves either the second quarter level with the first or the third with the last,
+     * wherever the step falls. The elements need less of the rise than the time: they are exact, and a
+     * sampled run's detail steps crowd the first quarters (steps 1-9, then one in 20). */
+    double part = which == SERIES_SELF ? 0.1 : 0.05;
+    *rising = last_min > *first && span > 0 && second - *first >= part * span && *last - third >= part * span;
     return 0;
 }
 

@@ -108,8 +108,9 @@ void report_series_program(series_entry_t *e, uint32_t count, uint64_t cost_ns);
 
 /* What e's calls cost (SERIES_SELF: self time; SERIES_ELEMS: tensor elements passed) a step in the
  * first and the last quarter of the run's buckets (the medians of their buckets' means), and whether
- * every bucket of the last quarter is above the first quarter's median; -1 when the run has fewer than
- * 8 buckets' worth of steps. */
+ * it rises through the run: every bucket of the last quarter above the first quarter's median, and each
+ * middle quarter's median apart from its neighbouring end quarter's by a part of the rise (a ramp, not
+ * one step up); -1 when the run has fewer than 8 buckets' worth of steps. */
 enum { SERIES_SELF, SERIES_ELEMS };
 int report_series_ends(const series_table_t *t, const series_entry_t *e, int which, double *first, double *last,
                        int *rising);

@@ -7,6 +7,7 @@ import contextlib
 import json
 import copy
 import inspect
+import multiprocessing
 import os
 import re
 import subprocess
@@ -166,6 +167,86 @@ def test_a_batch_size_that_cycles_is_no_growth(tmp_path):
             opt.step()
     found = findings_of(loop, tmp_path)
     assert "growing_line" not in found, found
+
+
+@pytest.mark.parametrize("start", [20, 30, 36])
+def test_a_cost_that_starts_late_in_the_run_is_no_growth(tmp_path, start):
+    """An average of the weights kept from step `start` on (after a warm-up): a line that costs nothing,
+    then the same every step, steps up once and grows no more."""
+    shadow = []
+
+    def average(step, model, opt):
+        if step == start:
+            shadow.extend(p.detach().clone() for p in model.parameters())
+        if step >= start:
+            with torch.no_grad():
+                for p, kept in zip(model.parameters(), shadow):
+                    kept.lerp_(p, 0.01)
+                torch.randn(300_000).sort()
+    found = findings_of(lambda: train(steps=48, after_step=average), tmp_path)
+    assert "growing_line" not in found, found["growing_line"]
+
+
+@pytest.mark.parametrize("switch", [24, 36])
+def test_a_curriculum_that_lengthens_its_inputs_once_is_no_growth(tmp_path, switch):
+    def loop():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(48):
+            length = 16 if step < switch else 64
+            loss = model(torch.randn(8, length, 32)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    found = findings_of(loop, tmp_path)
+    assert "growing_line" not in found, found["growing_line"]
+
+
+def spin():
+    while True:
+        pass
+
+
+def test_a_machine_busier_every_quarter_is_no_growth(tmp_path):
+    """Busy processes started at each quarter of the run: every call waits more for torch's preempted
+    intra-op threads, a short convolution most of all (0.5 ms a step at first, 79 ms at the end in one
+    run here), while its tensors stay the same: the machine's, not a line's."""
+    busy = []
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1),
+                          nn.Flatten(), nn.Linear(16 * 24 * 24, 4))
+
+    def loop():
+        torch.manual_seed(0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(48):
+            if step in (12, 24, 36):
+                for _ in range(min(os.cpu_count() or 1, 8)):
+                    busy.append(multiprocessing.get_context("fork").Process(target=spin, daemon=True))
+                    busy[-1].start()
+            logits = model(torch.randn(32, 1, 24, 24))
+            loss = nn.functional.cross_entropy(logits, torch.randint(0, 4, (32,)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    try:
+        found = findings_of(loop, tmp_path)
+    finally:
+        for process in busy:
+            process.kill()
+            process.join()
+    assert "growing_line" not in found, found["growing_line"]
+
+
+def test_a_python_list_made_a_tensor_every_step_grows_in_time_alone(tmp_path):
+    """No tensor goes in (a Python list does): the time says what the elements cannot."""
+    values = []
+
+    def mean_so_far(step, model, opt):
+        values.extend(float(i) for i in range(20_000))
+        torch.tensor(values).mean()  # FINDING:list_grow
+    found = findings_of(lambda: train(steps=40, after_step=mean_so_far), tmp_path)
+    named_at(found, "growing_line", "list_grow")
 
 
 class PerSample(nn.Module):
