@@ -33,11 +33,13 @@ in-process part's second pass sets one thread). Measured:
     wrote a step. `run`'s defaults sample the detail (config detail "sampled"); `--set args=none`,
     set explicitly, keeps autograd nodes and FLOPs in every step. BENCH_HF_PROC_STEPS and
     BENCH_HF_PROC_BLOCKS set the blocks (1000 and 11: 10,000 steps after the warm-up block).
-  a long run: BERT and GPT-2 under `run --set args=none` for LONG_BLOCKS blocks of 200 steps after
-    a warm-up block, next to the same plain program; per process, the last block's time per step
-    over the first's, the median of the last three over that of the first three, and the slope of a
-    line through all blocks. A profiled ratio above the plain one is a per-step cost that grows with
-    the step count (a module made in each step once did so).
+  a long run: each model under `run` with its defaults for LONG_BLOCKS blocks of 1,000 steps after a
+    warm-up block (10,000 steps), next to the same plain program, the pair's order alternating over
+    LONG_REPS: its wall and CPU time over the plain one's (medians over the pairs), the profiler's
+    own estimate, the bytes it wrote a step and the records it dropped; per process, the last block's
+    time per step over the first's, the median of the last three over that of the first three, and
+    the slope of a line through all blocks. A profiled ratio above the plain one is a per-step cost
+    that grows with the step count (a module made in each step once did so).
   soak (BENCH=full or BENCH_SOAK=1): 20,000 steps in-process under tw.profile (CSV, args none) of a
     toy MLP calling nn.CrossEntropyLoss()(model(x), y) and of the BERT model; time per step and RSS
     of the first and the last block of 1,000 steps.
@@ -83,9 +85,9 @@ SIZES = {
     #        in-process       processes through `run`           long run                     soak
     "smoke": dict(reps=2, steps=3, proc_reps=1, proc_steps=3, proc_blocks=3, long_block=5, long_blocks=3,
                   long_reps=1, soak_steps=40, soak_block=10, cg_steps=1, cg_blocks=2),
-    "quick": dict(reps=7, steps=20, proc_reps=7, proc_steps=20, proc_blocks=4, long_block=200, long_blocks=10,
+    "quick": dict(reps=7, steps=20, proc_reps=7, proc_steps=20, proc_blocks=4, long_block=1000, long_blocks=10,
                   long_reps=1, soak_steps=20000, soak_block=1000, cg_steps=3, cg_blocks=3),
-    "full": dict(reps=15, steps=20, proc_reps=11, proc_steps=20, proc_blocks=6, long_block=200, long_blocks=15,
+    "full": dict(reps=15, steps=20, proc_reps=11, proc_steps=20, proc_blocks=6, long_block=1000, long_blocks=10,
                  long_reps=3, soak_steps=20000, soak_block=1000, cg_steps=5, cg_blocks=4),
 }[MODE]
 REPS = int(os.environ.get("BENCH_REPS", 0)) or SIZES["reps"]
@@ -101,7 +103,7 @@ SOAK = MODE in ("full", "smoke") or os.environ.get("BENCH_SOAK") == "1"
 MODELS = os.environ.get("BENCH_HF_MODELS", "bert,gpt2,llama").split(",")
 # in separate processes through `run` (each one imports torch and transformers): smoke, the first only
 RUN_MODELS = MODELS[:sized(1, len(MODELS), len(MODELS))]
-LONG_MODELS = [m for m in ("bert", "gpt2") if m in RUN_MODELS]
+LONG_MODELS = RUN_MODELS
 # instructions per step under callgrind: BENCH=smoke counts them only when asked (each process takes
 # a minute or two of CPU even so)
 CALLGRIND = os.environ.get("BENCH_HF_CALLGRIND", sized("0", "1", "1")) == "1" and shutil.which("valgrind") is not None
@@ -489,26 +491,45 @@ def drift(blocks: List[dict], block: int) -> dict:
 
 
 def long_run(name: str, tmp: str) -> dict:
-    """The plain worker and the worker under `run --set args=none`, LONG_BLOCKS blocks of 200 steps
-    after a warm-up block; the medians over the process pairs, and the last pair's blocks."""
+    """The plain worker and the worker under `run` with its defaults, LONG_BLOCKS blocks of LONG_BLOCK
+    steps after a warm-up block; the medians over the process pairs, and the last pair's blocks."""
     out_dir = os.path.join(tmp, "long")
     block, blocks = SIZES["long_block"], SIZES["long_blocks"] + 1
     cmds = commands(name, block, blocks, out_dir)
-    cmds = {"plain": cmds["plain"], "run, args none": cmds["run, args none"]}
+    cmds = {"plain": cmds["plain"], "run, defaults": cmds["run, defaults"]}
     runs: Dict[str, List[dict]] = {key: [] for key in cmds}
+    totals: Dict[str, List[Tuple[int, int]]] = {key: [] for key in cmds}
+    owns: List[float] = []
+    written: List[int] = []
+    lost = 0
+    load = [load_average()]
     for rep in range(SIZES["long_reps"]):
         for key in (list(cmds) if rep % 2 == 0 else list(cmds)[::-1]):
             shutil.rmtree(out_dir, ignore_errors=True)
-            runs[key].append(drift(run_worker(cmds[key]), block))
+            blocks_run = run_worker(cmds[key])
+            runs[key].append(drift(blocks_run, block))
+            totals[key].append((sum(b["ns"] for b in blocks_run[1:]), sum(b["cpu_ns"] for b in blocks_run[1:])))
+            if key != "plain":
+                share, n = own_cost(out_dir)
+                owns.append(share)
+                written.append(n)
+                lost += dropped(out_dir)[0]
     shutil.rmtree(out_dir, ignore_errors=True)
-    row = {"steps": block * SIZES["long_blocks"], "block": block}
+    load.append(load_average())
+    row = {"steps": block * SIZES["long_blocks"], "block": block, "load_average": load}
     for key, drifts in runs.items():
         row[key] = dict(drifts[-1], last_over_first=statistics.median(d["last_over_first"] for d in drifts),
                         last3_over_first3=statistics.median(d["last3_over_first3"] for d in drifts),
                         slope_pct_per_1000_steps=statistics.median(d["slope_pct_per_1000_steps"] for d in drifts),
                         last_over_first_each=[d["last_over_first"] for d in drifts])
-    plain = statistics.mean(row["plain"]["ms_per_step"])
-    row["ratio"] = round(statistics.mean(row["run, args none"]["ms_per_step"]) / plain, 4)
+    pairs = list(zip(totals["run, defaults"], totals["plain"]))
+    row["plain_ms_per_step"] = round(statistics.median(p[0] for _, p in pairs) / row["steps"] / 1e6, 3)
+    row["ratio"] = round(statistics.median(r[0] / p[0] for r, p in pairs), 4)
+    row["cpu_ratio"] = round(statistics.median(r[1] / p[1] for r, p in pairs), 4)
+    # the profiler's word for the same runs, and what it wrote (the warm-up block's steps counted in)
+    row["own_estimate"] = round(1 / (1 - statistics.median(owns)), 4)
+    row["bytes_per_step"] = round(statistics.median(written) / (block * blocks))
+    row["dropped"] = lost
     return row
 
 
@@ -586,8 +607,11 @@ def print_model(name: str, inproc: Optional[dict], run: Optional[dict]) -> None:
 
 def print_long(name: str, row: dict) -> None:
     print(f"  {TITLES[name]}, {row['steps']:,} steps in blocks of {row['block']} (after a warm-up block), "
-          f"`run --set args=none` / plain: {row['ratio']:.3f}x")
-    for key in ("plain", "run, args none"):
+          f"`run` with its defaults / plain ({row['plain_ms_per_step']:.2f} ms/step): wall {row['ratio']:.3f}x, "
+          f"CPU {row['cpu_ratio']:.3f}x; its own estimate {row['own_estimate']:.3f}x; "
+          f"{row['bytes_per_step']:,} bytes/step; {row['dropped']} records dropped; load average "
+          f"{row['load_average'][0]} -> {row['load_average'][1]}")
+    for key in ("plain", "run, defaults"):
         v = row[key]
         print(f"    {key:15} last block / first {v['last_over_first']:.3f} (last 3 / first 3 "
               f"{v['last3_over_first3']:.3f}), slope "

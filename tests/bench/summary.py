@@ -111,6 +111,10 @@ def hf(out: str) -> str:
             for name, row in r["run"].items())
         lost = sum(v.get("dropped", 0) for row in r["run"].values() for v in row.values() if isinstance(v, dict))
         text += f"; {lost} records dropped"
+    if r.get("long"):   # the long run through `run`'s defaults: wall, the profiler's own estimate, bytes
+        text += "; long run, defaults: " + ", ".join(
+            f"{name} {row['steps']:,} steps {row['ratio']:.3f}x (own estimate {row['own_estimate']:.3f}x, "
+            f"{row['bytes_per_step']:,} B/step)" for name, row in r["long"].items())
     return text
 
 
