@@ -113,6 +113,11 @@ def main() -> None:
     print(f"wall time (median of 3 alternating runs): plain {plain_ns / 1e6:.0f} ms, profiled "
           f"{profiled_ns / 1e6:.0f} ms ({profiled_ns / plain_ns:.3f}x; make bench measures this more carefully)")
     stats = prof.stats()
+    own = stats["own_cost"]   # what the profiler measured of its own time (one call in 64, every node's share)
+    if own["run_ns"] > 0:
+        print(f"its own estimate of that cost: {1 / (1 - own['total_ns'] / own['run_ns']):.3f}x "
+              f"({own['call_ns']['detail']:.0f} ns a call, measured on 1 in {own['sample_every']}; "
+              "it leaves out the interpreter's way into each wrapper, tens of ns a call)")
     print(f"wrapped {len(prof.wrapped)} torch callables in {(stats['discover_s'] + stats['install_s']) * 1e3:.0f} ms, "
           f"restored them in {stats['restore_s'] * 1e3:.1f} ms")
     if stats["dropped"]:
