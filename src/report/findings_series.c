@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "groups.h"
+#include "own_cost_report.h"
 
 static uint64_t key_hash(const tw_row_t *row)
 {
@@ -321,7 +322,7 @@ double report_series_detail_scale(const series_entry_t *e)
 
 int report_series_detail_step(const series_table_t *t, int64_t step)
 {
-    return t->detail_every <= 0 || step < t->detail_first || step % t->detail_every == 0;
+    return report_detail_step(t->detail_first, t->detail_every, step);
 }
 
 /* The steps of [from, to] whose calls carry argument summaries (all, unless detail is sampled). */

@@ -75,8 +75,12 @@ int report_row_is_node(const tw_row_t *row)
            (row->api.len >= sizeof prefix - 1 && memcmp(row->api.ptr, prefix, sizeof prefix - 1) == 0);
 }
 
+int report_detail_step(int64_t first, int64_t every, int64_t step)
+{
+    return every <= 0 || step < first || step % every == 0;
+}
+
 int report_own_detail_step(const report_own_t *o, int64_t step)
 {
-    /* as the recorder decides it (tw_detail_step): the first steps, then every multiple of detail_every */
-    return o->detail_every <= 0 || step < o->detail_first || step % o->detail_every == 0;
+    return report_detail_step(o->detail_first, o->detail_every, step);
 }

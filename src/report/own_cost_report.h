@@ -23,8 +23,12 @@ void report_own_text(const report_own_t *o, char *buf, size_t size);
  * measured rates (detail: the step had argument summaries, nodes and FLOPs). */
 uint64_t report_own_step_ns(const report_own_t *o, int detail, uint64_t calls, uint64_t nodes);
 
-/* Whether step had the detail (argument summaries, autograd nodes, FLOPs): all steps, unless the
- * manifest's "detail" samples them. A step < 0 (none) counts as one. */
+/* Whether step had the detail (argument summaries, autograd nodes, FLOPs), as the recorder decides it
+ * (tw_detail_step) with the manifest's "detail" figures: the first `first` steps, then every multiple of
+ * `every`; every <= 0 (not sampled): every step. A step < 0 (none) counts as one. */
+int report_detail_step(int64_t first, int64_t every, int64_t step);
+
+/* report_detail_step with the run's figures (o's). */
 int report_own_detail_step(const report_own_t *o, int64_t step);
 
 /* Whether a call record is an autograd node's (aten "backward"): linked to its forward call, or
