@@ -24,8 +24,51 @@ static char *put(char *p, const char *s, size_t len)
     return p + len;
 }
 
-size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock, int64_t pid, const tw_chunk_t *chunk,
-                        const tw_record_t *r, size_t args_max)
+void tw_format_cache_init(tw_format_cache_t *cache)
+{
+    memset(cache, 0, sizeof *cache);
+}
+
+/* pid from the cache (formatted when it changed: a forked child's writer) */
+static char *put_pid(char *p, tw_format_cache_t *c, int64_t pid)
+{
+    if (c->pid_len == 0 || c->pid != pid) {
+        c->pid = pid;
+        c->pid_len = (uint8_t)(tw_format_i64(c->pid_text, pid) - c->pid_text);
+    }
+    memcpy(p, c->pid_text, sizeof c->pid_text); /* fixed size: a few moves, not a call */
+    return p + c->pid_len;
+}
+
+static char *put_tid(char *p, tw_format_cache_t *c, uint64_t tid)
+{
+    if (c->tid_len == 0 || c->tid != tid) {
+        c->tid = tid;
+        c->tid_len = (uint8_t)(tw_format_u64(c->tid_text, tid) - c->tid_text);
+    }
+    memcpy(p, c->tid_text, sizeof c->tid_text);
+    return p + c->tid_len;
+}
+
+/* A start time: its leading digits from the cache while they stay the same, the last 8 formatted. */
+static char *put_start(char *p, tw_format_cache_t *c, int64_t start)
+{
+    enum { LOW = 100000000 }; /* 10^8: the digits formatted each time */
+    uint64_t v = (uint64_t)start;
+    if (start < LOW) /* before 1970 + 0.1 s: never from a clock, but exact all the same */
+        return tw_format_i64(p, start);
+    if (c->start_head_len == 0 || v - c->start_base >= LOW) { /* unsigned: below the base too */
+        c->start_base = v - v % LOW;
+        c->start_head_len = (uint8_t)(tw_format_u64(c->start_head, v / LOW) - c->start_head);
+    }
+    memcpy(p, c->start_head, sizeof c->start_head);
+    p += c->start_head_len;
+    tw_format_8_digits(p, (uint32_t)(v - c->start_base));
+    return p + 8;
+}
+
+size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock, int64_t pid, tw_format_cache_t *cache,
+                        const tw_chunk_t *chunk, const tw_record_t *r, size_t args_max)
 {
     static const tw_api_text_t unknown = {"?", 1, "\"?\"", 3, "?", 1};
     static const tw_api_text_t none = {"", 0, "\"\"", 2, "", 0};
@@ -58,7 +101,7 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         *p++ = ',';
         p = put(p, api->csv, api->csv_len);
         *p++ = ',';
-        p = tw_format_i64(p, start);
+        p = put_start(p, cache, start);
         *p++ = ',';
         p = tw_format_u64(p, cost);
         *p++ = ',';
@@ -66,9 +109,9 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         *p++ = ',';
         *p++ = '0'; /* gpu_ns: readers join it from the GPU records */
         *p++ = ',';
-        p = tw_format_i64(p, pid);
+        p = put_pid(p, cache, pid);
         *p++ = ',';
-        p = tw_format_u64(p, chunk->tid);
+        p = put_tid(p, cache, chunk->tid);
         *p++ = ',';
         p = tw_format_u64(p, r->depth);
         *p++ = ',';
@@ -106,7 +149,7 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         memcpy(p, ",\"api\":", 7);
         p = put(p + 7, api->json, api->json_len);
         memcpy(p, ",\"start_ns\":", 12);
-        p = tw_format_i64(p + 12, start);
+        p = put_start(p + 12, cache, start);
         memcpy(p, ",\"cost_ns\":", 11);
         p = tw_format_u64(p + 11, cost);
         memcpy(p, ",\"self_ns\":", 11);
@@ -114,9 +157,9 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         memcpy(p, ",\"gpu_ns\":0", 11); /* joined from the GPU records by readers */
         p += 11;
         memcpy(p, ",\"pid\":", 7);
-        p = tw_format_i64(p + 7, pid);
+        p = put_pid(p + 7, cache, pid);
         memcpy(p, ",\"tid\":", 7);
-        p = tw_format_u64(p + 7, chunk->tid);
+        p = put_tid(p + 7, cache, chunk->tid);
         memcpy(p, ",\"depth\":", 9);
         p = tw_format_u64(p + 9, r->depth);
         memcpy(p, ",\"parent_id\":", 13);

@@ -31,6 +31,7 @@ void tw_writer_calls_init(tw_writer_t *w)
         s->files.header_len = sizeof TW_CALLS_CSV_HEADER - 1;
     }
     w->source_count = 1;
+    tw_format_cache_init(&w->calls_format);
 }
 
 static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
@@ -54,13 +55,14 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
         }
         if (!(keep & TW_KEEP_RECORD) && c == NULL)
             continue;
-        size_t len = tw_format_record(line, w->env.format, &w->clock, w->env.pid, chunk, r, TW_ARGS_MAX);
+        size_t len = tw_format_record(line, w->env.format, &w->clock, w->env.pid, &w->calls_format, chunk, r, TW_ARGS_MAX);
         if (len > room) {
             /* Larger than a whole file: cut its argument text until it fits, and count it. */
             size_t args_max = r->args_len;
             while (len > room && args_max > 0) {
                 args_max = args_max > 64 ? args_max - 64 : 0;
-                len = tw_format_record(line, w->env.format, &w->clock, w->env.pid, chunk, r, args_max);
+                len = tw_format_record(line, w->env.format, &w->clock, w->env.pid, &w->calls_format, chunk, r,
+                                       args_max);
             }
             pthread_mutex_lock(&w->lock);
             w->truncated++;

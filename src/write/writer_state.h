@@ -36,6 +36,7 @@
 #include "torchwrapper/stats.h"
 #include "torchwrapper/writer.h"
 #include "fileset.h"
+#include "format.h"
 #include "manifest.h"
 
 #define WRITER_SOURCES_MAX 8   /* the calls and up to 7 streams */
@@ -142,6 +143,7 @@ struct tw_writer {
     int closed;
     pthread_t thread;
     writer_source_t calls;       /* the first source; the streams follow it */
+    tw_format_cache_t calls_format; /* the call records' repeated digits (format.h); the pen held */
     tw_writer_stream_t *gpu;     /* the stream a GPU session opened (tw_writer_gpu_rows), or NULL */
     unsigned source_count;
     capture_t **captures;        /* appended under lock, oldest first; freed by tw_writer_destroy */

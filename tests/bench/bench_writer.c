@@ -4,6 +4,9 @@
  * compressed: compress "gzip", with the bytes a record takes on disk) and the cost of appending one
  * record on the calling thread (tw_call_begin + tw_call_end, no clock).
  * Output goes to a temporary directory that is removed afterwards.
+ *
+ * bench_writer N csv|json: only that format, plain, and nothing else: run under callgrind at two N,
+ * the difference over the difference of N is the writer's instructions a record.
  */
 #include "config.h"
 
@@ -156,6 +159,16 @@ int main(int argc, char **argv)
     uint32_t ids[5];
     for (int i = 0; i < 5; i++)
         tw_api_intern(names[i], &ids[i]);
+    if (argc > 2) { /* one format only (callgrind) */
+        double bytes;
+        int json_only = strcmp(argv[2], "json") == 0;
+        if (!json_only && strcmp(argv[2], "csv") != 0) {
+            fprintf(stderr, "bench_writer: format '%s' is not accepted: give csv or json\n", argv[2]);
+            return 2;
+        }
+        return writer_throughput(json_only ? TW_FORMAT_JSON : TW_FORMAT_CSV, TW_COMPRESS_NONE, n, ids, 5, &bytes) > 0
+                   ? 0 : 1;
+    }
     printf("writer throughput, %llu records (targets: 2 M/s CSV, 1 M/s JSON):\n", (unsigned long long)n);
     double csv_bytes, json_bytes, csv_gz_bytes, json_gz_bytes;
     double csv = writer_throughput(TW_FORMAT_CSV, TW_COMPRESS_NONE, n, ids, 5, &csv_bytes);

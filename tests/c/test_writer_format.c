@@ -4,6 +4,8 @@
 #include "writer_fixture.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,10 +249,110 @@ static void module_paths_are_written_before_the_step_and_site_columns(void **sta
     check_module_column(TW_FORMAT_JSON, ".jsonl");
 }
 
+/* The writer keeps a record stream's pid, tid and the leading digits of its start times formatted
+ * (format.h's cache): each start is written exactly, whatever the order of the starts (a parent's record
+ * follows its children's, with an earlier start), across 0.1 s boundaries of the clock and far from
+ * the last one, and when the thread changes (another thread's chunk between this one's). */
+static const uint64_t start_ticks[] = {99999999, 100000000, 5, 300000007, 300000007, 0, 99999999999999999ull,
+                                       100000000, 7, 4099999999ull, 4100000000ull};
+#define START_COUNT (sizeof start_ticks / sizeof start_ticks[0])
+static long start_tids[START_COUNT]; /* the thread that recorded each */
+
+typedef struct {
+    tw_recorder_t *rec;
+    uint32_t api;
+    size_t from, to;
+} starts_job_t;
+
+static void record_starts(tw_recorder_t *rec, uint32_t api, size_t from, size_t to)
+{
+    tw_thread_t *t = tw_recorder_attach(rec);
+    assert_non_null(t);
+    for (size_t i = from; i < to; i++) {
+        tw_frame_t *frame = tw_call_begin(t);
+        frame->site = (uint32_t)i; /* which start it is, in the file */
+        tw_call_end(t, frame, api, start_ticks[i], start_ticks[i] + 10, 0);
+        start_tids[i] = (long)syscall(SYS_gettid);
+    }
+    tw_thread_flush(t);
+}
+
+static void *record_starts_thread(void *arg)
+{
+    starts_job_t *job = arg;
+    record_starts(job->rec, job->api, job->from, job->to);
+    return NULL;
+}
+
+/* The number after key in line (its digits as text, exactly). */
+static long long number_after(const char *line, const char *key)
+{
+    const char *p = strstr(line, key);
+    assert_non_null(p);
+    return strtoll(p + strlen(key), NULL, 10);
+}
+
+static void check_starts(tw_format_t format, const char *ext)
+{
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = format, .file_max_size = 1 << 20, .file_name_spec = "serial", .rank = -1});
+    uint32_t api;
+    assert_int_equal(tw_api_intern("torch.add", &api), 0);
+    record_starts(f.rec, api, 0, 4);
+    starts_job_t job = {f.rec, api, 4, 7};
+    pthread_t other;
+    assert_int_equal(pthread_create(&other, NULL, record_starts_thread, &job), 0);
+    assert_int_equal(pthread_join(other, NULL), 0);
+    record_starts(f.rec, api, 7, START_COUNT);
+    close_fixture(&f);
+    char path[512];
+    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    char line[4096];
+    int seen[START_COUNT] = {0};
+    if (format == TW_FORMAT_CSV)
+        assert_non_null(fgets(line, sizeof line, fp)); /* the header */
+    while (fgets(line, sizeof line, fp) != NULL) {
+        long long start, site, tid, pid;
+        if (format == TW_FORMAT_CSV) { /* call_id,api,start_ns,...: "torch.add" needs no quoting, args are empty */
+            long long fields[15];
+            char *p = line;
+            for (int i = 0; i < 15; i++) {
+                fields[i] = strtoll(p, NULL, 10);
+                p = strchr(p, ',') + 1;
+            }
+            start = fields[2], pid = fields[6], tid = fields[7], site = fields[14];
+        } else {
+            start = number_after(line, "\"start_ns\":");
+            pid = number_after(line, "\"pid\":");
+            tid = number_after(line, "\"tid\":");
+            site = number_after(line, "\"site\":");
+        }
+        assert_true(site >= 0 && site < (long long)START_COUNT);
+        assert_int_equal(start, tw_clock_epoch_ns(&f.clock, start_ticks[site]));
+        assert_int_equal(tid, start_tids[site]);
+        assert_int_equal(pid, getpid());
+        seen[site]++;
+    }
+    fclose(fp);
+    for (size_t i = 0; i < START_COUNT; i++)
+        assert_int_equal(seen[i], 1);
+    free_fixture(&f);
+}
+
+static void cached_digits_write_every_start_exactly(void **state)
+{
+    (void)state;
+    check_starts(TW_FORMAT_CSV, ".csv");
+    check_starts(TW_FORMAT_JSON, ".jsonl");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(json_strings_are_escaped_per_rfc8259),
+        cmocka_unit_test(cached_digits_write_every_start_exactly),
         cmocka_unit_test(json_escape_matches_a_reference_for_every_byte_anywhere_in_a_run),
         cmocka_unit_test(module_paths_are_written_before_the_step_and_site_columns),
         cmocka_unit_test(a_backward_node_names_its_forward_call_in_place_of_arguments),
