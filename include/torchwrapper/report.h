@@ -22,6 +22,14 @@ extern "C" {
  */
 TW_API int tw_report_main(int argc, char *const argv[], FILE *out, FILE *err);
 
+/*
+ * The line every report ends with, "torchwrapper's own cost: ...", from a run's manifests (their JSON
+ * texts, one per process; one that does not parse is left out): into buf (size bytes, cut with "..."
+ * when longer), "" when none says what profiling cost. Returns the line's length. `run`'s summary prints
+ * it, so that it reads as tw-report's.
+ */
+TW_API int tw_report_own_cost_text(const char *const *manifests, size_t count, char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

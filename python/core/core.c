@@ -201,6 +201,39 @@ static PyObject *core_backward_stray_hooks(PyObject *core, PyObject *unused)
     return PyLong_FromUnsignedLongLong(tw_backward_stray_hooks());
 }
 
+/* own_cost_text(manifests) -> str: tw-report's own-cost line from a run's manifests (JSON texts), for
+ * `run`'s summary: one formatter for both. */
+static PyObject *core_own_cost_text(PyObject *core, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "own_cost_text() takes a list of manifest texts");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const char **texts = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof *texts);
+    if (texts == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyUnicode_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "own_cost_text(): manifest %zd is a %.100s, not the manifest's JSON text",
+                         i, Py_TYPE(item)->tp_name);
+            goto done;
+        }
+        if ((texts[i] = PyUnicode_AsUTF8(item)) == NULL)
+            goto done;
+    }
+    char line[2048];
+    int len = tw_report_own_cost_text(texts, (size_t)n, line, sizeof line);
+    result = PyUnicode_DecodeUTF8(line, len, "replace");
+done:
+    PyMem_Free(texts);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef core_methods[] = {
     {"wrap", (PyCFunction)(void (*)(void))tw_wrap, METH_FASTCALL | METH_KEYWORDS,
      "wrap(original, api_name, /, *, bind=None, kind=0)\n--\n\n"
@@ -252,6 +285,10 @@ static PyMethodDef core_methods[] = {
      "backward_stray_hooks() -> count\n--\n\nlibtorch hooks that ran while no session recorded backward nodes."},
     {"report", core_report, METH_O,
      "report(argv) -> status: runs tw-report (argv[0] is the program name) on the process's stdout/stderr."},
+    {"own_cost_text", core_own_cost_text, METH_O,
+     "own_cost_text(manifests) -> str\n--\n\n"
+     "The line \"torchwrapper's own cost: ...\" that tw-report prints, from a run's manifests (JSON texts);\n"
+     "\"\" when none says it."},
     {"report_output", core_report_output, METH_O,
      "report_output(argv) -> (status, output, messages): runs tw-report (argv[0] is the program name) and\n"
      "returns what it wrote to stdout and to stderr."},

@@ -153,10 +153,10 @@ def _report(wrapper: Any, top: int) -> None:
 
 
 def _print_own_cost(processes: List[Tuple[Dict[str, Any], List[Dict[str, Any]]]]) -> None:
-    """What profiling cost the program, as the run's manifests say it."""
-    from ._own_cost import text
+    """What profiling cost the program, as the run's manifests say it: tw-report's line (one formatter)."""
+    from . import _core
 
-    line = text(m for m, _ in processes)
+    line = _core.own_cost_text([json.dumps(m) for m, _ in processes])
     if line:
         print(line, file=sys.stderr)
 

@@ -15,6 +15,7 @@
 
 #include "torchwrapper/common.h"
 
+#include "own_cost_report.h"
 #include "util.h"
 
 static int add_file(inputs_t *in, const char *path)
@@ -100,42 +101,6 @@ const input_proc_t *report_input_proc(const inputs_t *in, int64_t pid, size_t *h
     return NULL;
 }
 
-/* A non-negative number of o's key, or 0. */
-static double number_of(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) && v->valuedouble > 0 ? v->valuedouble : 0.0;
-}
-
-/* Adds a manifest's "own_cost" and "writer" to own (a manifest without "own_cost" adds nothing). */
-static void read_own_cost(report_own_t *own, const cJSON *root)
-{
-    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "own_cost");
-    if (!cJSON_IsObject(o))
-        return;
-    const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "writer");
-    const cJSON *rates = cJSON_GetObjectItemCaseSensitive(o, "call_ns");
-    if (own->manifests++ == 0) {
-        const cJSON *detail = cJSON_GetObjectItemCaseSensitive(root, "detail");
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(detail, "sampled"))) {
-            own->detail_first = (int64_t)number_of(detail, "first");
-            own->detail_every = (int64_t)number_of(detail, "every");
-        }
-        own->call_ns_detail = number_of(rates, "detail");
-        own->call_ns_plain = number_of(rates, "plain");
-        own->node_ns = number_of(o, "node_ns");
-    }
-    own->calls += (uint64_t)number_of(o, "calls");
-    own->calls_ns += (uint64_t)number_of(o, "calls_ns");
-    own->hooks_ns += (uint64_t)number_of(o, "hooks_ns");
-    own->nodes += (uint64_t)number_of(o, "nodes");
-    own->nodes_ns += (uint64_t)number_of(o, "nodes_ns");
-    own->run_ns += (uint64_t)number_of(o, "run_ns");
-    own->help_ns += (uint64_t)number_of(w, "help_ns");
-    own->close_ns += (uint64_t)number_of(w, "close_ns");
-    own->writer_cpu_ns += (uint64_t)number_of(w, "thread_cpu_ns");
-}
-
 /* Notes a manifest's start time, rank and what --html's summary shows; a manifest that does not
  * parse is simply not used. */
 static void read_manifest(inputs_t *in, const char *path)
@@ -199,7 +164,7 @@ static void read_manifest(inputs_t *in, const char *path)
             info->cpus = (int64_t)cpus->valuedouble;
         if (info->manifests == 0 && cJSON_IsNumber(threads) && threads->valuedouble >= 1)
             info->torch_threads = (int64_t)threads->valuedouble;
-        read_own_cost(&info->own, root);
+        report_own_add(&info->own, root);
         info->manifests++;
     }
     cJSON_Delete(root);

@@ -10,27 +10,7 @@
 #include "torchwrapper/reader.h"
 
 #include "cli.h"
-
-/*
- * The profiler's own cost as the manifests say it ("own_cost", its "writer"; see python/core/call/
- * own_cost.h): ns summed over the processes, rates from the first that measured them.
- */
-typedef struct report_own {
-    size_t manifests;     /* that said it; 0: unknown (older files, records in memory) */
-    uint64_t calls;       /* recorded calls the samples stand for */
-    uint64_t calls_ns;    /* the wrappers' own time */
-    uint64_t hooks_ns;    /* the model watch's hooks */
-    uint64_t nodes;       /* autograd nodes recorded */
-    uint64_t nodes_ns;    /* the node hooks' own time */
-    uint64_t help_ns;     /* recording threads writing for a late writer thread */
-    uint64_t close_ns;    /* the last writing, at stop */
-    uint64_t writer_cpu_ns; /* the writer thread's CPU time (a thread of its own, lowest priority) */
-    uint64_t run_ns;      /* the recording time, start to stop */
-    double call_ns_detail, call_ns_plain, node_ns; /* per call in steps with and without detail; per node */
-    /* the steps with detail (the manifest's "detail"): the first detail_first, then one in
-     * detail_every; detail_every 0: every step */
-    int64_t detail_first, detail_every;
-} report_own_t;
+#include "own_cost_report.h"
 
 typedef struct input_file {
     char *path;

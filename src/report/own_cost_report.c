@@ -5,9 +5,64 @@
 #include "config.h"
 #include "own_cost_report.h"
 
+#include <cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "torchwrapper/report.h"
+
+/* A non-negative number of o's key, or 0. */
+static double number_of(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) && v->valuedouble > 0 ? v->valuedouble : 0.0;
+}
+
+void report_own_add(report_own_t *own, const cJSON *root)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "own_cost");
+    if (!cJSON_IsObject(o))
+        return;
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "writer");
+    const cJSON *rates = cJSON_GetObjectItemCaseSensitive(o, "call_ns");
+    if (own->manifests++ == 0) {
+        const cJSON *detail = cJSON_GetObjectItemCaseSensitive(root, "detail");
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(detail, "sampled"))) {
+            own->detail_first = (int64_t)number_of(detail, "first");
+            own->detail_every = (int64_t)number_of(detail, "every");
+        }
+        own->call_ns_detail = number_of(rates, "detail");
+        own->call_ns_plain = number_of(rates, "plain");
+        own->node_ns = number_of(o, "node_ns");
+    }
+    own->calls += (uint64_t)number_of(o, "calls");
+    own->calls_ns += (uint64_t)number_of(o, "calls_ns");
+    own->hooks_ns += (uint64_t)number_of(o, "hooks_ns");
+    own->nodes += (uint64_t)number_of(o, "nodes");
+    own->nodes_ns += (uint64_t)number_of(o, "nodes_ns");
+    own->run_ns += (uint64_t)number_of(o, "run_ns");
+    own->help_ns += (uint64_t)number_of(w, "help_ns");
+    own->close_ns += (uint64_t)number_of(w, "close_ns");
+    own->writer_cpu_ns += (uint64_t)number_of(w, "thread_cpu_ns");
+}
+
+
+int tw_report_own_cost_text(const char *const *manifests, size_t count, char *buf, size_t size)
+{
+    report_own_t own = {0};
+    for (size_t i = 0; i < count; i++) {
+        cJSON *root = cJSON_Parse(manifests[i]);
+        if (root == NULL)
+            continue; /* a manifest that does not parse says nothing, as in tw-report */
+        report_own_add(&own, root);
+        cJSON_Delete(root);
+    }
+    if (size == 0)
+        return 0;
+    report_own_text(&own, buf, size);
+    return (int)strlen(buf);
+}
 
 uint64_t report_own_program_ns(const report_own_t *o)
 {

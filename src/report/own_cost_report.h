@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The profiler's own cost in the reports: the line every report shows, and the share of it a step
- * carries (--by step), from what the manifests say (inputs.h's report_own_t).
+ * carries (--by step), from what the manifests say (report_own_t, which inputs.c fills).
  */
 #ifndef TW_REPORT_OWN_COST_REPORT_H
 #define TW_REPORT_OWN_COST_REPORT_H
@@ -9,8 +9,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "inputs.h"
 #include "torchwrapper/reader.h"
+
+/*
+ * The profiler's own cost as the manifests say it ("own_cost", its "writer"; see python/core/call/
+ * own_cost.h): ns summed over the processes, rates from the first that measured them.
+ */
+typedef struct report_own {
+    size_t manifests;     /* that said it; 0: unknown (older files, records in memory) */
+    uint64_t calls;       /* recorded calls the samples stand for */
+    uint64_t calls_ns;    /* the wrappers' own time */
+    uint64_t hooks_ns;    /* the model watch's hooks */
+    uint64_t nodes;       /* autograd nodes recorded */
+    uint64_t nodes_ns;    /* the node hooks' own time */
+    uint64_t help_ns;     /* recording threads writing for a late writer thread */
+    uint64_t close_ns;    /* the last writing, at stop */
+    uint64_t writer_cpu_ns; /* the writer thread's CPU time (a thread of its own, lowest priority) */
+    uint64_t run_ns;      /* the recording time, start to stop */
+    double call_ns_detail, call_ns_plain, node_ns; /* per call in steps with and without detail; per node */
+    /* the steps with detail (the manifest's "detail"): the first detail_first, then one in
+     * detail_every; detail_every 0: every step */
+    int64_t detail_first, detail_every;
+} report_own_t;
+
+/* Adds a manifest's "own_cost" and "writer" (its parsed JSON) to own: a manifest without "own_cost"
+ * adds nothing. */
+struct cJSON;
+void report_own_add(report_own_t *own, const struct cJSON *root);
 
 /* The time the program's own threads spent in the profiler: its calls' wrappers, the model watch's
  * hooks, the autograd node hooks, writing for a late writer thread, and the last writing at stop. */

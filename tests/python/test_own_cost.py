@@ -142,6 +142,9 @@ def test_run_prints_it_in_its_summary(tmp_path):
     assert "% of the recording" in line and "a call" in line and "writer thread" in line
     own = manifest_of(str(out))["own_cost"]
     assert f"{own['call_ns']['detail']:.0f} ns a call" in line
+    # the very line tw-report prints under its tables (one formatter: the figures agree to the digit)
+    table = subprocess.run([TW_REPORT, str(out)], capture_output=True, text=True, check=True).stdout
+    assert line in table.splitlines()
 
 
 def test_a_second_session_counts_from_zero(tmp_path):
