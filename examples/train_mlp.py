@@ -117,7 +117,7 @@ def main() -> None:
     if own["run_ns"] > 0:
         print(f"its own estimate of that cost: {1 / (1 - own['total_ns'] / own['run_ns']):.3f}x "
               f"({own['call_ns']['detail']:.0f} ns a call, measured on 1 in {own['sample_every']}; "
-              "it leaves out the interpreter's way into each wrapper, tens of ns a call)")
+              "its own work only: torch's code also runs a little slower beside it, which no clock in it sees)")
     print(f"wrapped {len(prof.wrapped)} torch callables in {(stats['discover_s'] + stats['install_s']) * 1e3:.0f} ms, "
           f"restored them in {stats['restore_s'] * 1e3:.1f} ms")
     if stats["dropped"]:
