@@ -186,6 +186,51 @@ def test_eight_threads_record_every_call_exactly_once(session):
     assert {r[6] for r in records} == {th.native_id for th in threads}
 
 
+def test_threads_switching_inside_nested_calls_keep_their_own_stacks(session):
+    """The wrappers find the calling thread's state from the interpreter's current thread (no TLS
+    lookup): with the GIL handed over every few microseconds, inside calls that nest, each record's
+    parent is a call of its own thread, one level up."""
+    numel = tw.wrap(torch.Tensor.numel, "torch.Tensor.numel")
+    t = torch.ones(4)
+
+    def outer():
+        total = 0
+        for _ in range(20):
+            total += numel(t)
+            total += sum(range(50))  # Python work between the calls: room for a switch
+        return total
+
+    w_outer = tw.wrap(outer, "outer")
+    barrier = threading.Barrier(4)
+
+    def work():
+        barrier.wait()
+        for _ in range(300):
+            w_outer()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    records = stop_and_read(session)
+    by_id = {r.call_id: r for r in records}
+    assert len(records) == 4 * 300 * 21
+    outers = [r for r in records if r.api == "outer"]
+    inners = [r for r in records if r.api == "torch.Tensor.numel"]
+    assert all((r.depth, r.parent_id) == (0, 0) for r in outers)
+    for r in inners:
+        parent = by_id[r.parent_id]
+        assert (parent.api, parent.tid, r.depth) == ("outer", r.tid, 1), (r, parent)
+    assert {r.tid for r in records} == {th.native_id for th in threads}
+    assert len({r.tid for r in outers}) == 4
+
+
 def test_method_descriptor_binds_without_a_bound_method(session):
     patcher = tw.Patcher()
     patcher.install(torch.Tensor, "view", "torch.Tensor.view")

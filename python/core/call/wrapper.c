@@ -39,16 +39,49 @@ typedef struct {
 
 static _Thread_local tw_thread_cache_t thread_cache;
 
-static tw_thread_t *attach_thread(uint64_t gen)
+/*
+ * The thread cache of the thread that called a wrapper last, found from its Python thread state.
+ * Wrappers run with the GIL held, so the interpreter's current thread state names the calling thread:
+ * a load and two compares, where a _Thread_local of a dlopen'ed module costs a call into the dynamic
+ * linker's TLS resolver on every access (_dl_tlsdesc_dynamic: 34 instructions a wrapped call under
+ * callgrind, and its code's cache lines beside torch's). A thread state's id is unique in its
+ * interpreter, so a thread state freed and allocated again at the same address is not taken for the
+ * old one. Only the GIL's holder reads or writes it (the GIL orders them); code that may run without
+ * the GIL (tw_pause_thread, ...) uses thread_cache itself, the same memory.
+ */
+static struct {
+    const PyThreadState *tstate;
+    uint64_t id;
+    tw_thread_cache_t *cache;
+} last_caller;
+
+static __attribute__((noinline)) tw_thread_cache_t *caller_cache_slow(PyThreadState *tstate)
+{
+    last_caller.tstate = tstate;
+    last_caller.id = tstate != NULL ? tstate->id : 0;
+    last_caller.cache = &thread_cache;
+    return &thread_cache;
+}
+
+/* This thread's cache, for code that holds the GIL (the wrappers). */
+static inline tw_thread_cache_t *caller_cache(void)
+{
+    PyThreadState *tstate = _PyThreadState_UncheckedGet();
+    if (TW_LIKELY(tstate == last_caller.tstate && tstate != NULL && tstate->id == last_caller.id))
+        return last_caller.cache;
+    return caller_cache_slow(tstate);
+}
+
+static tw_thread_t *attach_thread(tw_thread_cache_t *cache, uint64_t gen)
 {
     /* NULL (out of memory) is cached too: this thread then calls through without recording. */
-    thread_cache.thread = tw_recorder_attach(tw_active.recorder);
-    tw_memory_attach(thread_cache.thread); /* config memory: this thread's allocator reports */
-    thread_cache.gen = gen;
-    thread_cache.module_depth = 0;
-    thread_cache.sampling = 0;
-    thread_cache.own_countdown = TW_OWN_PERIOD;
-    return thread_cache.thread;
+    cache->thread = tw_recorder_attach(tw_active.recorder);
+    tw_memory_attach(cache->thread); /* config memory: this thread's allocator reports */
+    cache->gen = gen;
+    cache->module_depth = 0;
+    cache->sampling = 0;
+    cache->own_countdown = TW_OWN_PERIOD;
+    return cache->thread;
 }
 
 void tw_pause_thread(void)
@@ -56,7 +89,7 @@ void tw_pause_thread(void)
     uint64_t gen = tw_active.gen;
     if (gen == 0)
         return;
-    tw_thread_t *t = thread_cache.gen == gen ? thread_cache.thread : attach_thread(gen);
+    tw_thread_t *t = thread_cache.gen == gen ? thread_cache.thread : attach_thread(&thread_cache, gen);
     if (t != NULL)
         t->paused++;
 }
@@ -238,15 +271,16 @@ static __attribute__((noinline)) int watch_enter(const tw_wrapper_object *self, 
         }
     }
     if ((kind & TW_KIND_MODULE_CALL) && *module_id != TW_MODULE_NONE && hooks->module_enter != NULL) {
-        if (thread_cache.module_depth == 0) {
+        tw_thread_cache_t *cache = caller_cache();
+        if (cache->module_depth == 0) {
             PyObject *answer = run_hook(t, source, hooks->module_enter, &watch->subject, 1);
             /* outside the steps the schedule (or a capture) records, no statistics are taken */
-            thread_cache.sampling = answer == Py_True && tw_active.step_recorded;
+            cache->sampling = answer == Py_True && tw_active.step_recorded;
             Py_XDECREF(answer);
             if (TW_UNLIKELY(tw_active.gen != gen))
                 return -1;
         }
-        watch->sampled = thread_cache.sampling;
+        watch->sampled = caller_cache()->sampling;
         watch->module_call = 1;
     }
     if ((kind & TW_KIND_BOUNDARY) && hooks->boundary_enter != NULL) {
@@ -307,7 +341,7 @@ static __attribute__((noinline)) int watch_begun(tw_thread_t *t, uint64_t gen, P
         }
     }
     if (watch->module_call)
-        thread_cache.module_depth++;
+        caller_cache()->module_depth++;
     return 0;
 }
 
@@ -318,7 +352,7 @@ static __attribute__((noinline)) void watch_exit(const tw_wrapper_object *self, 
                                                  uint32_t kind, PyObject *result, int recorded, watch_t *watch)
 {
     if (watch->module_call)
-        thread_cache.module_depth--;
+        caller_cache()->module_depth--;
     if (recorded) {
         tw_clock_source_t source = tw_active.clock_source;
         const tw_hooks_t *hooks = &tw_active.hooks;
@@ -530,7 +564,7 @@ static __attribute__((noinline, flatten)) PyObject *
 measured_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
                     PyObject *kwnames)
 {
-    thread_cache.own_countdown = TW_OWN_PERIOD;
+    caller_cache()->own_countdown = TW_OWN_PERIOD;
     tw_clock_source_t source = tw_active.clock_source;
     int kind = tw_active.detail ? TW_OWN_DETAIL : TW_OWN_PLAIN;
     uint64_t id = t->next_id != t->id_end ? t->next_id : 0; /* the id the call takes (0: a new block's) */
@@ -551,10 +585,11 @@ PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_
         return call_original(self, args, nargsf, kwnames);
     if (TW_UNLIKELY(tw_active.idle)) /* outside the schedule's steps: the one check it costs */
         return idle_call(self, gen, args, nargsf, kwnames);
-    tw_thread_t *t = TW_LIKELY(thread_cache.gen == gen) ? thread_cache.thread : attach_thread(gen);
+    tw_thread_cache_t *cache = caller_cache();
+    tw_thread_t *t = TW_LIKELY(cache->gen == gen) ? cache->thread : attach_thread(cache, gen);
     if (TW_UNLIKELY(t == NULL || t->paused)) /* not recorded; an optimizer step still ends a step */
         return idle_call(self, gen, args, nargsf, kwnames);
-    if (TW_UNLIKELY(--thread_cache.own_countdown == 0)) /* the profiler's own cost, measured */
+    if (TW_UNLIKELY(--cache->own_countdown == 0)) /* the profiler's own cost, measured */
         return measured_vectorcall(self, t, gen, args, nargsf, kwnames);
     return recorded_vectorcall(self, t, gen, args, nargsf, kwnames);
 }
