@@ -45,12 +45,14 @@ static _Thread_local tw_thread_cache_t thread_cache;
  * a load and two compares, where a _Thread_local of a dlopen'ed module costs a call into the dynamic
  * linker's TLS resolver on every access (_dl_tlsdesc_dynamic: 34 instructions a wrapped call under
  * callgrind, and its code's cache lines beside torch's). A thread state's id is unique in its
- * interpreter, so a thread state freed and allocated again at the same address is not taken for the
- * old one. Only the GIL's holder reads or writes it (the GIL orders them); code that may run without
- * the GIL (tw_pause_thread, ...) uses thread_cache itself, the same memory.
+ * interpreter, so a thread state freed and allocated again at the same address (by another thread,
+ * or another interpreter) is not taken for the old one. Only the GIL's holder reads or writes it (the
+ * GIL orders them); code that may run without the GIL (tw_pause_thread, ...) uses thread_cache
+ * itself, the same memory.
  */
 static struct {
     const PyThreadState *tstate;
+    const PyInterpreterState *interp;
     uint64_t id;
     tw_thread_cache_t *cache;
 } last_caller;
@@ -58,6 +60,7 @@ static struct {
 static __attribute__((noinline)) tw_thread_cache_t *caller_cache_slow(PyThreadState *tstate)
 {
     last_caller.tstate = tstate;
+    last_caller.interp = tstate != NULL ? tstate->interp : NULL;
     last_caller.id = tstate != NULL ? tstate->id : 0;
     last_caller.cache = &thread_cache;
     return &thread_cache;
@@ -67,7 +70,8 @@ static __attribute__((noinline)) tw_thread_cache_t *caller_cache_slow(PyThreadSt
 static inline tw_thread_cache_t *caller_cache(void)
 {
     PyThreadState *tstate = _PyThreadState_UncheckedGet();
-    if (TW_LIKELY(tstate == last_caller.tstate && tstate != NULL && tstate->id == last_caller.id))
+    if (TW_LIKELY(tstate == last_caller.tstate && tstate != NULL && tstate->id == last_caller.id &&
+                  tstate->interp == last_caller.interp))
         return last_caller.cache;
     return caller_cache_slow(tstate);
 }
@@ -280,7 +284,7 @@ static __attribute__((noinline)) int watch_enter(const tw_wrapper_object *self, 
             if (TW_UNLIKELY(tw_active.gen != gen))
                 return -1;
         }
-        watch->sampled = caller_cache()->sampling;
+        watch->sampled = cache->sampling; /* this thread's own memory, whoever ran during the hook */
         watch->module_call = 1;
     }
     if ((kind & TW_KIND_BOUNDARY) && hooks->boundary_enter != NULL) {
