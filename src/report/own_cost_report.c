@@ -108,7 +108,8 @@ void report_own_text(const report_own_t *o, char *buf, size_t size)
     if (n < size && o->hooks_ns > 0)
         n += (size_t)snprintf(buf + n, size - n, ", model watch %s", hooks);
     if (n < size)
-        n += (size_t)snprintf(buf + n, size - n, ", writing %s; its writer thread %s of CPU", writing, writer);
+        n += (size_t)snprintf(buf + n, size - n, ", writing %s; its writer thread %s of CPU; not counted: torch's own "
+                              "code slowed beside it (caches they share)", writing, writer);
     if (n < size && o->detail_every > 0) /* what the tables and findings built from the detail stand on */
         n += (size_t)snprintf(buf + n, size - n, ". Argument summaries, autograd nodes and FLOPs in steps 0-%" PRId64
                               " and one in %" PRId64 " after (detail \"sampled\"; detail \"all\" for every step)",

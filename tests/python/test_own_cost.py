@@ -140,6 +140,7 @@ def test_run_prints_it_in_its_summary(tmp_path):
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stderr.splitlines() if x.startswith("torchwrapper's own cost: "))
     assert "% of the recording" in line and "a call" in line and "writer thread" in line
+    assert "; not counted: torch's own code slowed beside it (caches they share)" in line
     own = manifest_of(str(out))["own_cost"]
     assert f"{own['call_ns']['detail']:.0f} ns a call" in line
     # the very line tw-report prints under its tables (one formatter: the figures agree to the digit)
