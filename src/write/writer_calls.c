@@ -55,7 +55,8 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
         }
         if (!(keep & TW_KEEP_RECORD) && c == NULL)
             continue;
-        size_t len = tw_format_record(line, w->env.format, &w->clock, w->env.pid, &w->calls_format, chunk, r, TW_ARGS_MAX);
+        size_t len =
+            tw_format_record(line, w->env.format, &w->clock, w->env.pid, &w->calls_format, chunk, r, TW_ARGS_MAX);
         if (len > room) {
             /* Larger than a whole file: cut its argument text until it fits, and count it. */
             size_t args_max = r->args_len;

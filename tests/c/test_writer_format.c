@@ -84,10 +84,8 @@ static void check_backward_columns(tw_format_t format, const char *ext)
     frame->site = 3;
     tw_call_end_args(t, frame, node, 10, 15, TW_RECORD_BACKWARD, link, sizeof link);
     close_fixture(&f);
-    char path[512], line[4096], want[128];
-    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
-    FILE *fp = fopen(path, "r");
-    assert_non_null(fp);
+    char line[4096], want[128];
+    FILE *fp = open_first_records(&f, ext);
     if (format == TW_FORMAT_CSV) {
         assert_non_null(fgets(line, sizeof line, fp)); /* header */
         assert_non_null(fgets(line, sizeof line, fp));
@@ -145,10 +143,8 @@ static void check_resource_columns(tw_format_t format, const char *ext)
     t->memory = NULL;
     tw_call_end(t, tw_call_begin(t), f.ids[2], 4, 5, 0); /* nothing to report */
     close_fixture(&f);
-    char path[512], line[4096];
-    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
-    FILE *fp = fopen(path, "r");
-    assert_non_null(fp);
+    char line[4096];
+    FILE *fp = open_first_records(&f, ext);
     /* flops, flops_total, mem_alloc, mem_self, mem_freed, mem_peak; child first (it ended first) */
     const uint64_t want[3][6] = {{100, 100, 4096, 4096, 4096, 9396}, {0, 100, 4396, 300, 4096, 9396}, {0}};
     const int carries[3] = {1, 1, 0}; /* the last carries none: empty CSV fields, no JSON keys */
@@ -206,10 +202,7 @@ static void check_module_column(tw_format_t format, const char *ext)
         tw_call_end(t, frame, f.ids[0], 10 * i, 10 * i + 5, 0);
     }
     close_fixture(&f);
-    char path[512];
-    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
-    FILE *fp = fopen(path, "r");
-    assert_non_null(fp);
+    FILE *fp = open_first_records(&f, ext);
     char line[4096];
     /* module, step, site, then fwd_call_id and fwd_api (not a backward node: 0 and empty) */
     const char *csv_ends[] = {",\"\",0,0,0,\n", ",\"encoder.layers,\"\"3\"\".self_attn\",0,7,0,\n", ",,,0,14,0,\n"};
@@ -305,10 +298,7 @@ static void check_starts(tw_format_t format, const char *ext)
     assert_int_equal(pthread_join(other, NULL), 0);
     record_starts(f.rec, api, 7, START_COUNT);
     close_fixture(&f);
-    char path[512];
-    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f.dir, (long)getpid(), ext);
-    FILE *fp = fopen(path, "r");
-    assert_non_null(fp);
+    FILE *fp = open_first_records(&f, ext);
     char line[4096];
     int seen[START_COUNT] = {0};
     if (format == TW_FORMAT_CSV)

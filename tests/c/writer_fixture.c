@@ -47,6 +47,15 @@ void close_fixture(fixture_t *f)
     tw_writer_close(f->writer);
 }
 
+FILE *open_first_records(const fixture_t *f, const char *ext)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/tw-%ld-0001%s", f->dir, (long)getpid(), ext);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    return fp;
+}
+
 void free_fixture(fixture_t *f)
 {
     tw_writer_destroy(f->writer);

@@ -5,6 +5,7 @@
 #include "tw_test.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 
 /* API names that need quoting or escaping in every format; calls cycle through them. */
 extern const char *const weird_names[];
@@ -43,6 +44,9 @@ void open_fixture(fixture_t *f, tw_writer_config_t config);
 void record_calls(tw_recorder_t *rec, const uint32_t *ids, uint64_t n);
 /* Everything recorded handed to the writer, and the writer closed (its files complete). */
 void close_fixture(fixture_t *f);
+/* The first call-record file of a closed fixture (serial names, no rank: tw-PID-0001ext), opened for
+ * reading; fails the test when it is missing. */
+FILE *open_first_records(const fixture_t *f, const char *ext);
 /* The writer and recorder destroyed, the directory removed. */
 void free_fixture(fixture_t *f);
 /* The files of dir ending in ext (gzip inflated), in name order, counted; keep_data: their rows kept. */
