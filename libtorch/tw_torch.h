@@ -100,7 +100,7 @@ TW_TORCH_API uint64_t tw_torch_flops(int kind, struct _object *const *args, size
 
 /* The version of the table of entry points below (their names and signatures): the extension loads
  * a layer only when it is the one it was built with (python/core/below/layer.c). Raised at each change. */
-#define TW_TORCH_LAYER_VERSION 2u
+#define TW_TORCH_LAYER_VERSION 3u
 TW_TORCH_API unsigned tw_torch_layer_version(void);
 
 /* The torch version the layer was compiled against ("2.13.0+cpu"), as torch.__version__ says it. */
@@ -118,10 +118,14 @@ TW_TORCH_API int tw_torch_start(const tw_torch_hooks_t *hooks, int operators);
  * python/core/below/backward.c). */
 TW_TORCH_API void tw_torch_stop(void);
 
-/* Whether libtorch calls the started callbacks (nonzero) or not, from now on: disabled, they cost
- * torch nothing (no RecordFunction is made for a node), as if removed, and come back with their
- * state. For the steps without detail (config detail "sampled"). No-op when not started. */
+/* Whether libtorch calls the started callbacks (nonzero) or not, from now on: off removes them (a
+ * disabled callback still costs torch a little on every thread switch, tw_torch.cpp), on adds them
+ * again. For the steps without detail (config detail "sampled"). No-op when not started. */
 TW_TORCH_API void tw_torch_observe(int on);
+
+/* How many callbacks of this layer torch holds now (registered, not removed; at::hasGlobalCallbacks()
+ * does not count disabled ones): what the tests check a step without detail and a stop leave. */
+TW_TORCH_API int tw_torch_callbacks_held(void);
 
 /* ---- memory (tw_torch_memory.cpp) ----------------------------------------------------------------
  * The allocators' own reports (c10::reportMemoryUsageToProfiler, what torch.profiler's profile_memory

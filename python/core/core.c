@@ -201,6 +201,16 @@ static PyObject *core_backward_stray_hooks(PyObject *core, PyObject *unused)
     return PyLong_FromUnsignedLongLong(tw_backward_stray_hooks());
 }
 
+/* torch_callbacks() -> how many of the libtorch layer's RecordFunction callbacks torch holds (None:
+ * no layer loaded), for tests. */
+static PyObject *core_torch_callbacks(PyObject *core, PyObject *unused)
+{
+    int held = tw_backward_torch_callbacks();
+    if (held < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(held);
+}
+
 /* own_cost_text(manifests) -> str: tw-report's own-cost line from a run's manifests (JSON texts), for
  * `run`'s summary: one formatter for both. */
 static PyObject *core_own_cost_text(PyObject *core, PyObject *arg)
@@ -283,6 +293,9 @@ static PyMethodDef core_methods[] = {
      "in progress on this thread and the outermost one's call site, or (0, 0, 0)."},
     {"backward_stray_hooks", core_backward_stray_hooks, METH_NOARGS,
      "backward_stray_hooks() -> count\n--\n\nlibtorch hooks that ran while no session recorded backward nodes."},
+    {"torch_callbacks", core_torch_callbacks, METH_NOARGS,
+     "torch_callbacks() -> int or None\n--\n\nHow many of the libtorch layer's RecordFunction callbacks torch "
+     "holds now (None: the layer is not loaded)."},
     {"report", core_report, METH_O,
      "report(argv) -> status: runs tw-report (argv[0] is the program name) on the process's stdout/stderr."},
     {"own_cost_text", core_own_cost_text, METH_O,

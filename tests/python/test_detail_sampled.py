@@ -120,3 +120,26 @@ def test_a_schedule_keeps_the_detail_in_the_steps_it_records(tmp_path):
     assert wrapper.config["detail"] == "all"
     assert steps_with(out, "true") == {11, 12, 13}
     assert steps_with(out, SUMMARY) == steps_with(out, NODE) == {11, 12, 13}
+
+
+def test_a_step_without_detail_leaves_no_callback_in_torch(tmp_path):
+    # A disabled callback still costs torch on every thread switch (tw_torch.cpp): the steps without
+    # detail remove them, the detail steps add them back, and a stop leaves none.
+    from torchwrapper import _core
+    held = []
+
+    def train_and_look():
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(STEPS):
+            held.append(_core.torch_callbacks())
+            loss = model(torch.randn(8, 16)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    out = str(tmp_path / "out")
+    tw.TorchWrapper({"out_dir": out, "format": "csv"}).start(train_and_look)
+    assert {i for i, n in enumerate(held) if n} == DETAIL_STEPS and max(held) == 1   # nodes, not operators
+    assert steps_with(out, NODE) == DETAIL_STEPS         # and the detail steps still see their nodes
+    assert _core.torch_callbacks() == 0

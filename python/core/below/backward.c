@@ -155,6 +155,11 @@ uint64_t tw_backward_stray_hooks(void)
     return atomic_load(&stray_hooks);
 }
 
+int tw_backward_torch_callbacks(void)
+{
+    return tw_layer.callbacks_held != NULL ? tw_layer.callbacks_held() : -1;
+}
+
 static node_thread_t *this_thread(void)
 {
     if (TW_LIKELY(self != NULL))

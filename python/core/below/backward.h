@@ -68,4 +68,8 @@ void tw_backward_gpu_settle(void);
 /* Hooks run while no session recorded (see backward.c), for tests. */
 uint64_t tw_backward_stray_hooks(void);
 
+/* How many of the layer's callbacks torch holds now, -1 when the libtorch layer is not loaded; for
+ * tests: a step without detail and a stop leave none. */
+int tw_backward_torch_callbacks(void);
+
 #endif

@@ -27,6 +27,7 @@ TW_SAME_TYPE(thread_id, tw_torch_thread_id);
 TW_SAME_TYPE(start, tw_torch_start);
 TW_SAME_TYPE(stop, tw_torch_stop);
 TW_SAME_TYPE(observe, tw_torch_observe);
+TW_SAME_TYPE(callbacks_held, tw_torch_callbacks_held);
 TW_SAME_TYPE(flops, tw_torch_flops);
 TW_SAME_TYPE(memory_owner, tw_torch_memory_owner);
 TW_SAME_TYPE(memory_start, tw_torch_memory_start);
@@ -47,6 +48,7 @@ static const struct {
     {"tw_torch_start", offsetof(tw_layer_t, start), TW_LAYER_BACKWARD},
     {"tw_torch_stop", offsetof(tw_layer_t, stop), TW_LAYER_BACKWARD},
     {"tw_torch_observe", offsetof(tw_layer_t, observe), TW_LAYER_BACKWARD},
+    {"tw_torch_callbacks_held", offsetof(tw_layer_t, callbacks_held), TW_LAYER_BACKWARD},
     {"tw_torch_flops", offsetof(tw_layer_t, flops), TW_LAYER_FLOPS},
     {"tw_torch_memory_owner", offsetof(tw_layer_t, memory_owner), TW_LAYER_MEMORY},
     {"tw_torch_memory_start", offsetof(tw_layer_t, memory_start), TW_LAYER_MEMORY},

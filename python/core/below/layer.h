@@ -38,6 +38,7 @@ typedef struct {
     int (*start)(const tw_torch_hooks_t *, int);
     void (*stop)(void);
     void (*observe)(int);
+    int (*callbacks_held)(void);
     /* FLOPs */
     uint64_t (*flops)(int, struct _object *const *, size_t, struct _object *, struct _object *, uint64_t, uint64_t,
                       const tw_torch_flops_node_t **, unsigned *);
