@@ -53,7 +53,8 @@ static const char *name_at(uint32_t id)
 static tw_api_text_t *render(const char *name)
 {
     size_t len = strlen(name);
-    tw_api_text_t *text = malloc(sizeof *text + len + 1 + 6 * len + 2 + 2 * len + 2);
+    size_t size = sizeof(tw_api_text_t) + len + 1 + 6 * len + 2 + 2 * len + 2 + TW_API_TEXT_PAD;
+    tw_api_text_t *text = calloc(1, size); /* zeroed: the pad is copied, never written out */
     if (text == NULL)
         return NULL;
     char *p = (char *)(text + 1);

@@ -17,6 +17,11 @@ typedef struct {
     uint32_t csv_len;
 } tw_api_text_t;
 
+/* Each rendering (json, csv) is followed by at least this many readable bytes, its allocation's or a
+ * static's: the writer copies that many at once, a few moves instead of a call to memcpy for a length
+ * it does not know (format.c put_text; most API names are shorter). */
+#define TW_API_TEXT_PAD 32
+
 /* id's name and renderings, or NULL for an id never interned. Lock-free; thread-safe. */
 const tw_api_text_t *tw_api_text(uint32_t id);
 

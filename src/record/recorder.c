@@ -278,7 +278,8 @@ void tw_recorder_stats(tw_recorder_t *rec, tw_recorder_stats_t *stats)
 
 const tw_api_text_t *tw_module_text(uint32_t module_id)
 {
-    static const tw_api_text_t root = {"", 0, "\"\"", 2, "\"\"", 2}; /* CSV: "" tells it from no module */
+    static const char quotes[2 + TW_API_TEXT_PAD] = "\"\""; /* padded: api_text.h */
+    static const tw_api_text_t root = {"", 0, quotes, 2, quotes, 2}; /* CSV: "" tells it from no module */
     if (module_id == TW_MODULE_NONE)
         return NULL;
     if (module_id == TW_MODULE_ROOT)

@@ -18,9 +18,12 @@ static char *put_csv_text(char *p, const char *s, size_t len)
     return tw_csv_field(p, s, len);
 }
 
-static char *put(char *p, const char *s, size_t len)
+/* A rendering of the name table (api_text.h): TW_API_TEXT_PAD bytes at once, the rest (long names) after. */
+static char *put_text(char *p, const char *s, size_t len)
 {
-    memcpy(p, s, len);
+    memcpy(p, s, TW_API_TEXT_PAD);
+    if (len > TW_API_TEXT_PAD)
+        memcpy(p + TW_API_TEXT_PAD, s + TW_API_TEXT_PAD, len - TW_API_TEXT_PAD);
     return p + len;
 }
 
@@ -67,11 +70,13 @@ static char *put_start(char *p, tw_format_cache_t *c, int64_t start)
     return p + 8;
 }
 
-size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock, int64_t pid, tw_format_cache_t *cache,
-                        const tw_chunk_t *chunk, const tw_record_t *r, size_t args_max)
+size_t tw_format_record(char *line, tw_format_t format, const tw_format_times_t *ns, int64_t pid,
+                        tw_format_cache_t *cache, const tw_chunk_t *chunk, const tw_record_t *r, size_t args_max)
 {
-    static const tw_api_text_t unknown = {"?", 1, "\"?\"", 3, "?", 1};
-    static const tw_api_text_t none = {"", 0, "\"\"", 2, "", 0};
+    static const char unknown_json[3 + TW_API_TEXT_PAD] = "\"?\"", unknown_csv[1 + TW_API_TEXT_PAD] = "?";
+    static const char none_json[2 + TW_API_TEXT_PAD] = "\"\"", none_csv[TW_API_TEXT_PAD] = "";
+    static const tw_api_text_t unknown = {"?", 1, unknown_json, 3, unknown_csv, 1};
+    static const tw_api_text_t none = {"", 0, none_json, 2, none_csv, 0};
     const char *args = chunk->text + r->args_offset;
     size_t args_len;
     /* A backward node: its text is the link to the forward call that created it, not arguments. */
@@ -91,15 +96,14 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         api = &unknown;
     const tw_api_text_t *module = tw_module_text(r->module_id); /* NULL: not a module call */
     char *p = line;
-    int64_t start = tw_clock_epoch_ns(clock, r->start);
-    uint64_t cost = tw_clock_duration_ns(clock, r->cost);
-    uint64_t self = tw_clock_duration_ns(clock, r->self);
+    int64_t start = ns->start;
+    uint64_t cost = ns->cost, self = ns->self;
     tw_resources_t res;
     int has_res = tw_record_resources(chunk, r, &res);
     if (format == TW_FORMAT_CSV) {
         p = tw_format_u64(p, r->call_id);
         *p++ = ',';
-        p = put(p, api->csv, api->csv_len);
+        p = put_text(p, api->csv, api->csv_len);
         *p++ = ',';
         p = put_start(p, cache, start);
         *p++ = ',';
@@ -122,7 +126,7 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         p = put_csv_text(p, args, args_len);
         *p++ = ',';
         if (module != NULL)
-            p = put(p, module->csv, module->csv_len);
+            p = put_text(p, module->csv, module->csv_len);
         *p++ = ',';
         p = tw_format_u64(p, r->step);
         *p++ = ',';
@@ -130,7 +134,7 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         *p++ = ',';
         p = tw_format_u64(p, fwd_call_id);
         *p++ = ',';
-        p = put(p, fwd_api->csv, fwd_api->csv_len);
+        p = put_text(p, fwd_api->csv, fwd_api->csv_len);
         /* the resources: empty fields for the (many) records that carry none, which read as 0 */
         if (has_res) {
             const uint64_t fields[] = {res.flops, res.flops_total, res.mem_alloc, res.mem_self, res.mem_freed, res.mem_peak};
@@ -147,7 +151,7 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         memcpy(p, "{\"call_id\":", 11);
         p = tw_format_u64(p + 11, r->call_id);
         memcpy(p, ",\"api\":", 7);
-        p = put(p + 7, api->json, api->json_len);
+        p = put_text(p + 7, api->json, api->json_len);
         memcpy(p, ",\"start_ns\":", 12);
         p = put_start(p + 12, cache, start);
         memcpy(p, ",\"cost_ns\":", 11);
@@ -176,7 +180,7 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         memcpy(p, ",\"module\":", 10);
         p += 10;
         if (module != NULL) {
-            p = put(p, module->json, module->json_len);
+            p = put_text(p, module->json, module->json_len);
         } else {
             memcpy(p, "null", 4);
             p += 4;
@@ -188,7 +192,7 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock,
         memcpy(p, ",\"fwd_call_id\":", 15);
         p = tw_format_u64(p + 15, fwd_call_id);
         memcpy(p, ",\"fwd_api\":", 11);
-        p = put(p + 11, fwd_api->json, fwd_api->json_len);
+        p = put_text(p + 11, fwd_api->json, fwd_api->json_len);
         /* the resources, only in the records that carry some: a key left out reads as 0 */
         static const struct {
             const char *key; /* ,"name": */

@@ -11,7 +11,6 @@
 #include <stdint.h>
 
 #include "torchwrapper/api.h"
-#include "torchwrapper/clock.h"
 #include "torchwrapper/recorder.h"
 #include "torchwrapper/writer.h"
 
@@ -39,10 +38,17 @@ typedef struct {
 
 void tw_format_cache_init(tw_format_cache_t *cache);
 
-/* Formats record r of chunk into line (at least TW_LINE_MAX bytes) in format, its times converted
- * by clock, its process pid and its argument text cut to args_max bytes; returns its length. cache: the
- * stream's (above). */
-size_t tw_format_record(char *line, tw_format_t format, const tw_clock_t *clock, int64_t pid, tw_format_cache_t *cache,
-                        const tw_chunk_t *chunk, const tw_record_t *r, size_t args_max);
+/* A record's times in nanoseconds (tw_clock_epoch_ns, tw_clock_duration_ns): converted once by the
+ * writer, which needs cost and self for the summary too. */
+typedef struct {
+    int64_t start;
+    uint64_t cost, self;
+} tw_format_times_t;
+
+/* Formats record r of chunk into line (at least TW_LINE_MAX bytes) in format, with its times ns, its
+ * process pid and its argument text cut to args_max bytes; returns its length. cache: the stream's
+ * (above). */
+size_t tw_format_record(char *line, tw_format_t format, const tw_format_times_t *ns, int64_t pid,
+                        tw_format_cache_t *cache, const tw_chunk_t *chunk, const tw_record_t *r, size_t args_max);
 
 #endif

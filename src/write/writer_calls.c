@@ -39,31 +39,36 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
     char line[TW_LINE_MAX];
     tw_fileset_t *files = &w->calls.files;
     uint64_t room = tw_fileset_room(&w->env, files); /* the longest line a file takes */
+    /* a chunk's records are mostly of one step: what the schedule keeps of it, asked once a step */
+    uint64_t keep_step = 0;
+    unsigned keep = 0;
+    int keep_known = 0;
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
-        unsigned keep = tw_schedule_keeps(&w->schedule, w->summary_only, r->step);
-        capture_t *c = w->capture_view_count > 0 ? tw_capture_of(w, r->step) : NULL;
-        uint64_t cost_ns = 0, self_ns = 0;
-        if ((keep & TW_KEEP_SUMMARY) || c != NULL) {
-            cost_ns = tw_clock_duration_ns(&w->clock, r->cost);
-            self_ns = tw_clock_duration_ns(&w->clock, r->self);
+        if (!keep_known || r->step != keep_step) {
+            keep = tw_schedule_keeps(&w->schedule, w->summary_only, r->step);
+            keep_step = r->step;
+            keep_known = 1;
         }
+        capture_t *c = w->capture_view_count > 0 ? tw_capture_of(w, r->step) : NULL;
+        if (!(keep & (TW_KEEP_SUMMARY | TW_KEEP_RECORD)) && c == NULL)
+            continue;
+        tw_format_times_t ns = {0, tw_clock_duration_ns(&w->clock, r->cost), tw_clock_duration_ns(&w->clock, r->self)};
         int error = (r->flags & TW_RECORD_ERROR) != 0;
         if (keep & TW_KEEP_SUMMARY) {
-            tw_stats_add(&w->stats, r->api_id, cost_ns, self_ns, 0, error);
+            tw_stats_add(&w->stats, r->api_id, ns.cost, ns.self, 0, error);
             w->summary_changes++;
         }
         if (!(keep & TW_KEEP_RECORD) && c == NULL)
             continue;
-        size_t len =
-            tw_format_record(line, w->env.format, &w->clock, w->env.pid, &w->calls_format, chunk, r, TW_ARGS_MAX);
+        ns.start = tw_clock_epoch_ns(&w->clock, r->start);
+        size_t len = tw_format_record(line, w->env.format, &ns, w->env.pid, &w->calls_format, chunk, r, TW_ARGS_MAX);
         if (len > room) {
             /* Larger than a whole file: cut its argument text until it fits, and count it. */
             size_t args_max = r->args_len;
             while (len > room && args_max > 0) {
                 args_max = args_max > 64 ? args_max - 64 : 0;
-                len = tw_format_record(line, w->env.format, &w->clock, w->env.pid, &w->calls_format, chunk, r,
-                                       args_max);
+                len = tw_format_record(line, w->env.format, &ns, w->env.pid, &w->calls_format, chunk, r, args_max);
             }
             pthread_mutex_lock(&w->lock);
             w->truncated++;
@@ -72,7 +77,7 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
         if (keep & TW_KEEP_RECORD)
             tw_writer_append(w, files, line, len);
         if (c != NULL) {
-            tw_stats_add(&c->stats, r->api_id, cost_ns, self_ns, 0, error);
+            tw_stats_add(&c->stats, r->api_id, ns.cost, ns.self, 0, error);
             tw_capture_append(w, c, 0, r->step, line, len);
         }
     }
