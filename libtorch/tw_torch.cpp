@@ -309,8 +309,8 @@ extern "C" int tw_torch_start(const tw_torch_hooks_t *given, int operators)
 
 // Off removes the callbacks rather than disabling them: torch keeps a disabled global callback in
 // the list every thread rebuilds its own from, and rebuilds it each time a thread takes another's
-// state (at::parallel_for, autograd's engine: ~3,600 times a BERT step), which cost ~170,000
-// instructions a step without detail, 13% of the profiler's own (callgrind; NEWS). Removed, a
+// state (at::parallel_for, autograd's engine: ~3,600 times a BERT step), which cost ~220,000
+// instructions a step without detail, a sixth of the profiler's own (callgrind; NEWS). Removed, a
 // step without detail costs torch what no profiler costs it.
 extern "C" void tw_torch_observe(int on)
 {
