@@ -390,6 +390,19 @@ int tw_fileset_append(tw_fileset_env_t *env, tw_fileset_t *fs, const char *line,
     return opened;
 }
 
+int tw_fileset_commit(tw_fileset_env_t *env, tw_fileset_t *fs, size_t len)
+{
+    /* what tw_fileset_append does before its copy, none of it needed */
+    if (fs->fd < 0 || (fs->z_failed && fs->buf_len == 0) || !line_fits(env, fs, len) ||
+        fs->buf_len + len > TW_BUFFER_FLUSH)
+        return -1;
+    fs->buf_len += len;
+    fs->buf_records++;
+    if (env->compress == TW_COMPRESS_NONE)
+        fs->file_bytes += len;
+    return 0;
+}
+
 /* The deflate state, freed (a forked child's copy is its own to free). */
 static void gz_free(tw_fileset_t *fs)
 {

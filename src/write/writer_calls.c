@@ -34,6 +34,9 @@ void tw_writer_calls_init(tw_writer_t *w)
     tw_format_cache_init(&w->calls_format);
 }
 
+/* A line formatted at the record files' tail has room there (tw_fileset_tail). */
+_Static_assert(TW_LINE_MAX <= TW_BUFFER_FLUSH, "a buffer between appends has a whole line's room past its end");
+
 static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
 {
     char line[TW_LINE_MAX];
@@ -62,23 +65,30 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
         if (!(keep & TW_KEEP_RECORD) && c == NULL)
             continue;
         ns.start = tw_clock_epoch_ns(&w->clock, r->start);
-        size_t len = tw_format_record(line, w->env.format, &ns, w->env.pid, &w->calls_format, chunk, r, TW_ARGS_MAX);
+        /* A kept record is formatted where it will lie in the file's buffer (no copy); a captured
+         * one alone, on the stack. */
+        char *text = (keep & TW_KEEP_RECORD) ? tw_fileset_tail(files) : line;
+        size_t len = tw_format_record(text, w->env.format, &ns, w->env.pid, &w->calls_format, chunk, r, TW_ARGS_MAX);
         if (len > room) {
             /* Larger than a whole file: cut its argument text until it fits, and count it. */
             size_t args_max = r->args_len;
             while (len > room && args_max > 0) {
                 args_max = args_max > 64 ? args_max - 64 : 0;
-                len = tw_format_record(line, w->env.format, &ns, w->env.pid, &w->calls_format, chunk, r, args_max);
+                len = tw_format_record(text, w->env.format, &ns, w->env.pid, &w->calls_format, chunk, r, args_max);
             }
             pthread_mutex_lock(&w->lock);
             w->truncated++;
             pthread_mutex_unlock(&w->lock);
         }
-        if (keep & TW_KEEP_RECORD)
+        if ((keep & TW_KEEP_RECORD) && tw_fileset_commit(&w->env, files, len) != 0) {
+            /* a flush or a new file first (which may write the buffer's start): from a copy */
+            memcpy(line, text, len);
+            text = line;
             tw_writer_append(w, files, line, len);
+        }
         if (c != NULL) {
             tw_stats_add(&c->stats, r->api_id, ns.cost, ns.self, 0, error);
-            tw_capture_append(w, c, 0, r->step, line, len);
+            tw_capture_append(w, c, 0, r->step, text, len);
         }
     }
 }
