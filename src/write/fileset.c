@@ -361,45 +361,55 @@ static int open_next_file(tw_fileset_env_t *env, tw_fileset_t *fs)
     return -EEXIST;
 }
 
-int tw_fileset_append(tw_fileset_env_t *env, tw_fileset_t *fs, const char *line, size_t len)
+/* Whether a line of len bytes goes into fs's buffer as things are: no flush and no new file first. */
+static int takes_as_is(const tw_fileset_env_t *env, const tw_fileset_t *fs, size_t len)
 {
-    int opened = 0;
-    /* Compressed: the lines gathered are deflated first, so that their real size counts. */
-    if (fs->fd >= 0 && env->compress != TW_COMPRESS_NONE && fs->buf_len > 0 && !line_fits(env, fs, len))
-        tw_fileset_flush(env, fs);
-    /* A member with a hole (a write failed) takes lines until they are flushed, dropped, then the
-     * next file: one new file a flush at most while the disk fails. */
-    if (fs->fd < 0 || (fs->z_failed && fs->buf_len == 0) || !line_fits(env, fs, len)) {
-        int err = open_next_file(env, fs);
-        if (err != 0) {
-            tw_fileset_warn(env, "creating a record file in", env->out_dir, err);
-            pthread_mutex_lock(env->lock);
-            fs->dropped++;
-            pthread_mutex_unlock(env->lock);
-            return 0;
-        }
-        opened = 1;
-    }
-    if (fs->buf_len + len > TW_BUFFER_FLUSH)
-        tw_fileset_flush(env, fs);
-    memcpy(fs->buf + fs->buf_len, line, len);
+    return fs->fd >= 0 && !(fs->z_failed && fs->buf_len == 0) && line_fits(env, fs, len) &&
+           fs->buf_len + len <= TW_BUFFER_FLUSH;
+}
+
+/* The len bytes at the buffer's tail become fs's next line. */
+static void take_line(const tw_fileset_env_t *env, tw_fileset_t *fs, size_t len)
+{
     fs->buf_len += len;
     fs->buf_records++;
     if (env->compress == TW_COMPRESS_NONE)
         fs->file_bytes += len;
+}
+
+int tw_fileset_append(tw_fileset_env_t *env, tw_fileset_t *fs, const char *line, size_t len)
+{
+    int opened = 0;
+    if (!takes_as_is(env, fs, len)) {
+        /* Compressed: the lines gathered are deflated first, so that their real size counts. */
+        if (fs->fd >= 0 && env->compress != TW_COMPRESS_NONE && fs->buf_len > 0 && !line_fits(env, fs, len))
+            tw_fileset_flush(env, fs);
+        /* A member with a hole (a write failed) takes lines until they are flushed, dropped, then the
+         * next file: one new file a flush at most while the disk fails. */
+        if (fs->fd < 0 || (fs->z_failed && fs->buf_len == 0) || !line_fits(env, fs, len)) {
+            int err = open_next_file(env, fs);
+            if (err != 0) {
+                tw_fileset_warn(env, "creating a record file in", env->out_dir, err);
+                pthread_mutex_lock(env->lock);
+                fs->dropped++;
+                pthread_mutex_unlock(env->lock);
+                return 0;
+            }
+            opened = 1;
+        }
+        if (fs->buf_len + len > TW_BUFFER_FLUSH)
+            tw_fileset_flush(env, fs);
+    }
+    memcpy(fs->buf + fs->buf_len, line, len);
+    take_line(env, fs, len);
     return opened;
 }
 
 int tw_fileset_commit(tw_fileset_env_t *env, tw_fileset_t *fs, size_t len)
 {
-    /* what tw_fileset_append does before its copy, none of it needed */
-    if (fs->fd < 0 || (fs->z_failed && fs->buf_len == 0) || !line_fits(env, fs, len) ||
-        fs->buf_len + len > TW_BUFFER_FLUSH)
+    if (!takes_as_is(env, fs, len))
         return -1;
-    fs->buf_len += len;
-    fs->buf_records++;
-    if (env->compress == TW_COMPRESS_NONE)
-        fs->file_bytes += len;
+    take_line(env, fs, len);
     return 0;
 }
 

@@ -43,15 +43,13 @@ static void write_chunk(tw_writer_t *w, tw_chunk_t *chunk)
     tw_fileset_t *files = &w->calls.files;
     uint64_t room = tw_fileset_room(&w->env, files); /* the longest line a file takes */
     /* a chunk's records are mostly of one step: what the schedule keeps of it, asked once a step */
-    uint64_t keep_step = 0;
-    unsigned keep = 0;
-    int keep_known = 0;
+    uint64_t keep_step = chunk->count > 0 ? chunk->records[0].step : 0;
+    unsigned keep = tw_schedule_keeps(&w->schedule, w->summary_only, keep_step);
     for (uint32_t i = 0; i < chunk->count; i++) {
         const tw_record_t *r = &chunk->records[i];
-        if (!keep_known || r->step != keep_step) {
-            keep = tw_schedule_keeps(&w->schedule, w->summary_only, r->step);
+        if (r->step != keep_step) {
             keep_step = r->step;
-            keep_known = 1;
+            keep = tw_schedule_keeps(&w->schedule, w->summary_only, keep_step);
         }
         capture_t *c = w->capture_view_count > 0 ? tw_capture_of(w, r->step) : NULL;
         if (!(keep & (TW_KEEP_SUMMARY | TW_KEEP_RECORD)) && c == NULL)
