@@ -79,6 +79,8 @@ static PyObject *new_wrapper(tw_core_state *state, PyObject *original, PyObject 
     self->vectorcall = tw_wrapper_vectorcall;
     self->wrapped = Py_NewRef(original);
     self->call = stable_vectorcall(original);
+    /* a builtin's entry is fixed when it is made: without one, it is called through tp_call */
+    self->tp_call_only = self->call == NULL && PyCFunction_Check(original);
     self->dict = NULL;
     self->weakrefs = NULL;
     self->api_id = api_id;

@@ -62,6 +62,26 @@ def test_exceptions_pass_through_unchanged_and_mark_the_record(session):
     assert [(r.api, r.error) for r in records] == [("torch.add", True), ("fails", True), ("torch.add", False)]
 
 
+def test_builtins_without_a_vectorcall_entry_get_their_arguments_as_passed(session):
+    # torch.add, torch.full, torch.clamp are METH_VARARGS builtins: a recording wrapper calls them through
+    # tp_call itself (_PyObject_MakeTpCall), positional and keyword arguments rebuilt from the vector
+    add, full, clamp = (tw.wrap(f, f"torch.{f.__name__}") for f in (torch.add, torch.full, torch.clamp))
+    a, b = torch.arange(4.0), torch.ones(4)
+    assert torch.equal(add(a, b, alpha=2), torch.add(a, b, alpha=2))
+    assert torch.equal(add(a, other=b), a + b)
+    x = full((2, 3), 7.0, dtype=torch.float64)
+    assert x.dtype == torch.float64 and x.shape == (2, 3) and x[1, 2].item() == 7.0
+    assert torch.equal(clamp(a, min=1.0, max=2.0), torch.tensor([1.0, 1.0, 2.0, 2.0]))
+    with pytest.raises(TypeError) as wrapped_error:
+        add(a, b, alpah=2)
+    with pytest.raises(TypeError) as plain_error:
+        torch.add(a, b, alpah=2)
+    assert str(wrapped_error.value) == str(plain_error.value)
+    records = stop_and_read(session)
+    assert [(r.api, r.error) for r in records] == [("torch.add", False), ("torch.add", False), ("torch.full", False),
+                                                   ("torch.clamp", False), ("torch.add", True)]
+
+
 def test_wrapping_a_non_callable_names_its_type():
     with pytest.raises(TypeError, match="cannot wrap a 'int' object: it is not callable"):
         tw.wrap(3, "three")

@@ -80,13 +80,13 @@ uint32_t tw_site_outside_torch_fast(const tw_iframe_t *frame);
  * The site of the call the current Python frame is making (sites.h ids): the caller's (code,
  * offset) looked up in the cache. A caller that is no site (torch's own code in "boundary" mode, the
  * profiler's shims) gives TW_SITE_NONE, unless walk is set: then the nearest frame outside torch and
- * the profiler. Never raises.
+ * the profiler. tstate: the calling thread's state. Never raises.
  */
-static inline uint32_t tw_caller_site(int outermost)
+static inline uint32_t tw_caller_site_in(PyThreadState *tstate, int outermost)
 {
 #ifdef TW_SITE_FRAME_MIRROR
     if (TW_LIKELY(tw_site_frames_fast)) {
-        const tw_iframe_t *frame = tw_iframe_current();
+        const tw_iframe_t *frame = tw_iframe_of(tstate);
         if (frame == NULL)
             return TW_SITE_NONE;
         if (TW_UNLIKELY(tw_iframe_incomplete(frame)))
@@ -99,7 +99,14 @@ static inline uint32_t tw_caller_site(int outermost)
         return value;
     }
 #endif
+    (void)tstate;
     return tw_caller_site_public(outermost);
+}
+
+/* The same for the calling thread, where its thread state is not at hand. */
+static inline uint32_t tw_caller_site(int outermost)
+{
+    return tw_caller_site_in(_PyThreadState_UncheckedGet(), outermost);
 }
 
 #endif

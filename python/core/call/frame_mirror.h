@@ -53,9 +53,15 @@ static inline int tw_iframe_incomplete(const tw_iframe_t *f)
            f->prev_instr < f->f_code->co_code_adaptive + 2 * f->f_code->_co_firsttraceable;
 }
 
+/* The frame tstate (the calling thread's) runs: a wrapper has its thread state read already. */
+static inline const tw_iframe_t *tw_iframe_of(PyThreadState *tstate)
+{
+    return (const tw_iframe_t *)tstate->cframe->current_frame;
+}
+
 static inline const tw_iframe_t *tw_iframe_current(void)
 {
-    return (const tw_iframe_t *)_PyThreadState_UncheckedGet()->cframe->current_frame;
+    return tw_iframe_of(_PyThreadState_UncheckedGet());
 }
 
 /* PyFrame_GetLasti()'s value: the byte offset of the frame's instruction. */

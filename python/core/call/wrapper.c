@@ -67,13 +67,17 @@ static __attribute__((noinline)) tw_thread_cache_t *caller_cache_slow(PyThreadSt
 }
 
 /* This thread's cache, for code that holds the GIL (the wrappers). */
-static inline tw_thread_cache_t *caller_cache(void)
+static inline tw_thread_cache_t *caller_cache_of(PyThreadState *tstate)
 {
-    PyThreadState *tstate = _PyThreadState_UncheckedGet();
     if (TW_LIKELY(tstate == last_caller.tstate && tstate != NULL && tstate->id == last_caller.id &&
                   tstate->interp == last_caller.interp))
         return last_caller.cache;
     return caller_cache_slow(tstate);
+}
+
+static inline tw_thread_cache_t *caller_cache(void)
+{
+    return caller_cache_of(_PyThreadState_UncheckedGet());
 }
 
 static tw_thread_t *attach_thread(tw_thread_cache_t *cache, uint64_t gen)
@@ -127,6 +131,23 @@ static inline PyObject *call_original(tw_wrapper_object *self, PyObject *const *
     if (TW_LIKELY(self->call != NULL))
         return self->call(self->wrapped, args, nargsf, kwnames);
     return PyObject_Vectorcall(self->wrapped, args, nargsf, kwnames);
+}
+
+/*
+ * The same from the recorded path, which knows the calling thread's state: a builtin with no vectorcall
+ * entry (torch.add, torch.matmul: METH_VARARGS) goes straight to what PyObject_Vectorcall would call
+ * for it, _PyObject_MakeTpCall, public until 3.13 (CPython's own path for it, its checks included).
+ */
+static inline PyObject *call_original_in(tw_wrapper_object *self, PyThreadState *tstate, PyObject *const *args,
+                                         size_t nargsf, PyObject *kwnames)
+{
+#if PY_VERSION_HEX < 0x030D0000 && !defined(Py_LIMITED_API)
+    if (self->call == NULL && self->tp_call_only)
+        return _PyObject_MakeTpCall(tstate, self->wrapped, args, PyVectorcall_NARGS(nargsf), kwnames);
+#else
+    (void)tstate;
+#endif
+    return call_original(self, args, nargsf, kwnames);
 }
 
 /* ---- the model watch: the path of wrappers whose kind a session hooks (never taken otherwise) -- */
@@ -220,10 +241,11 @@ fail:
  * other call made by torch's code takes the site of the call around it, which is that line already:
  * no walk on the common path.
  */
-static inline uint32_t call_site(const tw_wrapper_object *self, const tw_thread_t *t, const tw_frame_t *frame)
+static inline uint32_t call_site(const tw_wrapper_object *self, PyThreadState *tstate, const tw_thread_t *t,
+                                 const tw_frame_t *frame)
 {
     int outermost = frame == t->stack;
-    uint32_t site = tw_caller_site(outermost || (self->kind & TW_KIND_MODULE_FORWARD));
+    uint32_t site = tw_caller_site_in(tstate, outermost || (self->kind & TW_KIND_MODULE_FORWARD));
     return site == TW_SITE_NONE && !outermost ? frame[-1].site : site;
 }
 
@@ -386,8 +408,9 @@ static __attribute__((noinline)) void watch_exit(const tw_wrapper_object *self, 
  * watch_exit).
  */
 static inline __attribute__((always_inline)) PyObject *
-record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-            PyObject *kwnames, const tw_gpu_hooks_t *gpu, uint32_t module_id, int flops, uint32_t watched)
+record_call(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t, uint64_t gen, PyObject *const *args,
+            size_t nargsf, PyObject *kwnames, const tw_gpu_hooks_t *gpu, uint32_t module_id, int flops,
+            uint32_t watched)
 {
     watch_t watch;
     if (watched != 0 && watch_enter(self, t, gen, watched, args, nargsf, &watch, &module_id) != 0)
@@ -409,7 +432,7 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
     if (module_id != TW_MODULE_NONE && frame != NULL) /* a constant TW_MODULE_NONE on the common path */
         frame->module_id = module_id;
     if (tw_active.sites_mode != TW_SITES_OFF && frame != NULL)
-        frame->site = call_site(self, t, frame);
+        frame->site = call_site(self, tstate, t, frame);
     if (watched != 0 && watch_begun(t, gen, args, nargsf, kwnames, frame, module_id, &watch) != 0)
         return call_original(self, args, nargsf, kwnames);
     int pushed = 0;
@@ -421,7 +444,7 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
         pushed = gpu->push(gpu->kind, tw_gpu_external_id(call_id, self->api_id)) == 0;
     }
     uint64_t start = tw_clock_ticks(source);
-    PyObject *result = call_original(self, args, nargsf, kwnames);
+    PyObject *result = call_original_in(self, tstate, args, nargsf, kwnames);
     uint64_t end = tw_clock_ticks(source);
     if (pushed) /* always, even if the session ended meanwhile: CUPTI's stack is per thread */
         gpu->pop(gpu->kind, NULL);
@@ -449,10 +472,10 @@ record_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *con
 /* A call with the model watch's hooks around it: noinline, so that the common path stays small; flatten: its
  * own copy of tw_call_end_args (see record_call_gpu). FLOPs measured when the kinds say so. */
 static __attribute__((noinline, flatten)) PyObject *
-watched_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-                   PyObject *kwnames, uint32_t kind)
+watched_vectorcall(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t, uint64_t gen,
+                   PyObject *const *args, size_t nargsf, PyObject *kwnames, uint32_t kind)
 {
-    return record_call(self, t, gen, args, nargsf, kwnames, tw_active.gpu, TW_MODULE_NONE,
+    return record_call(self, tstate, t, gen, args, nargsf, kwnames, tw_active.gpu, TW_MODULE_NONE,
                        (kind & TW_KIND_FLOPS) != 0, kind);
 }
 
@@ -460,19 +483,19 @@ watched_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObje
  * remaining caller, so GCC inlines it there as before (a second caller made it an out-of-line call:
  * +32 instructions per call, measured with callgrind). */
 static __attribute__((noinline, flatten)) PyObject *
-record_call_gpu(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-                PyObject *kwnames, const tw_gpu_hooks_t *gpu)
+record_call_gpu(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t, uint64_t gen, PyObject *const *args,
+                size_t nargsf, PyObject *kwnames, const tw_gpu_hooks_t *gpu)
 {
-    return record_call(self, t, gen, args, nargsf, kwnames, gpu, TW_MODULE_NONE, 0, 0);
+    return record_call(self, tstate, t, gen, args, nargsf, kwnames, gpu, TW_MODULE_NONE, 0, 0);
 }
 
 /* A call of an API with a FLOP formula while the session counts FLOPs (flops.h): its own copy of the
  * recorded call, so that the common path carries no FLOP code. */
 static __attribute__((noinline, flatten)) PyObject *
-record_flops_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-                  PyObject *kwnames)
+record_flops_call(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t, uint64_t gen, PyObject *const *args,
+                  size_t nargsf, PyObject *kwnames)
 {
-    return record_call(self, t, gen, args, nargsf, kwnames, tw_active.gpu, TW_MODULE_NONE, 1, 0);
+    return record_call(self, tstate, t, gen, args, nargsf, kwnames, tw_active.gpu, TW_MODULE_NONE, 1, 0);
 }
 
 /*
@@ -480,8 +503,8 @@ record_flops_call(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObjec
  * table (a miss, the instance's first call, asks the model watch), then the plain recorded call.
  */
 static __attribute__((noinline, flatten)) PyObject *
-record_module_forward(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-                      PyObject *kwnames)
+record_module_forward(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t, uint64_t gen,
+                      PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     uint32_t module_id = TW_MODULE_NONE;
     if (PyVectorcall_NARGS(nargsf) > 0) {
@@ -500,8 +523,8 @@ record_module_forward(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyO
     }
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     if (TW_UNLIKELY(gpu != NULL))
-        return record_call(self, t, gen, args, nargsf, kwnames, gpu, module_id, 0, 0);
-    return record_call(self, t, gen, args, nargsf, kwnames, NULL, module_id, 0, 0);
+        return record_call(self, tstate, t, gen, args, nargsf, kwnames, gpu, module_id, 0, 0);
+    return record_call(self, tstate, t, gen, args, nargsf, kwnames, NULL, module_id, 0, 0);
 }
 
 /* Optimizer steps in progress on this thread (recorded or not): the outermost one ends a step. */
@@ -512,8 +535,9 @@ static _Thread_local uint32_t optimizer_depth;
  * outside the schedule's steps), and the end of an outermost one ends the step (active.c), after its
  * record is made, so that it belongs to the step it ends.
  */
-static __attribute__((noinline)) PyObject *optimizer_step(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen,
-                                                         PyObject *const *args, size_t nargsf, PyObject *kwnames)
+static __attribute__((noinline)) PyObject *
+optimizer_step(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t, uint64_t gen, PyObject *const *args,
+               size_t nargsf, PyObject *kwnames)
 {
     optimizer_depth++;
     uint32_t kind = self->kind & tw_active.hooks.kinds & ~(uint32_t)TW_KIND_STEP;
@@ -521,9 +545,9 @@ static __attribute__((noinline)) PyObject *optimizer_step(tw_wrapper_object *sel
     if (t == NULL)
         result = call_original(self, args, nargsf, kwnames);
     else if (kind != 0)
-        result = watched_vectorcall(self, t, gen, args, nargsf, kwnames, kind);
+        result = watched_vectorcall(self, tstate, t, gen, args, nargsf, kwnames, kind);
     else
-        result = record_call_gpu(self, t, gen, args, nargsf, kwnames, tw_active.gpu);
+        result = record_call_gpu(self, tstate, t, gen, args, nargsf, kwnames, tw_active.gpu);
     if (--optimizer_depth == 0 && tw_active.gen == gen && !tw_active.manual_steps)
         tw_step_end();
     return result;
@@ -534,29 +558,29 @@ static __attribute__((noinline)) PyObject *idle_call(tw_wrapper_object *self, ui
                                                     size_t nargsf, PyObject *kwnames)
 {
     if ((self->kind & TW_KIND_STEP) && !tw_active.manual_steps)
-        return optimizer_step(self, NULL, gen, args, nargsf, kwnames);
+        return optimizer_step(self, _PyThreadState_UncheckedGet(), NULL, gen, args, nargsf, kwnames);
     return call_original(self, args, nargsf, kwnames);
 }
 
 /* A recorded call, by the kinds its wrapper has in this session. */
 static inline __attribute__((always_inline)) PyObject *
-recorded_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-                    PyObject *kwnames)
+recorded_vectorcall(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t, uint64_t gen,
+                    PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     uint32_t kind = self->kind & tw_active.hooks.kinds;
     if (TW_UNLIKELY(kind != 0)) {
         if (kind == TW_KIND_MODULE_FORWARD)
-            return record_module_forward(self, t, gen, args, nargsf, kwnames);
+            return record_module_forward(self, tstate, t, gen, args, nargsf, kwnames);
         if (kind == TW_KIND_FLOPS)
-            return record_flops_call(self, t, gen, args, nargsf, kwnames);
+            return record_flops_call(self, tstate, t, gen, args, nargsf, kwnames);
         if (kind & TW_KIND_STEP)
-            return optimizer_step(self, t, gen, args, nargsf, kwnames);
-        return watched_vectorcall(self, t, gen, args, nargsf, kwnames, kind);
+            return optimizer_step(self, tstate, t, gen, args, nargsf, kwnames);
+        return watched_vectorcall(self, tstate, t, gen, args, nargsf, kwnames, kind);
     }
     const tw_gpu_hooks_t *gpu = tw_active.gpu;
     if (TW_UNLIKELY(gpu != NULL))
-        return record_call_gpu(self, t, gen, args, nargsf, kwnames, gpu);
-    return record_call(self, t, gen, args, nargsf, kwnames, NULL, TW_MODULE_NONE, 0, 0);
+        return record_call_gpu(self, tstate, t, gen, args, nargsf, kwnames, gpu);
+    return record_call(self, tstate, t, gen, args, nargsf, kwnames, NULL, TW_MODULE_NONE, 0, 0);
 }
 
 /*
@@ -565,16 +589,15 @@ recorded_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObj
  * record_call_gpu), so that the common path keeps its inlining.
  */
 static __attribute__((noinline, flatten)) PyObject *
-measured_vectorcall(tw_wrapper_object *self, tw_thread_t *t, uint64_t gen, PyObject *const *args, size_t nargsf,
-                    PyObject *kwnames)
+measured_vectorcall(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t, uint64_t gen,
+                    PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    caller_cache()->own_countdown = TW_OWN_PERIOD;
     tw_clock_source_t source = tw_active.clock_source;
     int kind = tw_active.detail ? TW_OWN_DETAIL : TW_OWN_PLAIN;
     uint64_t id = t->next_id != t->id_end ? t->next_id : 0; /* the id the call takes (0: a new block's) */
     uint64_t excluded = t->excluded_ticks;
     uint64_t entry = tw_clock_ticks(source);
-    PyObject *result = recorded_vectorcall(self, t, gen, args, nargsf, kwnames);
+    PyObject *result = recorded_vectorcall(self, tstate, t, gen, args, nargsf, kwnames);
     uint64_t exit = tw_clock_ticks(source);
     if (TW_LIKELY(tw_active.gen == gen)) /* else t belongs to an ended session */
         tw_own_sample(t, kind, id, entry, exit, excluded);
@@ -589,11 +612,14 @@ PyObject *tw_wrapper_vectorcall(PyObject *callable, PyObject *const *args, size_
         return call_original(self, args, nargsf, kwnames);
     if (TW_UNLIKELY(tw_active.idle)) /* outside the schedule's steps: the one check it costs */
         return idle_call(self, gen, args, nargsf, kwnames);
-    tw_thread_cache_t *cache = caller_cache();
+    PyThreadState *tstate = _PyThreadState_UncheckedGet(); /* read once: the call site's frame is its */
+    tw_thread_cache_t *cache = caller_cache_of(tstate);
     tw_thread_t *t = TW_LIKELY(cache->gen == gen) ? cache->thread : attach_thread(cache, gen);
     if (TW_UNLIKELY(t == NULL || t->paused)) /* not recorded; an optimizer step still ends a step */
         return idle_call(self, gen, args, nargsf, kwnames);
-    if (TW_UNLIKELY(--cache->own_countdown == 0)) /* the profiler's own cost, measured */
-        return measured_vectorcall(self, t, gen, args, nargsf, kwnames);
-    return recorded_vectorcall(self, t, gen, args, nargsf, kwnames);
+    if (TW_UNLIKELY(--cache->own_countdown == 0)) { /* the profiler's own cost, measured */
+        cache->own_countdown = TW_OWN_PERIOD;
+        return measured_vectorcall(self, tstate, t, gen, args, nargsf, kwnames);
+    }
+    return recorded_vectorcall(self, tstate, t, gen, args, nargsf, kwnames);
 }

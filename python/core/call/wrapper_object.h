@@ -16,6 +16,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *wrapped;   /* the original callable (strong) */
     vectorcallfunc call; /* wrapped's own vectorcall entry, where it can never change; else NULL */
+    int tp_call_only;    /* wrapped is a builtin with no vectorcall entry (METH_VARARGS: torch.add) */
     PyObject *dict;      /* instance __dict__, created on demand */
     PyObject *weakrefs;
     uint32_t api_id;
