@@ -27,6 +27,22 @@ static char *put_text(char *p, const char *s, size_t len)
     return p + len;
 }
 
+/*
+ * The len digits (at most 20) formatted at text earlier in this line, again at p: a record's self time
+ * is its cost in nine records of ten (a call with no recorded call inside), formatted once. The first 16
+ * bytes go through a register, which reads past the digits into the line being written (its room is
+ * the line's, and the bytes read there are overwritten or past the line's end).
+ */
+static char *put_again(char *p, const char *text, size_t len)
+{
+    char head[16];
+    memcpy(head, text, sizeof head);
+    memcpy(p, head, sizeof head);
+    if (len > sizeof head) /* above 10^16 ns: 116 days */
+        memcpy(p + sizeof head, text + sizeof head, len - sizeof head);
+    return p + len;
+}
+
 void tw_format_cache_init(tw_format_cache_t *cache)
 {
     memset(cache, 0, sizeof *cache);
@@ -107,9 +123,11 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_format_times_t 
         *p++ = ',';
         p = put_start(p, cache, start);
         *p++ = ',';
+        char *cost_text = p;
         p = tw_format_u64(p, cost);
+        size_t cost_len = (size_t)(p - cost_text);
         *p++ = ',';
-        p = tw_format_u64(p, self);
+        p = self == cost ? put_again(p, cost_text, cost_len) : tw_format_u64(p, self);
         *p++ = ',';
         *p++ = '0'; /* gpu_ns: readers join it from the GPU records */
         *p++ = ',';
@@ -132,9 +150,14 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_format_times_t 
         *p++ = ',';
         p = tw_format_u64(p, r->site);
         *p++ = ',';
-        p = tw_format_u64(p, fwd_call_id);
-        *p++ = ',';
-        p = put_text(p, fwd_api->csv, fwd_api->csv_len);
+        if (fwd_call_id == 0) { /* all records but backward nodes': no forward call, no API */
+            *p++ = '0';
+            *p++ = ',';
+        } else {
+            p = tw_format_u64(p, fwd_call_id);
+            *p++ = ',';
+            p = put_text(p, fwd_api->csv, fwd_api->csv_len);
+        }
         /* the resources: empty fields for the (many) records that carry none, which read as 0 */
         if (has_res) {
             const uint64_t fields[] = {res.flops, res.flops_total, res.mem_alloc, res.mem_self, res.mem_freed, res.mem_peak};
@@ -155,9 +178,11 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_format_times_t 
         memcpy(p, ",\"start_ns\":", 12);
         p = put_start(p + 12, cache, start);
         memcpy(p, ",\"cost_ns\":", 11);
+        char *cost_text = p + 11;
         p = tw_format_u64(p + 11, cost);
+        size_t cost_len = (size_t)(p - cost_text);
         memcpy(p, ",\"self_ns\":", 11);
-        p = tw_format_u64(p + 11, self);
+        p = self == cost ? put_again(p + 11, cost_text, cost_len) : tw_format_u64(p + 11, self);
         memcpy(p, ",\"gpu_ns\":0", 11); /* joined from the GPU records by readers */
         p += 11;
         memcpy(p, ",\"pid\":", 7);
@@ -189,10 +214,16 @@ size_t tw_format_record(char *line, tw_format_t format, const tw_format_times_t 
         p = tw_format_u64(p + 8, r->step);
         memcpy(p, ",\"site\":", 8);
         p = tw_format_u64(p + 8, r->site);
-        memcpy(p, ",\"fwd_call_id\":", 15);
-        p = tw_format_u64(p + 15, fwd_call_id);
-        memcpy(p, ",\"fwd_api\":", 11);
-        p = put_text(p + 11, fwd_api->json, fwd_api->json_len);
+        if (fwd_call_id == 0) { /* all records but backward nodes': no forward call, no API */
+            static const char no_forward[] = ",\"fwd_call_id\":0,\"fwd_api\":\"\"";
+            memcpy(p, no_forward, sizeof no_forward - 1);
+            p += sizeof no_forward - 1;
+        } else {
+            memcpy(p, ",\"fwd_call_id\":", 15);
+            p = tw_format_u64(p + 15, fwd_call_id);
+            memcpy(p, ",\"fwd_api\":", 11);
+            p = put_text(p + 11, fwd_api->json, fwd_api->json_len);
+        }
         /* the resources, only in the records that carry some: a key left out reads as 0 */
         static const struct {
             const char *key; /* ,"name": */

@@ -338,11 +338,87 @@ static void cached_digits_write_every_start_exactly(void **state)
     check_starts(TW_FORMAT_JSON, ".jsonl");
 }
 
+/*
+ * A record's cost and self time are written exactly at every length of their digits, whether they are
+ * equal (a call with no recorded call inside: the writer writes the cost's digits again) or not (a
+ * parent: self is the cost less its child's), from 1 digit to a cost of 2^64 - 1 ticks.
+ */
+static const uint64_t cost_ticks[] = {1, 9, 10, 99999999, 100000000, 999999999999999ull, 1000000000000000ull,
+                                      9999999999999999ull, 10000000000000000ull, 99999999999999999ull,
+                                      12345678901234567890ull, UINT64_MAX};
+#define COST_COUNT (sizeof cost_ticks / sizeof cost_ticks[0])
+
+static void check_costs(tw_format_t format, const char *ext)
+{
+    fixture_t f;
+    open_fixture(&f, (tw_writer_config_t){.format = format, .file_max_size = 1 << 20, .file_name_spec = "serial", .rank = -1});
+    uint32_t api;
+    assert_int_equal(tw_api_intern("torch.add", &api), 0);
+    tw_thread_t *t = tw_recorder_attach(f.rec);
+    assert_non_null(t);
+    for (uint32_t i = 0; i < COST_COUNT; i++) {
+        /* a leaf (site 2i), then a parent (site 2i + 1) around a child of 1 tick (site 1000) */
+        tw_frame_t *leaf = tw_call_begin(t);
+        leaf->site = 2 * i;
+        tw_call_end(t, leaf, api, 0, cost_ticks[i], 0);
+        tw_frame_t *parent = tw_call_begin(t);
+        parent->site = 2 * i + 1;
+        tw_frame_t *child = tw_call_begin(t);
+        child->site = 1000;
+        tw_call_end(t, child, api, 0, 1, 0);
+        tw_call_end(t, parent, api, 0, cost_ticks[i], 0);
+    }
+    tw_thread_flush(t);
+    close_fixture(&f);
+    FILE *fp = open_first_records(&f, ext);
+    char line[4096];
+    unsigned seen[2 * COST_COUNT] = {0};
+    if (format == TW_FORMAT_CSV)
+        assert_non_null(fgets(line, sizeof line, fp)); /* the header */
+    while (fgets(line, sizeof line, fp) != NULL) {
+        unsigned long long cost, self, site;
+        if (format == TW_FORMAT_CSV) { /* call_id,api,start_ns,cost_ns,self_ns,...,site is the 15th */
+            unsigned long long fields[15];
+            char *p = line;
+            for (int i = 0; i < 15; i++) {
+                fields[i] = strtoull(p, NULL, 10);
+                p = strchr(p, ',') + 1;
+            }
+            cost = fields[3], self = fields[4], site = fields[14];
+        } else {
+            cost = strtoull(strstr(line, "\"cost_ns\":") + 10, NULL, 10);
+            self = strtoull(strstr(line, "\"self_ns\":") + 10, NULL, 10);
+            site = strtoull(strstr(line, "\"site\":") + 7, NULL, 10);
+        }
+        if (site == 1000) {
+            assert_int_equal(cost, tw_clock_duration_ns(&f.clock, 1));
+            continue;
+        }
+        assert_true(site < 2 * COST_COUNT);
+        uint64_t ticks = cost_ticks[site / 2];
+        assert_int_equal(cost, tw_clock_duration_ns(&f.clock, ticks));
+        assert_int_equal(self, tw_clock_duration_ns(&f.clock, site % 2 == 0 ? ticks : ticks - 1));
+        seen[site]++;
+    }
+    fclose(fp);
+    for (size_t i = 0; i < 2 * COST_COUNT; i++)
+        assert_int_equal(seen[i], 1);
+    free_fixture(&f);
+}
+
+static void cost_and_self_are_written_exactly_equal_or_not(void **state)
+{
+    (void)state;
+    check_costs(TW_FORMAT_CSV, ".csv");
+    check_costs(TW_FORMAT_JSON, ".jsonl");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(json_strings_are_escaped_per_rfc8259),
         cmocka_unit_test(cached_digits_write_every_start_exactly),
+        cmocka_unit_test(cost_and_self_are_written_exactly_equal_or_not),
         cmocka_unit_test(json_escape_matches_a_reference_for_every_byte_anywhere_in_a_run),
         cmocka_unit_test(module_paths_are_written_before_the_step_and_site_columns),
         cmocka_unit_test(a_backward_node_names_its_forward_call_in_place_of_arguments),
