@@ -16,6 +16,7 @@ import gc
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -382,6 +383,63 @@ def bench_whole_run():
     return {"ratio": ratio, "records": records, "pairs": len(ratios)}
 
 
+CALL_LOOP = """
+import sys, torch, torchwrapper as tw
+mode, n, out_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+x, y = torch.ones(10), torch.ones(10)
+p = None
+if mode == "profiled":   # `run`'s defaults (JSON Lines files), in a step without the detail
+    p = tw.profile(out_dir=out_dir, args="summary", detail="sampled", flush_interval=3600).start()
+    for _ in range(11):
+        p.session.step()
+add = torch.add
+for _ in range(n):
+    add(x, y)
+if p is not None:
+    p.stop()   # the writer formats and writes every record before the process ends: counted
+"""
+# Instructions a call under callgrind: BENCH=smoke counts them only when asked (four processes that
+# import torch under valgrind take a few minutes), and only where valgrind is installed.
+CALL_CALLGRIND = (os.environ.get("BENCH_CALL_CALLGRIND", sized("0", "1", "1")) == "1"
+                  and shutil.which("valgrind") is not None)
+
+
+def bench_call_instructions():
+    """torch.add's instructions a call on `run`'s defaults in a step without detail, against plain:
+    (instructions of a process making 2N calls - one making N) / N, every thread's (the writer's
+    formatting and writing of each record included). Wall time cannot see a few ns a call on this
+    VM (its noise between runs is larger); instructions count the same on any run."""
+    if not CALL_CALLGRIND:
+        print("instructions a torch.add call: not counted (BENCH_CALL_CALLGRIND=1 and valgrind)")
+        return None
+    import tempfile
+
+    n = sized(2_000, 10_000, 20_000)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
+    per_call = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("plain", "profiled"):   # the two sizes side by side: counts do not depend on the load
+            outs = [os.path.join(tmp, f"cg-{mode}-{calls}") for calls in (n, 2 * n)]
+            runs = [subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                                      "-c", CALL_LOOP, mode, str(calls), os.path.join(tmp, f"out-{calls}")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+                    for out, calls in zip(outs, (n, 2 * n))]
+            for run in runs:
+                _, err = run.communicate()
+                if run.returncode != 0:
+                    raise RuntimeError(f"callgrind of the torch.add loop failed ({run.returncode}): {err[-2000:]!r}")
+            totals = []
+            for out in outs:
+                with open(out) as f:
+                    totals.append(next(int(line.split()[1]) for line in f if line.startswith("totals:")))
+            per_call[mode] = (totals[1] - totals[0]) / n
+    extra = per_call["profiled"] - per_call["plain"]
+    print(f"instructions a torch.add call (callgrind, {n:,} more calls, every thread): plain {per_call['plain']:,.0f}, "
+          f"`run`'s defaults in a step without detail {per_call['profiled']:,.0f} ({extra:+,.0f}: the wrapper "
+          f"and the writer's record)")
+    return {"plain": round(per_call["plain"]), "profiled": round(per_call["profiled"]), "extra": round(extra)}
+
+
 MEMORY_RUN = """
 import resource, sys, torch, torchwrapper as tw
 calls, mode, out_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -432,7 +490,8 @@ def main():
     results = {"single": bench_single_wrappers(a, b), "args": bench_args(a, b),
                "alternatives": bench_alternatives(a, b),
                "everything": bench_everything_wrapped(a, b), "with_files": bench_with_files(a, b),
-               "wrapping": bench_wrapping(), "whole_run": bench_whole_run(), "memory": bench_memory()}
+               "wrapping": bench_wrapping(), "whole_run": bench_whole_run(), "memory": bench_memory(),
+               "call_instructions": bench_call_instructions()}
     out = os.environ.get("BENCH_JSON", os.path.join(os.environ.get("top_builddir", "."), "build", "bench.json"))
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:

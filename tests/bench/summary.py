@@ -40,8 +40,11 @@ def run(out: str) -> str:
     one = next(c for c in r["single"] if c["call"].startswith("torch.add"))
     files = next(c for c in r["with_files"] if c["call"].startswith("torch.add"))
     first = r["wrapping"]["first_ms"]
-    return (f"torch.add {one['overhead_ns']:+.0f} ns (one wrapper), {files['args_none_ns']:+.0f} ns (all + CSV); "
-            f"train_mlp {r['whole_run']['ratio']:.3f}x; first wrap {first['discover_s'] + first['install_s']:.0f} ms")
+    counted = r.get("call_instructions")   # None: not counted (no valgrind, or BENCH=smoke)
+    instructions = f", {counted['extra']:+,} instructions on run's defaults" if counted else ""
+    return (f"torch.add {one['overhead_ns']:+.0f} ns (one wrapper), {files['args_none_ns']:+.0f} ns (all + CSV)"
+            f"{instructions}; train_mlp {r['whole_run']['ratio']:.3f}x; "
+            f"first wrap {first['discover_s'] + first['install_s']:.0f} ms")
 
 
 def training(out: str) -> str:
