@@ -142,6 +142,11 @@ def main(directory):
         if whole:
             add(f"whole run, examples/train_mlp.py ({whole['records']:,} calls), everything wrapped",
                 f"{whole['ratio']:.3f}x", "1.03x")
+        counted = r.get("call_instructions")   # None: not counted (no valgrind, or BENCH=smoke)
+        if counted:
+            add("instructions a `torch.add` call, every thread, `run`'s defaults in a step without detail "
+                "(callgrind): plain / profiled", f"{counted['plain']:,} / {counted['profiled']:,} "
+                f"({counted['extra']:+,})")
         m = r.get("memory")
         if m:
             add(f"peak memory, {m['calls']:,} calls to capped files", f"+{m['extra_mb']:.0f} MB", "< 64 MB")
