@@ -277,12 +277,21 @@ static void *record_starts_thread(void *arg)
     return NULL;
 }
 
-/* The number after key in line (its digits as text, exactly). */
-static long long number_after(const char *line, const char *key)
+/* Where a number of a record's line begins: CSV column `column` (counted from 0; no field before it
+ * holds a comma), or the value after JSON key `key`. */
+static const char *record_field(tw_format_t format, const char *line, int column, const char *key)
 {
+    if (format == TW_FORMAT_CSV) {
+        for (int i = 0; i < column; i++) {
+            line = strchr(line, ',');
+            assert_non_null(line);
+            line++;
+        }
+        return line;
+    }
     const char *p = strstr(line, key);
     assert_non_null(p);
-    return strtoll(p + strlen(key), NULL, 10);
+    return p + strlen(key);
 }
 
 static void check_starts(tw_format_t format, const char *ext)
@@ -304,21 +313,11 @@ static void check_starts(tw_format_t format, const char *ext)
     if (format == TW_FORMAT_CSV)
         assert_non_null(fgets(line, sizeof line, fp)); /* the header */
     while (fgets(line, sizeof line, fp) != NULL) {
-        long long start, site, tid, pid;
-        if (format == TW_FORMAT_CSV) { /* call_id,api,start_ns,...: "torch.add" needs no quoting, args are empty */
-            long long fields[15];
-            char *p = line;
-            for (int i = 0; i < 15; i++) {
-                fields[i] = strtoll(p, NULL, 10);
-                p = strchr(p, ',') + 1;
-            }
-            start = fields[2], pid = fields[6], tid = fields[7], site = fields[14];
-        } else {
-            start = number_after(line, "\"start_ns\":");
-            pid = number_after(line, "\"pid\":");
-            tid = number_after(line, "\"tid\":");
-            site = number_after(line, "\"site\":");
-        }
+        /* call_id,api,start_ns,...: "torch.add" needs no quoting, args are empty */
+        long long start = strtoll(record_field(format, line, 2, "\"start_ns\":"), NULL, 10);
+        long long pid = strtoll(record_field(format, line, 6, "\"pid\":"), NULL, 10);
+        long long tid = strtoll(record_field(format, line, 7, "\"tid\":"), NULL, 10);
+        long long site = strtoll(record_field(format, line, 14, "\"site\":"), NULL, 10);
         assert_true(site >= 0 && site < (long long)START_COUNT);
         assert_int_equal(start, tw_clock_epoch_ns(&f.clock, start_ticks[site]));
         assert_int_equal(tid, start_tids[site]);
@@ -376,20 +375,10 @@ static void check_costs(tw_format_t format, const char *ext)
     if (format == TW_FORMAT_CSV)
         assert_non_null(fgets(line, sizeof line, fp)); /* the header */
     while (fgets(line, sizeof line, fp) != NULL) {
-        unsigned long long cost, self, site;
-        if (format == TW_FORMAT_CSV) { /* call_id,api,start_ns,cost_ns,self_ns,...,site is the 15th */
-            unsigned long long fields[15];
-            char *p = line;
-            for (int i = 0; i < 15; i++) {
-                fields[i] = strtoull(p, NULL, 10);
-                p = strchr(p, ',') + 1;
-            }
-            cost = fields[3], self = fields[4], site = fields[14];
-        } else {
-            cost = strtoull(strstr(line, "\"cost_ns\":") + 10, NULL, 10);
-            self = strtoull(strstr(line, "\"self_ns\":") + 10, NULL, 10);
-            site = strtoull(strstr(line, "\"site\":") + 7, NULL, 10);
-        }
+        /* unsigned: a cost of 2^64 - 1 ticks may pass 2^63 ns */
+        unsigned long long cost = strtoull(record_field(format, line, 3, "\"cost_ns\":"), NULL, 10);
+        unsigned long long self = strtoull(record_field(format, line, 4, "\"self_ns\":"), NULL, 10);
+        unsigned long long site = strtoull(record_field(format, line, 14, "\"site\":"), NULL, 10);
         if (site == 1000) {
             assert_int_equal(cost, tw_clock_duration_ns(&f.clock, 1));
             continue;
