@@ -142,7 +142,7 @@ static inline PyObject *call_original_in(tw_wrapper_object *self, PyThreadState 
                                          size_t nargsf, PyObject *kwnames)
 {
 #if PY_VERSION_HEX < 0x030D0000 && !defined(Py_LIMITED_API)
-    if (self->call == NULL && self->tp_call_only)
+    if (self->tp_call_only) /* never with a call entry (wrap.c) */
         return _PyObject_MakeTpCall(tstate, self->wrapped, args, PyVectorcall_NARGS(nargsf), kwnames);
 #else
     (void)tstate;
