@@ -373,14 +373,17 @@ int report_series_ends(const series_table_t *t, const series_entry_t *e, int whi
     *last = median(z, q);
     double second = median(b, half), third = median(c, used - q - half - q), span = *last - *first;
     /* every bucket of the last quarter above the first quarter's median (a trend, not a few slow steps:
-     * a busy machine's spikes land in either quarter, and move a median little), and a ramp: the second
-     * quarter above the first and the last above the third, by a part of the rise. A cost that steps up
-     * once (a call started late in the run, a curriculum's longer inputs, a machine busy from some
-     * point on) leaves either the second quarter level with the first or the third with the last,
-     * wherever the step falls. The elements need less of the rise than the time: they are exact, and a
-     * sampled run's detail steps crowd the first quarters (steps 1-9, then one in 20). */
+     * a busy machine's spikes land in either quarter, and move a median little), and a ramp: each
+     * quarter above the one before, by a part of the rise. A cost that steps up once (a call started
+     * late in the run, a curriculum's longer inputs, a machine busy from some point on) leaves two
+     * neighbouring quarters level, wherever the step falls; the middle pair is asked too, so that a
+     * step at the last quarter's start needs the machine's noise to lift two quarters, not one (a
+     * curriculum lengthening torch.randn's output at step 36 of 48 was named growing under load). The
+     * elements need less of the rise than the time: they are exact, and a sampled run's detail steps
+     * crowd the first quarters (steps 1-9, then one in 20). */
     double part = which == SERIES_SELF ? 0.1 : 0.05;
-    *rising = last_min > *first && span > 0 && second - *first >= part * span && *last - third >= part * span;
+    *rising = last_min > *first && span > 0 && second - *first >= part * span && third - second >= part * span &&
+              *last - third >= part * span;
     return 0;
 }
 
