@@ -53,6 +53,10 @@ TW_API void tw_queue_push(tw_queue_t *q, tw_chunk_t *chunk);
  */
 TW_API tw_chunk_t *tw_queue_chunk(tw_queue_t *q, uint64_t tid);
 
+/* The same, adding to *consumer_ticks the clock ticks (tw_clock_ticks) this thread spent writing for
+ * the consumer (its help) or waiting for room: the profiler's time, not its calls'. */
+TW_API tw_chunk_t *tw_queue_chunk_timed(tw_queue_t *q, uint64_t tid, uint64_t *consumer_ticks);
+
 /* Counts records lost before they reached the queue (no memory, no room, too deep). */
 TW_API void tw_queue_add_dropped(tw_queue_t *q, uint64_t records);
 

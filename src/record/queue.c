@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "atfork.h"
+#include "torchwrapper/clock.h"
 #include "queue_internal.h"
 
 struct tw_queue {
@@ -262,8 +263,9 @@ static int charge(tw_queue_t *q, uint64_t bytes, uint32_t *epoch, int *high)
 }
 
 /* A producer does a share of the consumer's work (tw_queue_consumer_t's help): 1 when the consumer
- * was asked (it has a help, its thread runs and it is not stopping). No lock held. */
-static int help_consumer(tw_queue_t *q, int urgency)
+ * was asked (it has a help, its thread runs and it is not stopping), its time added to *ticks (a
+ * help with nothing to do too: a clock read, a failed trylock). No lock held. */
+static int help_consumer(tw_queue_t *q, int urgency, uint64_t *ticks)
 {
     pthread_mutex_lock(&q->lock);
     const tw_queue_consumer_t *ops = q->ops;
@@ -274,7 +276,10 @@ static int help_consumer(tw_queue_t *q, int urgency)
     pthread_mutex_unlock(&q->lock);
     if (!asked)
         return 0;
+    tw_clock_source_t source = tw_clock_source();
+    uint64_t began = tw_clock_ticks(source);
     ops->help(arg, urgency);
+    *ticks += tw_clock_ticks(source) - began;
     pthread_mutex_lock(&q->lock);
     if (--q->helpers == 0)
         pthread_cond_broadcast(&q->room);
@@ -284,19 +289,28 @@ static int help_consumer(tw_queue_t *q, int urgency)
 
 tw_chunk_t *tw_queue_chunk(tw_queue_t *q, uint64_t tid)
 {
+    uint64_t ignored = 0;
+    return tw_queue_chunk_timed(q, tid, &ignored);
+}
+
+tw_chunk_t *tw_queue_chunk_timed(tw_queue_t *q, uint64_t tid, uint64_t *consumer_ticks)
+{
     uint32_t epoch;
     int high;
     int charged = charge(q, TW_CHUNK_BYTES, &epoch, &high);
-    if (charged == 0 && help_consumer(q, TW_QUEUE_HELP_MUST)) /* no room: write for it, then try again */
-        charged = charge(q, TW_CHUNK_BYTES, &epoch, &high);
+    if (charged == 0 && help_consumer(q, TW_QUEUE_HELP_MUST, consumer_ticks))
+        charged = charge(q, TW_CHUNK_BYTES, &epoch, &high); /* no room: written for it, try again */
     else if (charged > 0) /* past the high-water mark, if it is free now; below it, if it is late */
-        help_consumer(q, high ? TW_QUEUE_HELP_HIGH : TW_QUEUE_HELP_IF_LATE);
+        help_consumer(q, high ? TW_QUEUE_HELP_HIGH : TW_QUEUE_HELP_IF_LATE, consumer_ticks);
     if (charged == 0) {
         /* Still no room: wait for it when asked to and the consumer runs, else refuse. */
         pthread_mutex_lock(&q->lock);
         if (q->block_when_full && q->running) {
+            tw_clock_source_t source = tw_clock_source();
+            uint64_t began = tw_clock_ticks(source);
             while ((charged = charge(q, TW_CHUNK_BYTES, &epoch, &high)) == 0 && !q->stopping && q->ops != NULL)
                 pthread_cond_wait(&q->room, &q->lock);
+            *consumer_ticks += tw_clock_ticks(source) - began;
         }
         pthread_mutex_unlock(&q->lock);
         if (charged == 0)
@@ -321,7 +335,8 @@ int tw_queue_charge(tw_queue_t *q, uint64_t bytes)
 
 int tw_queue_help(tw_queue_t *q)
 {
-    return help_consumer(q, TW_QUEUE_HELP_MUST);
+    uint64_t ticks = 0;
+    return help_consumer(q, TW_QUEUE_HELP_MUST, &ticks);
 }
 
 void tw_queue_refund(tw_queue_t *q, uint64_t bytes)
