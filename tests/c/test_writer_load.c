@@ -188,8 +188,8 @@ static void check_starved_writer(int block_when_full, int unprivileged)
     assert_int_equal(tw_clock_calibrate(&clock), 0);
     uint64_t span_ns = tw_clock_duration_ns(&clock, end - begin);
     uint64_t cost_ns = tw_clock_duration_ns(&clock, outer_record->cost);
-    /* all of the writing is left out of the cost (the rest of tw_queue_chunk's time too): half of it
-     * at least, whatever the two clocks' rates */
+    /* all of the writing is left out of the cost (and a wait for room, under on_full "wait"): half of
+     * it at least, whatever the two clocks' rates (help_ns is CLOCK_MONOTONIC's, the cost the ticks') */
     assert_true(cost_ns + help_ns / 2 <= span_ns);
     tw_recorder_collect(f.rec);
 #ifdef SCHED_IDLE
