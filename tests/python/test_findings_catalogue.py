@@ -209,13 +209,11 @@ def spin():
         pass
 
 
-def test_a_machine_busier_every_quarter_is_no_growth(tmp_path):
-    """Busy processes started at each quarter of the run: every call waits more for torch's preempted
-    intra-op threads, a short convolution most of all (0.5 ms a step at first, 79 ms at the end in one
-    run here), while its tensors stay the same: the machine's, not a line's."""
+def findings_on_a_busier_machine(tmp_path, model, validate=False, **options):
+    """The findings of 48 steps training model on 32 images of 24x24, with busy processes started at
+    each quarter of the run (killed after it); validate: a no-grad pass over four batches every eight
+    steps. options: more of the profile's keys."""
     busy = []
-    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1),
-                          nn.Flatten(), nn.Linear(16 * 24 * 24, 4))
 
     def loop():
         torch.manual_seed(0)
@@ -230,12 +228,24 @@ def test_a_machine_busier_every_quarter_is_no_growth(tmp_path):
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if validate and (step + 1) % 8 == 0:   # in the step that the next one begins: 8, 16, ..., 40
+                with torch.no_grad():
+                    model(torch.randn(128, 1, 24, 24))
     try:
-        found = findings_of(loop, tmp_path)
+        return findings_of(loop, tmp_path, **options)
     finally:
         for process in busy:
             process.kill()
             process.join()
+
+
+def test_a_machine_busier_every_quarter_is_no_growth(tmp_path):
+    """Busy processes started at each quarter of the run: every call waits more for torch's preempted
+    intra-op threads, a short convolution most of all (0.5 ms a step at first, 79 ms at the end in one
+    run here), while its tensors stay the same: the machine's, not a line's."""
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1),
+                          nn.Flatten(), nn.Linear(16 * 24 * 24, 4))
+    found = findings_on_a_busier_machine(tmp_path, model)
     assert "growing_line" not in found, found["growing_line"]
 
 
@@ -245,33 +255,9 @@ def test_a_machine_busier_every_quarter_is_no_growth_where_a_sampled_step_valida
     quarter's median of the elements is half a validation's more than the first's (the fixed
     attr_model.py was named growing at its first pooling line that way, under load). Tensors that grew
     with no trend explain no time."""
-    busy = []
     model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, padding=1),
                           nn.Flatten(), nn.Linear(16 * 12 * 12, 4))
-
-    def loop():
-        torch.manual_seed(0)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        for step in range(48):
-            if step in (12, 24, 36):
-                for _ in range(min(os.cpu_count() or 1, 8)):
-                    busy.append(multiprocessing.get_context("fork").Process(target=spin, daemon=True))
-                    busy[-1].start()
-            logits = model(torch.randn(32, 1, 24, 24))
-            loss = nn.functional.cross_entropy(logits, torch.randint(0, 4, (32,)))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if (step + 1) % 8 == 0:   # in the step that the next one begins: 8, 16, ..., 40
-                with torch.no_grad():
-                    model(torch.randn(128, 1, 24, 24))
-    try:
-        report = report_of(loop, tmp_path, detail="sampled")
-    finally:
-        for process in busy:
-            process.kill()
-            process.join()
-    found = {f["kind"]: f for f in report["findings"]}
+    found = findings_on_a_busier_machine(tmp_path, model, validate=True, detail="sampled")
     assert "growing_line" not in found, found["growing_line"]
 
 
