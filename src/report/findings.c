@@ -187,6 +187,43 @@ static int per_sample(const level_run_t *run, const tw_row_t *caller)
            lead >= 2 && run->count == (uint64_t)lead && run->lead != lead;
 }
 
+/* A module forward's batch: its first tensor's leading size, 2 or more, kept among the thread's. */
+static void note_batch_lead(thread_state_t *t, const tw_row_t *row)
+{
+    long lead;
+    int ndim;
+    if (!report_series_first_tensor(row->args, &lead, &ndim) || lead < 2)
+        return;
+    for (unsigned i = 0; i < t->nbatch_leads; i++)
+        if (t->batch_leads[i] == lead)
+            return;
+    if (t->nbatch_leads < BATCH_LEADS)
+        t->batch_leads[t->nbatch_leads++] = lead;
+}
+
+/*
+ * count more of the program's own calls of e (not a module's forward) in step: a step's done when the
+ * next one begins, and one with as many calls as a batch the thread's models were given, 8 or more, is
+ * a loop over that batch's samples, if the calls' tensors are samples (the rule asks: their leading
+ * size 1). Counts at any depth: a loss computed in a LightningModule's training_step runs inside the
+ * optimizer's step.
+ */
+static void count_program_step(const thread_state_t *t, series_entry_t *e, int64_t step, uint32_t count)
+{
+    if (e->module_forward || e->node)
+        return;
+    if (e->sample_step != step) {
+        for (unsigned i = 0; i < t->nbatch_leads && e->sample_calls >= 8; i++)
+            if ((long)e->sample_calls == t->batch_leads[i]) {
+                e->per_sample_runs++;
+                break;
+            }
+        e->sample_step = step;
+        e->sample_calls = 0;
+    }
+    e->sample_calls += count;
+}
+
 /*
  * Counts the row into its thread's subtree counters; returns the counters of the calls inside it.
  * The rows at depth >= k since the last row at a depth < k are level[k] + level[k + 1] + ...: a row
@@ -207,6 +244,7 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d,
                 continue; /* torch's own calls inside the row */
             report_series_program(run->entry, run->count, run->cost_ns);
             run->entry->per_sample_runs += per_sample(run, row);
+            count_program_step(t, run->entry, row->step, run->count);
         }
     }
     for (size_t k = d + 1; k <= t->top; k++) {
@@ -391,7 +429,7 @@ static void follow_conv_output(findings_t *f, thread_state_t *t, const tw_row_t 
 }
 
 /* An outermost call's part of its step (PART_*), and what it carries of forward and backward. */
-static void count_outermost(findings_t *f, thread_state_t *t, const tw_row_t *row, const series_entry_t *e,
+static void count_outermost(findings_t *f, thread_state_t *t, const tw_row_t *row, series_entry_t *e,
                             const subtree_t *inside, site_line_t *line)
 {
     step_parts_t *p = parts_of(f, t, row->step);
@@ -404,6 +442,8 @@ static void count_outermost(findings_t *f, thread_state_t *t, const tw_row_t *ro
     if (e != NULL && e->module_forward) {
         if (p != NULL)
             p->ns[eval ? PART_EVAL : PART_FORWARD] += row->cost_ns;
+        if (eval && row->step != e->eval_step) /* (a step's: validating every step, or a teacher's forward) */
+            e->eval_steps++, e->eval_step = row->step;
         if (eval && with_grad) /* an evaluation that builds the autograd graph for nothing */
             tally_line(f, &f->eval_grad, row, line, LINE_EVAL_GRAD, 1, row->cost_ns, 0);
         return;
@@ -493,7 +533,10 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
         e->program_cost += row->cost_ns;
         if (e->run_calls > e->max_run)
             e->max_run = e->run_calls;
+        count_program_step(t, e, row->step, 1);
     }
+    if (e != NULL && e->module_forward && row->args.len > 0)
+        note_batch_lead(t, row);
     if (row->depth == 0)
         count_outermost(f, t, row, e, &inside, line);
     if (row->depth == 0 && row->step >= 0 && row->step < FIND_STEPS) {

@@ -67,6 +67,10 @@ static const rule_t rules[] = {
             "inputs, or torch.func.vmap a per-sample function; a recurrent cell over time steps: nn.LSTM/nn.GRU over "
             "the sequence.",
      .source = "TorchTidy: ForLoopIndexingPattern; torch.func.vmap docs"},
+    {.kind = "per_sample_loop", .evaluate = rule_per_sample_loop, .medium = 0.10, .high = 0.30,
+     .fix = "Call it once on the whole batch: torch's functions take a batch (F.cross_entropy(logits, y); "
+            "reduction='none' where each sample's value is needed), or torch.func.vmap a per-sample function.",
+     .source = "TorchTidy: ForLoopIndexingPattern; torch.func.vmap docs"},
     {.kind = "per_tensor_loop", .evaluate = rule_per_tensor_loop, .medium = 0.05, .high = 0.20,
      .fix = "One multi-tensor call instead of a Python loop over the tensors: torch.nn.utils.clip_grad_norm_(params, "
             "max_norm, foreach=True), torch._foreach_mul_/_foreach_add_ for a manual update, torch.stack then one op "
@@ -171,6 +175,12 @@ static const rule_t rules[] = {
      .fix = "Wrap evaluation in `with torch.no_grad():` (or torch.inference_mode()): model.eval() changes dropout "
             "and batch norm, not autograd.",
      .source = TUNING ": disable gradient calculation for validation or inference"},
+    /* (low always: a teacher's or an averaged model's forward under no_grad is the step's own work) */
+    {.kind = "evaluation_every_step", .evaluate = rule_evaluation_every_step, .medium = NEVER, .high = NEVER,
+     .fix = "Validate every N steps or once an epoch (transformers eval_strategy/eval_steps, Lightning "
+            "val_check_interval/check_val_every_n_epoch), on a subset where it must be frequent. A teacher's or an "
+            "averaged model's forward that the loss needs is the step's own work: keep it.",
+     .source = "Lightning docs: val_check_interval; transformers docs: TrainingArguments eval_strategy, eval_steps"},
     /* ---- the GPU (its records: CUPTI's kernels, copies and fills) ---- */
     {.kind = "gpu_idle", .evaluate = rule_gpu_idle, .medium = 0.30, .high = 0.60,
      .fix = "Keep the GPU fed: load in worker processes with pinned memory (num_workers, pin_memory=True, "

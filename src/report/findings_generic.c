@@ -293,6 +293,35 @@ static double repeated_module(findings_t *f, const rule_t *r, const settle_conte
     return e->module_forward ? repeated_weight(f, c, e) : 0;
 }
 
+/* Most of e's calls (of those with argument summaries) are on a tensor whose leading size is 1. */
+static int mostly_single(const series_entry_t *e)
+{
+    return e->single_calls * 2 * report_series_detail_scale(e) >= e->calls;
+}
+
+/* Whether a loop rule named e's line already (the module's loop, or the samples', say it once). */
+static int line_named(findings_t *f, const series_entry_t *e)
+{
+    const char *line = findings_line_text(f, e);
+    for (size_t k = 0; k < f->nfound; k++)
+        if (strcmp(f->found[k].kind, "repeated_module") == 0 || strcmp(f->found[k].kind, "per_sample_loop") == 0)
+            for (size_t w = 0; w < f->found[k].nwhere; w++)
+                if (strcmp(f->found[k].where[w], line) == 0)
+                    return 1;
+    return 0;
+}
+
+/* A torch function or method (no module) called once per sample: in some step as many times as a batch
+ * the thread's models were given, on one sample each (mostly a leading size of 1): a loss or a metric
+ * computed sample by sample. (A decoding loop over time steps at batch 1 has no batch of its length.) */
+static double per_sample_api(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
+{
+    (void)r;
+    if (e->module_forward || e->dataset || e->per_sample_runs == 0 || !mostly_single(e) || line_named(f, e))
+        return 0;
+    return repeated_weight(f, c, e);
+}
+
 static double repeated_api(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
 {
     (void)r;
@@ -300,20 +329,21 @@ static double repeated_api(findings_t *f, const rule_t *r, const settle_context_
      * batch (a loop over a batch's slices has one shape: the module rule's case, or a metric's) */
     if (e->module_forward || e->dataset || e->shape_changes * 2 * report_series_detail_scale(e) < e->calls)
         return 0; /* (a Dataset's indexing is the input's: input_bound's) */
-    /* a line whose module runs in the loop says it once (repeated_module comes first) */
-    const char *line = findings_line_text(f, e);
-    for (size_t k = 0; k < f->nfound; k++)
-        if (strcmp(f->found[k].kind, "repeated_module") == 0)
-            for (size_t w = 0; w < f->found[k].nwhere; w++)
-                if (strcmp(f->found[k].where[w], line) == 0)
-                    return 0;
+    /* a line whose module, or a function of whose, runs once per sample says it once (those rules come
+     * first): the indexing that takes each sample is the same loop */
+    if (line_named(f, e))
+        return 0;
     return repeated_weight(f, c, e);
 }
 
-static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, int modules)
+enum { REPEATED_MODULE, REPEATED_SAMPLES, REPEATED_TENSORS };
+
+static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, int what)
 {
     size_t n;
-    candidate_t *list = candidates(f, c, r, &n, modules ? repeated_module : repeated_api);
+    int modules = what == REPEATED_MODULE;
+    candidate_t *list = candidates(f, c, r, &n, modules ? repeated_module
+                                                : what == REPEATED_SAMPLES ? per_sample_api : repeated_api);
     if (list == NULL)
         return;
     double step = mean_step(c), total = 0;
@@ -329,7 +359,7 @@ static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, 
             for (size_t i = 0; i < n; i++)
                 findings_add_where_text(x, findings_line_text(f, list[i].e));
             double per_step = (double)e->program_calls * after_first(f, e) / c->per_step;
-            int single = e->single_calls * 2 * report_series_detail_scale(e) >= e->calls;
+            int single = mostly_single(e);
             int samples = single || e->per_sample_runs > 0;
             /* without a sample a call (layers sharing weights, a recurrence over time steps) the loop may be the
              * model's own design: said, at low */
@@ -346,6 +376,12 @@ static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, 
                          single ? ", one sample at a time (its input's leading dimension is 1)"
                          : samples ? ", once per sample of its caller's batch"
                                    : " (layers that share weights, or a recurrence over time steps, may need this)",
+                         total / 1e6, 100 * total / step);
+            else if (what == REPEATED_SAMPLES)
+                snprintf(x->message, sizeof x->message,
+                         "%s runs %.0f times a step from %s, once per sample of the batch the model is given (up to "
+                         "%u times in a step, one sample at a time: its input's leading dimension is 1): %.2f ms a "
+                         "step, %.1f%% of a step.", e->api, per_step, findings_line_text(f, e), e->max_run,
                          total / 1e6, 100 * total / step);
             else
                 snprintf(x->message, sizeof x->message,
@@ -370,12 +406,17 @@ static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, 
 
 void rule_repeated_module(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
-    repeated(f, r, c, 1);
+    repeated(f, r, c, REPEATED_MODULE);
+}
+
+void rule_per_sample_loop(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    repeated(f, r, c, REPEATED_SAMPLES);
 }
 
 void rule_per_tensor_loop(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
-    repeated(f, r, c, 0);
+    repeated(f, r, c, REPEATED_TENSORS);
 }
 
 /* ---- calls a training step does not need, every step ----------------------------------------------- */
@@ -545,11 +586,63 @@ void rule_eval_with_grad(findings_t *f, const rule_t *r, const settle_context_t 
     free(list);
 }
 
+/* ---- an evaluation in every step ---------------------------------------------------------------------- */
+
+/* An outermost module forward that ran as an evaluation (no_grad, inference_mode or eval mode) in most steps. */
+static double evaluated_every_step(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
+{
+    (void)r;
+    if (!e->module_forward || (double)e->eval_steps * 2 < c->per_step)
+        return 0;
+    return (double)(e->cost_ns - (f->skip_first ? e->first_cost : 0));
+}
+
+void rule_evaluation_every_step(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    size_t n;
+    candidate_t *list = candidates(f, c, r, &n, evaluated_every_step);
+    if (list == NULL || c->run_ns == 0) {
+        free(list);
+        return;
+    }
+    double total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += list[i].weight;
+    double share = total / (double)c->run_ns;
+    /* (a twentieth of the run at least; low always: a teacher's or an averaged model's forward under no_grad is
+     * the step's own work, and the records cannot tell it from a validation) */
+    finding_t *x = share >= 0.05 ? findings_add(f, r, share) : NULL;
+    if (x != NULL) {
+        const series_entry_t *e = list[0].e;
+        double steps = (double)e->eval_steps < c->per_step ? (double)e->eval_steps : c->per_step;
+        for (size_t i = 0; i < n; i++)
+            findings_add_where_text(x, findings_line_text(f, list[i].e));
+        findings_evidence(x, "evaluation_steps", steps);
+        findings_evidence(x, "ms_per_step", total / c->per_step / 1e6);
+        snprintf(x->message, sizeof x->message,
+                 "%s runs without autograd or in eval mode in %.0f of %.0f steps, at %s: %.2f ms a step, %.1f%% of "
+                 "the run. A validation every step?", e->api, steps, c->per_step, findings_line_text(f, e),
+                 total / c->per_step / 1e6, 100 * share);
+    }
+    free(list);
+}
+
 /* ---- a costly line no rule explains ----------------------------------------------------------------- */
+
+/* Whether a module's forward is called at the line (a model's forward written in the program: its layers'
+ * calls, charged to the line that makes them, are the forward's part of the step). */
+static int line_calls_a_module(const findings_t *f, const settle_context_t *c, const char *where)
+{
+    for (size_t i = 0; i < f->series.capacity; i++) {
+        const series_entry_t *e = f->series.slots[i];
+        if (on_thread(e, c->thread) && e->module_forward && strcmp(findings_line_text(f, e), where) == 0)
+            return 1;
+    }
+    return 0;
+}
 
 void rule_costly_line(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
-    (void)c;
     const step_anatomy_t *a = &f->anatomy;
     for (size_t i = 0; i < a->nlines; i++) {
         const char *runs = a->lines[i].runs;
@@ -557,7 +650,7 @@ void rule_costly_line(findings_t *f, const rule_t *r, const settle_context_t *c)
         /* the model's own parts have their part of the step: a module forward, backward, the optimizer */
         if (a->lines[i].share < 0.10 || a->lines[i].library || /* (the program's own lines: what it can change) */ (len > 8 && strcmp(runs + len - 8, ".forward") == 0) ||
             strncmp(runs, "torch.optim.", 12) == 0 || strstr(runs, "backward") != NULL ||
-            strncmp(runs, "torch.nn.utils.clip_grad", 24) == 0)
+            strncmp(runs, "torch.nn.utils.clip_grad", 24) == 0 || line_calls_a_module(f, c, a->lines[i].where))
             continue;
         int named = 0; /* by another finding already */
         for (size_t k = 0; k < f->nfound && !named; k++)

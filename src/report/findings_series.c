@@ -104,6 +104,8 @@ series_entry_t *report_series_get(series_table_t *t, const tw_row_t *row, int no
         e->dtype_setter |= row->api.len == strlen(setters[i]) && memcmp(row->api.ptr, setters[i], row->api.len) == 0;
     e->last_step = -1;
     e->run_step = -1;
+    e->sample_step = -1;
+    e->eval_step = -1;
     e->elems_step_of = -1;
     t->count++;
     return e;

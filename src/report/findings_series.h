@@ -37,6 +37,11 @@ typedef struct series_entry {
     uint64_t program_gap_ns, first_gap_ns; /* the Python before its outermost calls (all, the first step's) */
     int64_t run_step;   /* outermost calls: the step run_calls counts */
     uint32_t run_calls;
+    int64_t eval_step;     /* a module forward: the last step it ran in as an evaluation (outermost, under no_grad or
+                            * its model in eval mode; -1: none) */
+    uint64_t eval_steps;   /* and the steps it did */
+    int64_t sample_step;   /* the step sample_calls counts: the program's calls in it, at any depth (-1: none) */
+    uint32_t sample_calls;
     uint64_t steps_seen; /* distinct steps after the first with a call (rows come in step order) */
     int64_t last_step;
     uint64_t detail_calls;        /* calls in the steps whose calls carry argument summaries (detail) */
@@ -46,7 +51,9 @@ typedef struct series_entry {
                                    * arguments: set_default_dtype, .to, torch.tensor) */
     uint64_t f32_gpu_calls, f32_gpu_ns; /* calls with float32 CUDA tensors */
     uint64_t single_calls;        /* calls whose first tensor has a leading dimension of 1 */
-    uint64_t per_sample_runs;     /* runs of as many calls as their caller's batch, on a sample each */
+    uint64_t per_sample_runs;     /* a module: runs of as many calls as their caller's batch, on a sample each;
+                                   * other calls: steps with as many of the program's calls as a batch its
+                                   * models were given (findings.c count_program_step) */
     uint64_t shape_changes;       /* calls whose tensors' shapes differed from the previous call's */
     uint64_t last_args_hash;
     /* the last call's argument summary (when short) and what read_tensors read of it: most calls of a

@@ -65,6 +65,8 @@ typedef struct step_parts {
     int used;
 } step_parts_t;
 
+#define BATCH_LEADS 8
+
 typedef struct thread_state {
     int64_t pid;
     uint64_t tid;
@@ -81,6 +83,10 @@ typedef struct thread_state {
     int grad_off;        /* no_grad / inference_mode contexts open (outermost calls) */
     int eval_mode;       /* the last outermost Module.eval() / train(False) not undone by train() */
     char eval_class[128]; /* the class it was called on */
+    /* the leading sizes (2 or more) of the first tensors its module forwards were given, the first
+     * BATCH_LEADS: the batches a loop of the program's may go over one sample at a time */
+    long batch_leads[BATCH_LEADS];
+    unsigned nbatch_leads;
 } thread_state_t;
 
 /* The tallies keyed by a line alone, whose groups a site_line_t keeps. */

@@ -348,6 +348,80 @@ def train_with_clip(model, clip, steps=24):
         opt.step()
 
 
+def train_with_closure(loss_of, steps=24, batch=24):
+    """An optimizer stepped with a closure (as LBFGS, or Lightning's training_step): the forward and the loss
+    run inside the optimizer's step, not at the top of the loop."""
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        x, y = torch.randn(batch, 32), torch.randint(0, 4, (batch,))
+
+        def closure():
+            opt.zero_grad()
+            loss = loss_of(model(x), y)
+            loss.backward()
+            return loss
+        opt.step(closure)
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_loss_computed_sample_by_sample(tmp_path, fixed):
+    """A margin loss summed over the samples one at a time, inside an optimizer's closure (written after the
+    rule, which came from a cross-entropy loop at the top of a step): named at its line, once; the same loss
+    on the whole batch is not."""
+    def loss_of(out, y):
+        if fixed:
+            return nn.functional.multi_margin_loss(out, y)
+        return sum(nn.functional.multi_margin_loss(out[i:i + 1], y[i:i + 1])  # FINDING:per_sample_loss
+                   for i in range(len(y))) / len(y)
+    found = findings_of(lambda: train_with_closure(loss_of), tmp_path)
+    if fixed:
+        assert "per_sample_loop" not in found and "per_tensor_loop" not in found, found
+        return
+    finding = named_at(found, "per_sample_loop", "per_sample_loss")
+    assert "torch.nn.functional.multi_margin_loss" in finding["message"], finding
+    assert "once per sample" in finding["message"] and finding["evidence"]["most_in_one_call"] == 24
+    assert "per_tensor_loop" not in found   # out[i:i + 1] is the same loop, named once
+
+
+def test_a_loop_as_long_as_no_batch_is_no_per_sample_loop(tmp_path):
+    """Twenty single-row tensors made and reduced every step (a sliding window, say) while the model's batch
+    is 16: calls on a leading 1, 8 or more a step, but no loop over a batch's samples. (A window as long as
+    the batch would be named: the records hold no more than the two counts.)"""
+    def windows(step, model, opt):
+        for k in range(20):
+            torch.randn(1, 8).sum()
+    found = findings_of(lambda: train(after_step=windows), tmp_path)
+    assert "per_sample_loop" not in found, found["per_sample_loop"]
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_validation_every_step(tmp_path, fixed):
+    """The held-out set evaluated after every step, in eval mode under inference_mode (written after the rule,
+    which came from a no_grad validation at the top of a loop): a pointer at its line, at low (a teacher's
+    forward under no_grad is the step's own); every eight steps, as a user fixes it, it is not. The model's
+    forward, written here, is no costly line of its own: its layers' calls are the forward's part."""
+    held_out = torch.randn(4096, 32)
+
+    def validate(step, model, opt):
+        if fixed and step % 8:
+            return
+        model.eval()
+        with torch.inference_mode():
+            model(held_out).argmax(1)  # FINDING:validation
+        model.train()
+    found = findings_of(lambda: train(after_step=validate), tmp_path)
+    named = [f for f in found.values() if any(w.startswith(line_of("validation")) for w in f["where"])]
+    if fixed:
+        assert named == [], named
+        return
+    finding = named_at(found, "evaluation_every_step", "validation")
+    assert finding["severity"] == "low" and "Net.forward" in finding["message"], finding
+    assert finding["evidence"]["evaluation_steps"] >= 22, finding
+    assert "costly_line" not in found, found["costly_line"]
+
+
 @pytest.mark.parametrize("fixed", [False, True])
 def test_a_checkpoint_every_step(tmp_path, fixed):
     def save(step, model, opt):
