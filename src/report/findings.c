@@ -187,6 +187,46 @@ static int per_sample(const level_run_t *run, const tw_row_t *caller)
            lead >= 2 && run->count == (uint64_t)lead && run->lead != lead;
 }
 
+/* A Dataset's call, counted to its process: a DataLoader's worker, or the main process. */
+static void count_dataset_process(findings_t *f, const tw_row_t *row)
+{
+    for (unsigned i = 0; i < f->ndataset_pids; i++)
+        if (f->dataset_pids[i] == row->pid) {
+            f->dataset_pid_ns[i] += row->self_ns;
+            return;
+        }
+    if (f->ndataset_pids == DATASET_PIDS) {
+        f->dataset_pids_full = 1;
+        return;
+    }
+    f->dataset_pids[f->ndataset_pids] = row->pid;
+    f->dataset_pid_ns[f->ndataset_pids++] = row->self_ns;
+}
+
+/* A DataLoader's iterators on a thread (an epoch's start) and the first batch each gave. Rows come at
+ * their calls' ends: an iterator's before its first batch's. */
+static void follow_loader(thread_state_t *t, const tw_row_t *row, const site_line_t *line)
+{
+    if (is(row->api, "torch.utils.data.DataLoader.__iter__")) {
+        if (t->loader_iters++ == 0)
+            t->startup_ns_first = row->cost_ns;
+        t->ends_ns += t->last_batch_ns; /* (the previous iterator's end) */
+        t->last_batch_ns = 0;
+        t->loader_iter_ns += row->cost_ns;
+        t->first_batch_pending = 1;
+        snprintf(t->loader_where, sizeof t->loader_where, "%.*s", (int)line->len, line->text);
+    } else if (is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__")) {
+        t->last_batch_ns = row->cost_ns;
+        if (t->first_batch_pending) {
+            if (t->first_batches++ == 0)
+                t->startup_ns_first += row->cost_ns;
+            t->first_batch_ns += row->cost_ns;
+            t->first_batch_pending = 0;
+            t->last_batch_ns = 0; /* (an epoch of one batch: its first, counted) */
+        }
+    }
+}
+
 /* A module forward's batch: its first tensor's leading size, 2 or more, kept among the thread's. */
 static void note_batch_lead(thread_state_t *t, const tw_row_t *row)
 {
@@ -492,12 +532,15 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     }
     if (is(row->api, "torch._dynamo (compilation)")) /* a range of _compile_watch.py's */
         tally_line(f, &f->compiles, row, line, LINE_COMPILES, 1, row->cost_ns, 0);
-    if (line->dataset)
+    if (line->dataset) {
         tally_line(f, &f->dataset_lines, row, line, LINE_DATASET, 1, row->self_ns, 0);
+        count_dataset_process(f, row);
+    }
 
     thread_state_t *t = row->fwd_call_id == 0 ? thread_of(f, row->pid, row->tid) : NULL;
     if (t == NULL)
         return 0;
+    follow_loader(t, row, line);
     size_t d = row->depth < FIND_DEPTH ? (size_t)row->depth : FIND_DEPTH;
     subtree_t inside = close_subtree(t, row, d, e);
     if (inside.rows == 0) {

@@ -34,6 +34,11 @@ static const rule_t rules[] = {
      .fix = "Load in worker processes: DataLoader(..., num_workers=4, pin_memory=True, persistent_workers=True), "
             "and make the Dataset's __getitem__ cheap (vectorised tensor ops, data prepared once).",
      .source = TUNING ": enable asynchronous data loading; TorchTidy: SynchronizedDataLoaderPattern"},
+    {.kind = "loader_workers_restarted", .evaluate = rule_loader_workers_restarted, .medium = 0.05, .high = 0.20,
+     .fix = "DataLoader(..., num_workers=N, persistent_workers=True): the workers and their copies of the Dataset "
+            "stay up from one epoch to the next; or fewer, longer epochs.",
+     .source = "PyTorch docs: torch.utils.data.DataLoader persistent_workers; Lightning: the persistent_workers "
+               "warning of its data connector"},
     {.kind = "python_outside_torch", .evaluate = rule_python_outside_torch, .medium = 0.15, .high = 0.30,
      .fix = "Replace Python loops over tensor elements by tensor operations (a metric as (pred == y).float().mean()), "
             "move per-step bookkeeping out of the loop, or run it every N steps.",

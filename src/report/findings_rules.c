@@ -125,7 +125,17 @@ void rule_input_bound(findings_t *f, const rule_t *r, const settle_context_t *c)
          * thread: from 10% (medium from 15%, high from 30%), and at any share where the program's own
          * Dataset builds the samples on the main process (its __getitem__ made calls): what the wait is
          * worth moves with the machine's load, where the samples are made does not */
-        if (share >= 0.10 || nd > 0) {
+        /* where the samples were made: the steps' process, worker processes, or nowhere that the program's
+         * Dataset made calls (a TensorDataset) */
+        uint64_t main_ns = 0, worker_ns = 0;
+        unsigned workers = 0;
+        for (unsigned i = 0; i < f->ndataset_pids; i++)
+            if (c->thread != NULL && f->dataset_pids[i] == c->thread->pid)
+                main_ns += f->dataset_pid_ns[i];
+            else
+                worker_ns += f->dataset_pid_ns[i], workers++;
+        int on_main = nd > 0 && (main_ns > 0 || workers == 0);
+        if (share >= 0.10 || on_main) {
             finding_t *x = findings_add(f, r, share);
             if (x != NULL) {
                 findings_add_where(x, lines, nd);
@@ -134,14 +144,55 @@ void rule_input_bound(findings_t *f, const rule_t *r, const settle_context_t *c)
                 findings_evidence(x, "mean_wait_ms_per_step", ms(total) / c->per_step);
                 findings_evidence(x, "batches", (double)count);
                 findings_evidence(x, "dataset_ms", ms(dataset_ns));
+                findings_evidence(x, "worker_processes", (double)workers);
+                char where[120] = "";
+                if (on_main)
+                    snprintf(where, sizeof where, ", building batches on the main process");
+                else if (workers > 0)
+                    snprintf(where, sizeof where, ", waiting for the %u%s worker processes that made the samples "
+                             "(%.1f ms of the Dataset's calls there)", workers, f->dataset_pids_full ? "+" : "",
+                             ms(worker_ns));
                 snprintf(x->message, sizeof x->message,
                          "The training loop waits for its data: %.1f%% of a step (%.2f ms) is spent in the "
-                         "DataLoader's next(), building batches on the main process.", 100 * share, wait_ms);
+                         "DataLoader's next()%s.", 100 * share, wait_ms, where);
             }
         }
         free(lines);
     }
     free(list);
+}
+
+/*
+ * A DataLoader whose iterators after the first take as long to give their first batch as the first did: its
+ * worker processes are started again every epoch (persistent_workers=False, the default), where persistent
+ * ones make a later epoch's start as cheap as any batch. What it costs: each later epoch's start (its
+ * iterator and first batch) less a typical batch's wait.
+ */
+void rule_loader_workers_restarted(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    const thread_state_t *t = c->thread;
+    if (t == NULL || t->loader_iters < 2 || t->first_batches < 2 || c->run_ns == 0)
+        return;
+    uint64_t later = t->first_batches - 1;
+    double later_ns = (double)(t->loader_iter_ns + t->first_batch_ns - t->startup_ns_first) / (double)later;
+    double batch_ns = c->typical ? c->typical_wait : 0;
+    if (later_ns < 0.5 * (double)t->startup_ns_first || later_ns <= batch_ns)
+        return;
+    /* with each later epoch's start, the end of the one before (its last next(): the workers shut down) */
+    double share = ((later_ns - batch_ns) * (double)later + (double)t->ends_ns) / (double)c->run_ns;
+    finding_t *x = share >= 0.02 ? findings_add(f, r, share) : NULL;
+    if (x == NULL)
+        return;
+    findings_add_where_text(x, t->loader_where);
+    findings_evidence(x, "epochs", (double)t->loader_iters);
+    findings_evidence(x, "first_epoch_start_ms", ms(t->startup_ns_first));
+    findings_evidence(x, "later_epoch_start_ms", later_ns / 1e6);
+    findings_evidence(x, "epoch_end_ms", ms(t->ends_ns) / (double)later);
+    snprintf(x->message, sizeof x->message,
+             "The DataLoader iterated at %.200s starts again at every epoch: %" PRIu64 " epochs, each after the first "
+             "waiting %.1f ms for its first batch (the first: %.1f ms) and %.1f ms at the end of the one before, "
+             "%.1f%% of the run. Its worker processes are started anew each time.", t->loader_where,
+             t->loader_iters, later_ns / 1e6, ms(t->startup_ns_first), ms(t->ends_ns) / (double)later, 100 * share);
 }
 
 /*

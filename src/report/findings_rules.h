@@ -6,6 +6,7 @@
 #include "findings_state.h"
 
 void rule_input_bound(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_loader_workers_restarted(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_many_small_ops(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_optimizer_single_tensor(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_zero_grad_fills(findings_t *f, const rule_t *r, const settle_context_t *c);

@@ -66,6 +66,7 @@ typedef struct step_parts {
 } step_parts_t;
 
 #define BATCH_LEADS 8
+#define DATASET_PIDS 64
 
 typedef struct thread_state {
     int64_t pid;
@@ -87,6 +88,14 @@ typedef struct thread_state {
      * BATCH_LEADS: the batches a loop of the program's may go over one sample at a time */
     long batch_leads[BATCH_LEADS];
     unsigned nbatch_leads;
+    /* DataLoader iterators it made (DataLoader.__iter__: an epoch's start, its worker processes started
+     * there unless persistent) and the batch each one gave first (the wait for those workers) */
+    uint64_t loader_iters, loader_iter_ns, first_batches, first_batch_ns;
+    uint64_t startup_ns_first; /* the first iterator's: its time and its first batch's */
+    uint64_t last_batch_ns;    /* the latest next()'s: an epoch's last, its StopIteration, shuts the workers down */
+    uint64_t ends_ns;          /* the iterators' last next() before another iterator was made */
+    int first_batch_pending; /* an iterator made, its first batch not yet given */
+    char loader_where[WHERE_TEXT_MAX]; /* the line that made the last iterator */
 } thread_state_t;
 
 /* The tallies keyed by a line alone, whose groups a site_line_t keeps. */
@@ -176,6 +185,12 @@ typedef struct findings {
     thread_state_t **threads; /* FIND_THREADS slots, each allocated when its thread's first row comes */
     thread_state_t *last_thread; /* the last row's: rows come in runs of one thread */
     site_line_t *lines;          /* SITE_CACHE of them */
+    /* the processes whose Dataset __getitem__ made calls (a DataLoader's workers, or the main process), the
+     * first DATASET_PIDS, and the self time of those calls in each */
+    int64_t dataset_pids[DATASET_PIDS];
+    uint64_t dataset_pid_ns[DATASET_PIDS];
+    unsigned ndataset_pids;
+    int dataset_pids_full; /* more processes than that made some */
     tally_t loader_wait, dataset_lines, gaps, small_ops, single_tensor_opt, fills, conv_bn, compiles,
         kept_bytes, eval_grad; /* kept_bytes: per line, bytes its outermost calls allocated and did not free */
     series_table_t series;

@@ -423,6 +423,37 @@ def test_a_validation_every_step(tmp_path, fixed):
 
 
 @pytest.mark.parametrize("fixed", [False, True])
+def test_a_loader_whose_workers_start_again_every_epoch(tmp_path, fixed):
+    """Six short epochs of a TensorDataset through one worker process, `enumerate` over the loader (written
+    after the rule, which came from a Dataset of the program's own with two workers): every epoch starts a
+    worker and shuts it down, which persistent_workers=True does once. The batches come from a worker, so
+    the wait for them is no main process's building."""
+    from torch.utils.data import DataLoader, TensorDataset
+    data = TensorDataset(torch.randn(64, 32), torch.randint(0, 4, (64,)))
+
+    def loop():
+        torch.manual_seed(0)
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loader = DataLoader(data, batch_size=16, num_workers=1, persistent_workers=fixed)
+        for epoch in range(6):
+            for i, (x, y) in enumerate(loader):  # FINDING:epochs
+                loss = nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    found = findings_of(loop, tmp_path)
+    if "input_bound" in found:
+        assert "main process" not in found["input_bound"]["message"], found["input_bound"]
+    if fixed:
+        assert "loader_workers_restarted" not in found, found["loader_workers_restarted"]
+        return
+    finding = named_at(found, "loader_workers_restarted", "epochs")
+    assert finding["evidence"]["epochs"] == 6, finding
+    assert finding["evidence"]["later_epoch_start_ms"] >= finding["evidence"]["first_epoch_start_ms"] / 2, finding
+
+
+@pytest.mark.parametrize("fixed", [False, True])
 def test_a_checkpoint_every_step(tmp_path, fixed):
     def save(step, model, opt):
         if not fixed or step % 100 == 99:
