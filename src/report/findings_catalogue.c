@@ -112,6 +112,14 @@ static const rule_t rules[] = {
      .fix = "Build the optimizer (and its LR scheduler) once before the loop; change the learning rate through "
             "optimizer.param_groups or a scheduler.",
      .source = "torch.optim docs: constructing an optimizer"},
+    {.kind = "module_built_every_step", .evaluate = rule_built_every_step, .medium = 0, .high = NEVER,
+     .apis = "torch.nn.Module.register_parameter",
+     .message = "a layer built in the training step (its parameters registered, at that line or inside the call made "
+                "there): its weights start from a new random init every time, so it never learns, and building it is "
+                "paid in every step.",
+     .fix = "Build every layer once, in the model's __init__ (self.head = nn.Linear(...)), and only call it in "
+            "forward; a weight that must be made per call is a tensor, not a module.",
+     .source = "PyTorch docs: Building models with PyTorch (layers defined in __init__, used in forward)"},
     {.kind = "module_moved_every_step", .evaluate = rule_calls_every_step, .medium = 0.05, .high = 0.25,
      .apis = "torch.nn.Module.to|torch.nn.Module.cuda|torch.nn.Module.cpu|torch.nn.Module.double|"
              "torch.nn.Module.float|torch.nn.Module.half|torch.nn.Module.bfloat16",

@@ -46,10 +46,12 @@ static int by_weight_desc(const void *a, const void *b)
     return strcmp(x->e->api, y->e->api);
 }
 
+/* What a rule weighs an entry at: 0 leaves it out. */
+typedef double candidate_weight_t(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e);
+
 /* The candidates of f's series on the steps' thread that keep() picks, heaviest first; NULL if none. */
 static candidate_t *candidates(findings_t *f, const settle_context_t *c, const rule_t *r, size_t *n,
-                               double (*keep)(findings_t *, const rule_t *, const settle_context_t *,
-                                              const series_entry_t *))
+                               candidate_weight_t *keep)
 {
     candidate_t *list = NULL;
     size_t cap = 0;
@@ -431,10 +433,24 @@ static double every_step(findings_t *f, const rule_t *r, const settle_context_t 
     return (double)e->program_cost * after_first(f, e);
 }
 
-void rule_calls_every_step(findings_t *f, const rule_t *r, const settle_context_t *c)
+/* The same for every call of the APIs, the program's or torch's own inside another call: a layer's
+ * construction (its __init__ is not recorded) registers its parameters from torch's code, charged to the
+ * line of the call it runs in (a model's forward that builds a layer), or to the program's line that built
+ * it where no recorded call encloses it. */
+static double every_step_any_caller(findings_t *f, const rule_t *r, const settle_context_t *c,
+                                    const series_entry_t *e)
+{
+    if (e->node || e->calls == 0 || !findings_api_in(e->api, e->api_len, r->apis))
+        return 0;
+    if (e->steps_seen < 3 || (double)e->steps_seen < 0.5 * c->per_step)
+        return 0;
+    return (double)(e->cost_ns - (f->skip_first ? e->first_cost : 0));
+}
+
+static void calls_every_step(findings_t *f, const rule_t *r, const settle_context_t *c, candidate_weight_t *keep)
 {
     size_t n;
-    candidate_t *list = candidates(f, c, r, &n, every_step);
+    candidate_t *list = candidates(f, c, r, &n, keep);
     if (list == NULL)
         return;
     double step = mean_step(c), total = 0;
@@ -456,6 +472,16 @@ void rule_calls_every_step(findings_t *f, const rule_t *r, const settle_context_
         }
     }
     free(list);
+}
+
+void rule_calls_every_step(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    calls_every_step(f, r, c, every_step);
+}
+
+void rule_built_every_step(findings_t *f, const rule_t *r, const settle_context_t *c)
+{
+    calls_every_step(f, r, c, every_step_any_caller);
 }
 
 /* ---- settings that slow every call ------------------------------------------------------------------ */

@@ -12,6 +12,7 @@ void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c
 void rule_repeated_module(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_per_sample_loop(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_per_tensor_loop(findings_t *f, const rule_t *r, const settle_context_t *c);
+void rule_built_every_step(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_calls_every_step(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_setting(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_dtype(findings_t *f, const rule_t *r, const settle_context_t *c);

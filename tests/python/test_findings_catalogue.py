@@ -75,7 +75,7 @@ def train(steps=24, *, model=None, before_step=None, after_step=None, batch=16):
         x, y = torch.randn(batch, 32), torch.randint(0, 4, (batch,))
         if before_step:
             before_step(step, model, opt)
-        loss = nn.functional.cross_entropy(model(x), y)
+        loss = nn.functional.cross_entropy(model(x), y)  # FINDING:model_call
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -451,6 +451,36 @@ def test_a_loader_whose_workers_start_again_every_epoch(tmp_path, fixed):
     finding = named_at(found, "loader_workers_restarted", "epochs")
     assert finding["evidence"]["epochs"] == 6, finding
     assert finding["evidence"]["later_epoch_start_ms"] >= finding["evidence"]["first_epoch_start_ms"] / 2, finding
+
+
+class NormedOnTheFly(nn.Module):
+    """A norm made for the hidden size it is given, in forward (written after the rule, which came from a
+    projection head built in forward): new weights every call, never trained."""
+
+    def __init__(self, fixed):
+        super().__init__()
+        self.inp = nn.Linear(32, 64)
+        self.out = nn.Linear(64, 4)
+        self.norm = nn.LayerNorm(64) if fixed else None
+
+    def forward(self, x):
+        h = self.inp(x)
+        norm = self.norm if self.norm is not None else nn.LayerNorm(h.shape[-1])  # FINDING:built
+        return self.out(norm(h))
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_layer_built_in_forward(tmp_path, fixed):
+    def loop():
+        model = NormedOnTheFly(fixed)
+        train(model=model)
+    found = findings_of(loop, tmp_path)
+    if fixed:
+        assert "module_built_every_step" not in found, found["module_built_every_step"]
+        return
+    # at the line that calls the model: the layer's construction is torch's code inside the forward called there
+    finding = named_at(found, "module_built_every_step", "model_call")
+    assert finding["severity"] == "medium" and finding["evidence"]["steps_with_calls"] >= 20, finding
 
 
 @pytest.mark.parametrize("fixed", [False, True])
