@@ -24,28 +24,12 @@
 
 #include "findings_args.h"
 #include "findings_catalogue.h"
+#include "findings_follow.h"
 #include "findings_gpu.h"
 #include "findings_output.h"
 #include "findings_state.h"
 #include "own_cost_report.h"
 #include "ranks.h"
-
-static int has_prefix(tw_str_t s, const char *prefix)
-{
-    size_t n = strlen(prefix);
-    return s.len >= n && memcmp(s.ptr, prefix, n) == 0;
-}
-
-static int has_suffix(tw_str_t s, const char *suffix)
-{
-    size_t n = strlen(suffix);
-    return s.len >= n && memcmp(s.ptr + s.len - n, suffix, n) == 0;
-}
-
-static int is(tw_str_t s, const char *name)
-{
-    return s.len == strlen(name) && memcmp(s.ptr, name, s.len) == 0;
-}
 
 /* The row's line as the findings name it: its site's text, or "(no site)"; looked up in the sites
  * (and its text read) once per (process, site) while it stays in the cache. */
@@ -155,7 +139,7 @@ static inline void add_subtree(subtree_t *a, const subtree_t *b)
 
 static int is_backward(tw_str_t api)
 {
-    return is(api, "torch.Tensor.backward") || is(api, "torch.autograd.backward") || is(api, "torch.autograd.grad");
+    return findings_is(api, "torch.Tensor.backward") || findings_is(api, "torch.autograd.backward") || findings_is(api, "torch.autograd.grad");
 }
 
 /* The calls of a run at a level: one more of entry e. */
@@ -187,83 +171,6 @@ static int per_sample(const level_run_t *run, const tw_row_t *caller)
            lead >= 2 && run->count == (uint64_t)lead && run->lead != lead;
 }
 
-/* A Dataset's call, counted to its process: a DataLoader's worker, or the main process. */
-static void count_dataset_process(findings_t *f, const tw_row_t *row)
-{
-    for (unsigned i = 0; i < f->ndataset_pids; i++)
-        if (f->dataset_pids[i] == row->pid) {
-            f->dataset_pid_ns[i] += row->self_ns;
-            return;
-        }
-    if (f->ndataset_pids == DATASET_PIDS) {
-        f->dataset_pids_full = 1;
-        return;
-    }
-    f->dataset_pids[f->ndataset_pids] = row->pid;
-    f->dataset_pid_ns[f->ndataset_pids++] = row->self_ns;
-}
-
-/* A DataLoader's iterators on a thread (an epoch's start) and the first batch each gave. Rows come at
- * their calls' ends: an iterator's before its first batch's. */
-static void follow_loader(thread_state_t *t, const tw_row_t *row, const site_line_t *line)
-{
-    if (is(row->api, "torch.utils.data.DataLoader.__iter__")) {
-        if (t->loader_iters++ == 0)
-            t->startup_ns_first = row->cost_ns;
-        t->ends_ns += t->last_batch_ns; /* (the previous iterator's end) */
-        t->last_batch_ns = 0;
-        t->loader_iter_ns += row->cost_ns;
-        t->first_batch_pending = 1;
-        snprintf(t->loader_where, sizeof t->loader_where, "%.*s", (int)line->len, line->text);
-    } else if (is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__")) {
-        t->last_batch_ns = row->cost_ns;
-        if (t->first_batch_pending) {
-            if (t->first_batches++ == 0)
-                t->startup_ns_first += row->cost_ns;
-            t->first_batch_ns += row->cost_ns;
-            t->first_batch_pending = 0;
-            t->last_batch_ns = 0; /* (an epoch of one batch: its first, counted) */
-        }
-    }
-}
-
-/* A module forward's batch: its first tensor's leading size, 2 or more, kept among the thread's. */
-static void note_batch_lead(thread_state_t *t, const tw_row_t *row)
-{
-    long lead;
-    int ndim;
-    if (!report_series_first_tensor(row->args, &lead, &ndim) || lead < 2)
-        return;
-    for (unsigned i = 0; i < t->nbatch_leads; i++)
-        if (t->batch_leads[i] == lead)
-            return;
-    if (t->nbatch_leads < BATCH_LEADS)
-        t->batch_leads[t->nbatch_leads++] = lead;
-}
-
-/*
- * count more of the program's own calls of e (not a module's forward) in step: a step's done when the
- * next one begins, and one with as many calls as a batch the thread's models were given, 8 or more, is
- * a loop over that batch's samples, if the calls' tensors are samples (the rule asks: their leading
- * size 1). Counts at any depth: a loss computed in a LightningModule's training_step runs inside the
- * optimizer's step.
- */
-static void count_program_step(const thread_state_t *t, series_entry_t *e, int64_t step, uint32_t count)
-{
-    if (e->module_forward || e->node)
-        return;
-    if (e->sample_step != step) {
-        for (unsigned i = 0; i < t->nbatch_leads && e->sample_calls >= 8; i++)
-            if ((long)e->sample_calls == t->batch_leads[i]) {
-                e->per_sample_runs++;
-                break;
-            }
-        e->sample_step = step;
-        e->sample_calls = 0;
-    }
-    e->sample_calls += count;
-}
-
 /*
  * Counts the row into its thread's subtree counters; returns the counters of the calls inside it.
  * The rows at depth >= k since the last row at a depth < k are level[k] + level[k + 1] + ...: a row
@@ -284,7 +191,7 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d,
                 continue; /* torch's own calls inside the row */
             report_series_program(run->entry, run->count, run->cost_ns);
             run->entry->per_sample_runs += per_sample(run, row);
-            count_program_step(t, run->entry, row->step, run->count);
+            findings_count_program_step(t, run->entry, row->step, run->count);
         }
     }
     for (size_t k = d + 1; k <= t->top; k++) {
@@ -292,13 +199,13 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d,
         memset(&t->level[k], 0, offsetof(subtree_t, runs)); /* (the runs past nruns = 0 are not read) */
     }
     subtree_t own = {.rows = 1};
-    if (has_prefix(row->api, "torch._foreach_"))
+    if (findings_has_prefix(row->api, "torch._foreach_"))
         own.foreach_calls = 1;
-    if (has_prefix(row->api, "torch._fused_"))
+    if (findings_has_prefix(row->api, "torch._fused_"))
         own.fused_calls = 1;
-    if (has_prefix(row->api, "torch.Tensor.") && has_suffix(row->api, "_") && !has_suffix(row->api, "__"))
+    if (findings_has_prefix(row->api, "torch.Tensor.") && findings_has_suffix(row->api, "_") && !findings_has_suffix(row->api, "__"))
         own.inplace_calls = 1;
-    if (is(row->api, "torch.Tensor.zero_") || is(row->api, "torch._foreach_zero_")) {
+    if (findings_is(row->api, "torch.Tensor.zero_") || findings_is(row->api, "torch._foreach_zero_")) {
         own.fills = 1;
         own.fill_ns = row->cost_ns;
     }
@@ -346,52 +253,6 @@ static step_parts_t *parts_of(findings_t *f, thread_state_t *t, int64_t step)
     return &t->parts[s];
 }
 
-/* The model class a Module.eval()/train() was called on ("((Net, False), {})": "Net"), into buf. */
-static void module_class(tw_str_t args, char *buf, size_t cap)
-{
-    tw_str_t first;
-    if (!findings_first_arg(args, &first))
-        first.len = 0;
-    snprintf(buf, cap, "%.*s", (int)first.len, first.ptr);
-}
-
-/* The outermost calls switch grad mode and eval mode: no_grad and inference_mode contexts, and the
- * model's eval()/train() (only the model's own class is followed: a frozen submodule in eval mode
- * leaves the model training). */
-static void follow_modes(thread_state_t *t, const tw_row_t *row)
-{
-    if (is(row->api, "torch.no_grad.__enter__") || is(row->api, "torch.inference_mode.__enter__"))
-        t->grad_off++;
-    else if ((is(row->api, "torch.no_grad.__exit__") || is(row->api, "torch.inference_mode.__exit__")) &&
-             t->grad_off > 0)
-        t->grad_off--;
-    else if (is(row->api, "torch.nn.Module.eval")) {
-        module_class(row->args, t->eval_class, sizeof t->eval_class);
-        t->eval_mode = t->eval_class[0] != '\0';
-    } else if (is(row->api, "torch.nn.Module.train")) {
-        tw_str_t mode;
-        int training = !findings_arg(row->args, 1, &mode) || findings_arg_bool(mode) != 0;
-        module_class(row->args, t->eval_class, sizeof t->eval_class);
-        t->eval_mode = !training && t->eval_class[0] != '\0';
-    }
-}
-
-/* Whether an outermost module forward runs as an evaluation: under no_grad/inference_mode, or its
- * model in eval mode (its path's first part the class eval() was called on). */
-static int is_evaluation(const thread_state_t *t, const tw_row_t *row, int *with_grad)
-{
-    *with_grad = 0;
-    if (t->grad_off > 0)
-        return 1;
-    size_t n = strlen(t->eval_class);
-    if (t->eval_mode && row->module.len >= n && memcmp(row->module.ptr, t->eval_class, n) == 0 &&
-        (row->module.len == n || row->module.ptr[n] == '.')) {
-        *with_grad = 1;
-        return 1;
-    }
-    return 0;
-}
-
 /* The catalogue's settings switched by this row (process-wide: the first process's are followed). */
 static void follow_switches(findings_t *f, const tw_row_t *row, site_line_t *line)
 {
@@ -435,7 +296,7 @@ static void follow_switches(findings_t *f, const tw_row_t *row, site_line_t *lin
  * norm's input is the tensor the convolution made (its sizes), with no other call reading it between. */
 static void follow_conv_output(findings_t *f, thread_state_t *t, const tw_row_t *row, site_line_t *line)
 {
-    if (is(row->api, "torch.conv1d") || is(row->api, "torch.conv2d") || is(row->api, "torch.conv3d")) {
+    if (findings_is(row->api, "torch.conv1d") || findings_is(row->api, "torch.conv2d") || findings_is(row->api, "torch.conv3d")) {
         t->conv.set = findings_conv_output(row->args, t->conv.shape, sizeof t->conv.shape, &t->conv.shape_len);
         t->conv.module[0] = '\0';
         memcpy(t->conv.where, line->text, line->len);
@@ -453,17 +314,17 @@ static void follow_conv_output(findings_t *f, thread_state_t *t, const tw_row_t 
     if (!findings_first_arg(row->args, &first) || first.len != t->conv.shape_len ||
         memcmp(first.ptr, t->conv.shape, first.len) != 0)
         return;
-    if (is(row->api, "torch.batch_norm") || is(row->api, "torch.nn.functional.batch_norm")) {
+    if (findings_is(row->api, "torch.batch_norm") || findings_is(row->api, "torch.nn.functional.batch_norm")) {
         char key[WHERE_TEXT_MAX];
         const char *module = t->conv.module[0] ? t->conv.module : "(the model)";
         site_line_t conv_line = {.text = t->conv.where, .len = t->conv.where_len}; /* keyed at the conv's line */
         size_t len = join_key(key, &conv_line, module, strlen(module));
         tally(f, &f->conv_bn, row, NULL, key, len, 1, 0, 0);
         t->conv.set = 0;
-    } else if (!(has_prefix(row->api, "torch.Tensor.") &&
-                 (is(row->api, "torch.Tensor.dim") || is(row->api, "torch.Tensor.size") ||
-                  is(row->api, "torch.Tensor.numel") || is(row->api, "torch.Tensor.is_contiguous") ||
-                  is(row->api, "torch.Tensor.__len__") || is(row->api, "torch.Tensor.stride")))) {
+    } else if (!(findings_has_prefix(row->api, "torch.Tensor.") &&
+                 (findings_is(row->api, "torch.Tensor.dim") || findings_is(row->api, "torch.Tensor.size") ||
+                  findings_is(row->api, "torch.Tensor.numel") || findings_is(row->api, "torch.Tensor.is_contiguous") ||
+                  findings_is(row->api, "torch.Tensor.__len__") || findings_is(row->api, "torch.Tensor.stride")))) {
         t->conv.set = 0; /* read by another call first: not the convolution's output the norm sees */
     }
 }
@@ -478,7 +339,7 @@ static void count_outermost(findings_t *f, thread_state_t *t, const tw_row_t *ro
     for (size_t k = 0; k < f->nswitch_rules; k++)
         if (p != NULL && f->switches[k].on && row->pid == f->switches_pid)
             p->switches |= 1u << k;
-    int with_grad = 0, eval = is_evaluation(t, row, &with_grad);
+    int with_grad = 0, eval = findings_is_evaluation(t, row, &with_grad);
     if (e != NULL && e->module_forward) {
         if (p != NULL)
             p->ns[eval ? PART_EVAL : PART_FORWARD] += row->cost_ns;
@@ -488,15 +349,15 @@ static void count_outermost(findings_t *f, thread_state_t *t, const tw_row_t *ro
             tally_line(f, &f->eval_grad, row, line, LINE_EVAL_GRAD, 1, row->cost_ns, 0);
         return;
     }
-    follow_modes(t, row);
+    findings_follow_modes(t, row);
     if (p == NULL)
         return;
     if (is_backward(row->api)) {
         p->ns[PART_BACKWARD] += row->cost_ns;
         return;
     }
-    int part = is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__") ? PART_DATA
-               : has_prefix(row->api, "torch.optim.") || has_prefix(row->api, "torch.nn.utils.clip_grad")
+    int part = findings_is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__") ? PART_DATA
+               : findings_has_prefix(row->api, "torch.optim.") || findings_has_prefix(row->api, "torch.nn.utils.clip_grad")
                    ? PART_OPTIMIZER
                    : PART_OTHER;
     uint64_t inner = inside->forward_ns + inside->backward_ns;
@@ -523,24 +384,24 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     else
         f->oom = 1;
     follow_switches(f, row, line);
-    if (is(row->api, "torch.set_float32_matmul_precision") && row->args.len > 0)
-        f->fp32_precision_lowered = !has_prefix(row->args, "(('highest'");
-    if (is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__")) {
+    if (findings_is(row->api, "torch.set_float32_matmul_precision") && row->args.len > 0)
+        f->fp32_precision_lowered = !findings_has_prefix(row->args, "(('highest'");
+    if (findings_is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__")) {
         tally_line(f, &f->loader_wait, row, line, LINE_LOADER, 1, row->cost_ns, 0);
         if (f->steps != NULL && row->step >= 0 && (uint64_t)row->step <= f->max_step)
             f->steps[row->step].loader_ns += row->cost_ns;
     }
-    if (is(row->api, "torch._dynamo (compilation)")) /* a range of _compile_watch.py's */
+    if (findings_is(row->api, "torch._dynamo (compilation)")) /* a range of _compile_watch.py's */
         tally_line(f, &f->compiles, row, line, LINE_COMPILES, 1, row->cost_ns, 0);
     if (line->dataset) {
         tally_line(f, &f->dataset_lines, row, line, LINE_DATASET, 1, row->self_ns, 0);
-        count_dataset_process(f, row);
+        findings_count_dataset_process(f, row);
     }
 
     thread_state_t *t = row->fwd_call_id == 0 ? thread_of(f, row->pid, row->tid) : NULL;
     if (t == NULL)
         return 0;
-    follow_loader(t, row, line);
+    findings_follow_loader(t, row, line);
     size_t d = row->depth < FIND_DEPTH ? (size_t)row->depth : FIND_DEPTH;
     subtree_t inside = close_subtree(t, row, d, e);
     if (inside.rows == 0) {
@@ -552,7 +413,7 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
             tally_line(f, &f->small_ops, row, line, LINE_SMALL_OPS, 1, row->cost_ns, 0);
         }
     }
-    if (has_prefix(row->api, "torch.optim.") && has_suffix(row->api, ".step") && inside.foreach_calls == 0 &&
+    if (findings_has_prefix(row->api, "torch.optim.") && findings_has_suffix(row->api, ".step") && inside.foreach_calls == 0 &&
         inside.fused_calls == 0 && inside.inplace_calls >= 4) {
         size_t len = join_key(key, line, row->api.ptr, row->api.len < 70 ? row->api.len : 70);
         /* (its own time: a closure's forward and backward inside it, as Lightning runs them, are not) */
@@ -562,7 +423,7 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
     }
     /* set_to_none=True touches no gradient; False detaches and zeroes each (one by one, or with
      * torch._foreach_zero_, which is private and not recorded: its detach_/requires_grad_ are) */
-    if (has_prefix(row->api, "torch.optim.") && has_suffix(row->api, ".zero_grad") &&
+    if (findings_has_prefix(row->api, "torch.optim.") && findings_has_suffix(row->api, ".zero_grad") &&
         (inside.fills > 0 || inside.inplace_calls > 0))
         tally_line(f, &f->fills, row, line, LINE_FILLS, 1, row->cost_ns,
                    inside.inplace_calls > inside.fills ? inside.inplace_calls : inside.fills);
@@ -576,10 +437,10 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
         e->program_cost += row->cost_ns;
         if (e->run_calls > e->max_run)
             e->max_run = e->run_calls;
-        count_program_step(t, e, row->step, 1);
+        findings_count_program_step(t, e, row->step, 1);
     }
     if (e != NULL && e->module_forward && row->args.len > 0)
-        note_batch_lead(t, row);
+        findings_note_batch_lead(t, row);
     if (row->depth == 0)
         count_outermost(f, t, row, e, &inside, line);
     if (row->depth == 0 && row->step >= 0 && row->step < FIND_STEPS) {

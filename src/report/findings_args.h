@@ -4,6 +4,7 @@
 #define TW_REPORT_FINDINGS_ARGS_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "torchwrapper/reader.h"
 
@@ -17,5 +18,23 @@ int findings_arg(tw_str_t args, int k, tw_str_t *arg);
 
 /* 1 for "True", 0 for "False", -1 otherwise. */
 int findings_arg_bool(tw_str_t arg);
+
+/* Whether an API name (or any text) is name, begins with prefix, ends with suffix. */
+static inline int findings_is(tw_str_t s, const char *name)
+{
+    return s.len == strlen(name) && memcmp(s.ptr, name, s.len) == 0;
+}
+
+static inline int findings_has_prefix(tw_str_t s, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return s.len >= n && memcmp(s.ptr, prefix, n) == 0;
+}
+
+static inline int findings_has_suffix(tw_str_t s, const char *suffix)
+{
+    size_t n = strlen(suffix);
+    return s.len >= n && memcmp(s.ptr + s.len - n, suffix, n) == 0;
+}
 
 #endif

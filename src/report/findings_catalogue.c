@@ -19,6 +19,7 @@
 #include "ranks.h"
 #include "findings_anatomy.h"
 #include "findings_generic.h"
+#include "findings_loops.h"
 #include "findings_gpu.h"
 #include "findings_rules.h"
 #include "findings_tally.h"

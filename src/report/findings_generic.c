@@ -2,7 +2,7 @@
 /*
  * The findings' rules over the step (findings_state.h), entries of the catalogue
  * (findings_catalogue.c) that read the per-line series (findings_series.h) rather than a tally of
- * their own: a line whose cost grows over the run, a call repeated in a Python loop, calls a
+ * their own (the program's loops are findings_loops.c's): a line whose cost grows over the run, calls a
  * training step does not need, settings that slow every call, float64 compute, evaluations with
  * autograd on, the program's syncs with the device at any depth, the Python before its outermost
  * calls, and any costly line of the program's own that no other rule explains. Each reads only the
@@ -10,6 +10,7 @@
  */
 #include "config.h"
 #include "findings_generic.h"
+#include "findings_candidates.h"
 #include "findings_output.h"
 #include "findings_tally.h"
 
@@ -18,75 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-static int on_thread(const series_entry_t *e, const thread_state_t *t)
-{
-    return e != NULL && t != NULL && e->pid == t->pid && e->tid == t->tid;
-}
-
-/* A share of the time of e's calls after the first step (what settle counts), of all of theirs. */
-static double after_first(const findings_t *f, const series_entry_t *e)
-{
-    if (!f->skip_first || e->calls == 0)
-        return 1;
-    return (double)(e->calls - e->first_calls) / (double)e->calls;
-}
-
-/* Candidates: an entry and its weight, the heaviest first. */
-typedef struct candidate {
-    const series_entry_t *e;
-    double weight;
-} candidate_t;
-
-static int by_weight_desc(const void *a, const void *b)
-{
-    const candidate_t *x = a, *y = b;
-    if (x->weight != y->weight)
-        return x->weight < y->weight ? 1 : -1;
-    return strcmp(x->e->api, y->e->api);
-}
-
-/* What a rule weighs an entry at: 0 leaves it out. */
-typedef double candidate_weight_t(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e);
-
-/* The candidates of f's series on the steps' thread that keep() picks, heaviest first; NULL if none. */
-static candidate_t *candidates(findings_t *f, const settle_context_t *c, const rule_t *r, size_t *n,
-                               candidate_weight_t *keep)
-{
-    candidate_t *list = NULL;
-    size_t cap = 0;
-    *n = 0;
-    for (size_t i = 0; i < f->series.capacity; i++) {
-        const series_entry_t *e = f->series.slots[i];
-        if (!on_thread(e, c->thread))
-            continue;
-        double w = keep(f, r, c, e);
-        if (w <= 0)
-            continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            candidate_t *more = realloc(list, cap * sizeof *more);
-            if (more == NULL) {
-                f->oom = 1;
-                break;
-            }
-            list = more;
-        }
-        list[(*n)++] = (candidate_t){e, w};
-    }
-    if (*n == 0) {
-        free(list);
-        return NULL;
-    }
-    qsort(list, *n, sizeof *list, by_weight_desc);
-    return list;
-}
-
-/* The mean step of the run (after the first), ns. */
-static double mean_step(const settle_context_t *c)
-{
-    return (double)c->run_ns / c->per_step;
-}
 
 /* ---- lines whose cost grows ------------------------------------------------------------------------ */
 
@@ -111,7 +43,7 @@ static double growth_of(findings_t *f, const rule_t *r, const settle_context_t *
     growth_t g;
     if (e->node || !growth_read(f, e, &g))
         return 0;
-    double step = mean_step(c), grown = g.last_ns - g.first_ns;
+    double step = findings_mean_step(c), grown = g.last_ns - g.first_ns;
     /* (a line that slowed no more than the whole step did: the machine got busier, not the line) */
     int time = g.time_rising && g.last_ns >= 3 * g.first_ns && grown >= 0.002 * step &&
                g.last_ns >= 2 * f->step_growth * g.first_ns;
@@ -191,7 +123,7 @@ static double elems_growth(const findings_t *f, const settle_context_t *c)
     for (size_t i = 0; ratios != NULL && i < f->series.capacity; i++) {
         const series_entry_t *e = f->series.slots[i];
         growth_t g;
-        if (on_thread(e, c->thread) && !e->node && growth_read(f, e, &g) && g.first_elems > 0)
+        if (findings_on_thread(e, c->thread) && !e->node && growth_read(f, e, &g) && g.first_elems > 0)
             ratios[n++] = g.last_elems / g.first_elems;
     }
     double median = 1;
@@ -210,7 +142,7 @@ static double elems_up_share(const findings_t *f, const settle_context_t *c)
     size_t n = 0;
     for (size_t i = 0; shares != NULL && i < f->series.capacity; i++) {
         const series_entry_t *e = f->series.slots[i];
-        if (on_thread(e, c->thread) && !e->node && e->elems_steps >= 8)
+        if (findings_on_thread(e, c->thread) && !e->node && e->elems_steps >= 8)
             shares[n++] = (double)e->elems_up / e->elems_steps;
     }
     double median = 0;
@@ -228,10 +160,10 @@ void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c
     f->elems_growth = elems_growth(f, c);
     f->elems_up_share = elems_up_share(f, c);
     size_t n;
-    candidate_t *list = candidates(f, c, r, &n, growth_of);
+    candidate_t *list = findings_candidates(f, c, r, &n, growth_of);
     if (list == NULL)
         return;
-    double step = mean_step(c), grown = 0;
+    double step = findings_mean_step(c), grown = 0;
     for (size_t i = 0; i < n; i++)
         grown += list[i].weight >= step ? list[i].weight - step : list[i].weight; /* (less the ranking's bonus) */
     finding_t *x = findings_add(f, r, grown / step);
@@ -266,161 +198,6 @@ void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c
     free(list);
 }
 
-/* The self time a step of every call at e's line on its thread (autograd nodes charged there included):
- * what the line costs, whatever calls it makes. */
-static double line_ns(const findings_t *f, const settle_context_t *c, const series_entry_t *of)
-{
-    double ns = 0;
-    for (size_t i = 0; i < f->series.capacity; i++) {
-        const series_entry_t *e = f->series.slots[i];
-        if (on_thread(e, c->thread) && e->site == of->site && e->site != 0)
-            ns += (double)(e->self_ns - (f->skip_first ? e->first_self : 0));
-    }
-    return ns / c->per_step;
-}
-
-/* ---- a call repeated in a Python loop -------------------------------------------------------------- */
-
-/* The program's calls of e: at least 8 in one invocation of their caller, 8 a step. */
-static double repeated_weight(findings_t *f, const settle_context_t *c, const series_entry_t *e)
-{
-    if (e->node || e->max_run < 8 || (double)e->program_calls / (c->per_step + 1) < 8)
-        return 0;
-    return (double)e->program_cost * after_first(f, e);
-}
-
-static double repeated_module(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
-{
-    (void)r;
-    return e->module_forward ? repeated_weight(f, c, e) : 0;
-}
-
-/* Most of e's calls (of those with argument summaries) are on a tensor whose leading size is 1. */
-static int mostly_single(const series_entry_t *e)
-{
-    return e->single_calls * 2 * report_series_detail_scale(e) >= e->calls;
-}
-
-/* Whether a loop rule named e's line already (the module's loop, or the samples', say it once). */
-static int line_named(findings_t *f, const series_entry_t *e)
-{
-    const char *line = findings_line_text(f, e);
-    for (size_t k = 0; k < f->nfound; k++)
-        if (strcmp(f->found[k].kind, "repeated_module") == 0 || strcmp(f->found[k].kind, "per_sample_loop") == 0)
-            for (size_t w = 0; w < f->found[k].nwhere; w++)
-                if (strcmp(f->found[k].where[w], line) == 0)
-                    return 1;
-    return 0;
-}
-
-/* A torch function or method (no module) called once per sample: in some step as many times as a batch
- * the thread's models were given, on one sample each (mostly a leading size of 1): a loss or a metric
- * computed sample by sample. (A decoding loop over time steps at batch 1 has no batch of its length.) */
-static double per_sample_api(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
-{
-    (void)r;
-    if (e->module_forward || e->dataset || e->per_sample_runs == 0 || !mostly_single(e) || line_named(f, e))
-        return 0;
-    return repeated_weight(f, c, e);
-}
-
-static double repeated_api(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
-{
-    (void)r;
-    /* a torch function or method over tensors of changing shapes: a loop over parameters, not over a
-     * batch (a loop over a batch's slices has one shape: the module rule's case, or a metric's) */
-    if (e->module_forward || e->dataset || e->shape_changes * 2 * report_series_detail_scale(e) < e->calls)
-        return 0; /* (a Dataset's indexing is the input's: input_bound's) */
-    /* a line whose module, or a function of whose, runs once per sample says it once (those rules come
-     * first): the indexing that takes each sample is the same loop */
-    if (line_named(f, e))
-        return 0;
-    return repeated_weight(f, c, e);
-}
-
-enum { REPEATED_MODULE, REPEATED_SAMPLES, REPEATED_TENSORS };
-
-static void repeated(findings_t *f, const rule_t *r, const settle_context_t *c, int what)
-{
-    size_t n;
-    int modules = what == REPEATED_MODULE;
-    candidate_t *list = candidates(f, c, r, &n, modules ? repeated_module
-                                                : what == REPEATED_SAMPLES ? per_sample_api : repeated_api);
-    if (list == NULL)
-        return;
-    double step = mean_step(c), total = 0;
-    for (size_t i = 0; i < n; i++) {
-        /* the calls' own time, or their line's with the backward it causes where more */
-        double calls = list[i].weight / c->per_step, line = line_ns(f, c, list[i].e);
-        total += line > calls ? line : calls;
-    }
-    { /* (the loop is the evidence, whatever it costs: severity from its share) */
-        finding_t *x = findings_add(f, r, total / step);
-        if (x != NULL) {
-            const series_entry_t *e = list[0].e;
-            for (size_t i = 0; i < n; i++)
-                findings_add_where_text(x, findings_line_text(f, list[i].e));
-            double per_step = (double)e->program_calls * after_first(f, e) / c->per_step;
-            int single = mostly_single(e);
-            int samples = single || e->per_sample_runs > 0;
-            /* without a sample a call (layers sharing weights, a recurrence over time steps) the loop may be the
-             * model's own design: said, at low */
-            if (modules && !samples)
-                x->severity = "low";
-            findings_evidence(x, "calls_per_step", per_step);
-            findings_evidence(x, "most_in_one_call", (double)e->max_run);
-            findings_evidence(x, "ms_per_step", total / 1e6);
-            if (modules)
-                snprintf(x->message, sizeof x->message,
-                         "%s%s%s runs %.0f times a step from %s, up to %u times in one call of its caller%s: "
-                         "%.2f ms a step, %.1f%% of a step.", e->api, e->module_len ? " (" : "",
-                         e->module_len ? e->module : "", per_step, findings_line_text(f, e), e->max_run,
-                         single ? ", one sample at a time (its input's leading dimension is 1)"
-                         : samples ? ", once per sample of its caller's batch"
-                                   : " (layers that share weights, or a recurrence over time steps, may need this)",
-                         total / 1e6, 100 * total / step);
-            else if (what == REPEATED_SAMPLES)
-                snprintf(x->message, sizeof x->message,
-                         "%s runs %.0f times a step from %s, once per sample of the batch the model is given (up to "
-                         "%u times in a step, one sample at a time: its input's leading dimension is 1): %.2f ms a "
-                         "step, %.1f%% of a step.", e->api, per_step, findings_line_text(f, e), e->max_run,
-                         total / 1e6, 100 * total / step);
-            else
-                snprintf(x->message, sizeof x->message,
-                         "%s runs %.0f times a step from %s, up to %u times in a row, on tensors of changing "
-                         "shapes (a Python loop over parameters or a list): %.2f ms a step, %.1f%% of a step.",
-                         e->api, per_step, findings_line_text(f, e), e->max_run, total / 1e6, 100 * total / step);
-            /* (a module whose message says "(" needs its ")") */
-            if (modules && e->module_len) {
-                char *open = strstr(x->message, e->module);
-                if (open != NULL) {
-                    size_t at = (size_t)(open - x->message) + e->module_len, len = strlen(x->message);
-                    if (len + 1 < sizeof x->message) {
-                        memmove(x->message + at + 1, x->message + at, len - at + 1);
-                        x->message[at] = ')';
-                    }
-                }
-            }
-        }
-    }
-    free(list);
-}
-
-void rule_repeated_module(findings_t *f, const rule_t *r, const settle_context_t *c)
-{
-    repeated(f, r, c, REPEATED_MODULE);
-}
-
-void rule_per_sample_loop(findings_t *f, const rule_t *r, const settle_context_t *c)
-{
-    repeated(f, r, c, REPEATED_SAMPLES);
-}
-
-void rule_per_tensor_loop(findings_t *f, const rule_t *r, const settle_context_t *c)
-{
-    repeated(f, r, c, REPEATED_TENSORS);
-}
-
 /* ---- calls a training step does not need, every step ----------------------------------------------- */
 
 static double every_step(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
@@ -430,7 +207,7 @@ static double every_step(findings_t *f, const rule_t *r, const settle_context_t 
     /* in most steps: half of them, three at least */
     if (e->steps_seen < 3 || (double)e->steps_seen < 0.5 * c->per_step)
         return 0;
-    return (double)e->program_cost * after_first(f, e);
+    return (double)e->program_cost * findings_after_first(f, e);
 }
 
 /* The same for every call of the APIs, the program's or torch's own inside another call: a layer's
@@ -450,10 +227,10 @@ static double every_step_any_caller(findings_t *f, const rule_t *r, const settle
 static void calls_every_step(findings_t *f, const rule_t *r, const settle_context_t *c, candidate_weight_t *keep)
 {
     size_t n;
-    candidate_t *list = candidates(f, c, r, &n, keep);
+    candidate_t *list = findings_candidates(f, c, r, &n, keep);
     if (list == NULL)
         return;
-    double step = mean_step(c), total = 0;
+    double step = findings_mean_step(c), total = 0;
     for (size_t i = 0; i < n; i++)
         total += list[i].weight;
     total /= c->per_step;
@@ -546,13 +323,13 @@ static double float64(findings_t *f, const rule_t *r, const settle_context_t *c,
     (void)c;
     if (e->node || e->f64_calls == 0 || !findings_api_in(e->api, e->api_len, r->apis))
         return 0;
-    return (double)e->f64_ns * report_series_detail_scale(e) * after_first(f, e);
+    return (double)e->f64_ns * report_series_detail_scale(e) * findings_after_first(f, e);
 }
 
 void rule_dtype(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
     size_t n;
-    candidate_t *list = candidates(f, c, r, &n, float64);
+    candidate_t *list = findings_candidates(f, c, r, &n, float64);
     if (list == NULL)
         return;
     double total = 0;
@@ -626,7 +403,7 @@ static double evaluated_every_step(findings_t *f, const rule_t *r, const settle_
 void rule_evaluation_every_step(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
     size_t n;
-    candidate_t *list = candidates(f, c, r, &n, evaluated_every_step);
+    candidate_t *list = findings_candidates(f, c, r, &n, evaluated_every_step);
     if (list == NULL || c->run_ns == 0) {
         free(list);
         return;
@@ -661,7 +438,7 @@ static int line_calls_a_module(const findings_t *f, const settle_context_t *c, c
 {
     for (size_t i = 0; i < f->series.capacity; i++) {
         const series_entry_t *e = f->series.slots[i];
-        if (on_thread(e, c->thread) && e->module_forward && strcmp(findings_line_text(f, e), where) == 0)
+        if (findings_on_thread(e, c->thread) && e->module_forward && strcmp(findings_line_text(f, e), where) == 0)
             return 1;
     }
     return 0;
@@ -702,13 +479,13 @@ static double program_syncs(findings_t *f, const rule_t *r, const settle_context
     (void)c;
     if (e->node || e->program_calls == 0 || !findings_api_in(e->api, e->api_len, r->apis))
         return 0;
-    return (double)e->program_calls * after_first(f, e); /* (a sync's cost is its wait: the calls count) */
+    return (double)e->program_calls * findings_after_first(f, e); /* (a sync's cost is its wait: the calls count) */
 }
 
 void rule_host_sync(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
     size_t n;
-    candidate_t *list = candidates(f, c, r, &n, program_syncs);
+    candidate_t *list = findings_candidates(f, c, r, &n, program_syncs);
     if (list == NULL || c->run_ns == 0) {
         free(list);
         return;
@@ -716,7 +493,7 @@ void rule_host_sync(findings_t *f, const rule_t *r, const settle_context_t *c)
     double count = 0, ns = 0;
     for (size_t i = 0; i < n; i++) {
         count += list[i].weight;
-        ns += (double)list[i].e->program_cost * after_first(f, list[i].e);
+        ns += (double)list[i].e->program_cost * findings_after_first(f, list[i].e);
     }
     double share = ns / (double)c->run_ns, per = count / c->per_step;
     finding_t *x = findings_add(f, r, share);
@@ -757,7 +534,7 @@ static double python_before(findings_t *f, const rule_t *r, const settle_context
 void rule_python_outside_torch(findings_t *f, const rule_t *r, const settle_context_t *c)
 {
     size_t n;
-    candidate_t *list = candidates(f, c, r, &n, python_before);
+    candidate_t *list = findings_candidates(f, c, r, &n, python_before);
     if (list == NULL || c->run_ns == 0) {
         free(list);
         return;
@@ -767,7 +544,7 @@ void rule_python_outside_torch(findings_t *f, const rule_t *r, const settle_cont
     double gap = 0;
     for (size_t i = 0; i < n; i++)
         gap += list[i].weight / c->per_step;
-    double step = mean_step(c);
+    double step = findings_mean_step(c);
     if (c->typical)
         gap = c->typical_gap, step = c->typical_step;
     double share = gap / step;

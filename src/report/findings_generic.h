@@ -9,9 +9,6 @@
 void rule_host_sync(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_python_outside_torch(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_growing_line(findings_t *f, const rule_t *r, const settle_context_t *c);
-void rule_repeated_module(findings_t *f, const rule_t *r, const settle_context_t *c);
-void rule_per_sample_loop(findings_t *f, const rule_t *r, const settle_context_t *c);
-void rule_per_tensor_loop(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_built_every_step(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_calls_every_step(findings_t *f, const rule_t *r, const settle_context_t *c);
 void rule_setting(findings_t *f, const rule_t *r, const settle_context_t *c);
