@@ -268,7 +268,8 @@ static const thread_state_t *steps_thread(const findings_t *f)
 }
 
 /* The medians over the steps after the first of their gaps, waits and times; -1 under 3 steps. */
-static int typical_step_ns(const findings_t *f, double *gap_ns, double *loader_ns, double *step_ns)
+static int typical_step_ns(const findings_t *f, double *gap_ns, double *loader_ns, double *step_ns,
+                           double *gap_share)
 {
     size_t n = 0;
     uint64_t *gaps = f->steps != NULL ? malloc((f->max_step + 1) * sizeof *gaps) : NULL;
@@ -284,8 +285,13 @@ static int typical_step_ns(const findings_t *f, double *gap_ns, double *loader_n
         }
     int rc = n >= 3 ? 0 : -1;
     if (rc == 0) {
-        *gap_ns = findings_median_u64(gaps, n);
+        /* each step's gap share (in millionths; spans > 0) before the medians sort the arrays apart, into
+         * loads (whose median is taken first) */
         *loader_ns = findings_median_u64(loads, n);
+        for (size_t i = 0; i < n; i++)
+            loads[i] = (uint64_t)(1e6 * (double)gaps[i] / (double)spans[i]);
+        *gap_share = findings_median_u64(loads, n) / 1e6;
+        *gap_ns = findings_median_u64(gaps, n);
         *step_ns = findings_median_u64(spans, n);
     }
     free(gaps);
@@ -319,7 +325,7 @@ int findings_settle(report_sink_t *sink)
     for (size_t i = 0; i < sizeof tallies / sizeof *tallies; i++)
         findings_tally_settle(f, tallies[i]);
     c.per_step = steps > 0 ? (double)steps : 1;
-    c.typical = typical_step_ns(f, &c.typical_gap, &c.typical_wait, &c.typical_step) == 0 && c.typical_step > 0;
+    c.typical = typical_step_ns(f, &c.typical_gap, &c.typical_wait, &c.typical_step, &c.median_gap_share) == 0 && c.typical_step > 0;
     findings_anatomy(f, &c);
     if (f->anatomy.valid) { /* the rules' typical step is the anatomy's: one step, one set of figures */
         c.typical = 1;

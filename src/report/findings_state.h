@@ -236,6 +236,9 @@ typedef struct settle_context {
     double per_step; /* steps counted (at least 1) */
     int typical;     /* typical_* below are set (3 steps at least) */
     double typical_gap, typical_wait, typical_step;
+    /* the median over the steps of each one's Python gap over its span: a pause in a few steps' gaps (the
+     * process preempted there on a busy machine) moves the middle steps' mean, not this */
+    double median_gap_share;
 } settle_context_t;
 
 #endif
