@@ -268,14 +268,22 @@ static const thread_state_t *steps_thread(const findings_t *f)
 }
 
 /* The medians over the steps after the first of their gaps, waits and times; -1 under 3 steps. */
-static int typical_step_ns(const findings_t *f, double *gap_ns, double *loader_ns, double *step_ns,
-                           double *gap_share)
+/* The median over v[0..n) of v[i] / spans[i] (spans > 0), with shares (n slots) to sort them in. */
+static double median_share(const uint64_t *v, const uint64_t *spans, uint64_t *shares, size_t n)
 {
-    size_t n = 0;
-    uint64_t *gaps = f->steps != NULL ? malloc((f->max_step + 1) * sizeof *gaps) : NULL;
-    uint64_t *loads = f->steps != NULL ? malloc((f->max_step + 1) * sizeof *loads) : NULL;
-    uint64_t *spans = f->steps != NULL ? malloc((f->max_step + 1) * sizeof *spans) : NULL;
-    for (uint64_t s = 1; gaps != NULL && loads != NULL && spans != NULL && s <= f->max_step; s++)
+    for (size_t i = 0; i < n; i++) /* (in millionths) */
+        shares[i] = (uint64_t)(1e6 * (double)v[i] / (double)spans[i]);
+    return findings_median_u64(shares, n) / 1e6;
+}
+
+static int typical_step_ns(const findings_t *f, settle_context_t *c)
+{
+    size_t n = 0, cap = f->steps != NULL ? f->max_step + 1 : 0;
+    uint64_t *gaps = cap ? malloc(cap * sizeof *gaps) : NULL;
+    uint64_t *loads = cap ? malloc(cap * sizeof *loads) : NULL;
+    uint64_t *spans = cap ? malloc(cap * sizeof *spans) : NULL;
+    uint64_t *shares = cap ? malloc(cap * sizeof *shares) : NULL;
+    for (uint64_t s = 1; gaps != NULL && loads != NULL && spans != NULL && shares != NULL && s <= f->max_step; s++)
         if (f->steps[s].end > f->steps[s].start) {
             gaps[n] = f->steps[s].gap_ns;
             loads[n] = f->steps[s].loader_ns;
@@ -285,18 +293,17 @@ static int typical_step_ns(const findings_t *f, double *gap_ns, double *loader_n
         }
     int rc = n >= 3 ? 0 : -1;
     if (rc == 0) {
-        /* each step's gap share (in millionths; spans > 0) before the medians sort the arrays apart, into
-         * loads (whose median is taken first) */
-        *loader_ns = findings_median_u64(loads, n);
-        for (size_t i = 0; i < n; i++)
-            loads[i] = (uint64_t)(1e6 * (double)gaps[i] / (double)spans[i]);
-        *gap_share = findings_median_u64(loads, n) / 1e6;
-        *gap_ns = findings_median_u64(gaps, n);
-        *step_ns = findings_median_u64(spans, n);
+        /* each step's shares before the medians sort the arrays apart */
+        c->median_gap_share = median_share(gaps, spans, shares, n);
+        c->median_wait_share = median_share(loads, spans, shares, n);
+        c->typical_gap = findings_median_u64(gaps, n);
+        c->typical_wait = findings_median_u64(loads, n);
+        c->typical_step = findings_median_u64(spans, n);
     }
     free(gaps);
     free(loads);
     free(spans);
+    free(shares);
     return rc;
 }
 
@@ -325,7 +332,7 @@ int findings_settle(report_sink_t *sink)
     for (size_t i = 0; i < sizeof tallies / sizeof *tallies; i++)
         findings_tally_settle(f, tallies[i]);
     c.per_step = steps > 0 ? (double)steps : 1;
-    c.typical = typical_step_ns(f, &c.typical_gap, &c.typical_wait, &c.typical_step, &c.median_gap_share) == 0 && c.typical_step > 0;
+    c.typical = typical_step_ns(f, &c) == 0 && c.typical_step > 0;
     findings_anatomy(f, &c);
     if (f->anatomy.valid) { /* the rules' typical step is the anatomy's: one step, one set of figures */
         c.typical = 1;

@@ -239,6 +239,7 @@ typedef struct settle_context {
     /* the median over the steps of each one's Python gap over its span: a pause in a few steps' gaps (the
      * process preempted there on a busy machine) moves the middle steps' mean, not this */
     double median_gap_share;
+    double median_wait_share; /* and of the DataLoader's next() (a wait preempted in a few steps, the same) */
 } settle_context_t;
 
 #endif
