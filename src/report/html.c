@@ -47,6 +47,11 @@ typedef struct process {
     int64_t pid;
     uint64_t calls, self_ns, busy_ns, gpu_ns; /* busy: the cost of its outermost calls */
     int64_t steps;                            /* 1 + its largest step; 0: none */
+    /* its outermost calls' cost in the first step its rows carry; stepping once they carry another: a
+     * DataLoader's worker carries the step it was forked in, and steps nothing */
+    int64_t first_step;
+    uint64_t first_step_ns;
+    int stepping;
 } process_t;
 
 typedef struct html {
@@ -137,6 +142,12 @@ static int html_row(report_sink_t *sink, const tw_row_t *row, int kept)
             h->step_ns[row->step] += row->cost_ns;
             if (row->step >= h->nsteps)
                 h->nsteps = row->step + 1;
+            if (p->steps == 0) /* (its first row with a step) */
+                p->first_step = row->step;
+            if (row->step == p->first_step && !p->stepping)
+                p->first_step_ns += row->cost_ns;
+            else
+                p->stepping = 1;
             if (row->step >= p->steps)
                 p->steps = row->step + 1;
         }
@@ -416,26 +427,40 @@ static void section_steps(FILE *out, const page_t *pg)
     const html_t *h = pg->h;
     if (h->nsteps == 0)
         return;
+    /* the processes that step (ranks); where some do, the others (DataLoader workers, each in the one step
+     * it was forked in) are left out of the steps' times, which would be theirs too, and of the mean */
     size_t processes = 0;
     for (size_t i = 0; i < h->nprocesses; i++)
-        processes += h->processes[i].steps > 0;
+        processes += h->processes[i].stepping;
+    int workers_out = processes > 0;
+    if (processes == 0)
+        for (size_t i = 0; i < h->nprocesses; i++)
+            processes += h->processes[i].steps > 0;
     if (processes == 0)
         processes = 1;
     int64_t group = (h->nsteps + HTML_MAX_BARS - 1) / HTML_MAX_BARS; /* steps a bar */
     int64_t bars = (h->nsteps + group - 1) / group;
     double *value = calloc((size_t)bars, sizeof *value);
     uint64_t *sorted = malloc((size_t)h->nsteps * sizeof *sorted);
-    if (value == NULL || sorted == NULL) {
+    uint64_t *step_ns = malloc((size_t)h->nsteps * sizeof *step_ns);
+    if (value == NULL || sorted == NULL || step_ns == NULL) {
         free(value);
         free(sorted);
+        free(step_ns);
         return;
+    }
+    memcpy(step_ns, h->step_ns, (size_t)h->nsteps * sizeof *step_ns);
+    for (size_t i = 0; workers_out && i < h->nprocesses; i++) {
+        const process_t *p = &h->processes[i];
+        if (!p->stepping && p->steps > 0 && p->first_step < h->nsteps)
+            step_ns[p->first_step] -= p->first_step_ns;
     }
     double top = 0;
     int64_t slowest = 0;
     for (int64_t s = 0; s < h->nsteps; s++) {
-        value[s / group] += (double)h->step_ns[s] / (double)processes / 1e6 / (double)group;
-        sorted[s] = h->step_ns[s];
-        if (h->step_ns[s] > h->step_ns[slowest])
+        value[s / group] += (double)step_ns[s] / (double)processes / 1e6 / (double)group;
+        sorted[s] = step_ns[s];
+        if (step_ns[s] > step_ns[slowest])
             slowest = s;
     }
     for (int64_t b = 0; b < bars; b++)
@@ -447,7 +472,7 @@ static void section_steps(FILE *out, const page_t *pg)
                  "outermost calls%s%s. Median step: %.3f ms; slowest: step %" PRId64 " at %.3f ms.</p>\n",
             h->nsteps, processes > 1 ? ", the mean over the processes" : "",
             group > 1 ? "; each bar is the mean of a group of steps" : "",
-            (double)median / (double)processes / 1e6, slowest, (double)h->step_ns[slowest] / (double)processes / 1e6);
+            (double)median / (double)processes / 1e6, slowest, (double)step_ns[slowest] / (double)processes / 1e6);
     const double width = 1000, height = 160, left = 84, bottom = 20;
     double bar = (width - left) / (double)bars;
     fprintf(out, "<svg id=\"step-chart\" viewBox=\"0 0 %.0f %.0f\" width=\"100%%\" style=\"max-width:%.0fpx\" "
@@ -473,6 +498,7 @@ static void section_steps(FILE *out, const page_t *pg)
         fprintf(out, ": %.3f ms</title></rect>\n", value[b]);
     }
     fputs("</svg></section>\n", out);
+    free(step_ns);
     free(value);
 }
 

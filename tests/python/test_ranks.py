@@ -416,3 +416,39 @@ def test_a_short_run_without_a_slow_rank_names_no_one(tmp_path):
         assert not any(r["straggler"] or r["likely"] for r in ranks)
         text = report("--ranks", run)
         assert "No rank is slower than the others beyond noise" in text and "Likely" not in text
+
+
+def test_the_page_steps_are_the_ranks_not_a_dataloaders_workers(runs, tmp_path):
+    """A DataLoader's worker processes record too, each in the one step it was forked in: the page's steps
+    were the mean over every process (a 15 ms step shown as 0.4 ms beside sixteen workers). The step times
+    are the processes that step: the training process's here, the mean of the four ranks' in a DDP run."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    out = tmp_path / "out"
+    data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    model = torch.nn.Linear(8, 1)
+    with tw.profile(out_dir=str(out)):
+        for epoch in range(3):
+            for x, y in DataLoader(data, batch_size=16, num_workers=1):
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                tw.step()
+    by_pid = {}
+    for path in record_files(str(out)):
+        for row in iter_rows(path):
+            by_pid.setdefault(row.pid, []).append(row)
+    assert len(by_pid) >= 2, sorted(by_pid)   # the workers recorded
+    main = {pid for pid, rows in by_pid.items() if len({r.step for r in rows}) > 1}
+    assert main == {os.getpid()}
+    steps = {}
+    for row in by_pid[os.getpid()]:
+        if (row.depth == 0 or row.parent_id == 0) and row.step >= 0:   # (as the page counts them)
+            steps[row.step] = steps.get(row.step, 0) + row.cost_ns
+    spans = [steps.get(s, 0) for s in range(max(steps) + 1)]
+    median = sorted(spans)[len(spans) // 2]
+    page = tmp_path / "page.html"
+    report("--html", page, out)
+    html = page.read_text()
+    assert f"outermost calls. Median step: {median / 1e6:.3f} ms" in html
+    ranks_page = tmp_path / "ranks.html"
+    report("--html", ranks_page, runs["none"])
+    assert "the mean over the processes" in ranks_page.read_text()
