@@ -40,7 +40,12 @@ void findings_follow_loader(thread_state_t *t, const tw_row_t *row, const site_l
         t->last_batch_ns = 0;
         t->loader_iter_ns += row->cost_ns;
         t->first_batch_pending = 1;
-        snprintf(t->loader_where, sizeof t->loader_where, "%.*s", (int)line->len, line->text);
+        /* the line of the costliest iterator (a cheap one interleaved, a validation loader without workers
+         * say, does not take the name) */
+        if (t->loader_iters == 1 || row->cost_ns > t->loader_where_ns) {
+            t->loader_where_ns = row->cost_ns;
+            snprintf(t->loader_where, sizeof t->loader_where, "%.*s", (int)line->len, line->text);
+        }
     } else if (findings_is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__")) {
         t->last_batch_ns = row->cost_ns;
         if (t->first_batch_pending) {

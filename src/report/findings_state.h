@@ -95,7 +95,8 @@ typedef struct thread_state {
     uint64_t last_batch_ns;    /* the latest next()'s: an epoch's last, its StopIteration, shuts the workers down */
     uint64_t ends_ns;          /* the iterators' last next() before another iterator was made */
     int first_batch_pending; /* an iterator made, its first batch not yet given */
-    char loader_where[WHERE_TEXT_MAX]; /* the line that made the last iterator */
+    char loader_where[WHERE_TEXT_MAX]; /* the line that made the costliest iterator */
+    uint64_t loader_where_ns;          /* and its cost */
 } thread_state_t;
 
 /* The tallies keyed by a line alone, whose groups a site_line_t keeps. */
