@@ -52,7 +52,8 @@ static int line_named(findings_t *f, const series_entry_t *e)
 
 /* A torch function or method (no module) called once per sample: in some step as many times as a batch
  * the thread's models were given, on one sample each (mostly a leading size of 1): a loss or a metric
- * computed sample by sample. (A decoding loop over time steps at batch 1 has no batch of its length.) */
+ * computed sample by sample. (A decoding loop at batch 1 is not, unless its length happens to equal a batch
+ * the models were given: the records hold no more than the two counts.) */
 static double per_sample_api(findings_t *f, const rule_t *r, const settle_context_t *c, const series_entry_t *e)
 {
     (void)r;
@@ -68,8 +69,8 @@ static double repeated_api(findings_t *f, const rule_t *r, const settle_context_
      * batch (a loop over a batch's slices has one shape: the module rule's case, or a metric's) */
     if (e->module_forward || e->dataset || e->shape_changes * 2 * report_series_detail_scale(e) < e->calls)
         return 0; /* (a Dataset's indexing is the input's: input_bound's) */
-    /* a line whose module, or a function of whose, runs once per sample says it once (those rules come
-     * first): the indexing that takes each sample is the same loop */
+    /* a line whose module or function runs once per sample is said once (those rules come first): the
+     * indexing that takes each sample is the same loop */
     if (line_named(f, e))
         return 0;
     return repeated_weight(f, c, e);
