@@ -139,7 +139,8 @@ static inline void add_subtree(subtree_t *a, const subtree_t *b)
 
 static int is_backward(tw_str_t api)
 {
-    return findings_is(api, "torch.Tensor.backward") || findings_is(api, "torch.autograd.backward") || findings_is(api, "torch.autograd.grad");
+    return findings_is(api, "torch.Tensor.backward") || findings_is(api, "torch.autograd.backward") ||
+           findings_is(api, "torch.autograd.grad");
 }
 
 /* The calls of a run at a level: one more of entry e. */
@@ -203,7 +204,8 @@ static subtree_t close_subtree(thread_state_t *t, const tw_row_t *row, size_t d,
         own.foreach_calls = 1;
     if (findings_has_prefix(row->api, "torch._fused_"))
         own.fused_calls = 1;
-    if (findings_has_prefix(row->api, "torch.Tensor.") && findings_has_suffix(row->api, "_") && !findings_has_suffix(row->api, "__"))
+    if (findings_has_prefix(row->api, "torch.Tensor.") && findings_has_suffix(row->api, "_") &&
+        !findings_has_suffix(row->api, "__"))
         own.inplace_calls = 1;
     if (findings_is(row->api, "torch.Tensor.zero_") || findings_is(row->api, "torch._foreach_zero_")) {
         own.fills = 1;
@@ -296,7 +298,8 @@ static void follow_switches(findings_t *f, const tw_row_t *row, site_line_t *lin
  * norm's input is the tensor the convolution made (its sizes), with no other call reading it between. */
 static void follow_conv_output(findings_t *f, thread_state_t *t, const tw_row_t *row, site_line_t *line)
 {
-    if (findings_is(row->api, "torch.conv1d") || findings_is(row->api, "torch.conv2d") || findings_is(row->api, "torch.conv3d")) {
+    if (findings_is(row->api, "torch.conv1d") || findings_is(row->api, "torch.conv2d") ||
+        findings_is(row->api, "torch.conv3d")) {
         t->conv.set = findings_conv_output(row->args, t->conv.shape, sizeof t->conv.shape, &t->conv.shape_len);
         t->conv.module[0] = '\0';
         memcpy(t->conv.where, line->text, line->len);
@@ -357,7 +360,8 @@ static void count_outermost(findings_t *f, thread_state_t *t, const tw_row_t *ro
         return;
     }
     int part = findings_is(row->api, "torch.utils.data.dataloader._BaseDataLoaderIter.__next__") ? PART_DATA
-               : findings_has_prefix(row->api, "torch.optim.") || findings_has_prefix(row->api, "torch.nn.utils.clip_grad")
+               : findings_has_prefix(row->api, "torch.optim.") ||
+                         findings_has_prefix(row->api, "torch.nn.utils.clip_grad")
                    ? PART_OPTIMIZER
                    : PART_OTHER;
     uint64_t inner = inside->forward_ns + inside->backward_ns;
@@ -413,7 +417,8 @@ static int findings_row(report_sink_t *sink, const tw_row_t *row, int kept)
             tally_line(f, &f->small_ops, row, line, LINE_SMALL_OPS, 1, row->cost_ns, 0);
         }
     }
-    if (findings_has_prefix(row->api, "torch.optim.") && findings_has_suffix(row->api, ".step") && inside.foreach_calls == 0 &&
+    if (findings_has_prefix(row->api, "torch.optim.") && findings_has_suffix(row->api, ".step") &&
+        inside.foreach_calls == 0 &&
         inside.fused_calls == 0 && inside.inplace_calls >= 4) {
         size_t len = join_key(key, line, row->api.ptr, row->api.len < 70 ? row->api.len : 70);
         /* (its own time: a closure's forward and backward inside it, as Lightning runs them, are not) */

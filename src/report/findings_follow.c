@@ -109,10 +109,11 @@ static void module_class(tw_str_t args, char *buf, size_t cap)
  * leaves the model training). */
 void findings_follow_modes(thread_state_t *t, const tw_row_t *row)
 {
-    if (findings_is(row->api, "torch.no_grad.__enter__") || findings_is(row->api, "torch.inference_mode.__enter__"))
+    if (findings_is(row->api, "torch.no_grad.__enter__") ||
+        findings_is(row->api, "torch.inference_mode.__enter__"))
         t->grad_off++;
-    else if ((findings_is(row->api, "torch.no_grad.__exit__") || findings_is(row->api, "torch.inference_mode.__exit__")) &&
-             t->grad_off > 0)
+    else if ((findings_is(row->api, "torch.no_grad.__exit__") ||
+              findings_is(row->api, "torch.inference_mode.__exit__")) && t->grad_off > 0)
         t->grad_off--;
     else if (findings_is(row->api, "torch.nn.Module.eval")) {
         module_class(row->args, t->eval_class, sizeof t->eval_class);

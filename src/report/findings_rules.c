@@ -178,7 +178,10 @@ void rule_loader_workers_restarted(findings_t *f, const rule_t *r, const settle_
     uint64_t later = t->first_batches - 1;
     double later_ns = (double)(t->loader_iter_ns + t->first_batch_ns - t->startup_ns_first) / (double)later;
     double batch_ns = c->typical ? c->typical_wait : 0;
-    if (later_ns < 0.5 * (double)t->startup_ns_first || later_ns <= batch_ns)
+    /* half the first start or more, or ten batches' waits (a first start slowed on a busy machine leaves
+     * the later ones below its half; persistent workers give a later epoch's first batch in about one) */
+    if ((later_ns < 0.5 * (double)t->startup_ns_first && (batch_ns <= 0 || later_ns < 10 * batch_ns)) ||
+        later_ns <= batch_ns)
         return;
     /* with each later epoch's start, the end of the one before (its last next(): the workers shut down) */
     double share = ((later_ns - batch_ns) * (double)later + (double)t->ends_ns) / (double)c->run_ns;

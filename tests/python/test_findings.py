@@ -143,13 +143,15 @@ def test_a_loader_slow_in_a_few_steps_is_no_input_bound(tmp_path):
     def collate(samples):
         collate.batches += 1
         if collate.batches in (4, 7, 10, 13):
-            time.sleep(0.03)
+            time.sleep(0.2)
         return torch.utils.data.default_collate(samples)
     collate.batches = 0
 
     def loop():
-        torch.manual_seed(0)   # input_bound_loop's model: its step outweighs a TensorDataset's batch
-        model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 4))
+        # a model whose step outweighs a TensorDataset's batch many times (input_bound_loop's, at 1024, by
+        # about ten: under make check-load the unpaused batches alone took 10% of a step)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(64, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 4))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         data = torch.utils.data.TensorDataset(torch.randn(240, 64), torch.randint(0, 4, (240,)))
         for x, y in torch.utils.data.DataLoader(data, batch_size=16, collate_fn=collate):
