@@ -38,6 +38,7 @@ sys.path.insert(0, HERE)
 from modes import MODE, sized  # noqa: E402  (this folder's: BENCH)
 
 MODELS = ["bert", "gpt2"][:sized(1, 2, 2)]
+ARGS = ("summary", "none")[:sized(1, 2, 2)]   # smoke: run's default only (each setting is a process)
 SIZE_STEPS = sized(2, 20, 50)          # steps of a run measured for bytes per record
 COST = dict(steps=sized(2, 20, 20), reps=sized(1, 15, 31))
 RUN_STEPS = 100_000                    # the run the issue sizes (a BERT fine-tuning)
@@ -82,7 +83,7 @@ def sizes(model: str, tmp: str) -> dict:
     """Bytes per call record, by format, args and compress."""
     row: dict = {}
     for fmt in ("csv", "json"):
-        for args in ("summary", "none"):
+        for args in ARGS:
             for compress in ("none", "gzip"):
                 out = os.path.join(tmp, "sizes")
                 shutil.rmtree(out, ignore_errors=True)
@@ -178,9 +179,9 @@ def main() -> None:
             row = {"sizes": sizes(model, tmp), "cost": cost(model, tmp)}
             result["models"][model] = row
             print(f"  {model}: bytes per call record (records/step "
-                  f"{row['sizes']['csv, args none, none']['records_per_step']:.0f}), plain -> gzip:")
+                  f"{row['sizes']['csv, args summary, none']['records_per_step']:.0f}), plain -> gzip:")
             for fmt in ("csv", "json"):
-                for args in ("summary", "none"):
+                for args in ARGS:
                     plain = row["sizes"][f"{fmt}, args {args}, none"]["bytes_per_record"]
                     packed = row["sizes"][f"{fmt}, args {args}, gzip"]["bytes_per_record"]
                     per_step = row["sizes"][f"{fmt}, args {args}, none"]["records_per_step"]

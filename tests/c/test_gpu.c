@@ -202,8 +202,8 @@ static void the_flush_thread_writes_without_being_asked(void **state)
 
 static void a_forked_child_makes_no_cupti_call(void **state)
 {
-    if (getenv("TW_UNDER_TSAN") != NULL)
-        skip(); /* ThreadSanitizer cannot follow a fork of a threaded process ("dup thread") */
+    if (tw_test_sanitizer_cannot_fork_threads())
+        skip(); /* (tw_test.h) */
     fixture_t f;
     open_fixture(&f, TW_FORMAT_CSV);
     call_t c = enter(&f, f.api[0]);

@@ -124,8 +124,8 @@ static int count_row(void *ctx, const tw_row_t *row)
  * the library's reader, to its last flush: every record written before the kill. */
 static void a_killed_gzip_writer_leaves_files_read_to_its_last_flush(void **state)
 {
-    if (getenv("TW_UNDER_TSAN") != NULL)
-        skip(); /* ThreadSanitizer cannot follow a fork of a threaded process */
+    if (tw_test_sanitizer_cannot_fork_threads())
+        skip(); /* (tw_test.h) */
     enum { N = 30000 };
     char dir[] = "/tmp/tw-test-killed-XXXXXX";
     assert_non_null(mkdtemp(dir));

@@ -331,8 +331,8 @@ static void the_step_of_a_moment_is_the_step_in_progress_then(void **state)
 
 static void a_forked_child_writes_its_own_stream_files(void **state)
 {
-    if (getenv("TW_UNDER_TSAN") != NULL)
-        skip(); /* ThreadSanitizer cannot follow a fork of a threaded process ("dup thread") */
+    if (tw_test_sanitizer_cannot_fork_threads())
+        skip(); /* (tw_test.h) */
     fixture_t f;
     tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
                                  .rank = -1};
