@@ -6,7 +6,7 @@
 #                                       installed, the same checks (libraries found without LD_LIBRARY_PATH)
 #   pip install -e .                 -> imports from the checkout's build tree, uninstalls cleanly
 #   missing build tools or libraries -> pip's error names the Debian package, with no traceback
-# Slow (a torch install and two builds, ~6 minutes on 2 cores): not part of make check. (pip wheel . is
+# Slow (a torch install and two builds, 7-9 minutes on 2 cores): not part of make check. (pip wheel . is
 # the build of pip install ., PEP 517's build_wheel: its own build here took 2.5 more minutes of CI.)
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)

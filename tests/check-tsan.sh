@@ -31,11 +31,12 @@ done
 # libc calls it intercepts), which is where the contract lives. Reports go to a file per process.
 preload=$(gcc -print-file-name=libtsan.so)
 rm -f tsan-python.*
-if TW_CUPTI_LIBRARY="$build/tests/c/.libs/fake_cupti.so" LD_PRELOAD="$preload" TSAN_OPTIONS="log_path=$build/tsan-python report_signal_unsafe=0 ignore_noninstrumented_modules=1 die_after_fork=0" \
+if timeout -k 10 900 env TW_CUPTI_LIBRARY="$build/tests/c/.libs/fake_cupti.so" LD_PRELOAD="$preload" \
+    TSAN_OPTIONS="log_path=$build/tsan-python report_signal_unsafe=0 ignore_noninstrumented_modules=1 die_after_fork=0" \
     PYTHONPATH="$build/build/python" "$python" "$src/tests/tsan_backward.py"; then
     echo "tsan: tests/tsan_backward.py: ran"
 else
-    echo "tsan: tests/tsan_backward.py failed"; status=1
+    echo "tsan: tests/tsan_backward.py failed (exit status $?; 124: it ran past 15 minutes)"; status=1
 fi
 for report in tsan-python.*; do
     [ -f "$report" ] || continue
