@@ -27,7 +27,7 @@ for log in tests/c/*.log tests/fuzz/*.log; do
     if grep -q -E "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "$log"; then
         echo "sanitizer report in $log:"; cat "$log"; status=1
     fi
-    echo "asan: ${log%.log}: $(grep -E 'PASSED|FAILED' "$log" | head -n 1)"
+    echo "asan: ${log%.log}: $(grep -E 'PASSED|FAILED|inputs replayed' "$log" | head -n 1)"
     if grep -q ":test-result: \(FAIL\|ERROR\)" "${log%.log}.trs" 2>/dev/null; then
         echo "asan: ${log%.log} FAILED (exit status 124 means it ran past 10 minutes):"; tail -n 30 "$log"; status=1
     fi
