@@ -123,12 +123,17 @@ class ModelWatch(WatchBase):
         self._modules_lock_pid = os.getpid()
         self._registration_hook: Any = None    # torch's dict of them, while ours is in it
         # What resolution did, for tests of what must not grow with the run: instances resolved,
-        # walks of a model to find whether it contains one, modules put in the table, writes.
-        self.counters = {"resolves": 0, "contains_walks": 0, "registered_modules": 0, "modules_writes": 0}
+        # walks of the Python stack to find their model, walks of a model to find whether it contains
+        # one, modules put in the table, writes.
+        self.counters = {"resolves": 0, "stack_walks": 0, "contains_walks": 0, "registered_modules": 0,
+                         "modules_writes": 0}
         self._refs: Dict[int, weakref.ref] = {}
         self._info: Dict[str, Dict[str, Any]] = {}   # path -> modules.json entry
         self._calls: Dict[str, int] = {}       # path -> calls of dead instances
         self._call_codes: Optional[frozenset] = None
+        # (class, parent's path id) -> (root, path, path id) of a leaf module made in each call of
+        # its parent: _resolve_transient_again
+        self._transients: Dict[Tuple[type, int], Tuple[_Root, str, int]] = {}
         self._root_count = 0
 
     def attach(self, session: Any) -> None:
@@ -230,23 +235,51 @@ class ModelWatch(WatchBase):
         except Exception as error:  # noqa: BLE001
             self.warn_once("track", f"parameter tracking failed: {error!r}")
 
-    def resolve(self, module: Any) -> None:
-        """A module call's instance is not in the table: find its model and register it."""
+    def resolve(self, module: Any, parent_id: int = 0) -> None:
+        """A module call's instance is not in the table: find its model and register it. parent_id:
+        the path id of the innermost module forward in progress on the calling thread (0: none)."""
         try:
-            self._resolve(module, sys._getframe(1))
+            if parent_id and self._resolve_transient_again(module, parent_id):
+                return
+            self._resolve(module, sys._getframe(1), parent_id)
         except Exception as error:  # noqa: BLE001 - the user's program goes on; the record has no path
             self.warn_once("resolve", f"cannot find the model of a {type(module).__name__} instance: {error!r}; "
                                       f"its calls are recorded without a module path")
 
     # ---- resolution ----------------------------------------------------------------------------
 
-    def _resolve(self, module: Any, frame: Any) -> None:
+    def _resolve_transient_again(self, module: Any, parent_id: int) -> bool:
+        """A module made anew in each call of its parent (transformers' BERT makes a CrossEntropyLoss
+        in every forward): the path the last one of its class got under the same parent, without the
+        stack walk (126 us a BERT step before). Only for a module with no children and no parameters
+        of its own, while no model has grown since it was walked (a model that has may now contain
+        it) and no model was registered or retired since the path was found; else False, and the
+        full resolution runs."""
+        entry = self._transients.get((type(module), parent_id))
+        if entry is None or module._modules or module._parameters:
+            return False
+        root, path, path_id = entry
+        key = id(module)
+        if root.retired or root.ref() is None or any(r.grown for r in self._roots) or key in self._owner \
+                or key in self._path:
+            return False
+        self.counters["resolves"] += 1
+        self.counters["registered_modules"] += 1
+        self._owner[key] = root
+        self._path[key] = path
+        if key not in self._refs:
+            self._refs[key] = weakref.ref(module, self._make_callback(key))
+        _core.table_set("modules", module, path_id)
+        return True
+
+    def _resolve(self, module: Any, frame: Any, parent_id: int = 0) -> None:
         import torch
 
         Module = torch.nn.Module
         if not isinstance(module, Module):
             return
         self.counters["resolves"] += 1
+        self.counters["stack_walks"] += 1
         # Modules running on the call stack, innermost first: the model is the outermost one that
         # contains this instance. Only nn.Module's own call frames are looked into (their `self`):
         # reading a frame's locals keeps a copy of them until the frame ends, which for these is
@@ -286,7 +319,12 @@ class ModelWatch(WatchBase):
         if len(self._resolved_kinds) < _MAX_KINDS:
             self._resolved_kinds.add(kind)
         if parent is not None:
-            self._register_transient(module, parent)
+            path = self._register_transient(module, parent)
+            # Found again without the walk next time (_resolve_transient_again): the thread's innermost
+            # module forward is this parent, and the module a leaf, so the walk would find the same.
+            if parent_id and not module._modules and not module._parameters and self.tracker is None and \
+                    _core.intern_path(self._path[id(parent)]) == parent_id and self._path.get(id(module)) == path:
+                self._transients[(cls, parent_id)] = (self._owner[id(parent)], path, _core.intern_path(path))
         else:
             self._register(module)
 
@@ -342,6 +380,7 @@ class ModelWatch(WatchBase):
     def _register(self, model: Any) -> None:
         """Puts every module of model in the table (again: its structure may have changed)."""
         named = list(model.named_modules())
+        self._transients.clear()   # paths may move: found again by the full resolution
         root = self._root_for(model, {id(m) for _, m in named})
         root.grown = False
         self._add_modules(root, named)
@@ -405,13 +444,15 @@ class ModelWatch(WatchBase):
         except Exception as error:  # noqa: BLE001 - the model runs on, its forwards unrecorded
             self.warn_once("forward", f"cannot record {owner.__qualname__}.forward: {error!r}")
 
-    def _register_transient(self, module: Any, parent: Any) -> None:
-        """A module made inside parent's call: named "(Class)" under parent's path in parent's root."""
+    def _register_transient(self, module: Any, parent: Any) -> str:
+        """A module made inside parent's call: named "(Class)" under parent's path in parent's root.
+        Returns its path."""
         root = self._owner[id(parent)]
         parent_name = root.name_in_model(self._path[id(parent)])
         own = f"({type(module).__name__})"
         name = f"{parent_name}.{own}" if parent_name else own
         self._add_modules(root, [(f"{name}.{sub}" if sub else name, m) for sub, m in module.named_modules()])
+        return root.path(name)
 
     def _add_modules(self, root: _Root, named: List[Tuple[str, Any]]) -> None:
         """Gives each (name in root, module) its path in the table, with a weak reference that takes
@@ -444,6 +485,7 @@ class ModelWatch(WatchBase):
 
     def _retire(self, root: _Root) -> None:
         root.retired = True
+        self._transients.clear()
         for key, owner in list(self._owner.items()):
             if owner is root:
                 del self._owner[key]

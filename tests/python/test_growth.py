@@ -169,6 +169,9 @@ def test_a_model_whose_forward_makes_its_loss_is_walked_once(tmp_path):
     assert {m for a, m in paths if a == "torch.nn.Dropout.forward"} == \
         {f"BertStyle.layers.{i}.(Dropout)" for i in range(3)}
     assert sum(r.api == "torch.nn.CrossEntropyLoss.forward" for r in records) == 2000
+    # each step's new loss and dropouts take their paths without a walk of the Python stack: the
+    # walks are the first step's (the model, the loss, three dropouts), not one a module a step
+    assert prof.model_watch.counters["stack_walks"] == 5
     tree = tw.load_modules(out)
     assert [r["path"] for r in tree["roots"]] == ["BertStyle"]
     by_path = {m["path"]: m for m in tree["modules"]}
@@ -294,7 +297,36 @@ def test_transformers_bert_makes_its_loss_at_every_step_and_nothing_grows(tmp_pa
     loss_calls = [r for r in prof.records() if r.api == "torch.nn.CrossEntropyLoss.forward"]
     root = "BertForSequenceClassification"
     assert len(loss_calls) == 60 and {r.module for r in loss_calls} == {f"{root}.(CrossEntropyLoss)"}
+    assert prof.model_watch.counters["stack_walks"] == 2   # the model and the first loss; then none
     tree = tw.load_modules(out)
     assert tree["roots"] == [{"path": root, "class": f"transformers.models.bert.modeling_bert.{root}"}]
     (loss,) = [m for m in tree["modules"] if m["path"] == f"{root}.(CrossEntropyLoss)"]
     assert loss["parent"] == root and loss["calls"] == 60
+
+
+class AttachesLate(nn.Module):
+    """Makes a ReLU in each forward; from step 5 on it keeps it as a child before calling it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        act = nn.ReLU()
+        if self.calls > 5:
+            self.act = act   # a child now: the registration hook marks the model grown
+        return act(self.fc(x))
+
+
+def test_a_module_made_in_forward_takes_its_child_path_once_it_is_kept(tmp_path):
+    """The path found again for each step's new transient (no stack walk) is not used once the
+    model may hold the module: kept as a child, it is named as one."""
+    model = AttachesLate()
+    x = torch.randn(2, 4)
+    with tw.profile(out_dir=str(tmp_path)) as prof:
+        for _ in range(10):
+            model(x)
+    paths = [r.module for r in prof.records() if r.api == "torch.nn.ReLU.forward"]
+    assert paths == ["AttachesLate.(ReLU)"] * 5 + ["AttachesLate.act"] * 5
