@@ -137,8 +137,12 @@ uint64_t tw_stats_percentile(const tw_api_stats_t *a, double q)
         return a->min_ns;
     if (q >= 1)
         return a->max_ns;
+    /* Every call lies between min and max: only their buckets are read (summary.json, rewritten
+     * every flush interval, reads three percentiles of every API: a few hundred buckets each
+     * instead of 2,944 twice). */
+    uint32_t first = bucket_of(a->min_ns), last = bucket_of(a->max_ns);
     uint64_t counted = 0;
-    for (uint32_t b = 0; b < BUCKETS; b++)
+    for (uint32_t b = first; b <= last; b++)
         counted += a->histogram[b];
     /* Nearest rank: the smallest value with at least ceil(q * n) values at or below it. */
     uint64_t rank = (uint64_t)(q * (double)counted);
@@ -147,7 +151,7 @@ uint64_t tw_stats_percentile(const tw_api_stats_t *a, double q)
     if (rank == 0)
         rank = 1;
     uint64_t seen = 0;
-    for (uint32_t b = 0; b < BUCKETS; b++) {
+    for (uint32_t b = first; b <= last; b++) {
         seen += a->histogram[b];
         if (seen >= rank) {
             uint64_t low, width;

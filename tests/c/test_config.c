@@ -109,6 +109,24 @@ static void percentiles_are_within_one_percent(void **state)
     /* huge values land in the last bucket, clamped to max */
     tw_stats_add(&stats, 6, UINT64_MAX / 2, 0, 0, 0);
     assert_int_equal(tw_stats_percentile(&stats.apis[6], 0.5), UINT64_MAX / 2);
+    /* two ranges far apart (the reading scans from min's bucket to max's), added in either order:
+     * 10 calls of 10..19 ns and 30 of about 1 ms */
+    for (uint32_t api = 7; api <= 8; api++) {
+        for (int part = 0; part < 2; part++) {
+            if ((part == 0) == (api == 7))
+                for (uint64_t v = 10; v < 20; v++)
+                    tw_stats_add(&stats, api, v, v, 0, 0);
+            else
+                for (uint64_t v = 0; v < 30; v++)
+                    tw_stats_add(&stats, api, 1000000 + v * 1000, 0, 0, 0);
+        }
+        const tw_api_stats_t *both = &stats.apis[api];
+        assert_int_equal(tw_stats_percentile(both, 0.2), 17); /* rank 8 of 40: exact below 128 */
+        uint64_t p50 = tw_stats_percentile(both, 0.5);      /* rank 20: the 10th slow call, 1.009 ms */
+        assert_true(p50 >= 1009000 * 0.99 && p50 <= 1009000 * 1.01);
+        assert_int_equal(tw_stats_percentile(both, 0), 10);
+        assert_int_equal(tw_stats_percentile(both, 1), 1029000);
+    }
     tw_stats_free(&stats);
 }
 
