@@ -239,7 +239,7 @@ class ModelWatch(WatchBase):
         """A module call's instance is not in the table: find its model and register it. parent_id:
         the path id of the innermost module forward in progress on the calling thread (0: none)."""
         try:
-            if parent_id and self._resolve_transient_again(module, parent_id):
+            if self._resolve_transient_again(module, parent_id):
                 return
             self._resolve(module, sys._getframe(1), parent_id)
         except Exception as error:  # noqa: BLE001 - the user's program goes on; the record has no path
@@ -251,17 +251,26 @@ class ModelWatch(WatchBase):
     def _resolve_transient_again(self, module: Any, parent_id: int) -> bool:
         """A module made anew in each call of its parent (transformers' BERT makes a CrossEntropyLoss
         in every forward): the path the last one of its class got under the same parent, without the
-        stack walk (126 us a BERT step before). Only for a module with no children and no parameters
-        of its own, while no model has grown since it was walked (a model that has may now contain
-        it) and no model was registered or retired since the path was found; else False, and the
-        full resolution runs."""
+        stack walk (126 us a BERT step before). parent_id 0: made anew at the top level
+        (``nn.CrossEntropyLoss()(logits, y)``), the root the last one was, once that one died. Only
+        for a module with no children and no parameters of its own, while no model has grown since it
+        was walked (a model that has may now contain it) and no model was registered or retired since
+        the path was found; else False, and the full resolution runs."""
         entry = self._transients.get((type(module), parent_id))
         if entry is None or module._modules or module._parameters:
             return False
         root, path, path_id = entry
         key = id(module)
-        if root.retired or root.ref() is None or any(r.grown for r in self._roots) or key in self._owner \
-                or key in self._path:
+        if root.retired or any(r.grown for r in self._roots) or key in self._owner or key in self._path:
+            return False
+        if parent_id == 0:
+            # its own root again: the last instance's, dead, and its name not taken by a live root since
+            if root.ref() is not None or any(r.name == root.name and r.ref() is not None for r in self._roots):
+                return False
+            root.ref = weakref.ref(module)
+            if root not in self._roots:
+                self._roots.append(root)
+        elif root.ref() is None:   # the parent's model
             return False
         self.counters["resolves"] += 1
         self.counters["registered_modules"] += 1
@@ -327,6 +336,12 @@ class ModelWatch(WatchBase):
                 self._transients[(cls, parent_id)] = (self._owner[id(parent)], path, _core.intern_path(path))
         else:
             self._register(module)
+            root = self._owner.get(id(module))
+            # Its own root: the next instance made at the top level takes it again (parent_id 0)
+            if not parent_id and all(c is module for c in running) and not module._modules and \
+                    not module._parameters and self.tracker is None and root is not None and \
+                    root.ref() is module and self._path.get(id(module)) == root.path(""):
+                self._transients[(cls, 0)] = (root, root.path(""), _core.intern_path(root.path("")))
 
     def _registered(self, module: Any) -> Optional[_Root]:
         """module's root if module has a path (it is alive, so its entry is its own)."""

@@ -105,6 +105,8 @@ def test_a_loss_made_at_every_step_keeps_every_table_as_after_fifty_steps(tmp_pa
     records = prof.records()
     losses = [r for r in records if r.api == "torch.nn.CrossEntropyLoss.forward"]
     assert len(losses) == 2000 and {r.module for r in losses} == {"CrossEntropyLoss"}
+    # each step's loss takes the root the last one was, without a walk of the Python stack
+    assert prof.model_watch.counters["stack_walks"] == 2   # the model's and the first loss's
     assert {r.module for r in records if r.api == "torch.nn.Linear.forward"} == {"MLP.net.0", "MLP.net.2"}
 
     run_top_level_loss(str(tmp_path / "short"), 50)
