@@ -22,15 +22,28 @@
  * the GIL held (before and after calling through), so a session cannot vanish under a recording call.
  */
 typedef struct {
+    /* ---- read by every recorded call: kept first, in the struct's first 64 bytes (tw_active is
+     * aligned to 64), so that a call whose lines torch's code evicted fetches one line of them, not
+     * five (callgrind's cache simulation, a BERT step: the fields were spread over 0x0..0x100) ---- */
     uint64_t gen;                  /* 0: no session; else a number unique to this session */
     /* 1 outside the schedule's active and warmup steps when the summary counts active steps only:
      * wrappers call through, recording nothing (optimizer steps are still watched for the step's
      * end). Flipped at step boundaries (active.c), read by every call right after gen. */
     uint32_t idle;
+    tw_clock_source_t clock_source;
+    tw_args_mode_t args_mode;
+    tw_sites_mode_t sites_mode;    /* call sites recorded (call_sites.c) */
+    uint32_t detail;               /* the current step has the costly detail (own_cost.h counts it apart) */
+    uint32_t sites_overflow_id;    /* the sites table's id of the sites past its cap */
+    const tw_gpu_hooks_t *gpu;     /* CUPTI's push/pop while GPU timing is on; else NULL */
+    /* aten "backward": the autograd sequence number of this thread (backward.h), read when a call
+     * begins and ends to link the nodes it creates to it; NULL when backward nodes are off */
+    uint64_t (*seq_peek)(void);
+    tw_hooks_t hooks;              /* the model watch's; kinds (its first field, at 48) == 0 when none */
+    /* ---- the rest: steps, configuration, the session's objects ---- */
     uint32_t manual_steps;         /* the program marks steps (Session.step()): optimizer steps do not */
     uint32_t step;                 /* the current step, counted from 0 (also in the recorder) */
     uint32_t step_recorded;        /* the schedule or a capture records the current step's calls */
-    uint32_t detail;               /* the current step has the costly detail (own_cost.h counts it apart) */
     tw_args_mode_t args_configured; /* the session's args mode; args_mode is NONE outside active steps */
     uint32_t detail_sampled;       /* detail "sampled": the costly detail in some steps only (tw_detail_step) */
     uint32_t flops_configured;     /* the session measures FLOPs (in the steps with detail) */
@@ -42,22 +55,13 @@ typedef struct {
     tw_ondemand_t *ondemand;       /* NULL: on_demand off */
     tw_writer_t *writer;           /* the session's, NULL when records stay in memory */
     tw_recorder_t *recorder;
-    tw_clock_source_t clock_source;
-    tw_args_mode_t args_mode;
     PyTypeObject *tensor_type;     /* torch._C.TensorBase when torch is imported (held by the session) */
     PyObject *session;             /* strong reference to the active Session object */
-    tw_hooks_t hooks;              /* the model watch's; kinds == 0 when the session has none */
-    const tw_gpu_hooks_t *gpu;     /* CUPTI's push/pop while GPU timing is on; else NULL */
     /* GPU timing's session, whose CUPTI activities are on in the steps recorded (warm-up, active,
      * a capture's) and the one after each, off in the others; NULL when GPU timing is off */
     tw_gpu_t *gpu_session;
     int gpu_recording;
-    tw_sites_mode_t sites_mode;    /* call sites recorded (call_sites.c) */
     tw_sites_t *sites;             /* the session's table of them, while sites_mode != OFF */
-    uint32_t sites_overflow_id;    /* its id of the sites past its cap */
-    /* aten "backward": the autograd sequence number of this thread (backward.h), read when a call
-     * begins and ends to link the nodes it creates to it; NULL when backward nodes are off */
-    uint64_t (*seq_peek)(void);
 } tw_active_t;
 
 extern tw_active_t tw_active;
