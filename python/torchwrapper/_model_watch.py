@@ -257,7 +257,7 @@ class ModelWatch(WatchBase):
         was walked (a model that has may now contain it) and no model was registered or retired since
         the path was found; else False, and the full resolution runs."""
         entry = self._transients.get((type(module), parent_id))
-        if entry is None or module._modules or module._parameters:
+        if entry is None or not self._reusable_leaf(module):
             return False
         root, path, path_id = entry
         key = id(module)
@@ -274,12 +274,13 @@ class ModelWatch(WatchBase):
             return False
         self.counters["resolves"] += 1
         self.counters["registered_modules"] += 1
-        self._owner[key] = root
-        self._path[key] = path
-        if key not in self._refs:
-            self._refs[key] = weakref.ref(module, self._make_callback(key))
-        _core.table_set("modules", module, path_id)
+        self._enter(module, root, path, path_id)
         return True
+
+    def _reusable_leaf(self, module: Any) -> bool:
+        """Whether module's path may be given to the next instance of its class made at the same
+        place: no children and no parameters of its own (nothing the walk would name or track)."""
+        return not module._modules and not module._parameters and self.tracker is None
 
     def _resolve(self, module: Any, frame: Any, parent_id: int = 0) -> None:
         import torch
@@ -331,16 +332,15 @@ class ModelWatch(WatchBase):
             path = self._register_transient(module, parent)
             # Found again without the walk next time (_resolve_transient_again): the thread's innermost
             # module forward is this parent, and the module a leaf, so the walk would find the same.
-            if parent_id and not module._modules and not module._parameters and self.tracker is None and \
-                    _core.intern_path(self._path[id(parent)]) == parent_id and self._path.get(id(module)) == path:
+            if parent_id and self._reusable_leaf(module) and _core.intern_path(self._path[id(parent)]) == parent_id \
+                    and self._path.get(id(module)) == path:
                 self._transients[(cls, parent_id)] = (self._owner[id(parent)], path, _core.intern_path(path))
         else:
             self._register(module)
             root = self._owner.get(id(module))
             # Its own root: the next instance made at the top level takes it again (parent_id 0)
-            if not parent_id and all(c is module for c in running) and not module._modules and \
-                    not module._parameters and self.tracker is None and root is not None and \
-                    root.ref() is module and self._path.get(id(module)) == root.path(""):
+            if not parent_id and all(c is module for c in running) and self._reusable_leaf(module) and \
+                    root is not None and root.ref() is module and self._path.get(id(module)) == root.path(""):
                 self._transients[(cls, 0)] = (root, root.path(""), _core.intern_path(root.path("")))
 
     def _registered(self, module: Any) -> Optional[_Root]:
@@ -485,18 +485,24 @@ class ModelWatch(WatchBase):
             old = self._path.get(key)
             if old is not None and old != path:
                 self._forget_entry(key, keep_ref=True)
-            self._owner[key] = root
-            self._path[key] = path
             self._describe(path, name, module, root)
             if self.forward_installer is not None and type(module) not in self._forward_classes:
                 self._wrap_forward(type(module))
-            if key not in self._refs:
-                self._refs[key] = weakref.ref(module, self._make_callback(key))
-            _core.table_set("modules", module, _core.intern_path(path))
+            self._enter(module, root, path, _core.intern_path(path))
         if self.tracker is not None:
             self.tracker.register((root.path(param_name), param) for name, module in named
                                   for param_name, param in _own_parameters(name, module))
         self._maybe_write_modules()
+
+    def _enter(self, module: Any, root: _Root, path: str, path_id: int) -> None:
+        """module's entry: its root and path, a weak reference that takes it out when the module
+        dies, and its path id in the wrappers' table."""
+        key = id(module)
+        self._owner[key] = root
+        self._path[key] = path
+        if key not in self._refs:
+            self._refs[key] = weakref.ref(module, self._make_callback(key))
+        _core.table_set("modules", module, path_id)
 
     def _retire(self, root: _Root) -> None:
         root.retired = True
