@@ -255,7 +255,9 @@ class ModelWatch(WatchBase):
         (``nn.CrossEntropyLoss()(logits, y)``), the root the last one was, once that one died. Only
         for a module with no children and no parameters of its own, while no model has grown since it
         was walked (a model that has may now contain it) and no model was registered or retired since
-        the path was found; else False, and the full resolution runs."""
+        the path was found; else False, and the full resolution runs. With a parent, the wrappers
+        find the same entry themselves (_core.transient_set) in module forwards; this runs for the
+        top level and for the calls the model watch's other hooks wrap."""
         entry = self._transients.get((type(module), parent_id))
         if entry is None or not self._reusable_leaf(module):
             return False
@@ -334,7 +336,10 @@ class ModelWatch(WatchBase):
             # module forward is this parent, and the module a leaf, so the walk would find the same.
             if parent_id and self._reusable_leaf(module) and _core.intern_path(self._path[id(parent)]) == parent_id \
                     and self._path.get(id(module)) == path:
-                self._transients[(cls, parent_id)] = (self._owner[id(parent)], path, _core.intern_path(path))
+                path_id = _core.intern_path(path)
+                self._transients[(cls, parent_id)] = (self._owner[id(parent)], path, path_id)
+                # and by the wrappers, with no Python at all, while this entry holds (_forget_transients)
+                _core.transient_set(cls, parent_id, path_id)
         else:
             self._register(module)
             root = self._owner.get(id(module))
@@ -342,6 +347,14 @@ class ModelWatch(WatchBase):
             if not parent_id and all(c is module for c in running) and self._reusable_leaf(module) and \
                     root is not None and root.ref() is module and self._path.get(id(module)) == root.path(""):
                 self._transients[(cls, 0)] = (root, root.path(""), _core.intern_path(root.path("")))
+
+    def _forget_transients(self) -> None:
+        """Empties the transient entries, Python's and the wrappers' (whose calls go to the tree)."""
+        for _cls, _parent_id, path_id, calls in _core.transient_clear():
+            path = _core.module_path(path_id)
+            if calls and path in self._info:
+                self._info[path]["calls"] += calls
+        self._transients.clear()
 
     def _registered(self, module: Any) -> Optional[_Root]:
         """module's root if module has a path (it is alive, so its entry is its own)."""
@@ -359,6 +372,8 @@ class ModelWatch(WatchBase):
         root = self._owner.get(id(parent))
         if root is not None:
             root.grown = True
+            if self._transients:   # the grown model may now hold a module of a transient's kind
+                self._forget_transients()
 
     def _contains(self, model: Any, module: Any) -> bool:
         self.counters["contains_walks"] += 1
@@ -395,7 +410,7 @@ class ModelWatch(WatchBase):
     def _register(self, model: Any) -> None:
         """Puts every module of model in the table (again: its structure may have changed)."""
         named = list(model.named_modules())
-        self._transients.clear()   # paths may move: found again by the full resolution
+        self._forget_transients()   # paths may move: found again by the full resolution
         root = self._root_for(model, {id(m) for _, m in named})
         root.grown = False
         self._add_modules(root, named)
@@ -506,7 +521,7 @@ class ModelWatch(WatchBase):
 
     def _retire(self, root: _Root) -> None:
         root.retired = True
-        self._transients.clear()
+        self._forget_transients()
         for key, owner in list(self._owner.items()):
             if owner is root:
                 del self._owner[key]
@@ -563,6 +578,10 @@ class ModelWatch(WatchBase):
                 entry = _core.table_get("modules", module) if module is not None else None
                 if entry is not None:
                     counts[path] = counts.get(path, 0) + entry[1]
+            for _cls, _parent_id, path_id, calls in _core.transient_calls():
+                path = _core.module_path(path_id)
+                if path is not None:
+                    counts[path] = counts.get(path, 0) + calls
         modules = []
         for path, entry in self._info.items():
             entry = dict(entry, calls=entry["calls"] + counts.get(path, 0))
@@ -612,6 +631,7 @@ class ModelWatch(WatchBase):
         if self._registration_hook is not None:
             self._registration_hook.pop(("torchwrapper", id(self)), None)
             self._registration_hook = None
+        self._forget_transients()
         for address, _module_id, calls in _core.table_clear("modules"):
             path = self._path.get(address)
             if path is not None and path in self._info:

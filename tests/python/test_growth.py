@@ -34,6 +34,7 @@ def snapshot(prof):
         "kinds": len(watch._resolved_kinds),
         "class_names": len(watch._class_names),
         "table": _core.table_size("modules"),
+        "transients": len(_core.transient_calls()),
         "contains_walks": watch.counters["contains_walks"],
         "modules_writes": watch.counters["modules_writes"],
     }
@@ -160,9 +161,11 @@ def test_a_model_whose_forward_makes_its_loss_is_walked_once(tmp_path):
         lambda: model(x, y)[0], opt, 2000, 50, out_dir=out, format="json")
     assert after_2000 == after_50
     assert after_50["roots"] == 1
-    # per step, only the step's own new modules are put in the table (a loss and three dropouts),
-    # never the model's 9: the model is not walked again
-    assert registered_2000 - registered_50 == 4 * 1950
+    # after the first steps nothing is put in the table: each step's new loss and three dropouts take
+    # the paths their kinds got under their parents in the wrappers (no Python run, no table entry,
+    # no weak reference), and the model is not walked again
+    assert registered_2000 - registered_50 == 0
+    assert prof.model_watch.counters["resolves"] == 5   # the first step's; none reaches Python after
     live_modules = len(list(model.modules()))
     assert after_50["paths"] <= live_modules + 4 and after_50["table"][0] <= live_modules + 4
     records = prof.records()
@@ -180,6 +183,28 @@ def test_a_model_whose_forward_makes_its_loss_is_walked_once(tmp_path):
     loss = by_path["BertStyle.(CrossEntropyLoss)"]
     assert loss["parent"] == "BertStyle" and loss["calls"] == 2000
     assert by_path["BertStyle.layers.1.(Dropout)"]["parent"] == "BertStyle.layers.1"
+
+
+def test_the_calls_of_transients_found_in_the_wrappers_are_counted_as_the_run_goes(tmp_path):
+    """modules.json's calls of a module made in each forward, counted in the wrappers' transient
+    entries: right at every step, and kept when the entries are emptied (the model grew at step 15)."""
+    torch.manual_seed(0)
+    model = BertStyle()
+    x, y = torch.randn(4, 8), torch.randint(0, 3, (4,))
+    with tw.profile(out_dir=str(tmp_path / "out")) as prof:
+        for step in range(30):
+            if step == 15:
+                model.extra = nn.Identity()   # grown: the transients are found by a walk again
+            model(x, y)
+            calls = {m["path"]: m["calls"] for m in prof.model_watch.modules()["modules"]}
+            assert calls["BertStyle.(CrossEntropyLoss)"] == step + 1
+            assert calls["BertStyle.layers.2.(Dropout)"] == step + 1
+            assert len(_core.transient_calls()) == 4   # the loss's and the three dropouts' kinds
+        # the first step's walks (the model, four transients), then the transients' again at step 15
+        assert prof.model_watch.counters["stack_walks"] == 5 + 4
+    tree = {m["path"]: m["calls"] for m in tw.load_modules(str(tmp_path / "out"))["modules"]}
+    assert tree["BertStyle.(CrossEntropyLoss)"] == 30 and tree["BertStyle.layers.0.(Dropout)"] == 30
+    assert _core.transient_calls() == []   # emptied at stop
 
 
 def test_a_child_added_to_a_running_model_gets_its_own_path(tmp_path):
@@ -294,8 +319,8 @@ def test_transformers_bert_makes_its_loss_at_every_step_and_nothing_grows(tmp_pa
         lambda: model(input_ids=ids, labels=labels).loss, opt, 60, 20, out_dir=out)
     assert after_60 == after_20
     assert after_20["roots"] == 1
-    new_per_step = (registered_60 - registered_20) / 40
-    assert new_per_step == int(new_per_step) and new_per_step < 5   # the step's own modules, not the model's
+    # each step's new loss takes its path in the wrappers: nothing put in the table, no Python run
+    assert registered_60 == registered_20
     loss_calls = [r for r in prof.records() if r.api == "torch.nn.CrossEntropyLoss.forward"]
     root = "BertForSequenceClassification"
     assert len(loss_calls) == 60 and {r.module for r in loss_calls} == {f"{root}.(CrossEntropyLoss)"}

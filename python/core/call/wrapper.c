@@ -197,19 +197,27 @@ static void run_hook_ids(tw_thread_t *t, tw_clock_source_t source, PyObject *hoo
         Py_XDECREF(args[i]);
 }
 
-/*
- * Asks the model watch for the path of *subject, a module instance missing from the table (its first
- * call), telling it the path id of the innermost module forward in progress on this thread (0: none).
- * A module made anew in each step (transformers' BERT makes its CrossEntropyLoss in forward) misses
- * every step; with that id the model watch finds the path it gave the last such instance without
- * walking the Python stack (126 us a step on BERT, 1.5% of it, before). The hook may end the session.
- */
-static void resolve_module(tw_thread_t *t, PyObject *subject)
+/* The path id of the innermost module forward in progress on this thread (TW_MODULE_NONE: none). */
+static uint32_t innermost_module(const tw_thread_t *t)
 {
     uint32_t depth = t->depth < TW_MAX_DEPTH ? t->depth : TW_MAX_DEPTH;
     uint32_t parent = TW_MODULE_NONE;
     while (depth > 0 && parent == TW_MODULE_NONE)
         parent = t->stack[--depth].module_id;
+    return parent;
+}
+
+/*
+ * Asks the model watch for the path of *subject, a module instance missing from the table (its first
+ * call), telling it parent, the path id of the innermost module forward in progress on this thread
+ * (TW_MODULE_NONE: none). A module made anew in each step (transformers' BERT makes its
+ * CrossEntropyLoss in forward) misses every step; with that id the model watch finds the path it gave
+ * the last such instance without walking the Python stack (126 us a step on BERT, 1.5% of it,
+ * before), and puts it in tw_transients, where the next one is found with no Python at all (see
+ * record_module_forward). The hook may end the session.
+ */
+static void resolve_module(tw_thread_t *t, PyObject *subject, uint32_t parent)
+{
     PyObject *args[2] = {subject, PyLong_FromUnsignedLong(parent)};
     if (args[1] == NULL) { /* out of memory: the model watch resolves without the hint */
         PyErr_Clear();
@@ -308,7 +316,7 @@ static __attribute__((noinline)) int watch_enter(const tw_wrapper_object *self, 
     if ((kind & (TW_KIND_MODULE_FORWARD | TW_KIND_MODULE_CALL)) && watch->subject != NULL) {
         tw_ptr_slot_t *slot = tw_ptr_find(&tw_modules, watch->subject);
         if (slot == NULL && hooks->resolve != NULL) {
-            resolve_module(t, watch->subject);
+            resolve_module(t, watch->subject, innermost_module(t));
             if (TW_UNLIKELY(tw_active.gen != gen))
                 return -1;
             slot = tw_ptr_find(&tw_modules, watch->subject);
@@ -523,7 +531,8 @@ record_flops_call(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t
 
 /*
  * A module forward when module paths are all that the model watch asks for: one probe of the instance
- * table (a miss, the instance's first call, asks the model watch), then the plain recorded call.
+ * table (a miss, the instance's first call: a transient of a kind seen, else the model watch is asked),
+ * then the plain recorded call.
  */
 static __attribute__((noinline, flatten)) PyObject *
 record_module_forward(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_t *t, uint64_t gen,
@@ -534,10 +543,15 @@ record_module_forward(tw_wrapper_object *self, PyThreadState *tstate, tw_thread_
         tw_ptr_slot_t *slot = tw_ptr_find(&tw_modules, args[0]);
         if (TW_UNLIKELY(slot == NULL) && tw_active.hooks.resolve != NULL) {
             PyObject *subject = args[0];
-            resolve_module(t, subject);
-            if (TW_UNLIKELY(tw_active.gen != gen))
-                return call_original(self, args, nargsf, kwnames);
-            slot = tw_ptr_find(&tw_modules, subject);
+            uint32_t parent = innermost_module(t);
+            if (tw_transients_used > 0 && parent != TW_MODULE_NONE) /* a transient of a kind seen: no Python */
+                module_id = tw_transient_find(subject, parent);
+            if (module_id == TW_MODULE_NONE) {
+                resolve_module(t, subject, parent);
+                if (TW_UNLIKELY(tw_active.gen != gen))
+                    return call_original(self, args, nargsf, kwnames);
+                slot = tw_ptr_find(&tw_modules, subject);
+            }
         }
         if (slot != NULL) {
             module_id = slot->value;

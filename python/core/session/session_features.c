@@ -197,6 +197,7 @@ static int model_watch_start(tw_session_object *self)
         /* Addresses left by an earlier model watch that was not closed could belong to new objects now. */
         tw_ptr_table_clear(&tw_modules);
         tw_ptr_table_clear(&tw_tracked);
+        tw_transients_clear();
     }
     return 1;
 }

@@ -34,7 +34,8 @@ enum {
 typedef struct {
     uint32_t kinds;            /* TW_KIND_* hooked in this session */
     PyObject *resolve;         /* resolve(instance, parent_id): registers paths on a cache miss (modules table);
-                                  parent_id: the path id of the innermost module forward in progress */
+                                  parent_id: the path id of the innermost module forward in progress
+                                  (not called for a transient of a kind in tw_transients) */
     PyObject *module_enter;    /* module_enter(instance) -> bool: an outermost module call begins; sample it? */
     PyObject *module_pre;      /* module_pre(instance, module_id, call_id, args, kwargs): before a sampled call */
     PyObject *module_exit;     /* module_exit(instance, module_id, call_id, result): after it */

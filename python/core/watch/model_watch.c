@@ -153,6 +153,55 @@ static PyObject *core_module_path(PyObject *core, PyObject *arg)
     return PyUnicode_FromString(path);
 }
 
+/* transient_set(cls, parent_id, path_id) -> bool: a leaf of class cls made in the module forward
+ * of path id parent_id takes path_id (model_watch_tables.h); False when the entries are full. */
+static PyObject *core_transient_set(PyObject *core, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "transient_set(cls, parent_id, path_id) takes a class and two ids");
+        return NULL;
+    }
+    unsigned long ids[2];
+    for (int i = 0; i < 2; i++) {
+        ids[i] = PyLong_AsUnsignedLong(args[1 + i]);
+        if (ids[i] == (unsigned long)-1 && PyErr_Occurred())
+            return NULL;
+        if (ids[i] == TW_MODULE_NONE || ids[i] > UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "transient_set: %lu is no module path id (1 to %lu)", ids[i],
+                         (unsigned long)UINT32_MAX);
+            return NULL;
+        }
+    }
+    return PyBool_FromLong(tw_transient_set((PyTypeObject *)args[0], (uint32_t)ids[0], (uint32_t)ids[1]));
+}
+
+/* The entries as [(cls, parent_id, path_id, calls)]; emptied when clear is set. */
+static PyObject *transients_list(int clear)
+{
+    PyObject *out = PyList_New(0);
+    for (unsigned i = 0; out != NULL && i < tw_transients_used; i++) {
+        const tw_transient_t *entry = &tw_transients[i];
+        PyObject *item = Py_BuildValue("(OkkK)", (PyObject *)entry->type, (unsigned long)entry->parent_id,
+                                       (unsigned long)entry->path_id, (unsigned long long)entry->calls);
+        if (item == NULL || PyList_Append(out, item) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    if (clear)
+        tw_transients_clear(); /* even when the list failed: a stale entry must not outlive its cause */
+    return out;
+}
+
+static PyObject *core_transient_calls(PyObject *core, PyObject *unused)
+{
+    return transients_list(0);
+}
+
+static PyObject *core_transient_clear(PyObject *core, PyObject *unused)
+{
+    return transients_list(1);
+}
+
 static PyMethodDef model_watch_methods[] = {
     {"table_set", (PyCFunction)(void (*)(void))core_table_set, METH_FASTCALL,
      "table_set(table, obj, value)\n--\n\nPuts obj (by address) in the 'modules' or 'tracked' table with value."},
@@ -167,6 +216,14 @@ static PyMethodDef model_watch_methods[] = {
     {"intern_path", core_intern_path, METH_O,
      "intern_path(path) -> module id\n--\n\nThe id records carry for a module path (\"\" is the root)."},
     {"module_path", core_module_path, METH_O, "module_path(module_id) -> path or None"},
+    {"transient_set", (PyCFunction)(void (*)(void))core_transient_set, METH_FASTCALL,
+     "transient_set(cls, parent_id, path_id) -> bool\n--\n\nA leaf of class cls made in the module forward of "
+     "path id parent_id takes path_id, found by the wrappers with no Python (False: no room)."},
+    {"transient_calls", core_transient_calls, METH_NOARGS,
+     "transient_calls() -> [(cls, parent_id, path_id, calls)]\n--\n\nThe transient entries and their calls."},
+    {"transient_clear", core_transient_clear, METH_NOARGS,
+     "transient_clear() -> [(cls, parent_id, path_id, calls)]\n--\n\nEmpties the transient entries; returns "
+     "what they held."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,8 +5,12 @@
  */
 #include "model_watch_tables.h"
 
+#include "torchwrapper/recorder.h"
+
 tw_ptr_table_t tw_modules;
 tw_ptr_table_t tw_tracked;
+tw_transient_t tw_transients[TW_TRANSIENTS];
+unsigned tw_transients_used;
 
 void tw_ptr_table_clear(tw_ptr_table_t *table)
 {
@@ -77,4 +81,60 @@ uint32_t tw_ptr_table_remove(tw_ptr_table_t *table, uintptr_t key)
     if (table->used == 0)
         tw_ptr_table_clear(table);
     return count;
+}
+
+int tw_transient_set(PyTypeObject *type, uint32_t parent_id, uint32_t path_id)
+{
+    for (unsigned i = 0; i < tw_transients_used; i++)
+        if (tw_transients[i].type == type && tw_transients[i].parent_id == parent_id) {
+            tw_transients[i].path_id = path_id;
+            return 1;
+        }
+    if (tw_transients_used == TW_TRANSIENTS)
+        return 0;
+    tw_transients[tw_transients_used++] = (tw_transient_t){(PyTypeObject *)Py_NewRef(type), parent_id, path_id, 0};
+    return 1;
+}
+
+/* Whether module's attribute name (an interned str, NULL when it could not be made) is an empty
+ * dict: an nn.Module's _modules and _parameters, in its instance dict. */
+static int empty_dict_attribute(PyObject *module, PyObject *name)
+{
+    if (name == NULL)
+        return 0;
+    PyObject *value = PyObject_GetAttr(module, name);
+    int empty = value != NULL && PyDict_Check(value) && PyDict_GET_SIZE(value) == 0;
+    if (value == NULL)
+        PyErr_Clear();
+    Py_XDECREF(value);
+    return empty;
+}
+
+uint32_t tw_transient_find(PyObject *module, uint32_t parent_id)
+{
+    static PyObject *modules_name, *parameters_name; /* interned once, kept for the process */
+    for (unsigned i = 0; i < tw_transients_used; i++) {
+        tw_transient_t *entry = &tw_transients[i];
+        if (entry->type != Py_TYPE(module) || entry->parent_id != parent_id)
+            continue;
+        if (modules_name == NULL)
+            modules_name = PyUnicode_InternFromString("_modules");
+        if (parameters_name == NULL)
+            parameters_name = PyUnicode_InternFromString("_parameters");
+        if (modules_name == NULL || parameters_name == NULL)
+            PyErr_Clear();
+        if (!empty_dict_attribute(module, modules_name) || !empty_dict_attribute(module, parameters_name))
+            return TW_MODULE_NONE; /* not a leaf: the model watch resolves it */
+        entry->calls++;
+        return entry->path_id;
+    }
+    return TW_MODULE_NONE;
+}
+
+void tw_transients_clear(void)
+{
+    unsigned used = tw_transients_used;
+    tw_transients_used = 0; /* emptied first: a type's last reference can run Python code */
+    for (unsigned i = 0; i < used; i++)
+        Py_CLEAR(tw_transients[i].type);
 }

@@ -65,4 +65,35 @@ uint32_t tw_ptr_table_remove(tw_ptr_table_t *table, uintptr_t key);
 /* Empties the table and frees its slots. */
 void tw_ptr_table_clear(tw_ptr_table_t *table);
 
+/*
+ * Transient modules: a leaf module made anew in each call of its parent (transformers' BERT makes a
+ * CrossEntropyLoss in every forward) takes the path the model watch gave the first one of its class
+ * under that parent, found here by (class, the parent's path id) with no Python run and no table
+ * entry: each instance would otherwise cost a resolution in Python, a table entry, a weak reference
+ * and its callback, every step (~35 us a BERT step). The model watch puts an entry in only while the
+ * full resolution would give the same path (it empties them when a model grows, is registered or
+ * retired), and reads each entry's calls into modules.json. Guarded by the GIL.
+ */
+typedef struct {
+    PyTypeObject *type; /* a strong reference (its address is not reused while here); NULL: free */
+    uint32_t parent_id; /* the path id of the module forward it is made in (not TW_MODULE_NONE) */
+    uint32_t path_id;
+    uint64_t calls;     /* forward calls given path_id here */
+} tw_transient_t;
+
+#define TW_TRANSIENTS 16 /* kinds of transient a session keeps; more go through the model watch */
+
+extern tw_transient_t tw_transients[TW_TRANSIENTS];
+extern unsigned tw_transients_used;
+
+/* Adds (type, parent_id) -> path_id (its calls kept when present). 1 when kept, 0 when full. */
+int tw_transient_set(PyTypeObject *type, uint32_t parent_id, uint32_t path_id);
+
+/* The path id of module, a leaf (no child, no parameter) of a kind set under parent_id, its call
+ * counted; TW_MODULE_NONE when none. Never raises. */
+uint32_t tw_transient_find(PyObject *module, uint32_t parent_id);
+
+/* Empties the entries, dropping their types. */
+void tw_transients_clear(void);
+
 #endif
