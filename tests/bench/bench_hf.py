@@ -58,6 +58,8 @@ BENCH_HF_PROC_REPS those of the processes through `run`;
 BENCH_HF_PARTS=run measures only that part (of in_process, run, long, soak), BENCH_HF_RUN_MODES=defaults
 only that mode through `run` (of defaults, args none); BENCH_HF_CALLGRIND=0
 or 1 leaves out or counts the instructions (BENCH=smoke leaves them out: minutes of CPU).
+BENCH_HF_DEVICE=cuda trains on the GPU (each block's time ends with torch.cuda.synchronize()): a small
+model's step there is bound by the CPU's launches, where every call's own cost adds to the step.
 """
 from __future__ import annotations
 
@@ -113,6 +115,7 @@ PARTS = os.environ.get("BENCH_HF_PARTS", "in_process,run,long,soak").split(",")
 # BENCH_HF_RUN_MODES=defaults (e.g.): the `run` modes measured, of defaults and "args none" (both by default)
 RUN_MODES = os.environ.get("BENCH_HF_RUN_MODES", "defaults,args none").split(",")
 VOCAB, HIDDEN, HEADS, LAYERS, INTERMEDIATE, POSITIONS, SEQ, BATCH = 1000, 128, 4, 2, 256, 64, 32, 4
+DEVICE = os.environ.get("BENCH_HF_DEVICE", "cpu")   # the workers' too: they inherit the environment
 
 
 # ---- the workloads ---------------------------------------------------------------------------------
@@ -179,7 +182,8 @@ def make_step(hf: Optional[ModuleType], name: str) -> Callable[[], None]:
     torch.manual_seed(0)
     if name == "mlp":
         return mlp_step()
-    return training_step(*BUILDERS[name](hf))
+    model, inputs = BUILDERS[name](hf)
+    return training_step(model.to(DEVICE), {key: value.to(DEVICE) for key, value in inputs.items()})
 
 
 def mlp_step() -> Callable[[], None]:
@@ -199,10 +203,12 @@ def mlp_step() -> Callable[[], None]:
 # ---- measuring --------------------------------------------------------------------------------------
 
 def timed(step: Callable[[], None], steps: int) -> int:
-    """Wall time of `steps` calls of step, in ns."""
+    """Wall time of `steps` calls of step, in ns (on a GPU, until its last kernel has run)."""
     t0 = time.perf_counter_ns()
     for _ in range(steps):
         step()
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
     return time.perf_counter_ns() - t0
 
 
@@ -562,6 +568,7 @@ def machine(hf: ModuleType) -> dict:
     # the load average, at the start and (load_end) at the end: at torch's default thread count, one
     # busy core elsewhere makes every step many times slower, so figures from a loaded machine say so
     return {"cpu": cpu_name(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name() if DEVICE.startswith("cuda") else DEVICE,
             "python": platform.python_version(), "torch": torch.__version__, "transformers": hf.__version__,
             "load_start": load_average()}
 

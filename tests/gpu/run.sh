@@ -7,7 +7,10 @@
 # machine's torch. Everything it prints and the figures' JSON go to OUT (about 4 minutes on an H200).
 #   sh tests/gpu/run.sh OUT
 # Each stage has a time limit (seconds): TW_GPU_BUILD_S, TW_GPU_FIGURES_S, TW_GPU_BACKWARD_S,
-# TW_GPU_TESTS_S, TW_GPU_SUITE_S; TW_GPU_STAGES (default "figures backward tests suite") picks them.
+# TW_GPU_TESTS_S, TW_GPU_SUITE_S, TW_GPU_OWN_COST_S; TW_GPU_STAGES (default "figures backward tests
+# suite"; "own_cost" too) picks them. own_cost: the transformers models through `run` with its defaults
+# (GPU timing on) against the plain program on the GPU, interleaved processes, the profiler's own
+# estimate beside (tests/bench/bench_hf.py, BENCH_HF_DEVICE=cuda; its BENCH_HF_* sizes pass through).
 set -u
 OUT=${1:?usage: run.sh OUT}
 mkdir -p "$OUT"
@@ -72,5 +75,10 @@ PYTHONUNBUFFERED=1 timeout "${TW_GPU_SUITE_S:-150}" python3 -m pytest -q -p no:c
 # the forked child's nodes with real CUPTI (missing there once): its output in full
 PYTHONUNBUFFERED=1 timeout 60 python3 -m pytest -q -p no:cacheprovider -p no:randomly -k forked \
     tests/python/test_backward.py 2>&1 | tail -30
+esac
+case " $STAGES " in *" own_cost "*)
+say "own cost on the GPU: the transformers models through run, defaults, against plain"
+PYTHONUNBUFFERED=1 BENCH_HF_DEVICE=cuda BENCH_HF_PARTS=run BENCH_HF_RUN_MODES=defaults BENCH_HF_CALLGRIND=0 \
+    timeout "${TW_GPU_OWN_COST_S:-400}" python3 tests/bench/bench_hf.py 2>&1 | tee "$OUT/own-cost-gpu.txt" | tail -12
 esac
 say "done"
