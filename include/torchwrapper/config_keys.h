@@ -56,7 +56,7 @@ TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, cons
  *   out_dir a path | format "json"|"csv" | file_max_size a size (>= 4096 bytes) | file_name_spec
  *   "timestamp", "serial" or a template | modules, include: lists of names | exclude null (the
  *   default list), [globs] (replacing it) or ["+glob", ...] (added to it; not both kinds) | args "summary"|"none"|"repr" | gpu "auto"|"on"|"off" | max_files a
- *   count (0: all) | flush_interval seconds, (0, 3600] | buffer_size a size | on_full "drop"|"wait" |
+ *   count (0: all) | max_total_size a size (0: all) | flush_interval seconds, (0, 3600] | buffer_size a size | on_full "drop"|"wait" |
  *   tensor_stats null (off), true or {"tensors": [of input output weight grad], "metrics": [of shape
  *   dtype mean std min max zeros nan inf, or registered names], "modules": [globs], "every": n |
  *   "sample": p} (normalized to null or the complete object) | track [of "parameters", "grads"] |
@@ -120,6 +120,7 @@ typedef struct tw_config {
     uint64_t file_max_size;     /* bytes, >= TW_CONFIG_MIN_FILE_SIZE */
     char *file_name_spec;
     unsigned max_files;         /* 0: all kept */
+    uint64_t max_total_size;    /* bytes of each kind's files kept, the oldest removed past it; 0: all kept */
     uint64_t flush_interval_ns;
     uint64_t buffer_bytes;      /* buffer_size */
     int block_when_full;        /* on_full "wait" */

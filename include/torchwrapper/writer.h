@@ -70,6 +70,8 @@ typedef struct tw_writer_config {
     tw_compress_t compress;       /* TW_COMPRESS_GZIP: each record file is one gzip member, whose
                                      compressed size file_max_size bounds; every flush ends in a sync
                                      point, so that a killed process's files read up to its last flush */
+    uint64_t max_total_size;      /* each kind's files kept within these bytes, the oldest removed (a flight
+                                     recorder); each file then at most half of it; 0: all kept */
 } tw_writer_config_t;
 
 /* The writer's part of config into out (its strings point into config). rank, manifest_json,

@@ -152,7 +152,8 @@ class Profile:
     numbers); ``track`` (["parameters"], ["parameters", "grads"]) records in-place updates of them.
 
     With ``out_dir``, records stream to files there (``format`` "csv" or "json", each file at most
-    ``file_max_size``, named by ``file_name_spec``, ``max_files`` newest kept, on disk within
+    ``file_max_size``, named by ``file_name_spec``, ``max_files`` newest kept, the oldest
+    removed past ``max_total_size`` bytes of each kind (10 GB by default; 0 keeps all), on disk within
     ``flush_interval`` seconds; ``buffer_size`` bounds memory, ``on_full`` "drop" or "wait";
     ``compress`` "gzip" writes each file as one gzip member, ``*.csv.gz`` / ``*.jsonl.gz``, about a
     fifth of the size, file_max_size counting its compressed bytes). Without it, records stay in
@@ -210,13 +211,13 @@ class Profile:
                  records: Optional[str] = None, on_demand: Any = None, sites: Optional[str] = None,
                  aten: Optional[str] = None, flops: Optional[bool] = None,
                  peak_flops: Optional[float] = None, memory: Optional[bool] = None,
-                 compress: Optional[str] = None, detail: Optional[str] = None) -> None:
+                 compress: Optional[str] = None, detail: Optional[str] = None, max_total_size: Any = None) -> None:
         given = {"modules": modules, "include": include, "exclude": exclude, "out_dir": out_dir, "format": format,
                  "file_max_size": file_max_size, "file_name_spec": file_name_spec, "max_files": max_files,
                  "flush_interval": flush_interval, "buffer_size": buffer_size, "on_full": on_full, "args": args,
                  "gpu": gpu, "tensor_stats": tensor_stats, "track": track, "schedule": schedule, "records": records,
                  "on_demand": on_demand, "sites": sites, "aten": aten, "flops": flops, "peak_flops": peak_flops,
-                 "memory": memory, "compress": compress, "detail": detail}
+                 "memory": memory, "compress": compress, "detail": detail, "max_total_size": max_total_size}
         given = {key: list(value) if isinstance(value, (tuple, list)) else value
                  for key, value in given.items() if value is not None}
         c = _config.normalize(given, defaults="profile")

@@ -81,6 +81,7 @@ static int typed(const cJSON *root, tw_config_t *out)
     out->file_max_size = number(root, "file_max_size");
     out->file_name_spec = string(root, "file_name_spec", &failed);
     out->max_files = (unsigned)number(root, "max_files");
+    out->max_total_size = number(root, "max_total_size");
     out->flush_interval_ns =
         (uint64_t)(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(root, "flush_interval")) * 1e9);
     out->buffer_bytes = number(root, "buffer_size");

@@ -573,6 +573,9 @@ static int findings_print(report_sink_t *sink, const report_pass_t *pass, FILE *
     report_own_text(&pass->in->info.own, own, sizeof own);
     if (f->o->format != OUT_JSON && own[0] != '\0') /* what the run's profiling cost, and its detail's steps */
         fprintf(out, "%s%s\n", f->o->format == OUT_MARKDOWN ? "\n" : "", own);
+    report_removed_text(&pass->in->info, own, sizeof own);
+    if (f->o->format != OUT_JSON && own[0] != '\0')
+        fprintf(out, "%s\n", own);
     return 0;
 }
 

@@ -275,6 +275,12 @@ static void section_summary(FILE *out, const page_t *pg)
         text(out, own_text);
         fputs("</p>\n", out);
     }
+    report_removed_text(info, own_text, sizeof own_text);
+    if (own_text[0] != '\0') {
+        fputs("<p class=\"note\" id=\"removed\">", out);
+        text(out, own_text);
+        fputs("</p>\n", out);
+    }
     fputs("</section>\n", out);
 }
 

@@ -9,6 +9,8 @@
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -101,6 +103,37 @@ const input_proc_t *report_input_proc(const inputs_t *in, int64_t pid, size_t *h
     return NULL;
 }
 
+/* Counts the call-record files of a manifest's list that the writer removed. */
+static void add_removed(struct run_info *info, const cJSON *files)
+{
+    const cJSON *file;
+    cJSON_ArrayForEach(file, files) {
+        const cJSON *why = cJSON_GetObjectItemCaseSensitive(file, "removed");
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(file, "kind");
+        if (!cJSON_IsString(why) || (cJSON_IsString(kind) && strcmp(kind->valuestring, "calls") != 0))
+            continue;
+        const cJSON *records = cJSON_GetObjectItemCaseSensitive(file, "records");
+        const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(file, "bytes");
+        if (info->removed_files++ == 0)
+            copy_string(info->removed_by, sizeof info->removed_by, why);
+        info->removed_records += cJSON_IsNumber(records) && records->valuedouble > 0 ? (uint64_t)records->valuedouble : 0;
+        info->removed_bytes += cJSON_IsNumber(bytes) && bytes->valuedouble > 0 ? (uint64_t)bytes->valuedouble : 0;
+    }
+}
+
+void report_removed_text(const struct run_info *info, char *buf, size_t size)
+{
+    if (size == 0)
+        return;
+    buf[0] = '\0';
+    if (info->removed_files == 0)
+        return;
+    snprintf(buf, size, "The oldest %" PRIu64 " record file%s (%" PRIu64 " records, %.1f MB) were removed by %s: "
+             "these figures are the newest records'; summary.json counts every call", info->removed_files,
+             info->removed_files == 1 ? "" : "s", info->removed_records, (double)info->removed_bytes / 1e6,
+             info->removed_by);
+}
+
 /* Notes a manifest's start time, rank and what --html's summary shows; a manifest that does not
  * parse is simply not used. */
 static void read_manifest(inputs_t *in, const char *path)
@@ -165,6 +198,7 @@ static void read_manifest(inputs_t *in, const char *path)
         if (info->manifests == 0 && cJSON_IsNumber(threads) && threads->valuedouble >= 1)
             info->torch_threads = (int64_t)threads->valuedouble;
         report_own_add(&info->own, root);
+        add_removed(info, cJSON_GetObjectItemCaseSensitive(root, "files"));
         info->manifests++;
     }
     cJSON_Delete(root);

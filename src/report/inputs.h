@@ -45,6 +45,10 @@ typedef struct inputs {
         int64_t cpus;          /* the first manifest's process's usable CPUs; 0: not said */
         int64_t torch_threads; /* its torch threads when profiling began; 0: not said */
         report_own_t own;      /* the profiler's own cost, summed over the manifests that say it */
+        /* record files the writer removed (max_total_size, max_files: a flight recorder), their call
+         * records' files only: the reports then cover the newest records */
+        uint64_t removed_files, removed_records, removed_bytes;
+        char removed_by[16];   /* the limit that removed the first of them */
     } info;
 } inputs_t;
 
@@ -60,6 +64,10 @@ void report_free_inputs(inputs_t *in);
 /* The manifest's word on process pid, or NULL when no manifest names it. hint (may be NULL) keeps the
  * index found last: rows come in runs of one process. */
 const input_proc_t *report_input_proc(const inputs_t *in, int64_t pid, size_t *hint);
+
+/* The line every report prints when the writer removed record files of the run, so that its tables
+ * and findings are read as the newest records' ("" when none were removed). */
+void report_removed_text(const struct run_info *info, char *buf, size_t size);
 
 /* The offset to add to pid's times (0 without a measured one). */
 static inline int64_t report_clock_offset(const inputs_t *in, int64_t pid, size_t *hint)

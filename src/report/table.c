@@ -488,5 +488,8 @@ int report_print_table(FILE *out, FILE *err, const group_table_t *groups, const 
     report_own_text(&in->info.own, own, sizeof own);
     if (table && own[0] != '\0') /* what recording this cost the program, under every terminal table */
         fprintf(out, "%s%s\n", own, k.own != NULL ? " (own ms: a step's calls and nodes at these rates)" : "");
+    report_removed_text(&in->info, own, sizeof own);
+    if (table && own[0] != '\0')
+        fprintf(out, "%s\n", own);
     return 0;
 }

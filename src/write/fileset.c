@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Rotating file sets: file names (file_name_spec), O_EXCL | O_NOFOLLOW creation, rotation before
- * file_max_size, max_files, buffered writes (deflated into gzip members with compress "gzip") and the
- * first write error. See fileset.h.
+ * file_max_size, the oldest files removed past max_files and max_total_size, buffered writes
+ * (deflated into gzip members with compress "gzip") and the first write error. See fileset.h.
  */
 #include "config.h"
 #include "fileset.h"
@@ -241,22 +241,41 @@ int tw_make_dirs(const char *dir)
     return S_ISDIR(st.st_mode) ? (access(dir, W_OK | X_OK) == 0 ? 0 : -errno) : -ENOTDIR;
 }
 
-/* Keeps only the newest max_files files of fs (the current one included). */
-static void enforce_max_files(tw_fileset_env_t *env, tw_fileset_t *fs)
+/* Why fs's oldest kept file must go, with kept_bytes in the closed files kept: the newest max_files
+ * files are kept (the current one included), and within max_total_size, the current one counted as
+ * full (max_size), as it will be. 0: it stays. */
+static int removal_due(const tw_fileset_env_t *env, const tw_fileset_t *fs, uint64_t kept_bytes)
 {
-    if (env->max_files == 0)
+    if (env->max_files != 0 && fs->kept > env->max_files)
+        return TW_REMOVED_MAX_FILES;
+    if (env->max_total_size != 0 && kept_bytes + env->max_size > env->max_total_size)
+        return TW_REMOVED_MAX_TOTAL_SIZE;
+    return 0;
+}
+
+/* Removes fs's oldest files past max_files and max_total_size, never the one just opened (the last). */
+static void enforce_limits(tw_fileset_env_t *env, tw_fileset_t *fs)
+{
+    if (env->max_files == 0 && env->max_total_size == 0)
         return;
-    for (size_t i = 0; i < fs->file_count && fs->kept > env->max_files; i++) {
+    uint64_t kept_bytes = 0; /* the closed files' (their sizes are final; the list holds a few thousand) */
+    for (size_t i = 0; i + 1 < fs->file_count; i++)
+        kept_bytes += fs->files[i].removed ? 0 : fs->files[i].bytes;
+    for (size_t i = 0; i + 1 < fs->file_count; i++) {
         if (fs->files[i].removed)
             continue;
+        int why = removal_due(env, fs, kept_bytes);
+        if (why == 0)
+            break;
         char path[PATH_MAX];
         if (tw_path_join(path, sizeof path, env->out_dir, fs->files[i].name) == 0 && unlink(path) != 0 &&
             errno != ENOENT)
             tw_fileset_warn(env, "removing", path, -errno);
         pthread_mutex_lock(env->lock);
-        fs->files[i].removed = 1;
+        fs->files[i].removed = why;
         pthread_mutex_unlock(env->lock);
         fs->kept--;
+        kept_bytes -= fs->files[i].bytes;
     }
 }
 
@@ -355,7 +374,7 @@ static int open_next_file(tw_fileset_env_t *env, tw_fileset_t *fs)
             }
             pthread_mutex_unlock(env->lock);
         }
-        enforce_max_files(env, fs);
+        enforce_limits(env, fs);
         return 0;
     }
     return -EEXIST;

@@ -2,8 +2,9 @@
 /*
  * Rotating file sets (not public API): the files of one kind of record in out_dir, each at most
  * max_size bytes, named by file_name_spec, opened O_EXCL | O_NOFOLLOW (never an existing file, never
- * through a symbolic link), the oldest removed past max_files. Knows nothing of records, queues or
- * threads: the writer thread appends formatted lines.
+ * through a symbolic link), the oldest removed past max_files or max_total_size (a flight recorder:
+ * the files kept, the one being written counted as full, never pass it). Knows nothing of records,
+ * queues or threads: the writer thread appends formatted lines.
  *
  * Compressed (compress "gzip"): each file is one gzip member (".csv.gz", ".jsonl.gz") holding what
  * the plain file would, its CSV header first. Lines are gathered as they are, and deflated at each
@@ -35,6 +36,18 @@
 
 struct z_stream_s; /* zlib's z_stream */
 
+enum { TW_REMOVED_MAX_FILES = 1, TW_REMOVED_MAX_TOTAL_SIZE = 2 };
+
+/* The most bytes a file may hold: file_max_size, or half of max_total_size where that is less (so
+ * that the file before the one being written is kept too), never below TW_MIN_FILE_SIZE. */
+static inline uint64_t tw_fileset_file_cap(uint64_t file_max_size, uint64_t max_total_size)
+{
+    uint64_t half = max_total_size / 2;
+    if (max_total_size == 0 || half >= file_max_size)
+        return file_max_size;
+    return half > TW_MIN_FILE_SIZE ? half : TW_MIN_FILE_SIZE;
+}
+
 /*
  * What every file set of one writer shares: where and how files are named, and the counters and
  * first error of them all. The configuration is set before any file is opened (and again in a forked
@@ -47,6 +60,7 @@ typedef struct {
     tw_compress_t compress; /* gzip: .gz after it, and the files gzip members */
     uint64_t max_size;
     unsigned max_files;    /* 0: no limit */
+    uint64_t max_total_size; /* bytes of one kind's files kept; 0: no limit (max_size is then at most half) */
     int64_t pid;
     int64_t rank;
     char host[256];
@@ -60,7 +74,7 @@ typedef struct {
     char *name;
     uint64_t records;
     uint64_t bytes;
-    int removed; /* by max_files */
+    int removed; /* 0, or why it was removed: TW_REMOVED_MAX_FILES or TW_REMOVED_MAX_TOTAL_SIZE */
     int complete; /* compressed: closed with the member's end (a killed process's last file is not) */
 } tw_file_entry_t;
 
@@ -79,7 +93,7 @@ typedef struct {
     tw_file_entry_t *files;
     size_t file_count;
     size_t file_capacity;
-    size_t kept;           /* files not removed by max_files */
+    size_t kept;           /* files not removed */
     char *buf;             /* TW_BUFFER_FLUSH + one line */
     size_t buf_len;
     uint64_t buf_records;

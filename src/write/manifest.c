@@ -74,8 +74,9 @@ static void add_files(cJSON *files, const tw_fileset_t *fs)
         cJSON_AddStringToObject(f, "kind", fs->kind);
         cJSON_AddItemToObject(f, "records", raw_int((int64_t)fs->files[i].records));
         cJSON_AddItemToObject(f, "bytes", raw_int((int64_t)fs->files[i].bytes));
-        if (fs->files[i].removed)
-            cJSON_AddTrueToObject(f, "removed_by_max_files");
+        if (fs->files[i].removed) /* why: the limit that removed it */
+            cJSON_AddStringToObject(f, "removed",
+                                    fs->files[i].removed == TW_REMOVED_MAX_FILES ? "max_files" : "max_total_size");
         if (fs->files[i].complete) /* a gzip member closed with its end: readers take it as it is */
             cJSON_AddTrueToObject(f, "complete");
         cJSON_AddItemToArray(files, f);

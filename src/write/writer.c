@@ -446,6 +446,7 @@ void tw_config_writer(const tw_config_t *config, tw_writer_config_t *out)
     out->file_max_size = config->file_max_size;
     out->file_name_spec = config->file_name_spec;
     out->max_files = config->max_files;
+    out->max_total_size = config->max_total_size;
     out->flush_interval_ns = config->flush_interval_ns;
     out->buffer_bytes = config->buffer_bytes;
     out->block_when_full = config->block_when_full;
@@ -521,8 +522,9 @@ int tw_writer_create(const tw_writer_config_t *config, tw_queue_t *queue, const 
     w->env.spec = w->spec;
     w->env.format = config->format;
     w->env.compress = config->compress;
-    w->env.max_size = config->file_max_size;
+    w->env.max_size = tw_fileset_file_cap(config->file_max_size, config->max_total_size);
     w->env.max_files = config->max_files;
+    w->env.max_total_size = config->max_total_size;
     w->env.lock = &w->lock;
     w->flush_interval_ns = config->flush_interval_ns ? config->flush_interval_ns : defaults->flush_interval_ns;
     uint64_t buffer_bytes = config->buffer_bytes ? config->buffer_bytes : defaults->buffer_bytes;

@@ -168,11 +168,48 @@ static void max_files_keeps_the_newest(void **state)
     int n = cJSON_GetArraySize(files), removed = 0;
     assert_true(n > 3);
     for (int i = 0; i < n; i++) {
-        int gone = cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(files, i), "removed_by_max_files"));
+        const cJSON *why = cJSON_GetObjectItem(cJSON_GetArrayItem(files, i), "removed");
+        int gone = cJSON_IsString(why) && strcmp(why->valuestring, "max_files") == 0;
         removed += gone;
         assert_int_equal(gone, i < n - 3); /* the oldest went */
     }
     assert_int_equal(removed, n - 3);
+    cJSON_Delete(m);
+    free_fixture(&f);
+}
+
+/* A profile left on for days keeps its newest records within max_total_size, each file then at most
+ * half of it; the manifest says which files went and why, and still counts every record written. */
+static void max_total_size_keeps_the_newest_within_it(void **state)
+{
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                 .max_total_size = 32768, .rank = -1};
+    open_fixture(&f, config);
+    record_calls(f.rec, f.ids, 5000);
+    close_fixture(&f);
+    readback_t r = read_back(f.dir, ".csv", getpid());
+    assert_true(r.files >= 1 && r.files <= 2); /* the one written last, and the one before where both fit */
+    assert_true(r.max_file_size <= 16384);
+    assert_true(r.rows > 0 && r.rows < 5000);
+    char path[512];
+    snprintf(path, sizeof path, "%s/manifest.json", f.dir);
+    cJSON *m = read_json_file(path);
+    const cJSON *file;
+    uint64_t kept_records = 0, removed = 0, listed = 0;
+    cJSON_ArrayForEach(file, cJSON_GetObjectItem(m, "files")) {
+        const cJSON *why = cJSON_GetObjectItem(file, "removed");
+        listed++;
+        if (why == NULL) {
+            kept_records += (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(file, "records"));
+        } else {
+            assert_string_equal(why->valuestring, "max_total_size");
+            assert_int_equal(removed++, listed - 1); /* only the oldest go */
+        }
+    }
+    assert_int_equal(removed, listed - r.files);
+    assert_int_equal(kept_records, r.rows);
+    assert_int_equal((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "records_written")), 5000);
     cJSON_Delete(m);
     free_fixture(&f);
 }
@@ -350,6 +387,7 @@ int main(void)
         cmocka_unit_test(json_files_never_exceed_the_cap_and_read_back_identical),
         cmocka_unit_test(an_existing_name_is_never_overwritten),
         cmocka_unit_test(max_files_keeps_the_newest),
+        cmocka_unit_test(max_total_size_keeps_the_newest_within_it),
         cmocka_unit_test(a_forked_child_writes_its_own_files),
         cmocka_unit_test(ranks_sharing_out_dir_write_their_own_manifests_and_ranked_names),
         cmocka_unit_test(a_manifest_key_set_while_writing_is_in_the_final_manifest),

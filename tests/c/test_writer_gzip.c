@@ -81,6 +81,24 @@ static void gzip_json_files_stay_under_the_cap_and_each_inflates_alone_to_the_pl
 
 /* Arguments of random text deflate to most of their size (stored blocks at worst): the cap holds at
  * the smallest file size all the same, with every record whole. */
+/* max_total_size counts compressed bytes too: the files kept hold at most it, each whole. */
+static void gzip_files_kept_stay_within_max_total_size(void **state)
+{
+    enum { N = 40000, TOTAL = 16384 };
+    fixture_t f;
+    tw_writer_config_t config = {.format = TW_FORMAT_CSV, .file_max_size = 1 << 20, .file_name_spec = "serial",
+                                 .compress = TW_COMPRESS_GZIP, .max_total_size = TOTAL, .rank = -1};
+    open_fixture(&f, config);
+    record_calls(f.rec, f.ids, N);
+    close_fixture(&f);
+    readback_t z = read_back(f.dir, ".csv.gz", getpid());
+    assert_true(z.files >= 1 && z.files <= 2);
+    assert_true(z.max_file_size <= TOTAL / 2);
+    assert_int_equal(z.incomplete, 0);
+    assert_true(z.rows > 0 && z.rows < N);
+    free_fixture(&f);
+}
+
 static void gzip_of_incompressible_arguments_stays_under_the_cap(void **state)
 {
     enum { N = 3000 };
@@ -183,6 +201,7 @@ int main(void)
         cmocka_unit_test(gzip_csv_files_stay_under_the_cap_and_each_inflates_alone_to_the_plain_rows),
         cmocka_unit_test(gzip_json_files_stay_under_the_cap_and_each_inflates_alone_to_the_plain_rows),
         cmocka_unit_test(gzip_of_incompressible_arguments_stays_under_the_cap),
+        cmocka_unit_test(gzip_files_kept_stay_within_max_total_size),
         cmocka_unit_test(a_killed_gzip_writer_leaves_files_read_to_its_last_flush),
     };
     return cmocka_run_group_tests_name("writer_gzip", tests, NULL, NULL);

@@ -33,6 +33,10 @@ KEYS = {
     "args": "Argument summaries: shapes and dtypes (summary), none, or repr.",
     "gpu": "GPU timing with CUPTI: auto (when a GPU and CUPTI are found), on (say why not), off.",
     "max_files": "Keep only the newest N record files (a flight recorder); 0 keeps all.",
+    "max_total_size": "Keep each kind's record files within this size on disk: the oldest are removed as new ones "
+                      "open (a flight recorder, so that a profile left on for days keeps its newest records, not a "
+                      "full disk), and a file holds at most half of it; 0 keeps all. summary.json still counts "
+                      "every call, and the reports say what was removed.",
     "flush_interval": "Seconds between the writer's flushes of what the threads recorded.",
     "buffer_size": "The memory the recorded chunks may take before on_full applies.",
     "on_full": "When the buffer is full: drop records (counted in the manifest) or wait for the writer.",

@@ -217,6 +217,9 @@ def test_getAttributes_lists_callable_names_under_an_object():
     ({"gpu": True}, "config key 'gpu': true is not accepted: give one of: auto on off"),
     ({"max_files": -1}, "config key 'max_files': -1 is not accepted: give a whole number"),
     ({"max_files": 1.5}, "config key 'max_files': 1.5 is not accepted"),
+    ({"max_total_size": 5000}, "config key 'max_total_size': 5000 is too small: give 0 (every file kept) or at "
+                               "least 8192 bytes"),
+    ({"max_total_size": "-1GB"}, "config key 'max_total_size': \"-1GB\" is not a size"),
     ({"flush_interval": 0}, "config key 'flush_interval': 0 is not accepted: give a number of seconds"),
     ({"buffer_size": "lots"}, "config key 'buffer_size': \"lots\" is not a size"),
     ({"on_full": "block"}, "config key 'on_full': \"block\" is not accepted: give one of: drop wait"),

@@ -64,7 +64,7 @@ char **tw_cupti_paths_of(PyObject *paths)
 const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS] = {
     "out_dir", "format", "file_max_size", "file_name_spec", "max_files", "flush_interval", "buffer_size", "on_full",
     "args", "gpu", "schedule", "records", "on_demand", "sites", "aten", "flops",
-    "peak_flops", "memory", "compress", "detail"};
+    "peak_flops", "memory", "compress", "detail", "max_total_size"};
 
 int tw_session_config(PyObject *const *values, tw_config_t *out)
 {

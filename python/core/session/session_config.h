@@ -10,7 +10,7 @@
 #include "torchwrapper/config_keys.h"
 
 /* The config keys Session takes as keyword arguments, in its keyword order. */
-#define TW_SESSION_CONFIG_KEYWORDS 20
+#define TW_SESSION_CONFIG_KEYWORDS 21
 extern const char *const tw_session_config_keywords[TW_SESSION_CONFIG_KEYWORDS];
 
 /* The given config arguments (values[i] for tw_session_config_keywords[i], NULL when not given)
