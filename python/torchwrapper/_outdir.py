@@ -47,7 +47,7 @@ def record_files(out_dir: str, pid: Optional[int] = None, kind: str = "calls") -
         if pid is not None and m.get("pid") != pid:
             continue
         names.extend(entry["name"] for entry in m.get("files", [])
-                     if not entry.get("removed") and entry.get("kind", "calls") == kind)
+                     if entry.get("kind", "calls") == kind)
     return [os.path.join(out_dir, n) for n in names if os.path.exists(os.path.join(out_dir, n))]
 
 

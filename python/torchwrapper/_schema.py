@@ -181,9 +181,9 @@ _SCHEMA: Dict[str, Any] = {
              "file_name_spec; CSV files each start with their header line. With compress \"gzip\" each name "
              "ends in .gz (NAME.csv.gz, NAME.jsonl.gz): one gzip member holding what the plain file would, "
              "listed \"complete\": true in the manifest once closed (a killed process's last file is a "
-             "member cut short, whole up to its last flush). A file removed by max_files or max_total_size "
-             "stays listed, with \"removed\": \"max_files\" or \"max_total_size\" and its records and "
-             "bytes. Readers ignore columns they "
+             "member cut short, whole up to its last flush). The files removed by max_files or max_total_size "
+             "(the oldest) leave the list: the manifest's records.KIND.removed counts them ({\"files\", "
+             "\"records\", \"bytes\", \"by\"}). Readers ignore columns they "
              "do not know (a newer version) and skip a torn last line (a killed process). The site "
              "columns' ids are keys of \"sites\" in sites.json (sites-PID.json), named in the manifest's "
              "\"sites\": {\"file\", \"line\", \"function\", \"text\"} (text: \"train.py:42 train_step\").",

@@ -103,22 +103,27 @@ const input_proc_t *report_input_proc(const inputs_t *in, int64_t pid, size_t *h
     return NULL;
 }
 
-/* Counts the call-record files of a manifest's list that the writer removed. */
-static void add_removed(struct run_info *info, const cJSON *files)
+/* A non-negative whole number of o's key, or 0. */
+static uint64_t count_of(const cJSON *o, const char *key)
 {
-    const cJSON *file;
-    cJSON_ArrayForEach(file, files) {
-        const cJSON *why = cJSON_GetObjectItemCaseSensitive(file, "removed");
-        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(file, "kind");
-        if (!cJSON_IsString(why) || (cJSON_IsString(kind) && strcmp(kind->valuestring, "calls") != 0))
-            continue;
-        const cJSON *records = cJSON_GetObjectItemCaseSensitive(file, "records");
-        const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(file, "bytes");
-        if (info->removed_files++ == 0)
-            copy_string(info->removed_by, sizeof info->removed_by, why);
-        info->removed_records += cJSON_IsNumber(records) && records->valuedouble > 0 ? (uint64_t)records->valuedouble : 0;
-        info->removed_bytes += cJSON_IsNumber(bytes) && bytes->valuedouble > 0 ? (uint64_t)bytes->valuedouble : 0;
-    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) && v->valuedouble > 0 ? (uint64_t)v->valuedouble : 0;
+}
+
+/* Adds the call-record files a manifest says the writer removed (records.calls.removed). */
+static void add_removed(struct run_info *info, const cJSON *root)
+{
+    const cJSON *records = cJSON_GetObjectItemCaseSensitive(root, "records");
+    const cJSON *removed = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(records, "calls"),
+                                                            "removed");
+    uint64_t files = count_of(removed, "files");
+    if (files == 0)
+        return;
+    if (info->removed_files == 0)
+        copy_string(info->removed_by, sizeof info->removed_by, cJSON_GetObjectItemCaseSensitive(removed, "by"));
+    info->removed_files += files;
+    info->removed_records += count_of(removed, "records");
+    info->removed_bytes += count_of(removed, "bytes");
 }
 
 void report_removed_text(const struct run_info *info, char *buf, size_t size)
@@ -198,7 +203,7 @@ static void read_manifest(inputs_t *in, const char *path)
         if (info->manifests == 0 && cJSON_IsNumber(threads) && threads->valuedouble >= 1)
             info->torch_threads = (int64_t)threads->valuedouble;
         report_own_add(&info->own, root);
-        add_removed(info, cJSON_GetObjectItemCaseSensitive(root, "files"));
+        add_removed(info, root);
         info->manifests++;
     }
     cJSON_Delete(root);

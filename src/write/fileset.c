@@ -241,42 +241,51 @@ int tw_make_dirs(const char *dir)
     return S_ISDIR(st.st_mode) ? (access(dir, W_OK | X_OK) == 0 ? 0 : -errno) : -ENOTDIR;
 }
 
-/* Why fs's oldest kept file must go, with kept_bytes in the closed files kept: the newest max_files
- * files are kept (the current one included), and within max_total_size, the current one counted as
- * full (max_size), as it will be. 0: it stays. */
-static int removal_due(const tw_fileset_env_t *env, const tw_fileset_t *fs, uint64_t kept_bytes)
+/* Why fs's oldest file must go, with kept_bytes in the closed files: the newest max_files files are
+ * kept (the current one included), and within max_total_size, the current one counted as full
+ * (max_size), as it will be. 0: it stays. */
+static int removal_due(const tw_fileset_env_t *env, const tw_fileset_t *fs, size_t gone, uint64_t kept_bytes)
 {
-    if (env->max_files != 0 && fs->kept > env->max_files)
+    if (env->max_files != 0 && fs->file_count - gone > env->max_files)
         return TW_REMOVED_MAX_FILES;
     if (env->max_total_size != 0 && kept_bytes + env->max_size > env->max_total_size)
         return TW_REMOVED_MAX_TOTAL_SIZE;
     return 0;
 }
 
-/* Removes fs's oldest files past max_files and max_total_size, never the one just opened (the last). */
+/* Removes fs's oldest files past max_files and max_total_size, never the one just opened (the last).
+ * Their entries leave the list, into fs's removed totals, so that neither the list nor the manifest
+ * grows with a run that is left on. */
 static void enforce_limits(tw_fileset_env_t *env, tw_fileset_t *fs)
 {
     if (env->max_files == 0 && env->max_total_size == 0)
         return;
-    uint64_t kept_bytes = 0; /* the closed files' (their sizes are final; the list holds a few thousand) */
+    uint64_t kept_bytes = 0; /* the closed files' (their sizes are final) */
     for (size_t i = 0; i + 1 < fs->file_count; i++)
-        kept_bytes += fs->files[i].removed ? 0 : fs->files[i].bytes;
-    for (size_t i = 0; i + 1 < fs->file_count; i++) {
-        if (fs->files[i].removed)
-            continue;
-        int why = removal_due(env, fs, kept_bytes);
-        if (why == 0)
-            break;
+        kept_bytes += fs->files[i].bytes;
+    size_t gone = 0;
+    int why;
+    while (gone + 1 < fs->file_count && (why = removal_due(env, fs, gone, kept_bytes)) != 0) {
+        tw_file_entry_t *file = &fs->files[gone++];
         char path[PATH_MAX];
-        if (tw_path_join(path, sizeof path, env->out_dir, fs->files[i].name) == 0 && unlink(path) != 0 &&
-            errno != ENOENT)
+        if (tw_path_join(path, sizeof path, env->out_dir, file->name) == 0 && unlink(path) != 0 && errno != ENOENT)
             tw_fileset_warn(env, "removing", path, -errno);
+        kept_bytes -= file->bytes;
         pthread_mutex_lock(env->lock);
-        fs->files[i].removed = why;
+        fs->removed.files++;
+        fs->removed.records += file->records;
+        fs->removed.bytes += file->bytes;
+        fs->removed.why = why;
         pthread_mutex_unlock(env->lock);
-        fs->kept--;
-        kept_bytes -= fs->files[i].bytes;
     }
+    if (gone == 0)
+        return;
+    for (size_t i = 0; i < gone; i++)
+        free(fs->files[i].name);
+    pthread_mutex_lock(env->lock); /* the manifest reads the list under it */
+    memmove(fs->files, fs->files + gone, (fs->file_count - gone) * sizeof *fs->files);
+    fs->file_count -= gone;
+    pthread_mutex_unlock(env->lock);
 }
 
 /*
@@ -344,9 +353,8 @@ static int open_next_file(tw_fileset_env_t *env, tw_fileset_t *fs)
         }
         fs->fd = fd;
         pthread_mutex_lock(env->lock);
-        fs->files[fs->file_count++] = (tw_file_entry_t){copy, 0, 0, 0, 0};
+        fs->files[fs->file_count++] = (tw_file_entry_t){copy, 0, 0, 0};
         pthread_mutex_unlock(env->lock);
-        fs->kept++;
         fs->file_bytes = 0;
         if (env->compress != TW_COMPRESS_NONE) {
             /* The member's start, and the header in it, on disk at once. */
@@ -452,7 +460,7 @@ void tw_fileset_fork_child(tw_fileset_t *fs)
     for (size_t i = 0; i < fs->file_count; i++)
         free(fs->files[i].name);
     fs->file_count = 0;
-    fs->kept = 0;
+    memset(&fs->removed, 0, sizeof fs->removed);
     fs->index = 0;
     fs->buf_len = 0;
     fs->buf_records = 0;

@@ -74,7 +74,6 @@ typedef struct {
     char *name;
     uint64_t records;
     uint64_t bytes;
-    int removed; /* 0, or why it was removed: TW_REMOVED_MAX_FILES or TW_REMOVED_MAX_TOTAL_SIZE */
     int complete; /* compressed: closed with the member's end (a killed process's last file is not) */
 } tw_file_entry_t;
 
@@ -93,7 +92,10 @@ typedef struct {
     tw_file_entry_t *files;
     size_t file_count;
     size_t file_capacity;
-    size_t kept;           /* files not removed */
+    struct {               /* the files removed by max_files and max_total_size (no longer listed) */
+        uint64_t files, records, bytes;
+        int why;           /* the limit that removed the last of them: TW_REMOVED_* */
+    } removed;
     char *buf;             /* TW_BUFFER_FLUSH + one line */
     size_t buf_len;
     uint64_t buf_records;

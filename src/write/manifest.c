@@ -74,9 +74,6 @@ static void add_files(cJSON *files, const tw_fileset_t *fs)
         cJSON_AddStringToObject(f, "kind", fs->kind);
         cJSON_AddItemToObject(f, "records", raw_int((int64_t)fs->files[i].records));
         cJSON_AddItemToObject(f, "bytes", raw_int((int64_t)fs->files[i].bytes));
-        if (fs->files[i].removed) /* why: the limit that removed it */
-            cJSON_AddStringToObject(f, "removed",
-                                    fs->files[i].removed == TW_REMOVED_MAX_FILES ? "max_files" : "max_total_size");
         if (fs->files[i].complete) /* a gzip member closed with its end: readers take it as it is */
             cJSON_AddTrueToObject(f, "complete");
         cJSON_AddItemToArray(files, f);
@@ -132,6 +129,15 @@ void tw_manifest_write(tw_fileset_env_t *env, const char *path, const tw_manifes
             }
             cJSON_AddItemToObject(o, "truncated", raw_int((int64_t)k->truncated));
             cJSON_AddItemToObject(o, "bytes_written", raw_int((int64_t)k->files->bytes_total));
+            const tw_fileset_t *fs = k->files;
+            cJSON *removed = fs->removed.files > 0 ? cJSON_AddObjectToObject(o, "removed") : NULL;
+            if (removed != NULL) { /* the oldest files, gone from "files" (max_files, max_total_size) */
+                cJSON_AddItemToObject(removed, "files", raw_int((int64_t)fs->removed.files));
+                cJSON_AddItemToObject(removed, "records", raw_int((int64_t)fs->removed.records));
+                cJSON_AddItemToObject(removed, "bytes", raw_int((int64_t)fs->removed.bytes));
+                cJSON_AddStringToObject(removed, "by",
+                                        fs->removed.why == TW_REMOVED_MAX_FILES ? "max_files" : "max_total_size");
+            }
         }
         if (i == 0) {
             cJSON_AddItemToObject(root, "records_written", raw_int((int64_t)k->files->written));

@@ -164,16 +164,17 @@ static void max_files_keeps_the_newest(void **state)
     char path[512];
     snprintf(path, sizeof path, "%s/manifest.json", f.dir);
     cJSON *m = read_json_file(path);
-    cJSON *files = cJSON_GetObjectItem(m, "files");
-    int n = cJSON_GetArraySize(files), removed = 0;
-    assert_true(n > 3);
-    for (int i = 0; i < n; i++) {
-        const cJSON *why = cJSON_GetObjectItem(cJSON_GetArrayItem(files, i), "removed");
-        int gone = cJSON_IsString(why) && strcmp(why->valuestring, "max_files") == 0;
-        removed += gone;
-        assert_int_equal(gone, i < n - 3); /* the oldest went */
-    }
-    assert_int_equal(removed, n - 3);
+    cJSON *files = cJSON_GetObjectItem(m, "files"); /* the files kept, the newest (serial names) */
+    assert_int_equal(cJSON_GetArraySize(files), 3);
+    const cJSON *removed = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "records"), "calls"),
+                                               "removed");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(removed, "by")), "max_files");
+    uint64_t gone = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(removed, "files"));
+    assert_true(gone > 0);
+    char first[64];
+    snprintf(first, sizeof first, "tw-%ld-%04llu.csv", (long)getpid(), (unsigned long long)gone + 1);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(files, 0), "name")), first);
+    assert_int_equal((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(removed, "records")) + r.rows, 5000);
     cJSON_Delete(m);
     free_fixture(&f);
 }
@@ -196,19 +197,22 @@ static void max_total_size_keeps_the_newest_within_it(void **state)
     snprintf(path, sizeof path, "%s/manifest.json", f.dir);
     cJSON *m = read_json_file(path);
     const cJSON *file;
-    uint64_t kept_records = 0, removed = 0, listed = 0;
-    cJSON_ArrayForEach(file, cJSON_GetObjectItem(m, "files")) {
-        const cJSON *why = cJSON_GetObjectItem(file, "removed");
+    uint64_t kept_records = 0, listed = 0;
+    cJSON_ArrayForEach(file, cJSON_GetObjectItem(m, "files")) { /* the files kept */
+        kept_records += (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(file, "records"));
         listed++;
-        if (why == NULL) {
-            kept_records += (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(file, "records"));
-        } else {
-            assert_string_equal(why->valuestring, "max_total_size");
-            assert_int_equal(removed++, listed - 1); /* only the oldest go */
-        }
     }
-    assert_int_equal(removed, listed - r.files);
+    assert_int_equal(listed, r.files);
     assert_int_equal(kept_records, r.rows);
+    const cJSON *removed = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "records"), "calls"),
+                                               "removed");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(removed, "by")), "max_total_size");
+    uint64_t gone = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(removed, "files"));
+    char first[64]; /* only the oldest went: the first file kept is the one after them (serial names) */
+    snprintf(first, sizeof first, "tw-%ld-%04llu.csv", (long)getpid(), (unsigned long long)gone + 1);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "files"),
+                                                                                     0), "name")), first);
+    assert_int_equal((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(removed, "records")) + kept_records, 5000);
     assert_int_equal((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "records_written")), 5000);
     cJSON_Delete(m);
     free_fixture(&f);

@@ -34,7 +34,7 @@ static kind_readback_t read_kind(const char *dir, const char *manifest_name, con
     {
         const char *k = cJSON_GetStringValue(cJSON_GetObjectItem(file, "kind"));
         assert_non_null(k);
-        if (strcmp(k, kind) != 0 || cJSON_IsString(cJSON_GetObjectItem(file, "removed")))
+        if (strcmp(k, kind) != 0)
             continue;
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(file, "name"));
         r.manifest_rows += (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(file, "records"));

@@ -289,7 +289,7 @@ def read_kind(out_dir, kind):
         manifest = json.load(f)
     rows = []
     for entry in manifest["files"]:
-        if entry["kind"] == kind and not entry.get("removed"):
+        if entry["kind"] == kind:
             with open(os.path.join(out_dir, entry["name"]), newline="") as f:
                 rows.extend(csv.DictReader(f))
     return rows

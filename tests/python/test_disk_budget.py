@@ -53,20 +53,24 @@ def call_files(manifest):
     return [f for f in manifest["files"] if f.get("kind", "calls") == "calls"]
 
 
+def removed_of(manifest):
+    return manifest["records"]["calls"].get("removed")
+
+
 def test_the_files_kept_stay_within_max_total_size_and_the_oldest_went(budget_run):
     out, manifest = budget_run
-    files = call_files(manifest)
-    removed = [f for f in files if f.get("removed")]
-    kept = [f for f in files if not f.get("removed")]
-    assert removed and kept
-    assert {f["removed"] for f in removed} == {"max_total_size"}
-    assert files[:len(removed)] == removed            # only the oldest went
+    kept, removed = call_files(manifest), removed_of(manifest)
+    assert kept and removed["files"] > 0 and removed["by"] == "max_total_size"
     on_disk = sorted(n for n in os.listdir(out) if n.endswith(".csv"))
     assert on_disk == sorted(f["name"] for f in kept)
+    assert len(kept) <= 2   # the manifest's list does not grow with the run: the files removed leave it
     assert sum(os.path.getsize(out / n) for n in on_disk) <= BUDGET
     assert all(os.path.getsize(out / n) <= BUDGET // 2 for n in on_disk)   # each file at most half of it
+    # only the oldest went: the files kept are the last ones the run opened (names end in their index)
+    assert [int(f["name"].rsplit("-", 1)[1].split(".")[0]) for f in kept] == \
+        list(range(removed["files"] + 1, removed["files"] + 1 + len(kept)))
     # every record is still counted: the manifest's and summary.json's (every call, every step)
-    written = sum(f["records"] for f in files)
+    written = sum(f["records"] for f in kept) + removed["records"]
     assert manifest["records_written"] == written
     summary = json.loads((out / "summary.json").read_text())
     assert sum(api["calls"] for api in summary["apis"]) == written
@@ -75,8 +79,7 @@ def test_the_files_kept_stay_within_max_total_size_and_the_oldest_went(budget_ru
 def test_load_reads_the_newest_records(budget_run):
     out, manifest = budget_run
     df = tw.load(str(out))
-    kept = [f for f in call_files(manifest) if not f.get("removed")]
-    assert len(df) == sum(f["records"] for f in kept)
+    assert len(df) == sum(f["records"] for f in call_files(manifest))
     assert df["step"].max() >= STEPS - 1   # the last step is there (the print after it: one more)
     assert df["step"].min() > 0            # the first ones are not
 
@@ -84,11 +87,11 @@ def test_load_reads_the_newest_records(budget_run):
 @pytest.mark.parametrize("option", [[], ["--findings"], ["--by", "step"]])
 def test_every_report_says_what_was_removed(budget_run, option):
     out, manifest = budget_run
-    removed = [f for f in call_files(manifest) if f.get("removed")]
+    removed = removed_of(manifest)
     done = subprocess.run([TW_REPORT, *option, str(out)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if "were removed by max_total_size" in line)
-    assert line.startswith(f"The oldest {len(removed)} record files ({sum(f['records'] for f in removed)} records")
+    assert line.startswith(f"The oldest {removed['files']} record files ({removed['records']} records")
 
 
 def test_the_html_page_says_what_was_removed(budget_run, tmp_path):
@@ -124,5 +127,5 @@ def test_max_total_size_0_keeps_every_file(tmp_path):
             x = torch.add(x, 1)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     files = call_files(manifest)
-    assert len(files) > 5 and not any(f.get("removed") for f in files)
+    assert len(files) > 5 and removed_of(manifest) is None
     assert all(os.path.exists(tmp_path / f["name"]) for f in files)
