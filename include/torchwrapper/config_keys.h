@@ -56,7 +56,8 @@ TW_API int tw_name_expand(const char *spec, const tw_name_fields_t *fields, cons
  *   out_dir a path | format "json"|"csv" | file_max_size a size (>= 4096 bytes) | file_name_spec
  *   "timestamp", "serial" or a template | modules, include: lists of names | exclude null (the
  *   default list), [globs] (replacing it) or ["+glob", ...] (added to it; not both kinds) | args "summary"|"none"|"repr" | gpu "auto"|"on"|"off" | max_files a
- *   count (0: all) | max_total_size a size (0: all) | flush_interval seconds, (0, 3600] | buffer_size a size | on_full "drop"|"wait" |
+ *   count (0: all) | max_total_size a size (0: all) | flush_interval seconds, (0, 3600] | buffer_size
+ *   a size | on_full "drop"|"wait" |
  *   tensor_stats null (off), true or {"tensors": [of input output weight grad], "metrics": [of shape
  *   dtype mean std min max zeros nan inf, or registered names], "modules": [globs], "every": n |
  *   "sample": p} (normalized to null or the complete object) | track [of "parameters", "grads"] |

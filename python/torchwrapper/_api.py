@@ -58,7 +58,8 @@ class TorchWrapper:
         c = self.config
         self._profile = Profile(c["modules"], c["include"], c["exclude"], out_dir=c["out_dir"], format=c["format"],
                                 file_max_size=c["file_max_size"], file_name_spec=c["file_name_spec"],
-                                max_files=c["max_files"], max_total_size=c["max_total_size"], flush_interval=c["flush_interval"],
+                                max_files=c["max_files"], max_total_size=c["max_total_size"],
+                                flush_interval=c["flush_interval"],
                                 buffer_size=c["buffer_size"], on_full=c["on_full"], manifest={"config": c},
                                 args=c["args"], gpu=c["gpu"], tensor_stats=c["tensor_stats"], track=c["track"],
                                 schedule=c["schedule"], records=c["records"], on_demand=c["on_demand"], sites=c["sites"],
