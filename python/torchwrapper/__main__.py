@@ -173,10 +173,10 @@ def _print_findings(out_dir: str) -> None:
 def run(argv: List[str]) -> None:
     options = _parse_run(argv)
     from ._api import TorchWrapper  # after argument errors, so that usage errors stay cheap
-    from ._config import command_line, for_children
+    from ._config import command_line, for_children, with_run_defaults
 
     try:
-        wrapper = TorchWrapper(command_line(options.config, options.set, options.out_dir))
+        wrapper = TorchWrapper(with_run_defaults(command_line(options.config, options.set, options.out_dir)))
     except (ValueError, OSError) as error:
         raise SystemExit(f"torchwrapper: {error}")
     if options.module is not None:

@@ -13,9 +13,10 @@ Only the descriptions of the keys are written here: every default and accepted v
 import json
 import os
 import sys
+from typing import Dict, List
 
 import torchwrapper as tw
-from torchwrapper import _core
+from torchwrapper import _config, _core
 
 # What each key does (one sentence; the defaults and accepted values come from the validator).
 KEYS = {
@@ -59,7 +60,7 @@ KEYS = {
               "enough to leave on; all: in every step. Not given: all where args, aten, flops, memory or a "
               "schedule is given.",
 }
-ENTRY_POINTS = [("torchwrapper", "TorchWrapper, run"), ("profile", "profile()"), ("session", "Session")]
+ENTRY_POINTS = [("torchwrapper", "TorchWrapper"), ("run", "run"), ("profile", "profile()"), ("session", "Session")]
 
 
 def accepted(key: str) -> str:
@@ -76,7 +77,9 @@ def accepted(key: str) -> str:
 
 
 def configuration() -> str:
-    defaults = {name: json.loads(_core.normalize_config("{}", defaults=name)) for name, _ in ENTRY_POINTS}
+    defaults = {name: json.loads(_core.normalize_config("{}", defaults=name)) for name, _ in ENTRY_POINTS
+                if name != "run"}
+    defaults["run"] = dict(defaults["torchwrapper"], **_config.RUN_DEFAULTS)   # run's own, over TorchWrapper's
     keys = list(defaults["torchwrapper"])
     missing = [key for key in keys if key not in KEYS]
     if missing:
@@ -98,12 +101,14 @@ def configuration() -> str:
         lines.append("")
         lines.append(KEYS[key])
         lines.append("")
-        values = {json.dumps(defaults[name][key]) for name, _ in ENTRY_POINTS}
-        if len(values) == 1:
+        labels: Dict[str, List[str]] = {}   # each default, with the entry points that have it, in order
+        for name, label in ENTRY_POINTS:
+            labels.setdefault(json.dumps(defaults[name][key]), []).append(label)
+        if len(labels) == 1:
             lines.append(f"- default: `{json.dumps(defaults['torchwrapper'][key])}`")
         else:
-            for name, label in ENTRY_POINTS:
-                lines.append(f"- default for {label}: `{json.dumps(defaults[name][key])}`")
+            for value, names in labels.items():
+                lines.append(f"- default for {', '.join(names)}: `{value}`")
         lines.append(f"- accepted: {accepted(key)}")
         lines.append("")
     return "\n".join(lines)

@@ -71,3 +71,31 @@ def test_usage_and_config_errors_are_clear(program):
     assert bad.returncode == 1 and "unknown config key 'fromat': did you mean 'format'?" in bad.stderr
     other = run(["-m", "torchwrapper", "profile"], program)
     assert other.returncode == 1 and "unknown command 'profile' (accepted: run, report, capture)" in other.stderr
+
+
+@pytest.mark.parametrize("how, ext", [
+    ([], ".csv"),                                          # run's own default: a profile left on
+    (["--set", "format=json"], ".jsonl"),                  # what the user sets wins, from every source
+    (["env"], ".jsonl"),
+    (["file"], ".jsonl"),
+])
+def test_run_writes_csv_unless_a_source_asks_for_json(program, how, ext):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("TORCHWRAPPER_FORMAT", None)
+    env.pop("TORCHWRAPPER_CONFIG", None)
+    options = how
+    if how == ["env"]:
+        env["TORCHWRAPPER_FORMAT"], options = "json", []
+    elif how == ["file"]:
+        (program / "tw.json").write_text(json.dumps({"format": "json"}))
+        env["TORCHWRAPPER_CONFIG"], options = str(program / "tw.json"), []
+    done = subprocess.run([sys.executable, "-m", "torchwrapper", "run", "--no-report", "-o", "out", *options,
+                           "prog.py"], cwd=program, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    names = [n for n in os.listdir(program / "out") if n.startswith("tw-")]
+    assert names and all(n.endswith(ext) for n in names)
+    with open(program / "out" / "manifest.json") as f:
+        assert json.load(f)["config"]["format"] == ext.lstrip(".").replace("jsonl", "json")
+    # TorchWrapper's default stays the original tool's
+    import torchwrapper as tw
+    assert tw.load_config({}, environ={})["format"] == "json"
