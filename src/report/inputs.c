@@ -181,8 +181,6 @@ static void read_manifest(inputs_t *in, const char *path)
         add_proc(in, root);
         struct run_info *info = &in->info;
         const cJSON *host = cJSON_GetObjectItemCaseSensitive(root, "host");
-        const cJSON *written = cJSON_GetObjectItemCaseSensitive(root, "records_written");
-        const cJSON *dropped = cJSON_GetObjectItemCaseSensitive(root, "records_dropped");
         if (cJSON_IsString(host) && info->hosts == 0)
             info->hosts = 1;
         else if (cJSON_IsString(host) && strcmp(info->host, host->valuestring) != 0)
@@ -191,8 +189,8 @@ static void read_manifest(inputs_t *in, const char *path)
         copy_string(info->torch, sizeof info->torch, cJSON_GetObjectItemCaseSensitive(root, "torch"));
         copy_string(info->torchwrapper, sizeof info->torchwrapper,
                     cJSON_GetObjectItemCaseSensitive(root, "torchwrapper"));
-        info->written += cJSON_IsNumber(written) && written->valuedouble > 0 ? (uint64_t)written->valuedouble : 0;
-        info->dropped += cJSON_IsNumber(dropped) && dropped->valuedouble > 0 ? (uint64_t)dropped->valuedouble : 0;
+        info->written += count_of(root, "records_written");
+        info->dropped += count_of(root, "records_dropped");
         const cJSON *peak = cJSON_GetObjectItemCaseSensitive(root, "peak_flops");
         if (cJSON_IsNumber(peak) && peak->valuedouble > 0 && info->peak_flops == 0)
             info->peak_flops = peak->valuedouble;

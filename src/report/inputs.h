@@ -48,7 +48,7 @@ typedef struct inputs {
         /* record files the writer removed (max_total_size, max_files: a flight recorder), their call
          * records' files only: the reports then cover the newest records */
         uint64_t removed_files, removed_records, removed_bytes;
-        char removed_by[16];   /* the limit that removed the first of them */
+        char removed_by[16];   /* the limit the first manifest with removed files names ("by") */
     } info;
 } inputs_t;
 
