@@ -173,10 +173,12 @@ def _print_findings(out_dir: str) -> None:
 def run(argv: List[str]) -> None:
     options = _parse_run(argv)
     from ._api import TorchWrapper  # after argument errors, so that usage errors stay cheap
-    from ._config import command_line, for_children, with_run_defaults
+    from ._config import RUN_DEFAULTS, command_line, for_children, load_config
 
     try:
-        wrapper = TorchWrapper(with_run_defaults(command_line(options.config, options.set, options.out_dir)))
+        # run's own defaults below every source (the complete config then wins over them all again)
+        wrapper = TorchWrapper(load_config(command_line(options.config, options.set, options.out_dir),
+                                           defaults=RUN_DEFAULTS))
     except (ValueError, OSError) as error:
         raise SystemExit(f"torchwrapper: {error}")
     if options.module is not None:

@@ -132,16 +132,6 @@ def command_line(config_file: Optional[str], sets: Sequence[str], out_dir: Optio
 RUN_DEFAULTS: Dict[str, Any] = {"format": "csv"}
 
 
-def with_run_defaults(config: Mapping[str, Any], environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-    """config (run's --config, --set and -o) with RUN_DEFAULTS for each key that no source gives:
-    not config, not $TORCHWRAPPER_CONFIG's file, not a $TORCHWRAPPER_<KEY> variable."""
-    given_below: Dict[str, Any] = {}
-    for values, _ in environment(os.environ if environ is None else environ):
-        given_below.update(values)
-    return dict({key: value for key, value in RUN_DEFAULTS.items() if key not in given_below and key not in config},
-                **config)
-
-
 def from_autostart(value: str) -> Dict[str, Any]:
     """Layer 4 of a child of `run`: what a value of $TORCHWRAPPER_AUTOSTART stands for (errors name
     the value)."""
@@ -165,13 +155,15 @@ def for_children(config: Mapping[str, Any]) -> str:
     return json.dumps(dict(config, out_dir=os.path.abspath(config["out_dir"])))
 
 
-def load_config(config: Given = None, environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-    """The complete configuration from, in increasing priority: the defaults, the JSON file named
-    by $TORCHWRAPPER_CONFIG, $TORCHWRAPPER_<KEY> variables, and ``config`` (a dict, or the path of
-    a JSON file). Every source goes through the same validator (in C); errors name the key, the
-    value and what is accepted."""
+def load_config(config: Given = None, environ: Optional[Mapping[str, str]] = None,
+                defaults: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The complete configuration from, in increasing priority: the defaults (TorchWrapper's, with
+    an entry point's own ``defaults`` over them: RUN_DEFAULTS), the JSON file named by
+    $TORCHWRAPPER_CONFIG, $TORCHWRAPPER_<KEY> variables, and ``config`` (a dict, or the path of a
+    JSON file). Every source goes through the same validator (in C); errors name the key, the value
+    and what is accepted."""
     environ = os.environ if environ is None else environ
-    sources = environment(environ)
+    sources = ([(dict(defaults), False)] if defaults else []) + environment(environ)
     values = given(config)
     if values is not None:
         sources.append((values, False))
